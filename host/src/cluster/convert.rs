@@ -1,0 +1,430 @@
+//! Kubernetes objects (k8s-openapi) into the contract's pod and node records. Every error names the object and
+//! the field, so a malformed manifest is easy to fix.
+
+use crate::runtime::bindings::types::{
+    Condition, Container, InclusionPolicy, LabelSelector, Node, NodeAffinity, NodeSelectorTerm, Owner, Pod, PodPhase,
+    PreferredTerm, Resources, SelectorOperator, SelectorRequirement, Taint, TaintEffect, Toleration,
+    TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction,
+};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use std::collections::BTreeMap;
+use wasp_sdk::quantity;
+
+/// kube-scheduler's default when a node does not report `pods` in its allocatable resources.
+const DEFAULT_MAX_PODS: u32 = 110;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{object}: {field}: {reason}")]
+pub struct ConvertError {
+    /// `pod default/web-1` or `node worker-3`.
+    pub object: String,
+    pub field: String,
+    pub reason: String,
+}
+
+struct Context {
+    object: String,
+}
+
+impl Context {
+    fn error(&self, field: impl Into<String>, reason: impl Into<String>) -> ConvertError {
+        ConvertError { object: self.object.clone(), field: field.into(), reason: reason.into() }
+    }
+
+    fn resources(&self, field: &str, list: Option<&BTreeMap<String, Quantity>>) -> Result<Resources, ConvertError> {
+        let mut resources = Resources { cpu_millis: 0, memory_bytes: 0, ephemeral_storage_bytes: 0, scalar: Vec::new() };
+        for (name, value) in list.into_iter().flatten() {
+            let field = format!("{field}.{name}");
+            let whole = || quantity::whole_units(&value.0).map_err(|error| self.error(&field, error.to_string()));
+            match name.as_str() {
+                "cpu" => {
+                    resources.cpu_millis =
+                        quantity::cpu_millis(&value.0).map_err(|error| self.error(&field, error.to_string()))?
+                }
+                "memory" => resources.memory_bytes = whole()?,
+                "ephemeral-storage" => resources.ephemeral_storage_bytes = whole()?,
+                // The pod count is a node property, not a resource a pod requests.
+                "pods" => {}
+                other => resources.scalar.push((other.to_string(), whole()?)),
+            }
+        }
+        Ok(resources)
+    }
+
+    fn container(&self, field: &str, container: &core::Container) -> Result<Container, ConvertError> {
+        let requirements = container.resources.as_ref();
+        // API server defaulting: a resource with a limit and no request requests its limit.
+        let mut requests = requirements.and_then(|r| r.requests.clone()).unwrap_or_default();
+        for (name, limit) in requirements.and_then(|r| r.limits.as_ref()).into_iter().flatten() {
+            requests.entry(name.clone()).or_insert_with(|| limit.clone());
+        }
+        Ok(Container {
+            name: container.name.clone(),
+            requests: self.resources(&format!("{field}[{}].resources.requests", container.name), Some(&requests))?,
+            restart_count: 0,
+        })
+    }
+
+    fn selector_operator(&self, field: &str, operator: &str) -> Result<SelectorOperator, ConvertError> {
+        Ok(match operator {
+            "In" => SelectorOperator::In,
+            "NotIn" => SelectorOperator::NotIn,
+            "Exists" => SelectorOperator::Exists,
+            "DoesNotExist" => SelectorOperator::DoesNotExist,
+            "Gt" => SelectorOperator::Gt,
+            "Lt" => SelectorOperator::Lt,
+            other => return Err(self.error(field, format!("unknown operator {other:?}"))),
+        })
+    }
+
+    fn node_requirements(
+        &self,
+        field: &str,
+        requirements: Option<&Vec<core::NodeSelectorRequirement>>,
+    ) -> Result<Vec<SelectorRequirement>, ConvertError> {
+        requirements
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(index, requirement)| {
+                Ok(SelectorRequirement {
+                    key: requirement.key.clone(),
+                    operator: self.selector_operator(&format!("{field}[{index}].operator"), &requirement.operator)?,
+                    values: requirement.values.clone().unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    fn node_term(&self, field: &str, term: &core::NodeSelectorTerm) -> Result<NodeSelectorTerm, ConvertError> {
+        Ok(NodeSelectorTerm {
+            match_expressions: self.node_requirements(&format!("{field}.matchExpressions"), term.match_expressions.as_ref())?,
+            match_fields: self.node_requirements(&format!("{field}.matchFields"), term.match_fields.as_ref())?,
+        })
+    }
+
+    fn node_affinity(&self, affinity: &core::NodeAffinity) -> Result<NodeAffinity, ConvertError> {
+        let base = "spec.affinity.nodeAffinity";
+        let required = affinity
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .map(|selector| {
+                selector
+                    .node_selector_terms
+                    .iter()
+                    .enumerate()
+                    .map(|(index, term)| {
+                        self.node_term(&format!("{base}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{index}]"), term)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        let preferred = affinity
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(index, preferred)| {
+                Ok(PreferredTerm {
+                    weight: preferred.weight,
+                    term: self.node_term(
+                        &format!("{base}.preferredDuringSchedulingIgnoredDuringExecution[{index}].preference"),
+                        &preferred.preference,
+                    )?,
+                })
+            })
+            .collect::<Result<_, ConvertError>>()?;
+        Ok(NodeAffinity { required, preferred })
+    }
+
+    fn label_selector(&self, field: &str, selector: &meta::LabelSelector) -> Result<LabelSelector, ConvertError> {
+        let match_expressions = selector
+            .match_expressions
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(index, requirement)| {
+                let operator_field = format!("{field}.matchExpressions[{index}].operator");
+                let operator = self.selector_operator(&operator_field, &requirement.operator)?;
+                if matches!(operator, SelectorOperator::Gt | SelectorOperator::Lt) {
+                    return Err(self.error(operator_field, "Gt and Lt are not label selector operators"));
+                }
+                Ok(SelectorRequirement {
+                    key: requirement.key.clone(),
+                    operator,
+                    values: requirement.values.clone().unwrap_or_default(),
+                })
+            })
+            .collect::<Result<_, ConvertError>>()?;
+        Ok(LabelSelector { match_labels: pairs(selector.match_labels.as_ref()), match_expressions })
+    }
+
+    fn taint_effect(&self, field: &str, effect: &str) -> Result<TaintEffect, ConvertError> {
+        Ok(match effect {
+            "NoSchedule" => TaintEffect::NoSchedule,
+            "PreferNoSchedule" => TaintEffect::PreferNoSchedule,
+            "NoExecute" => TaintEffect::NoExecute,
+            other => return Err(self.error(field, format!("unknown taint effect {other:?}"))),
+        })
+    }
+
+    fn toleration(&self, index: usize, toleration: &core::Toleration) -> Result<Toleration, ConvertError> {
+        let field = format!("spec.tolerations[{index}]");
+        let operator = match toleration.operator.as_deref() {
+            None | Some("Equal") => TolerationOperator::Equal,
+            Some("Exists") => TolerationOperator::Exists,
+            Some(other) => return Err(self.error(format!("{field}.operator"), format!("unknown operator {other:?}"))),
+        };
+        let effect = match toleration.effect.as_deref() {
+            None | Some("") => None,
+            Some(effect) => Some(self.taint_effect(&format!("{field}.effect"), effect)?),
+        };
+        Ok(Toleration {
+            key: toleration.key.clone().unwrap_or_default(),
+            operator,
+            value: toleration.value.clone().unwrap_or_default(),
+            effect,
+        })
+    }
+
+    fn spread(&self, index: usize, constraint: &core::TopologySpreadConstraint) -> Result<TopologySpreadConstraint, ConvertError> {
+        let field = format!("spec.topologySpreadConstraints[{index}]");
+        let when_unsatisfiable = match constraint.when_unsatisfiable.as_str() {
+            "DoNotSchedule" => UnsatisfiableAction::DoNotSchedule,
+            "ScheduleAnyway" => UnsatisfiableAction::ScheduleAnyway,
+            other => return Err(self.error(format!("{field}.whenUnsatisfiable"), format!("unknown action {other:?}"))),
+        };
+        let inclusion = |name: &str, value: Option<&str>, default| match value {
+            None => Ok(default),
+            Some("Honor") => Ok(InclusionPolicy::Honor),
+            Some("Ignore") => Ok(InclusionPolicy::Ignore),
+            Some(other) => Err(self.error(format!("{field}.{name}"), format!("unknown policy {other:?}"))),
+        };
+        if constraint.max_skew < 1 {
+            return Err(self.error(format!("{field}.maxSkew"), "must be at least 1"));
+        }
+        Ok(TopologySpreadConstraint {
+            max_skew: constraint.max_skew,
+            topology_key: constraint.topology_key.clone(),
+            when_unsatisfiable,
+            label_selector: constraint
+                .label_selector
+                .as_ref()
+                .map(|selector| self.label_selector(&format!("{field}.labelSelector"), selector))
+                .transpose()?,
+            min_domains: constraint.min_domains,
+            node_affinity_policy: inclusion("nodeAffinityPolicy", constraint.node_affinity_policy.as_deref(), InclusionPolicy::Honor)?,
+            node_taints_policy: inclusion("nodeTaintsPolicy", constraint.node_taints_policy.as_deref(), InclusionPolicy::Ignore)?,
+            match_label_keys: constraint.match_label_keys.clone().unwrap_or_default(),
+        })
+    }
+}
+
+fn pairs(map: Option<&BTreeMap<String, String>>) -> Vec<(String, String)> {
+    map.into_iter().flatten().map(|(key, value)| (key.clone(), value.clone())).collect()
+}
+
+/// Identifies a pod in errors and logs: `default/web-1`.
+pub fn pod_key(pod: &core::Pod) -> String {
+    format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or("default"), pod.metadata.name.as_deref().unwrap_or(""))
+}
+
+pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
+    let context = Context { object: format!("pod {}", pod_key(source)) };
+    let name = source.metadata.name.clone().filter(|name| !name.is_empty());
+    let name = name.ok_or_else(|| context.error("metadata.name", "missing"))?;
+    let spec = source.spec.as_ref().ok_or_else(|| context.error("spec", "missing"))?;
+    let status = source.status.as_ref();
+    let containers = spec
+        .containers
+        .iter()
+        .map(|container| context.container("spec.containers", container))
+        .collect::<Result<Vec<_>, _>>()?;
+    let init_containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|container| context.container("spec.initContainers", container))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut containers = containers;
+    for container_status in status.and_then(|status| status.container_statuses.as_ref()).into_iter().flatten() {
+        if let Some(container) = containers.iter_mut().find(|container| container.name == container_status.name) {
+            container.restart_count = container_status.restart_count.max(0) as u32;
+        }
+    }
+    let volumes = spec.volumes.iter().flatten();
+    let owner = source.metadata.owner_references.as_ref().and_then(|owners| {
+        let owner = owners.iter().find(|owner| owner.controller == Some(true)).or(owners.first())?;
+        Some(Owner { kind: owner.kind.clone(), name: owner.name.clone(), controller: owner.controller == Some(true) })
+    });
+    Ok(Pod {
+        namespace: source.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        name,
+        uid: source.metadata.uid.clone().unwrap_or_default(),
+        labels: pairs(source.metadata.labels.as_ref()),
+        scheduler_name: spec.scheduler_name.clone().unwrap_or_else(|| "default-scheduler".into()),
+        priority: spec.priority.unwrap_or(0),
+        phase: match status.and_then(|status| status.phase.as_deref()) {
+            None | Some("Pending") => PodPhase::Pending,
+            Some("Running") => PodPhase::Running,
+            Some("Succeeded") => PodPhase::Succeeded,
+            Some("Failed") => PodPhase::Failed,
+            Some(_) => PodPhase::Unknown,
+        },
+        containers,
+        sidecar_init_containers: spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|container| container.restart_policy.as_deref() == Some("Always"))
+            .map(|container| container.name.clone())
+            .collect(),
+        init_containers,
+        overhead: context.resources("spec.overhead", spec.overhead.as_ref())?,
+        node_selector: pairs(spec.node_selector.as_ref()),
+        node_affinity: spec
+            .affinity
+            .as_ref()
+            .and_then(|affinity| affinity.node_affinity.as_ref())
+            .map(|affinity| context.node_affinity(affinity))
+            .transpose()?,
+        tolerations: spec
+            .tolerations
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(index, toleration)| context.toleration(index, toleration))
+            .collect::<Result<_, _>>()?,
+        topology_spread: spec
+            .topology_spread_constraints
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(index, constraint)| context.spread(index, constraint))
+            .collect::<Result<_, _>>()?,
+        owner,
+        created_at: source.metadata.creation_timestamp.as_ref().map_or(0, |time| time.0.as_second()),
+        terminating: source.metadata.deletion_timestamp.is_some(),
+        mirror: source
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|annotations| annotations.contains_key("kubernetes.io/config.mirror")),
+        local_storage: volumes.clone().any(|volume| volume.empty_dir.is_some() || volume.host_path.is_some()),
+        pvc: volumes.clone().any(|volume| volume.persistent_volume_claim.is_some() || volume.ephemeral.is_some()),
+        ready: status
+            .and_then(|status| status.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|condition| condition.type_ == "Ready" && condition.status == "True"),
+        nominated_node: status.and_then(|status| status.nominated_node_name.clone()),
+    })
+}
+
+pub fn node(source: &core::Node) -> Result<Node, ConvertError> {
+    let name = source.metadata.name.clone().filter(|name| !name.is_empty());
+    let context = Context { object: format!("node {}", name.as_deref().unwrap_or("<unnamed>")) };
+    let name = name.ok_or_else(|| context.error("metadata.name", "missing"))?;
+    let spec = source.spec.as_ref();
+    let status = source.status.as_ref();
+    let allocatable = status.and_then(|status| status.allocatable.as_ref().or(status.capacity.as_ref()));
+    let allocatable_pods = match allocatable.and_then(|list| list.get("pods")) {
+        Some(pods) => quantity::whole_units(&pods.0)
+            .map_err(|error| context.error("status.allocatable.pods", error.to_string()))?
+            .min(u32::MAX as u64) as u32,
+        None => DEFAULT_MAX_PODS,
+    };
+    Ok(Node {
+        name,
+        labels: pairs(source.metadata.labels.as_ref()),
+        taints: spec
+            .and_then(|spec| spec.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(index, taint)| {
+                Ok(Taint {
+                    key: taint.key.clone(),
+                    value: taint.value.clone().unwrap_or_default(),
+                    effect: context.taint_effect(&format!("spec.taints[{index}].effect"), &taint.effect)?,
+                })
+            })
+            .collect::<Result<_, ConvertError>>()?,
+        unschedulable: spec.and_then(|spec| spec.unschedulable).unwrap_or(false),
+        allocatable: context.resources("status.allocatable", allocatable)?,
+        allocatable_pods,
+        conditions: status
+            .and_then(|status| status.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|condition| Condition { kind: condition.type_.clone(), status: condition.status.clone() })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> T {
+        serde_yaml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn pod_fields_and_api_defaults() {
+        let source: core::Pod = yaml(
+            r#"
+metadata: {name: web, namespace: shop, labels: {app: web}, ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-abc, uid: u, controller: true}]}
+spec:
+  containers:
+  - {name: app, resources: {requests: {cpu: 250m}, limits: {cpu: "1", memory: 1Gi}}}
+  initContainers:
+  - {name: proxy, restartPolicy: Always, resources: {requests: {cpu: 50m}}}
+  tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]
+  nodeSelector: {disk: ssd}
+  volumes: [{name: scratch, emptyDir: {}}]
+  topologySpreadConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}]
+"#,
+        );
+        let pod = pod(&source).unwrap();
+        assert_eq!((pod.namespace.as_str(), pod.name.as_str()), ("shop", "web"));
+        assert_eq!(pod.containers[0].requests.cpu_millis, 250, "an explicit request wins over the limit");
+        assert_eq!(pod.containers[0].requests.memory_bytes, 1 << 30, "a limit without request is the request");
+        assert_eq!(pod.sidecar_init_containers, vec!["proxy"]);
+        assert_eq!(pod.scheduler_name, "default-scheduler");
+        assert!(pod.local_storage && !pod.pvc);
+        assert_eq!(pod.owner.unwrap().kind, "ReplicaSet");
+        assert_eq!(pod.topology_spread[0].node_taints_policy, InclusionPolicy::Ignore);
+        assert_eq!(pod.tolerations[0].operator, TolerationOperator::Exists);
+    }
+
+    #[test]
+    fn errors_name_the_object_and_field() {
+        let source: core::Pod =
+            yaml("metadata: {name: web}\nspec: {containers: [{name: app, resources: {requests: {cpu: lots}}}]}");
+        let error = pod(&source).unwrap_err();
+        assert_eq!(error.object, "pod default/web");
+        assert_eq!(error.field, "spec.containers[app].resources.requests.cpu");
+        assert!(error.to_string().contains("invalid quantity \"lots\""), "{error}");
+
+        let source: core::Node = yaml("metadata: {name: n1}\nspec: {taints: [{key: k, effect: Sometimes}]}");
+        assert_eq!(
+            node(&source).unwrap_err().to_string(),
+            "node n1: spec.taints[0].effect: unknown taint effect \"Sometimes\""
+        );
+    }
+
+    #[test]
+    fn node_allocatable_and_pod_capacity() {
+        let source: core::Node = yaml(
+            "metadata: {name: n1, labels: {zone: a}}\nstatus: {allocatable: {cpu: '4', memory: 8Gi, pods: '30', nvidia.com/gpu: '2'}, conditions: [{type: Ready, status: 'True'}]}",
+        );
+        let node = node(&source).unwrap();
+        assert_eq!(node.allocatable.cpu_millis, 4000);
+        assert_eq!(node.allocatable_pods, 30);
+        assert_eq!(node.allocatable.scalar, vec![("nvidia.com/gpu".to_string(), 2)]);
+        assert_eq!(node.conditions[0].kind, "Ready");
+    }
+}

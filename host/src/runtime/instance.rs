@@ -1,0 +1,190 @@
+//! One sandboxed instance of a policy component: its own store, memory cap, deadline and WASI context with no
+//! capabilities. A call that traps, runs out of time or out of memory poisons the instance: its state is suspect,
+//! so it is thrown away and the caller builds a fresh one.
+
+use super::bindings::types::{
+    ClusterDelta, Descriptor, Eviction, FilterResult, Pod, ScaleDecision, ScaleRequest,
+};
+use super::bindings::{PolicyComponent, PolicyComponentPre};
+use super::guest_output::GuestOutput;
+use super::{Limits, Runtime};
+use std::sync::Arc;
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+pub struct InstanceState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+}
+
+impl WasiView for InstanceState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum CallError {
+    #[error("{operation} exceeded its deadline of {deadline_ms} ms and was interrupted")]
+    Timeout { operation: &'static str, deadline_ms: u128 },
+    #[error("{operation} ran out of memory (limit {limit_mib} MiB)")]
+    OutOfMemory { operation: &'static str, limit_mib: usize },
+    #[error("{operation} trapped: {message}")]
+    Trap { operation: &'static str, message: String },
+    /// The policy answered with an error of its own.
+    #[error("{0}")]
+    Guest(String),
+    /// The policy answered, but the answer breaks the contract.
+    #[error("malformed answer from {operation}: {message}")]
+    Malformed { operation: &'static str, message: String },
+    #[error("could not instantiate: {0}")]
+    Instantiate(String),
+}
+
+impl CallError {
+    /// Whether the instance that produced this error must be discarded.
+    pub fn poisons_instance(&self) -> bool {
+        !matches!(self, CallError::Guest(_) | CallError::Malformed { .. })
+    }
+}
+
+pub struct PolicyInstance {
+    store: Store<InstanceState>,
+    bindings: PolicyComponent,
+    limits: Limits,
+    poisoned: bool,
+    /// Sequence number of the last cluster delta this instance applied; None before its first sync.
+    pub synced_to: Option<u64>,
+}
+
+impl PolicyInstance {
+    pub fn instantiate(
+        runtime: &Runtime,
+        pre: &PolicyComponentPre<InstanceState>,
+        policy: &Arc<str>,
+        limits: Limits,
+    ) -> Result<Self, CallError> {
+        let wasi = WasiCtxBuilder::new()
+            .stdout(GuestOutput::new(policy.clone(), "stdout"))
+            .stderr(GuestOutput::new(policy.clone(), "stderr"))
+            .build();
+        let store_limits = StoreLimitsBuilder::new()
+            .memory_size(limits.memory_bytes)
+            .instances(64)
+            .tables(64)
+            .memories(16)
+            .trap_on_grow_failure(true)
+            .build();
+        let mut store =
+            Store::new(runtime.engine(), InstanceState { wasi, table: ResourceTable::new(), limits: store_limits });
+        store.limiter(|state| &mut state.limits);
+        store.set_epoch_deadline(Runtime::deadline_ticks(limits.deadline));
+        let bindings = pre
+            .instantiate(&mut store)
+            .map_err(|error| match classify("instantiate", &limits, error) {
+                CallError::Trap { message, .. } => CallError::Instantiate(message),
+                other => other,
+            })?;
+        Ok(PolicyInstance { store, bindings, limits, poisoned: false, synced_to: None })
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    fn call<R>(
+        &mut self,
+        operation: &'static str,
+        body: impl FnOnce(&PolicyComponent, &mut Store<InstanceState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        if self.poisoned {
+            return Err(CallError::Trap { operation, message: "instance was poisoned by an earlier failure".into() });
+        }
+        self.store.set_epoch_deadline(Runtime::deadline_ticks(self.limits.deadline));
+        body(&self.bindings, &mut self.store).map_err(|error| {
+            self.poisoned = true;
+            classify(operation, &self.limits, error)
+        })
+    }
+
+    pub fn describe(&mut self) -> Result<Descriptor, CallError> {
+        self.call("describe", |bindings, store| bindings.wasp_policy_policy().call_describe(store))
+    }
+
+    pub fn configure(&mut self, settings: &str) -> Result<(), CallError> {
+        self.call("configure", |bindings, store| bindings.wasp_policy_policy().call_configure(store, settings))?
+            .map_err(CallError::Guest)
+    }
+
+    pub fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError> {
+        self.call("apply", |bindings, store| bindings.wasp_policy_policy().call_apply(store, deltas))
+    }
+
+    pub fn filter(&mut self, pod: &Pod, candidates: &[u32]) -> Result<FilterResult, CallError> {
+        let result = self
+            .call("filter", |bindings, store| bindings.wasp_policy_filter().call_filter(store, pod, candidates))?
+            .map_err(CallError::Guest)?;
+        validate_filter_result(&result, candidates.len())?;
+        Ok(result)
+    }
+
+    pub fn score(&mut self, pod: &Pod, candidates: &[u32]) -> Result<Vec<u32>, CallError> {
+        let scores = self
+            .call("score", |bindings, store| bindings.wasp_policy_score().call_score(store, pod, candidates))?
+            .map_err(CallError::Guest)?;
+        validate_scores(&scores, candidates.len())?;
+        Ok(scores)
+    }
+
+    pub fn propose(&mut self) -> Result<Vec<Eviction>, CallError> {
+        self.call("propose", |bindings, store| bindings.wasp_policy_evict().call_propose(store))?
+            .map_err(CallError::Guest)
+    }
+
+    pub fn recommend(&mut self, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
+        self.call("recommend", |bindings, store| bindings.wasp_policy_scale().call_recommend(store, request))?
+            .map_err(CallError::Guest)
+    }
+}
+
+fn classify(operation: &'static str, limits: &Limits, error: wasmtime::Error) -> CallError {
+    if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+        return CallError::Timeout { operation, deadline_ms: limits.deadline.as_millis() };
+    }
+    let chain = format!("{error:?}");
+    if chain.contains("forcing trap when growing memory") || chain.contains("forcing a memory growth failure") {
+        return CallError::OutOfMemory { operation, limit_mib: limits.memory_bytes >> 20 };
+    }
+    let message = match error.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{error:#}"),
+    };
+    CallError::Trap { operation, message }
+}
+
+fn validate_filter_result(result: &FilterResult, candidates: usize) -> Result<(), CallError> {
+    let malformed = |message: String| Err(CallError::Malformed { operation: "filter", message });
+    if result.verdicts.len() != candidates {
+        return malformed(format!("{} verdicts for {candidates} candidate nodes", result.verdicts.len()));
+    }
+    if let Some(code) = result.verdicts.iter().find(|&&code| code as usize > result.rejections.len()) {
+        return malformed(format!("verdict {code} names a rejection that does not exist ({} given)", result.rejections.len()));
+    }
+    if result.rejections.iter().any(Vec::is_empty) {
+        return malformed("a rejection without a reason".into());
+    }
+    Ok(())
+}
+
+fn validate_scores(scores: &[u32], candidates: usize) -> Result<(), CallError> {
+    let malformed = |message: String| Err(CallError::Malformed { operation: "score", message });
+    if scores.len() != candidates {
+        return malformed(format!("{} scores for {candidates} candidate nodes", scores.len()));
+    }
+    if let Some(score) = scores.iter().find(|&&score| score > 100) {
+        return malformed(format!("score {score} is outside 0..=100"));
+    }
+    Ok(())
+}

@@ -1,0 +1,237 @@
+//! The guest-side cluster view: nodes with their usage totals and, for policies that ask for them, the pods bound
+//! to each node. The host keeps it current with [`ClusterDelta`]s; tests fill it with [`Cluster::add_node`] and
+//! [`Cluster::bind`], which keep the usage totals exactly as the host does.
+
+use crate::resources::ResourceVector;
+use crate::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, Resources};
+use std::collections::HashMap;
+
+/// A node and what is placed on it.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub id: NodeId,
+    pub node: Node,
+    pub usage: NodeUsage,
+    /// Pods bound to this node (empty unless the policy's view includes pods).
+    pub pods: Vec<PodId>,
+}
+
+impl NodeInfo {
+    pub fn name(&self) -> &str {
+        &self.node.name
+    }
+
+    /// Allocatable minus requested: what a new pod can still get.
+    pub fn free(&self) -> ResourceVector {
+        let mut free = ResourceVector::from(&self.node.allocatable);
+        free.subtract(&ResourceVector::from(&self.usage.requested));
+        free
+    }
+}
+
+/// A pod bound to a node.
+#[derive(Debug, Clone)]
+pub struct PodInfo {
+    pub id: PodId,
+    pub node: NodeId,
+    pub pod: Pod,
+}
+
+#[derive(Debug, Default)]
+pub struct Cluster {
+    /// Indexed by node id: the host hands out dense ids, so a vector beats a map on the hot path.
+    nodes: Vec<Option<NodeInfo>>,
+    node_count: usize,
+    pods: HashMap<PodId, PodInfo>,
+    next_test_id: u32,
+}
+
+impl Cluster {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn apply(&mut self, delta: ClusterDelta) {
+        match delta {
+            ClusterDelta::NodeUpsert((id, node, usage)) => self.upsert_node(id, node, usage),
+            ClusterDelta::NodeUsageUpdate((id, usage)) => {
+                if let Some(info) = self.node_mut(id) {
+                    info.usage = usage;
+                }
+            }
+            ClusterDelta::NodeRemove(id) => self.remove_node(id),
+            ClusterDelta::PodUpsert((id, node, pod)) => self.upsert_pod(id, node, pod),
+            ClusterDelta::PodRemove(id) => self.remove_pod(id),
+            ClusterDelta::Reset => *self = Cluster { next_test_id: self.next_test_id, ..Cluster::default() },
+        }
+    }
+
+    pub fn node(&self, id: NodeId) -> Option<&NodeInfo> {
+        self.nodes.get(id as usize).and_then(Option::as_ref)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeInfo> {
+        self.nodes.iter().flatten()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.node_count
+    }
+
+    pub fn node_by_name(&self, name: &str) -> Option<&NodeInfo> {
+        self.nodes().find(|info| info.node.name == name)
+    }
+
+    pub fn pod(&self, id: PodId) -> Option<&PodInfo> {
+        self.pods.get(&id)
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &PodInfo> {
+        self.pods.values()
+    }
+
+    pub fn pods_on<'a>(&'a self, node: &'a NodeInfo) -> impl Iterator<Item = &'a PodInfo> + 'a {
+        node.pods.iter().filter_map(|id| self.pods.get(id))
+    }
+
+    /// Test helper: adds a node with no pods and returns its id.
+    pub fn add_node(&mut self, node: Node) -> NodeId {
+        let id = self.fresh_id();
+        self.upsert_node(id, node, empty_usage());
+        id
+    }
+
+    /// Test helper: binds a pod to a node, updating the node's usage totals as the host would.
+    pub fn bind(&mut self, pod: Pod, node: NodeId) -> PodId {
+        let id = self.fresh_id();
+        if let Some(info) = self.node_mut(node) {
+            add_pod_to_usage(&mut info.usage, &pod);
+        }
+        self.upsert_pod(id, node, pod);
+        id
+    }
+
+    fn fresh_id(&mut self) -> u32 {
+        self.next_test_id += 1;
+        self.next_test_id - 1
+    }
+
+    fn node_mut(&mut self, id: NodeId) -> Option<&mut NodeInfo> {
+        self.nodes.get_mut(id as usize).and_then(Option::as_mut)
+    }
+
+    fn upsert_node(&mut self, id: NodeId, node: Node, usage: NodeUsage) {
+        let index = id as usize;
+        if index >= self.nodes.len() {
+            self.nodes.resize_with(index + 1, || None);
+        }
+        let pods = match self.nodes[index].take() {
+            Some(previous) => previous.pods,
+            None => {
+                self.node_count += 1;
+                Vec::new()
+            }
+        };
+        self.nodes[index] = Some(NodeInfo { id, node, usage, pods });
+    }
+
+    fn remove_node(&mut self, id: NodeId) {
+        if let Some(slot) = self.nodes.get_mut(id as usize) {
+            if let Some(info) = slot.take() {
+                self.node_count -= 1;
+                for pod in info.pods {
+                    self.pods.remove(&pod);
+                }
+            }
+        }
+    }
+
+    fn upsert_pod(&mut self, id: PodId, node: NodeId, pod: Pod) {
+        if let Some(previous) = self.pods.get(&id) {
+            if previous.node != node {
+                let previous_node = previous.node;
+                self.detach(previous_node, id);
+            } else {
+                self.pods.insert(id, PodInfo { id, node, pod });
+                return;
+            }
+        }
+        if let Some(info) = self.node_mut(node) {
+            info.pods.push(id);
+        }
+        self.pods.insert(id, PodInfo { id, node, pod });
+    }
+
+    fn remove_pod(&mut self, id: PodId) {
+        if let Some(info) = self.pods.remove(&id) {
+            self.detach(info.node, id);
+        }
+    }
+
+    fn detach(&mut self, node: NodeId, pod: PodId) {
+        if let Some(info) = self.node_mut(node) {
+            info.pods.retain(|candidate| *candidate != pod);
+        }
+    }
+}
+
+pub fn empty_usage() -> NodeUsage {
+    NodeUsage { requested: zero_resources(), non_zero_requested: zero_resources(), pod_count: 0 }
+}
+
+fn zero_resources() -> Resources {
+    Resources { cpu_millis: 0, memory_bytes: 0, ephemeral_storage_bytes: 0, scalar: Vec::new() }
+}
+
+fn add_pod_to_usage(usage: &mut NodeUsage, pod: &Pod) {
+    let mut requested = ResourceVector::from(&usage.requested);
+    requested.add(&pod.requests());
+    let mut non_zero = ResourceVector::from(&usage.non_zero_requested);
+    non_zero.add(&pod.non_zero_requests());
+    usage.requested = Resources::from(&requested);
+    usage.non_zero_requested = Resources::from(&non_zero);
+    usage.pod_count += 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn deltas_keep_nodes_and_pods_consistent() {
+        let mut cluster = Cluster::new();
+        cluster.apply(ClusterDelta::NodeUpsert((3, NodeBuilder::new("n3").build(), empty_usage())));
+        cluster.apply(ClusterDelta::NodeUpsert((7, NodeBuilder::new("n7").build(), empty_usage())));
+        cluster.apply(ClusterDelta::PodUpsert((1, 3, PodBuilder::new("a").build())));
+        cluster.apply(ClusterDelta::PodUpsert((2, 3, PodBuilder::new("b").build())));
+        assert_eq!(cluster.node_count(), 2);
+        assert_eq!(cluster.node(3).unwrap().pods, vec![1, 2]);
+
+        cluster.apply(ClusterDelta::PodUpsert((1, 7, PodBuilder::new("a").build())));
+        assert_eq!(cluster.node(3).unwrap().pods, vec![2], "a moved pod leaves its old node");
+        assert_eq!(cluster.node(7).unwrap().pods, vec![1]);
+
+        cluster.apply(ClusterDelta::NodeUpsert((3, NodeBuilder::new("n3").label("x", "y").build(), empty_usage())));
+        assert_eq!(cluster.node(3).unwrap().pods, vec![2], "a node update keeps its pods");
+
+        cluster.apply(ClusterDelta::NodeRemove(3));
+        assert!(cluster.pod(2).is_none(), "pods go with their node");
+        assert_eq!(cluster.node_count(), 1);
+        cluster.apply(ClusterDelta::Reset);
+        assert_eq!(cluster.nodes().count(), 0);
+    }
+
+    #[test]
+    fn bind_updates_usage_like_the_host() {
+        let mut cluster = Cluster::new();
+        let node = cluster.add_node(NodeBuilder::new("n1").cpu("4").memory("8Gi").build());
+        cluster.bind(PodBuilder::new("a").cpu("500m").build(), node);
+        cluster.bind(PodBuilder::new("b").build(), node);
+        let usage = &cluster.node(node).unwrap().usage;
+        assert_eq!(usage.requested.cpu_millis, 500);
+        assert_eq!(usage.non_zero_requested.cpu_millis, 600);
+        assert_eq!(usage.pod_count, 2);
+        assert_eq!(cluster.node(node).unwrap().free().cpu_millis, 3500);
+    }
+}

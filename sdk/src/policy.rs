@@ -1,0 +1,201 @@
+//! The traits a policy implements. [`Policy`] says what it is and how it is configured; [`Filter`], [`Score`],
+//! [`Evict`] and [`Scale`] are the four kinds of decision, and a policy may implement several.
+
+use crate::cluster::{Cluster, NodeInfo};
+use crate::types::{Eviction, FilterResult, NodeId, Pod, ScaleDecision, ScaleRequest, ViewScope};
+use serde::{de::DeserializeOwned, Serialize};
+use std::borrow::Cow;
+
+pub trait Policy: Sized + 'static {
+    /// Settings as JSON; missing fields take their defaults, so `Default` must be a valid configuration.
+    type Settings: Serialize + DeserializeOwned + Default;
+
+    /// The name profiles refer to, e.g. `resources-fit`.
+    const NAME: &'static str;
+    /// What the host keeps in this policy's cluster view. Ask for pods only if you need them: with 50k pods they
+    /// dominate the memory of every instance.
+    const VIEW: ViewScope = ViewScope::Nodes;
+    /// One line per setting: what it means and its unit.
+    const SETTINGS_DOC: &'static str = "";
+
+    /// Builds the policy from validated settings; return a readable error naming the setting that is wrong.
+    fn new(settings: Self::Settings) -> Result<Self, String>;
+
+    fn as_filter(&self) -> Option<&dyn Filter> {
+        None
+    }
+    fn as_score(&self) -> Option<&dyn Score> {
+        None
+    }
+    fn as_evict(&self) -> Option<&dyn Evict> {
+        None
+    }
+    fn as_scale(&self) -> Option<&dyn Scale> {
+        None
+    }
+}
+
+/// A filter's answer for one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    /// Reasons in kube-scheduler's wording (`Insufficient cpu`, `node(s) had untolerated taint {k: v}`); the
+    /// scheduler counts them across nodes for the `0/N nodes are available: ...` message.
+    Reject(Vec<Cow<'static, str>>),
+}
+
+impl Verdict {
+    pub fn reject(reason: impl Into<Cow<'static, str>>) -> Self {
+        Verdict::Reject(vec![reason.into()])
+    }
+
+    pub fn is_pass(&self) -> bool {
+        matches!(self, Verdict::Pass)
+    }
+}
+
+pub trait Filter {
+    /// Decides whether `pod` may run on `node`.
+    fn filter(&self, pod: &Pod, node: &NodeInfo, cluster: &Cluster) -> Verdict;
+
+    /// Decides for every candidate. Override it to compute something once per pod (see `pod-topology-spread`).
+    fn filter_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> FilterResult {
+        let mut result = FilterResultBuilder::with_capacity(candidates.len());
+        for &id in candidates {
+            match cluster.node(id) {
+                Some(node) => result.push(self.filter(pod, node, cluster)),
+                None => result.push(Verdict::reject("node(s) were unknown to the policy")),
+            }
+        }
+        result.finish()
+    }
+}
+
+/// Collects verdicts into the contract's compact form: distinct reason sets are stored once.
+pub struct FilterResultBuilder {
+    verdicts: Vec<u32>,
+    rejections: Vec<Vec<Cow<'static, str>>>,
+}
+
+impl FilterResultBuilder {
+    pub fn with_capacity(candidates: usize) -> Self {
+        FilterResultBuilder { verdicts: Vec::with_capacity(candidates), rejections: Vec::new() }
+    }
+
+    pub fn push(&mut self, verdict: Verdict) {
+        let code = match verdict {
+            Verdict::Pass => 0,
+            Verdict::Reject(reasons) => {
+                // Few distinct reason sets per pod: a linear scan beats hashing.
+                let index = match self.rejections.iter().position(|known| *known == reasons) {
+                    Some(index) => index,
+                    None => {
+                        self.rejections.push(reasons);
+                        self.rejections.len() - 1
+                    }
+                };
+                index as u32 + 1
+            }
+        };
+        self.verdicts.push(code);
+    }
+
+    pub fn finish(self) -> FilterResult {
+        FilterResult {
+            verdicts: self.verdicts,
+            rejections: self
+                .rejections
+                .into_iter()
+                .map(|reasons| reasons.into_iter().map(Cow::into_owned).collect())
+                .collect(),
+        }
+    }
+}
+
+/// How raw scores become 0..=100, as kube-scheduler's NormalizeScore extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Normalization {
+    /// Raw scores are already 0..=100; values outside are clamped.
+    None,
+    /// Scale so the highest raw score becomes 100 (`DefaultNormalizeScore`, not reversed).
+    MaxTo100,
+    /// Scale so the highest raw score becomes 0 and a raw 0 becomes 100 (`DefaultNormalizeScore`, reversed).
+    ReverseMaxTo100,
+}
+
+pub trait Score {
+    /// A raw score for `pod` on `node`; see [`Score::normalization`].
+    fn score(&self, pod: &Pod, node: &NodeInfo, cluster: &Cluster) -> i64;
+
+    fn normalization(&self) -> Normalization {
+        Normalization::None
+    }
+
+    /// Scores every candidate and normalizes. Override it to compute something once per pod.
+    fn score_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> Vec<u32> {
+        let raw: Vec<i64> = candidates
+            .iter()
+            .map(|&id| cluster.node(id).map_or(0, |node| self.score(pod, node, cluster)))
+            .collect();
+        normalize(&raw, self.normalization())
+    }
+}
+
+/// kube-scheduler's `DefaultNormalizeScore` with a maximum of 100.
+pub fn normalize(raw: &[i64], normalization: Normalization) -> Vec<u32> {
+    const MAX: i64 = 100;
+    let clamp = |value: i64| value.clamp(0, MAX) as u32;
+    let highest = raw.iter().copied().max().unwrap_or(0);
+    match normalization {
+        Normalization::None => raw.iter().map(|&value| clamp(value)).collect(),
+        Normalization::MaxTo100 | Normalization::ReverseMaxTo100 => {
+            let reverse = normalization == Normalization::ReverseMaxTo100;
+            raw.iter()
+                .map(|&value| {
+                    if highest <= 0 {
+                        return if reverse { MAX as u32 } else { 0 };
+                    }
+                    let scaled = MAX * value.max(0) / highest;
+                    clamp(if reverse { MAX - scaled } else { scaled })
+                })
+                .collect()
+        }
+    }
+}
+
+pub trait Evict {
+    /// Pods to move and why. The host applies the safety rules (DaemonSet, mirror, critical and local-storage
+    /// pods are never evicted by default) and the disruption limits; propose what your strategy wants.
+    fn propose(&self, cluster: &Cluster) -> Vec<Eviction>;
+}
+
+pub trait Scale {
+    fn recommend(&self, request: &ScaleRequest) -> Result<ScaleDecision, String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalization_matches_kube_scheduler() {
+        assert_eq!(normalize(&[0, 5, 10], Normalization::MaxTo100), vec![0, 50, 100]);
+        assert_eq!(normalize(&[0, 5, 10], Normalization::ReverseMaxTo100), vec![100, 50, 0]);
+        assert_eq!(normalize(&[0, 0], Normalization::ReverseMaxTo100), vec![100, 100]);
+        assert_eq!(normalize(&[0, 0], Normalization::MaxTo100), vec![0, 0]);
+        assert_eq!(normalize(&[-5, 150], Normalization::None), vec![0, 100]);
+    }
+
+    #[test]
+    fn builder_stores_each_reason_set_once() {
+        let mut builder = FilterResultBuilder::with_capacity(4);
+        builder.push(Verdict::Pass);
+        builder.push(Verdict::reject("Insufficient cpu"));
+        builder.push(Verdict::Reject(vec!["Insufficient cpu".into(), "Insufficient memory".into()]));
+        builder.push(Verdict::reject("Insufficient cpu"));
+        let result = builder.finish();
+        assert_eq!(result.verdicts, vec![0, 1, 2, 1]);
+        assert_eq!(result.rejections.len(), 2);
+        assert_eq!(result.rejections[1], vec!["Insufficient cpu", "Insufficient memory"]);
+    }
+}

@@ -1,0 +1,210 @@
+//! Resource arithmetic with kube-scheduler's rules: what a pod requests, what a node has left.
+//!
+//! [`ResourceVector`] is plain Rust so the host (which has its own generated contract types) computes node usage
+//! with exactly the same code as the guest.
+
+use crate::types::{Pod, Resources};
+use std::collections::BTreeMap;
+
+/// CPU counted for a container that requests none, when scoring (kube-scheduler's `DefaultMilliCPURequest`).
+pub const DEFAULT_MILLI_CPU_REQUEST: u64 = 100;
+/// Memory counted for a container that requests none, when scoring (`DefaultMemoryRequest`, 200 MiB).
+pub const DEFAULT_MEMORY_REQUEST: u64 = 200 * 1024 * 1024;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceVector {
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+    pub ephemeral_storage_bytes: u64,
+    pub scalar: BTreeMap<String, u64>,
+}
+
+impl ResourceVector {
+    pub fn add(&mut self, other: &ResourceVector) {
+        self.cpu_millis += other.cpu_millis;
+        self.memory_bytes += other.memory_bytes;
+        self.ephemeral_storage_bytes += other.ephemeral_storage_bytes;
+        for (name, value) in &other.scalar {
+            *self.scalar.entry(name.clone()).or_default() += value;
+        }
+    }
+
+    /// Removes `other`, saturating at zero.
+    pub fn subtract(&mut self, other: &ResourceVector) {
+        self.cpu_millis = self.cpu_millis.saturating_sub(other.cpu_millis);
+        self.memory_bytes = self.memory_bytes.saturating_sub(other.memory_bytes);
+        self.ephemeral_storage_bytes = self.ephemeral_storage_bytes.saturating_sub(other.ephemeral_storage_bytes);
+        for (name, value) in &other.scalar {
+            if let Some(entry) = self.scalar.get_mut(name) {
+                *entry = entry.saturating_sub(*value);
+            }
+        }
+        self.scalar.retain(|_, value| *value > 0);
+    }
+
+    pub fn max_with(&mut self, other: &ResourceVector) {
+        self.cpu_millis = self.cpu_millis.max(other.cpu_millis);
+        self.memory_bytes = self.memory_bytes.max(other.memory_bytes);
+        self.ephemeral_storage_bytes = self.ephemeral_storage_bytes.max(other.ephemeral_storage_bytes);
+        for (name, value) in &other.scalar {
+            let entry = self.scalar.entry(name.clone()).or_default();
+            *entry = (*entry).max(*value);
+        }
+    }
+
+    /// The scoring view: zero CPU or memory counts as kube-scheduler's defaults.
+    pub fn non_zero(&self) -> ResourceVector {
+        let mut copy = self.clone();
+        if copy.cpu_millis == 0 {
+            copy.cpu_millis = DEFAULT_MILLI_CPU_REQUEST;
+        }
+        if copy.memory_bytes == 0 {
+            copy.memory_bytes = DEFAULT_MEMORY_REQUEST;
+        }
+        copy
+    }
+}
+
+/// One container as the request arithmetic sees it.
+pub struct ContainerRequest {
+    pub requests: ResourceVector,
+    /// An init container with `restartPolicy: Always` (a sidecar): it keeps running beside the app containers.
+    pub sidecar: bool,
+}
+
+/// kube-scheduler's `computePodResourceRequest`: the sum of the app containers and sidecars, or the largest init
+/// container step (with the sidecars started before it) if that is larger, plus the pod overhead.
+/// With `non_zero`, each container's missing CPU or memory request counts as the scoring defaults.
+pub fn effective_requests(
+    containers: impl IntoIterator<Item = ResourceVector>,
+    init_containers: impl IntoIterator<Item = ContainerRequest>,
+    overhead: &ResourceVector,
+    non_zero: bool,
+) -> ResourceVector {
+    let adjust = |requests: ResourceVector| if non_zero { requests.non_zero() } else { requests };
+    let mut total = ResourceVector::default();
+    for requests in containers {
+        total.add(&adjust(requests));
+    }
+    let mut sidecars = ResourceVector::default();
+    let mut largest_init_step = ResourceVector::default();
+    for init in init_containers {
+        let requests = adjust(init.requests);
+        let step = if init.sidecar {
+            total.add(&requests);
+            sidecars.add(&requests);
+            sidecars.clone()
+        } else {
+            let mut step = requests;
+            step.add(&sidecars);
+            step
+        };
+        largest_init_step.max_with(&step);
+    }
+    total.max_with(&largest_init_step);
+    total.add(overhead);
+    total
+}
+
+impl From<&Resources> for ResourceVector {
+    fn from(resources: &Resources) -> Self {
+        ResourceVector {
+            cpu_millis: resources.cpu_millis,
+            memory_bytes: resources.memory_bytes,
+            ephemeral_storage_bytes: resources.ephemeral_storage_bytes,
+            scalar: resources.scalar.iter().cloned().collect(),
+        }
+    }
+}
+
+impl From<&ResourceVector> for Resources {
+    fn from(vector: &ResourceVector) -> Self {
+        Resources {
+            cpu_millis: vector.cpu_millis,
+            memory_bytes: vector.memory_bytes,
+            ephemeral_storage_bytes: vector.ephemeral_storage_bytes,
+            scalar: vector.scalar.iter().map(|(name, value)| (name.clone(), *value)).collect(),
+        }
+    }
+}
+
+impl Resources {
+    /// The amount of a scalar (extended) resource, zero when absent.
+    pub fn scalar(&self, name: &str) -> u64 {
+        self.scalar.iter().find(|(key, _)| key == name).map_or(0, |(_, value)| *value)
+    }
+}
+
+impl Pod {
+    /// What the scheduler reserves for this pod on a node.
+    pub fn requests(&self) -> ResourceVector {
+        self.effective_requests(false)
+    }
+
+    /// The same with kube-scheduler's scoring defaults for containers without requests.
+    pub fn non_zero_requests(&self) -> ResourceVector {
+        self.effective_requests(true)
+    }
+
+    fn effective_requests(&self, non_zero: bool) -> ResourceVector {
+        effective_requests(
+            self.containers.iter().map(|container| ResourceVector::from(&container.requests)),
+            self.init_containers.iter().map(|container| ContainerRequest {
+                requests: ResourceVector::from(&container.requests),
+                sidecar: self.sidecar_init_containers.contains(&container.name),
+            }),
+            &ResourceVector::from(&self.overhead),
+            non_zero,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpu(millis: u64) -> ResourceVector {
+        ResourceVector { cpu_millis: millis, ..Default::default() }
+    }
+
+    fn init(millis: u64, sidecar: bool) -> ContainerRequest {
+        ContainerRequest { requests: cpu(millis), sidecar }
+    }
+
+    #[test]
+    fn app_containers_add_up_and_the_largest_init_container_wins_if_larger() {
+        let total = effective_requests([cpu(100), cpu(200)], [init(250, false), init(500, false)], &cpu(0), false);
+        assert_eq!(total.cpu_millis, 500);
+        let total = effective_requests([cpu(400), cpu(200)], [init(500, false)], &cpu(0), false);
+        assert_eq!(total.cpu_millis, 600);
+    }
+
+    #[test]
+    fn sidecars_run_beside_app_containers_and_later_init_steps() {
+        // Sidecar 100m starts first, then an init step of 500m runs beside it (600m), then the app 200m + 100m.
+        let total = effective_requests([cpu(200)], [init(100, true), init(500, false)], &cpu(0), false);
+        assert_eq!(total.cpu_millis, 600);
+        let total = effective_requests([cpu(900)], [init(100, true), init(500, false)], &cpu(0), false);
+        assert_eq!(total.cpu_millis, 1000);
+    }
+
+    #[test]
+    fn overhead_is_added_on_top() {
+        let total = effective_requests([cpu(100)], [], &cpu(50), false);
+        assert_eq!(total.cpu_millis, 150);
+    }
+
+    #[test]
+    fn non_zero_counts_scoring_defaults_per_container() {
+        let total = effective_requests([cpu(0), cpu(300)], [], &cpu(0), true);
+        assert_eq!(total.cpu_millis, 400);
+        assert_eq!(total.memory_bytes, 2 * DEFAULT_MEMORY_REQUEST);
+    }
+
+    #[test]
+    fn subtract_saturates_and_drops_empty_scalars() {
+        let mut node = ResourceVector { cpu_millis: 100, scalar: [("gpu".to_string(), 1)].into(), ..Default::default() };
+        node.subtract(&ResourceVector { cpu_millis: 300, scalar: [("gpu".to_string(), 1)].into(), ..Default::default() });
+        assert_eq!(node, ResourceVector::default());
+    }
+}

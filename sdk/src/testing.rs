@@ -1,0 +1,328 @@
+//! Builders for native unit tests of policies: pods, nodes and autoscaling metrics with Kubernetes-style
+//! quantities (`"500m"`, `"2Gi"`). They panic on malformed quantities: they are for tests.
+
+use crate::quantity;
+use crate::types::{
+    Condition, Container, InclusionPolicy, LabelSelector, Metric, Node, NodeAffinity, NodeSelectorTerm, Owner, Pod,
+    PodMetric, PodPhase, PreferredTerm, Resources, ScaleRequest, SelectorRequirement, Taint, TaintEffect,
+    Toleration, TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction,
+};
+
+fn set_quantity(resources: &mut Resources, name: &str, value: &str) {
+    let parse = |value: &str| quantity::whole_units(value).unwrap_or_else(|error| panic!("{error}"));
+    match name {
+        "cpu" => resources.cpu_millis = quantity::cpu_millis(value).unwrap_or_else(|error| panic!("{error}")),
+        "memory" => resources.memory_bytes = parse(value),
+        "ephemeral-storage" => resources.ephemeral_storage_bytes = parse(value),
+        scalar => {
+            resources.scalar.retain(|(key, _)| key != scalar);
+            resources.scalar.push((scalar.to_string(), parse(value)));
+        }
+    }
+}
+
+fn empty_resources() -> Resources {
+    Resources { cpu_millis: 0, memory_bytes: 0, ephemeral_storage_bytes: 0, scalar: Vec::new() }
+}
+
+fn container(name: &str) -> Container {
+    Container { name: name.to_string(), requests: empty_resources(), restart_count: 0 }
+}
+
+pub struct PodBuilder {
+    pod: Pod,
+}
+
+impl PodBuilder {
+    /// A pending pod in namespace `default` with one container that requests nothing.
+    pub fn new(name: &str) -> Self {
+        PodBuilder {
+            pod: Pod {
+                namespace: "default".into(),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                labels: Vec::new(),
+                scheduler_name: "wasp".into(),
+                priority: 0,
+                phase: PodPhase::Pending,
+                containers: vec![container("main")],
+                init_containers: Vec::new(),
+                sidecar_init_containers: Vec::new(),
+                overhead: empty_resources(),
+                node_selector: Vec::new(),
+                node_affinity: None,
+                tolerations: Vec::new(),
+                topology_spread: Vec::new(),
+                owner: None,
+                created_at: 0,
+                terminating: false,
+                mirror: false,
+                local_storage: false,
+                pvc: false,
+                ready: false,
+                nominated_node: None,
+            },
+        }
+    }
+
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.pod.namespace = namespace.into();
+        self
+    }
+
+    /// Sets a request of the first container (`cpu`, `memory`, `ephemeral-storage` or an extended resource).
+    pub fn request(mut self, resource: &str, value: &str) -> Self {
+        set_quantity(&mut self.pod.containers[0].requests, resource, value);
+        self
+    }
+
+    pub fn cpu(self, value: &str) -> Self {
+        self.request("cpu", value)
+    }
+
+    pub fn memory(self, value: &str) -> Self {
+        self.request("memory", value)
+    }
+
+    /// Adds another app container with the given requests, e.g. `&[("cpu", "100m")]`.
+    pub fn container(mut self, name: &str, requests: &[(&str, &str)]) -> Self {
+        let mut added = container(name);
+        for (resource, value) in requests {
+            set_quantity(&mut added.requests, resource, value);
+        }
+        self.pod.containers.push(added);
+        self
+    }
+
+    pub fn init_container(mut self, name: &str, requests: &[(&str, &str)]) -> Self {
+        let mut added = container(name);
+        for (resource, value) in requests {
+            set_quantity(&mut added.requests, resource, value);
+        }
+        self.pod.init_containers.push(added);
+        self
+    }
+
+    /// An init container with `restartPolicy: Always`.
+    pub fn sidecar(mut self, name: &str, requests: &[(&str, &str)]) -> Self {
+        self = self.init_container(name, requests);
+        self.pod.sidecar_init_containers.push(name.into());
+        self
+    }
+
+    pub fn overhead(mut self, resource: &str, value: &str) -> Self {
+        set_quantity(&mut self.pod.overhead, resource, value);
+        self
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.pod.labels.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn node_selector(mut self, key: &str, value: &str) -> Self {
+        self.pod.node_selector.push((key.into(), value.into()));
+        self
+    }
+
+    fn affinity(&mut self) -> &mut NodeAffinity {
+        self.pod.node_affinity.get_or_insert_with(|| NodeAffinity { required: None, preferred: Vec::new() })
+    }
+
+    /// Adds a required node selector term (terms are ORed, expressions within a term ANDed).
+    pub fn require_node_term(mut self, expressions: Vec<SelectorRequirement>) -> Self {
+        let term = NodeSelectorTerm { match_expressions: expressions, match_fields: Vec::new() };
+        self.affinity().required.get_or_insert_with(Vec::new).push(term);
+        self
+    }
+
+    pub fn prefer_node_term(mut self, weight: i32, expressions: Vec<SelectorRequirement>) -> Self {
+        let term = NodeSelectorTerm { match_expressions: expressions, match_fields: Vec::new() };
+        self.affinity().preferred.push(PreferredTerm { weight, term });
+        self
+    }
+
+    /// `operator` is `Equal` when `value` is given, `Exists` otherwise; `effect` None tolerates all effects.
+    pub fn toleration(mut self, key: &str, value: Option<&str>, effect: Option<TaintEffect>) -> Self {
+        self.pod.tolerations.push(Toleration {
+            key: key.into(),
+            operator: if value.is_some() { TolerationOperator::Equal } else { TolerationOperator::Exists },
+            value: value.unwrap_or_default().into(),
+            effect,
+        });
+        self
+    }
+
+    /// A topology spread constraint selecting pods with `selector_labels`.
+    pub fn spread(
+        mut self,
+        topology_key: &str,
+        max_skew: i32,
+        when_unsatisfiable: UnsatisfiableAction,
+        selector_labels: &[(&str, &str)],
+    ) -> Self {
+        self.pod.topology_spread.push(TopologySpreadConstraint {
+            max_skew,
+            topology_key: topology_key.into(),
+            when_unsatisfiable,
+            label_selector: Some(LabelSelector {
+                match_labels: selector_labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                match_expressions: Vec::new(),
+            }),
+            min_domains: None,
+            node_affinity_policy: InclusionPolicy::Honor,
+            node_taints_policy: InclusionPolicy::Ignore,
+            match_label_keys: Vec::new(),
+        });
+        self
+    }
+
+    pub fn owner(mut self, kind: &str, name: &str) -> Self {
+        self.pod.owner = Some(Owner { kind: kind.into(), name: name.into(), controller: true });
+        self
+    }
+
+    pub fn running(mut self) -> Self {
+        self.pod.phase = PodPhase::Running;
+        self.pod.ready = true;
+        self
+    }
+
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.pod.priority = priority;
+        self
+    }
+
+    pub fn created_at(mut self, seconds: i64) -> Self {
+        self.pod.created_at = seconds;
+        self
+    }
+
+    pub fn restarts(mut self, count: u32) -> Self {
+        self.pod.containers[0].restart_count = count;
+        self
+    }
+
+    /// Direct access for fields without a builder method.
+    pub fn with(mut self, change: impl FnOnce(&mut Pod)) -> Self {
+        change(&mut self.pod);
+        self
+    }
+
+    pub fn build(self) -> Pod {
+        self.pod
+    }
+}
+
+pub struct NodeBuilder {
+    node: Node,
+}
+
+impl NodeBuilder {
+    /// A Ready node with 4 CPUs, 16 GiB of memory, 100 GiB of ephemeral storage and room for 110 pods.
+    pub fn new(name: &str) -> Self {
+        let mut allocatable = empty_resources();
+        set_quantity(&mut allocatable, "cpu", "4");
+        set_quantity(&mut allocatable, "memory", "16Gi");
+        set_quantity(&mut allocatable, "ephemeral-storage", "100Gi");
+        NodeBuilder {
+            node: Node {
+                name: name.into(),
+                labels: vec![("kubernetes.io/hostname".into(), name.into())],
+                taints: Vec::new(),
+                unschedulable: false,
+                allocatable,
+                allocatable_pods: 110,
+                conditions: vec![Condition { kind: "Ready".into(), status: "True".into() }],
+            },
+        }
+    }
+
+    pub fn allocatable(mut self, resource: &str, value: &str) -> Self {
+        set_quantity(&mut self.node.allocatable, resource, value);
+        self
+    }
+
+    pub fn cpu(self, value: &str) -> Self {
+        self.allocatable("cpu", value)
+    }
+
+    pub fn memory(self, value: &str) -> Self {
+        self.allocatable("memory", value)
+    }
+
+    pub fn max_pods(mut self, pods: u32) -> Self {
+        self.node.allocatable_pods = pods;
+        self
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.node.labels.retain(|(existing, _)| existing != key);
+        self.node.labels.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn taint(mut self, key: &str, value: &str, effect: TaintEffect) -> Self {
+        self.node.taints.push(Taint { key: key.into(), value: value.into(), effect });
+        self
+    }
+
+    pub fn unschedulable(mut self) -> Self {
+        self.node.unschedulable = true;
+        self
+    }
+
+    pub fn condition(mut self, kind: &str, status: &str) -> Self {
+        self.node.conditions.retain(|condition| condition.kind != kind);
+        self.node.conditions.push(Condition { kind: kind.into(), status: status.into() });
+        self
+    }
+
+    pub fn build(self) -> Node {
+        self.node
+    }
+}
+
+/// Samples of one metric across a workload's pods.
+pub struct MetricBuilder {
+    metric: Metric,
+}
+
+impl MetricBuilder {
+    pub fn new(name: &str, target_average: f64) -> Self {
+        MetricBuilder { metric: Metric { name: name.into(), target_average, pods: Vec::new() } }
+    }
+
+    fn push(mut self, ready: bool, value: Option<f64>) -> Self {
+        let pod = format!("pod-{}", self.metric.pods.len());
+        self.metric.pods.push(PodMetric { pod, ready, value });
+        self
+    }
+
+    pub fn ready(self, value: f64) -> Self {
+        self.push(true, Some(value))
+    }
+
+    pub fn unready(self, value: f64) -> Self {
+        self.push(false, Some(value))
+    }
+
+    /// A ready pod whose metric is missing.
+    pub fn missing(self) -> Self {
+        self.push(true, None)
+    }
+
+    pub fn build(self) -> Metric {
+        self.metric
+    }
+}
+
+pub fn scale_request(current_replicas: u32, min: u32, max: u32, metrics: Vec<Metric>) -> ScaleRequest {
+    ScaleRequest {
+        workload: "default/deployment/web".into(),
+        current_replicas,
+        min_replicas: min,
+        max_replicas: max,
+        metrics,
+    }
+}
