@@ -4,6 +4,7 @@
 //! with exactly the same code as the guest.
 
 use crate::types::{Pod, Resources};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// CPU counted for a container that requests none, when scoring (kube-scheduler's `DefaultMilliCPURequest`).
@@ -52,6 +53,16 @@ impl ResourceVector {
         }
     }
 
+    /// The amount of a resource by its Kubernetes name (`cpu` in millicores, others in base units).
+    pub fn get(&self, name: &str) -> u64 {
+        match name {
+            "cpu" => self.cpu_millis,
+            "memory" => self.memory_bytes,
+            "ephemeral-storage" => self.ephemeral_storage_bytes,
+            scalar => self.scalar.get(scalar).copied().unwrap_or(0),
+        }
+    }
+
     /// The scoring view: zero CPU or memory counts as kube-scheduler's defaults.
     pub fn non_zero(&self) -> ResourceVector {
         let mut copy = self.clone();
@@ -63,6 +74,38 @@ impl ResourceVector {
         }
         copy
     }
+}
+
+/// A resource and its weight in an allocation score (kube-scheduler's `ResourceSpec`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceWeight {
+    pub name: String,
+    pub weight: i64,
+}
+
+/// CPU and memory, weight 1 each: kube-scheduler's default for its allocation scores.
+pub fn default_resource_weights() -> Vec<ResourceWeight> {
+    ["cpu", "memory"].map(|name| ResourceWeight { name: name.into(), weight: 1 }).into()
+}
+
+/// kube-scheduler's validation of `resources`: names unique and not empty, weights in 1..=100.
+pub fn validate_resource_weights(field: &str, weights: &[ResourceWeight]) -> Result<(), String> {
+    if weights.is_empty() {
+        return Err(format!("{field}: at least one resource is needed"));
+    }
+    for (index, entry) in weights.iter().enumerate() {
+        if entry.name.is_empty() {
+            return Err(format!("{field}[{index}].name: must not be empty"));
+        }
+        if !(1..=100).contains(&entry.weight) {
+            return Err(format!("{field}[{index}].weight: {} is outside 1..100", entry.weight));
+        }
+        if weights[..index].iter().any(|earlier| earlier.name == entry.name) {
+            return Err(format!("{field}[{index}].name: {:?} is listed twice", entry.name));
+        }
+    }
+    Ok(())
 }
 
 /// One container as the request arithmetic sees it.

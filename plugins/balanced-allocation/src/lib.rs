@@ -1,0 +1,105 @@
+//! `balanced-allocation`: kube-scheduler's NodeResourcesBalancedAllocation. Prefers nodes whose requested
+//! fractions of each resource stay close to each other after placing the pod: `(1 - std) * 100`, where `std` is
+//! the standard deviation of `requested / allocatable` over the configured resources.
+
+use serde::{Deserialize, Serialize};
+use wasp_sdk::resources::{default_resource_weights, validate_resource_weights, ResourceVector, ResourceWeight};
+use wasp_sdk::types::Pod;
+use wasp_sdk::{Cluster, NodeInfo, Policy, Score};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Weights are accepted for symmetry with least-allocated; the balance treats resources equally.
+    pub resources: Vec<ResourceWeight>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { resources: default_resource_weights() }
+    }
+}
+
+pub struct BalancedAllocation {
+    resources: Vec<String>,
+}
+
+impl Policy for BalancedAllocation {
+    type Settings = Settings;
+    const NAME: &'static str = "balanced-allocation";
+    const SETTINGS_DOC: &'static str = "resources: [{name, weight}], default cpu and memory";
+
+    fn new(settings: Settings) -> Result<Self, String> {
+        validate_resource_weights("resources", &settings.resources)?;
+        Ok(BalancedAllocation { resources: settings.resources.into_iter().map(|entry| entry.name).collect() })
+    }
+
+    fn as_score(&self) -> Option<&dyn Score> {
+        Some(self)
+    }
+}
+
+impl Score for BalancedAllocation {
+    fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
+        let wanted = pod.requests();
+        // A pod that requests none of the resources does not change any balance (kube-scheduler skips it).
+        if self.resources.iter().all(|name| wanted.get(name) == 0) {
+            return 0;
+        }
+        let allocatable = ResourceVector::from(&node.node.allocatable);
+        let mut requested = ResourceVector::from(&node.usage.requested);
+        requested.add(&wanted);
+        let fractions: Vec<f64> = self
+            .resources
+            .iter()
+            .filter(|name| allocatable.get(name) > 0)
+            .map(|name| (requested.get(name) as f64 / allocatable.get(name) as f64).min(1.0))
+            .collect();
+        if fractions.is_empty() {
+            return 0;
+        }
+        let mean = fractions.iter().sum::<f64>() / fractions.len() as f64;
+        let variance = fractions.iter().map(|fraction| (fraction - mean).powi(2)).sum::<f64>() / fractions.len() as f64;
+        ((1.0 - variance.sqrt()) * 100.0) as i64
+    }
+}
+
+wasp_sdk::export_policy!(BalancedAllocation);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasp_sdk::guest::build;
+    use wasp_sdk::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn matches_kube_scheduler_arithmetic() {
+        // kube-scheduler's example: cpu 3000/4000 = 0.75, memory 5000/10000 = 0.5, std 0.125 -> 87.
+        let mut cluster = Cluster::new();
+        let node = cluster.add_node(NodeBuilder::new("n1").cpu("4").memory("10000").build());
+        let pod = PodBuilder::new("p").cpu("3").memory("5000").build();
+        let policy = build::<BalancedAllocation>("").unwrap();
+        assert_eq!(policy.score(&pod, cluster.node(node).unwrap(), &cluster), 87);
+    }
+
+    #[test]
+    fn prefers_the_node_the_pod_balances() {
+        let mut cluster = Cluster::new();
+        let cpu_heavy = cluster.add_node(NodeBuilder::new("a").cpu("4").memory("4Gi").build());
+        let memory_heavy = cluster.add_node(NodeBuilder::new("b").cpu("4").memory("4Gi").build());
+        cluster.bind(PodBuilder::new("x").cpu("3").build(), cpu_heavy);
+        cluster.bind(PodBuilder::new("y").memory("3Gi").build(), memory_heavy);
+        let memory_pod = PodBuilder::new("p").memory("3Gi").build();
+        let scores = build::<BalancedAllocation>("").unwrap().score_all(&memory_pod, &cluster, &[cpu_heavy, memory_heavy]);
+        assert!(scores[0] > scores[1], "{scores:?}");
+        assert_eq!(scores[0], 100);
+    }
+
+    #[test]
+    fn pods_without_requests_score_zero_everywhere() {
+        let mut cluster = Cluster::new();
+        let node = cluster.add_node(NodeBuilder::new("a").build());
+        let policy = build::<BalancedAllocation>("").unwrap();
+        assert_eq!(policy.score(&PodBuilder::new("p").build(), cluster.node(node).unwrap(), &cluster), 0);
+    }
+}

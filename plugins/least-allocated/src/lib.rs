@@ -1,0 +1,101 @@
+//! `least-allocated`: kube-scheduler's NodeResourcesFit score with the LeastAllocated strategy. Per resource,
+//! `(allocatable - requested) * 100 / allocatable` after placing the pod (pods without requests count 100m CPU
+//! and 200 MiB), averaged with the configured weights. Spreads load across nodes.
+
+use serde::{Deserialize, Serialize};
+use wasp_sdk::resources::{default_resource_weights, validate_resource_weights, ResourceVector, ResourceWeight};
+use wasp_sdk::types::Pod;
+use wasp_sdk::{Cluster, NodeInfo, Policy, Score};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub resources: Vec<ResourceWeight>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { resources: default_resource_weights() }
+    }
+}
+
+pub struct LeastAllocated {
+    resources: Vec<ResourceWeight>,
+}
+
+impl Policy for LeastAllocated {
+    type Settings = Settings;
+    const NAME: &'static str = "least-allocated";
+    const SETTINGS_DOC: &'static str = "resources: [{name, weight 1-100}], default cpu and memory with weight 1";
+
+    fn new(settings: Settings) -> Result<Self, String> {
+        validate_resource_weights("resources", &settings.resources)?;
+        Ok(LeastAllocated { resources: settings.resources })
+    }
+
+    fn as_score(&self) -> Option<&dyn Score> {
+        Some(self)
+    }
+}
+
+impl Score for LeastAllocated {
+    fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
+        let allocatable = ResourceVector::from(&node.node.allocatable);
+        let mut requested = ResourceVector::from(&node.usage.non_zero_requested);
+        requested.add(&pod.non_zero_requests());
+        let (mut total, mut weights) = (0, 0);
+        for resource in &self.resources {
+            let capacity = allocatable.get(&resource.name);
+            // Resources the node does not have do not count (kube-scheduler skips them too).
+            if capacity == 0 {
+                continue;
+            }
+            let used = requested.get(&resource.name);
+            let free_share = if used > capacity { 0 } else { (capacity - used) as i64 * 100 / capacity as i64 };
+            total += free_share * resource.weight;
+            weights += resource.weight;
+        }
+        if weights == 0 { 0 } else { total / weights }
+    }
+}
+
+wasp_sdk::export_policy!(LeastAllocated);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasp_sdk::guest::build;
+    use wasp_sdk::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn matches_kube_scheduler_arithmetic() {
+        // kube-scheduler's own example: node 4000m/10000 bytes, pod 3000m/5000 -> ((25 + 50) / 2) = 37.
+        let mut cluster = Cluster::new();
+        let node = cluster.add_node(NodeBuilder::new("n1").cpu("4").memory("10000").build());
+        let pod = PodBuilder::new("p").cpu("3").memory("5000").build();
+        let policy = build::<LeastAllocated>("").unwrap();
+        assert_eq!(policy.score(&pod, cluster.node(node).unwrap(), &cluster), 37);
+    }
+
+    #[test]
+    fn emptier_nodes_score_higher_and_overcommit_scores_zero() {
+        let mut cluster = Cluster::new();
+        let busy = cluster.add_node(NodeBuilder::new("busy").cpu("4").memory("8Gi").build());
+        let idle = cluster.add_node(NodeBuilder::new("idle").cpu("4").memory("8Gi").build());
+        cluster.bind(PodBuilder::new("x").cpu("3").memory("6Gi").build(), busy);
+        let policy = build::<LeastAllocated>("").unwrap();
+        let scores = policy.score_all(&PodBuilder::new("p").cpu("1").memory("2Gi").build(), &cluster, &[busy, idle]);
+        assert_eq!(scores, vec![0, 75]);
+    }
+
+    #[test]
+    fn weights_and_validation() {
+        let mut cluster = Cluster::new();
+        let node = cluster.add_node(NodeBuilder::new("n1").cpu("4").memory("4Gi").build());
+        let pod = PodBuilder::new("p").cpu("2").memory("1Gi").build();
+        let cpu_only = build::<LeastAllocated>(r#"{"resources": [{"name": "cpu", "weight": 3}, {"name": "memory", "weight": 1}]}"#).unwrap();
+        assert_eq!(cpu_only.score(&pod, cluster.node(node).unwrap(), &cluster), (50 * 3 + 75) / 4);
+        let error = build::<LeastAllocated>(r#"{"resources": [{"name": "cpu", "weight": 0}]}"#).err().unwrap();
+        assert!(error.contains("resources[0].weight: 0 is outside 1..100"), "{error}");
+    }
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds every policy in plugins/ as a wasm32-wasip2 component into plugins/out/, and the test fixtures into
+# target/wasm-fixtures/. Needs the wasm32-wasip2 target (`rustup target add wasm32-wasip2`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+policies=()
+for manifest in plugins/*/Cargo.toml; do
+  policies+=("$(basename "$(dirname "$manifest")")")
+done
+
+packages=()
+for name in "${policies[@]}" misbehaving; do packages+=(-p "$name"); done
+cargo build --quiet --target wasm32-wasip2 --profile policy "${packages[@]}"
+
+built="${CARGO_TARGET_DIR:-target}/wasm32-wasip2/policy"
+mkdir -p plugins/out target/wasm-fixtures
+for name in "${policies[@]}"; do
+  cp "$built/${name//-/_}.wasm" "plugins/out/$name.wasm"
+done
+cp "$built/misbehaving.wasm" target/wasm-fixtures/misbehaving.wasm
+ls -l plugins/out/*.wasm | awk '{printf "  %-45s %7d bytes\n", $9, $5}'

@@ -1,0 +1,88 @@
+//! Shared helpers for the integration tests: where the built components are, and Kubernetes objects from YAML.
+#![allow(dead_code)]
+
+use k8s_openapi::api::core::v1 as core;
+use std::path::PathBuf;
+use std::sync::Arc;
+use wasp::cluster::{convert, ClusterState};
+use wasp::policy::{LoadedPolicy, PolicyOptions};
+use wasp::runtime::bindings::types::Pod;
+use wasp::runtime::Runtime;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn read_built(path: PathBuf) -> Vec<u8> {
+    std::fs::read(&path).unwrap_or_else(|error| {
+        panic!("{}: {error}; build the components first with scripts/build-policies.sh", path.display())
+    })
+}
+
+/// A default policy component from plugins/out.
+pub fn policy_wasm(name: &str) -> (String, Vec<u8>) {
+    let path = repo_root().join("plugins/out").join(format!("{name}.wasm"));
+    (path.display().to_string(), read_built(path))
+}
+
+pub fn fixture_wasm(name: &str) -> (String, Vec<u8>) {
+    let path = repo_root().join("target/wasm-fixtures").join(format!("{name}.wasm"));
+    (path.display().to_string(), read_built(path))
+}
+
+pub fn runtime() -> Arc<Runtime> {
+    Runtime::new(None).unwrap()
+}
+
+pub fn load(runtime: &Arc<Runtime>, name: &str, settings: &str) -> LoadedPolicy {
+    let (source, wasm) = policy_wasm(name);
+    let options = PolicyOptions { settings: settings.into(), ..Default::default() };
+    LoadedPolicy::load(runtime, &source, &wasm, options).unwrap_or_else(|error| panic!("{error}"))
+}
+
+pub fn node(yaml: &str) -> wasp::runtime::bindings::types::Node {
+    let source: core::Node = serde_yaml::from_str(yaml).unwrap();
+    convert::node(&source).unwrap()
+}
+
+pub fn pod(yaml: &str) -> Pod {
+    let source: core::Pod = serde_yaml::from_str(yaml).unwrap();
+    convert::pod(&source).unwrap()
+}
+
+/// A Ready node with the given CPU, memory and labels (`k=v,k2=v2`).
+pub fn simple_node(name: &str, cpu: &str, memory: &str, labels: &str) -> wasp::runtime::bindings::types::Node {
+    let labels: Vec<String> =
+        labels.split(',').filter(|pair| !pair.is_empty()).map(|pair| pair.replacen('=', ": ", 1)).collect();
+    node(&format!(
+        "metadata: {{name: {name}, labels: {{{}}}}}\nstatus: {{allocatable: {{cpu: '{cpu}', memory: {memory}, pods: '110'}}, conditions: [{{type: Ready, status: 'True'}}]}}",
+        labels.join(", ")
+    ))
+}
+
+/// A pod with one container requesting `cpu`, and the given labels.
+pub fn simple_pod(name: &str, cpu: &str, labels: &str) -> Pod {
+    let labels: Vec<String> =
+        labels.split(',').filter(|pair| !pair.is_empty()).map(|pair| pair.replacen('=', ": ", 1)).collect();
+    pod(&format!(
+        "metadata: {{name: {name}, namespace: default, uid: uid-{name}, labels: {{{}}}}}\nspec: {{containers: [{{name: app, resources: {{requests: {{cpu: '{cpu}'}}}}}}]}}",
+        labels.join(", ")
+    ))
+}
+
+pub fn cluster_of(nodes: Vec<wasp::runtime::bindings::types::Node>) -> ClusterState {
+    let mut cluster = ClusterState::new();
+    for node in nodes {
+        cluster.upsert_node(node);
+    }
+    cluster
+}
+
+/// Rejection reasons per candidate ("" for a pass), resolving the compact filter result.
+pub fn reasons(result: &wasp::runtime::bindings::types::FilterResult) -> Vec<String> {
+    result
+        .verdicts
+        .iter()
+        .map(|&code| if code == 0 { String::new() } else { result.rejections[code as usize - 1].join(", ") })
+        .collect()
+}

@@ -1,0 +1,180 @@
+//! The default policy set, compiled to wasm and run in the host's sandbox: every kind end to end, with the cluster
+//! view kept current by deltas.
+
+mod common;
+
+use common::*;
+use wasp::runtime::bindings::types::{Metric, PodMetric, PolicyKind, ScaleRequest, ViewScope};
+
+#[test]
+fn every_default_policy_describes_itself() {
+    let runtime = runtime();
+    let expected = [
+        ("resources-fit", vec![PolicyKind::Filter], ViewScope::Nodes),
+        ("taint-toleration", vec![PolicyKind::Filter, PolicyKind::Score], ViewScope::Nodes),
+        ("node-affinity", vec![PolicyKind::Filter, PolicyKind::Score], ViewScope::Nodes),
+        ("node-unschedulable", vec![PolicyKind::Filter], ViewScope::Nodes),
+        ("least-allocated", vec![PolicyKind::Score], ViewScope::Nodes),
+        ("balanced-allocation", vec![PolicyKind::Score], ViewScope::Nodes),
+        ("pod-topology-spread", vec![PolicyKind::Filter, PolicyKind::Score], ViewScope::NodesAndPods),
+        ("remove-pods-violating-node-taints", vec![PolicyKind::Evict], ViewScope::NodesAndPods),
+        ("hpa", vec![PolicyKind::Scale], ViewScope::Nodes),
+    ];
+    for (name, kinds, view) in expected {
+        let policy = load(&runtime, name, "");
+        assert_eq!(policy.name(), name);
+        assert_eq!(policy.descriptor.kinds, kinds, "{name}");
+        assert_eq!(policy.descriptor.view, view, "{name}");
+        assert_eq!(policy.contract_version, "0.1.0");
+        assert!(policy.size < 300 * 1024, "{name} is {} bytes; a ConfigMap holds 1 MiB in all", policy.size);
+        let defaults: serde_json::Value = serde_json::from_str(&policy.descriptor.default_settings).unwrap();
+        assert!(defaults.is_object(), "{name}");
+    }
+}
+
+#[test]
+fn resources_fit_follows_binding_deltas() {
+    let runtime = runtime();
+    let fit = load(&runtime, "resources-fit", "");
+    let mut cluster = cluster_of(vec![simple_node("small", "1", "2Gi", ""), simple_node("large", "8", "32Gi", "")]);
+    let ids = cluster.node_ids();
+    let pod = simple_pod("web", "2", "");
+    assert_eq!(reasons(&fit.filter(&cluster, &pod, &ids).unwrap()), vec!["Insufficient cpu", ""]);
+
+    // Fill the large node: the same pooled instance gets only the usage deltas and now rejects it too.
+    for index in 0..4 {
+        cluster.upsert_pod(simple_pod(&format!("filler-{index}"), "1500m", ""), "large");
+    }
+    assert_eq!(fit.idle_instances(), 1);
+    assert_eq!(reasons(&fit.filter(&cluster, &pod, &ids).unwrap()), vec!["Insufficient cpu", ""]);
+    cluster.upsert_pod(simple_pod("filler-4", "1500m", ""), "large");
+    assert_eq!(reasons(&fit.filter(&cluster, &pod, &ids).unwrap()), vec!["Insufficient cpu"; 2]);
+
+    // Deleting a pod frees the room again; removing a node makes its id unknown to the guest.
+    cluster.remove_pod("uid-filler-0");
+    assert_eq!(reasons(&fit.filter(&cluster, &pod, &ids).unwrap()), vec!["Insufficient cpu", ""]);
+    cluster.remove_node("small");
+    assert_eq!(
+        reasons(&fit.filter(&cluster, &pod, &ids).unwrap()),
+        vec!["node(s) were unknown to the policy", ""]
+    );
+}
+
+#[test]
+fn pods_bound_before_their_node_appears_are_counted() {
+    let runtime = runtime();
+    let fit = load(&runtime, "resources-fit", "");
+    let mut cluster = cluster_of(vec![]);
+    cluster.upsert_pod(simple_pod("early", "3500m", ""), "late-node");
+    cluster.upsert_node(simple_node("late-node", "4", "8Gi", ""));
+    let ids = cluster.node_ids();
+    assert_eq!(reasons(&fit.filter(&cluster, &simple_pod("p", "1", ""), &ids).unwrap()), vec!["Insufficient cpu"]);
+}
+
+#[test]
+fn taints_affinity_and_cordons() {
+    let runtime = runtime();
+    let cluster = cluster_of(vec![
+        node("metadata: {name: gpu, labels: {zone: a}}\nspec: {taints: [{key: dedicated, value: gpu, effect: NoSchedule}]}"),
+        node("metadata: {name: cordoned, labels: {zone: b}}\nspec: {unschedulable: true}"),
+        node("metadata: {name: plain, labels: {zone: c}}\nspec: {taints: [{key: spot, value: 'yes', effect: PreferNoSchedule}]}"),
+    ]);
+    let ids = cluster.node_ids();
+    let pod = pod(r#"
+metadata: {name: web, uid: u1}
+spec:
+  containers: [{name: app}]
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: In, values: [a, c]}]}]
+      preferredDuringSchedulingIgnoredDuringExecution:
+      - {weight: 10, preference: {matchExpressions: [{key: zone, operator: In, values: [c]}]}}
+"#);
+    let taints = load(&runtime, "taint-toleration", "");
+    assert_eq!(reasons(&taints.filter(&cluster, &pod, &ids).unwrap()), vec!["node(s) had untolerated taint {dedicated: gpu}", "", ""]);
+    assert_eq!(taints.score(&cluster, &pod, &ids).unwrap(), vec![100, 100, 0]);
+    let affinity = load(&runtime, "node-affinity", "");
+    assert_eq!(reasons(&affinity.filter(&cluster, &pod, &ids).unwrap()), vec!["", "node(s) didn't match Pod's node affinity/selector", ""]);
+    assert_eq!(affinity.score(&cluster, &pod, &ids).unwrap(), vec![0, 0, 100]);
+    let cordon = load(&runtime, "node-unschedulable", "");
+    assert_eq!(reasons(&cordon.filter(&cluster, &pod, &ids).unwrap()), vec!["", "node(s) were unschedulable", ""]);
+}
+
+#[test]
+fn allocation_scores() {
+    let runtime = runtime();
+    let mut cluster = cluster_of(vec![simple_node("busy", "4", "8Gi", ""), simple_node("idle", "4", "8Gi", "")]);
+    cluster.upsert_pod(simple_pod("x", "3", ""), "busy");
+    let ids = cluster.node_ids();
+    let pod = simple_pod("p", "500m", "");
+    let least = load(&runtime, "least-allocated", "").score(&cluster, &pod, &ids).unwrap();
+    assert!(least[1] > least[0], "{least:?}");
+    let balanced = load(&runtime, "balanced-allocation", "").score(&cluster, &pod, &ids).unwrap();
+    assert!(balanced[1] > balanced[0], "{balanced:?}");
+}
+
+#[test]
+fn topology_spread_sees_the_pods_on_each_node() {
+    let runtime = runtime();
+    let mut cluster = cluster_of(vec![
+        simple_node("a1", "4", "8Gi", "zone=a"),
+        simple_node("b1", "4", "8Gi", "zone=b"),
+    ]);
+    cluster.upsert_pod(simple_pod("web-0", "100m", "app=web"), "a1");
+    let ids = cluster.node_ids();
+    let pod = pod(r#"
+metadata: {name: web-1, uid: u-web-1, labels: {app: web}}
+spec:
+  containers: [{name: app}]
+  topologySpreadConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}]
+"#);
+    let spread = load(&runtime, "pod-topology-spread", "");
+    assert_eq!(reasons(&spread.filter(&cluster, &pod, &ids).unwrap()), vec!["node(s) didn't match pod topology spread constraints", ""]);
+    cluster.upsert_pod(simple_pod("web-2", "100m", "app=web"), "b1");
+    assert_eq!(reasons(&spread.filter(&cluster, &pod, &ids).unwrap()), vec!["", ""], "the delta reached the guest");
+}
+
+#[test]
+fn evict_policy_proposes_pods_the_host_can_name() {
+    let runtime = runtime();
+    let mut cluster = cluster_of(vec![
+        node("metadata: {name: n1}\nspec: {taints: [{key: maintenance, value: 'true', effect: NoSchedule}]}"),
+        node("metadata: {name: n2}"),
+    ]);
+    cluster.upsert_pod(simple_pod("victim", "100m", ""), "n1");
+    cluster.upsert_pod(simple_pod("safe", "100m", ""), "n2");
+    let evict = load(&runtime, "remove-pods-violating-node-taints", "");
+    let proposals = evict.propose(&cluster).unwrap();
+    assert_eq!(proposals.len(), 1);
+    let (pod, node) = cluster.pod_by_id(proposals[0].pod).unwrap();
+    assert_eq!((pod.name.as_str(), node), ("victim", "n1"));
+    assert_eq!(proposals[0].reason, "node n1 has taint {maintenance: true} the pod does not tolerate");
+}
+
+#[test]
+fn scale_policy_applies_the_hpa_formula() {
+    let runtime = runtime();
+    let hpa = load(&runtime, "hpa", r#"{"tolerance": 0.1}"#);
+    let metric = |values: &[f64]| Metric {
+        name: "cpu".into(),
+        target_average: 500.0,
+        pods: values
+            .iter()
+            .enumerate()
+            .map(|(index, value)| PodMetric { pod: format!("web-{index}"), ready: true, value: Some(*value) })
+            .collect(),
+    };
+    let request = |values: &[f64]| ScaleRequest {
+        workload: "default/deployment/web".into(),
+        current_replicas: values.len() as u32,
+        min_replicas: 1,
+        max_replicas: 20,
+        metrics: vec![metric(values)],
+    };
+    let cluster = cluster_of(vec![]);
+    assert_eq!(hpa.recommend(&cluster, &request(&[900.0, 900.0, 900.0])).unwrap().desired_replicas, 6);
+    assert_eq!(hpa.recommend(&cluster, &request(&[520.0, 480.0])).unwrap().desired_replicas, 2);
+    let error = hpa.recommend(&cluster, &ScaleRequest { metrics: vec![], ..request(&[1.0]) }).unwrap_err();
+    assert_eq!(error.to_string(), "default/deployment/web: no metrics to scale on");
+}

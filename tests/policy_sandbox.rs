@@ -1,0 +1,159 @@
+//! Bad input and misbehaving policies: every case gives a clear error naming the file or policy and the reason,
+//! and the host goes on serving.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+use wasp::policy::{FailureMode, LoadedPolicy, PolicyOptions};
+use wasp::runtime::{CallError, Limits};
+
+fn load_error(wasm: &[u8]) -> String {
+    let runtime = runtime();
+    match LoadedPolicy::load(&runtime, "policies/broken.wasm", wasm, PolicyOptions::default()) {
+        Ok(_) => panic!("loading should fail"),
+        Err(error) => {
+            assert_eq!(error.origin, "policies/broken.wasm");
+            error.to_string()
+        }
+    }
+}
+
+#[test]
+fn garbage_empty_and_core_modules_are_refused_by_name() {
+    assert_eq!(load_error(b""), "policy policies/broken.wasm: the file is empty");
+    assert!(load_error(b"#!/bin/sh\necho hi\n").contains("not a WebAssembly binary"));
+    let core_module = wat::parse_str("(module (func (export \"filter\")))").unwrap();
+    assert!(load_error(&core_module).contains("core WebAssembly module, not a component"));
+    let truncated = &policy_wasm("resources-fit").1[..1000];
+    assert!(load_error(truncated).contains("does not compile"), "{}", load_error(truncated));
+}
+
+#[test]
+fn components_that_are_not_policies_are_refused() {
+    let empty = wat::parse_str("(component)").unwrap();
+    let error = load_error(&empty);
+    assert!(error.contains("not a wasp policy: it exports none of the wasp:policy interfaces"), "{error}");
+
+    let partial = wat::parse_str(r#"(component (instance $i) (export "wasp:policy/policy@0.1.0" (instance $i)))"#).unwrap();
+    let error = load_error(&partial);
+    assert!(error.contains("missing exports: wasp:policy/filter@0.1.0, wasp:policy/score@0.1.0"), "{error}");
+}
+
+#[test]
+fn wrong_contract_version_names_both_versions() {
+    let newer = wat::parse_str(r#"(component (instance $i) (export "wasp:policy/policy@0.2.0" (instance $i)))"#).unwrap();
+    let error = load_error(&newer);
+    assert!(
+        error.contains("built against contract wasp:policy@0.2.0, this host implements wasp:policy@0.1.0"),
+        "{error}"
+    );
+}
+
+#[test]
+fn settings_that_fail_validation_are_refused_with_the_reason() {
+    let runtime = runtime();
+    let (source, wasm) = policy_wasm("resources-fit");
+    let options = PolicyOptions { settings: r#"{"ignoredResourceGroups": ["a/b"]}"#.into(), ..Default::default() };
+    let error = LoadedPolicy::load(&runtime, &source, &wasm, options).err().unwrap().to_string();
+    assert!(error.contains("resources-fit.wasm: settings rejected: invalid settings for resources-fit: ignoredResourceGroups"), "{error}");
+    let options = PolicyOptions { settings: "{not json".into(), ..Default::default() };
+    let error = LoadedPolicy::load(&runtime, &source, &wasm, options).err().unwrap().to_string();
+    assert!(error.contains("settings rejected: invalid settings for resources-fit: key must be a string"), "{error}");
+}
+
+fn misbehaving(settings: &str, failure_mode: FailureMode) -> LoadedPolicy {
+    let runtime = runtime();
+    let (source, wasm) = fixture_wasm("misbehaving");
+    let limits = Limits { deadline: Duration::from_millis(50), memory_bytes: 32 << 20 };
+    LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions { settings: settings.into(), limits, failure_mode })
+        .unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn two_node_cluster() -> (wasp::cluster::ClusterState, Vec<u32>) {
+    let cluster = cluster_of(vec![simple_node("n1", "4", "8Gi", ""), simple_node("n2", "4", "8Gi", "")]);
+    let ids = cluster.node_ids();
+    (cluster, ids)
+}
+
+#[test]
+fn an_endless_loop_is_interrupted_at_the_deadline_and_the_instance_replaced() {
+    let policy = misbehaving(r#"{"filter": "loop"}"#, FailureMode::FailClosed);
+    let (cluster, ids) = two_node_cluster();
+    let pod = simple_pod("p", "100m", "");
+    let started = Instant::now();
+    let error = policy.filter(&cluster, &pod, &ids).unwrap_err();
+    assert_eq!(error, CallError::Timeout { operation: "filter", deadline_ms: 50 });
+    assert!(started.elapsed() < Duration::from_secs(5), "the host must not stall: {:?}", started.elapsed());
+    assert_eq!(policy.idle_instances(), 0, "the interrupted instance is thrown away");
+    // The next call gets a fresh instance and fails the same bounded way: the host keeps serving.
+    assert!(matches!(policy.filter(&cluster, &pod, &ids), Err(CallError::Timeout { .. })));
+    let verdicts = policy.filter_or_failure_mode(&cluster, &pod, &ids);
+    assert_eq!(reasons(&verdicts), vec!["policy misbehaving failed"; 2], "fail-closed rejects every node");
+}
+
+#[test]
+fn unbounded_allocation_hits_the_memory_cap() {
+    let policy = misbehaving(r#"{"filter": "alloc"}"#, FailureMode::FailOpen);
+    let (cluster, ids) = two_node_cluster();
+    let pod = simple_pod("p", "100m", "");
+    let error = policy.filter(&cluster, &pod, &ids).unwrap_err();
+    assert_eq!(error, CallError::OutOfMemory { operation: "filter", limit_mib: 32 });
+    let verdicts = policy.filter_or_failure_mode(&cluster, &pod, &ids);
+    assert_eq!(verdicts.verdicts, vec![0, 0], "fail-open skips the policy");
+}
+
+#[test]
+fn a_trap_is_reported_and_the_next_instance_is_fresh() {
+    let policy = misbehaving(r#"{"filter": "trap"}"#, FailureMode::FailClosed);
+    let (cluster, ids) = two_node_cluster();
+    let error = policy.filter(&cluster, &simple_pod("p", "100m", ""), &ids).unwrap_err();
+    match &error {
+        CallError::Trap { operation: "filter", message } => assert!(message.contains("unreachable"), "{message}"),
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    assert!(error.poisons_instance());
+}
+
+#[test]
+fn malformed_answers_are_rejected_without_poisoning() {
+    let (cluster, ids) = two_node_cluster();
+    let pod = simple_pod("p", "100m", "");
+    let short = misbehaving(r#"{"filter": "short"}"#, FailureMode::FailClosed);
+    assert_eq!(
+        short.filter(&cluster, &pod, &ids).unwrap_err().to_string(),
+        "malformed answer from filter: 1 verdicts for 2 candidate nodes"
+    );
+    assert_eq!(short.idle_instances(), 1, "a malformed answer does not make the instance suspect");
+    let bad_code = misbehaving(r#"{"filter": "bad-code"}"#, FailureMode::FailClosed);
+    assert!(bad_code.filter(&cluster, &pod, &ids).unwrap_err().to_string().contains("names a rejection that does not exist"));
+    let scores = misbehaving(r#"{"score": "short"}"#, FailureMode::FailClosed);
+    assert_eq!(scores.score(&cluster, &pod, &ids).unwrap_err().to_string(), "malformed answer from score: 3 scores for 2 candidate nodes");
+    let range = misbehaving(r#"{"score": "out-of-range"}"#, FailureMode::FailClosed);
+    assert_eq!(range.score(&cluster, &pod, &ids).unwrap_err().to_string(), "malformed answer from score: score 101 is outside 0..=100");
+    assert_eq!(range.score_or_failure_mode(&cluster, &pod, &ids), vec![0, 0], "a failed score contributes nothing");
+}
+
+#[test]
+fn a_well_behaved_call_after_many_failures_still_works() {
+    let runtime = runtime();
+    let (source, wasm) = fixture_wasm("misbehaving");
+    let limits = Limits { deadline: Duration::from_millis(20), memory_bytes: 16 << 20 };
+    let bad = LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions { settings: r#"{"filter": "trap"}"#.into(), limits, ..Default::default() }).unwrap();
+    let good = LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions { settings: r#"{"print": 3}"#.into(), limits, ..Default::default() }).unwrap();
+    let (cluster, ids) = two_node_cluster();
+    let pod = simple_pod("p", "100m", "");
+    for _ in 0..20 {
+        assert!(bad.filter(&cluster, &pod, &ids).is_err());
+    }
+    assert_eq!(good.filter(&cluster, &pod, &ids).unwrap().verdicts, vec![0, 0]);
+}
+
+#[test]
+fn settings_rejected_by_the_guest_name_the_policy() {
+    let runtime = runtime();
+    let (source, wasm) = fixture_wasm("misbehaving");
+    let options = PolicyOptions { settings: r#"{"reject-settings": true}"#.into(), ..Default::default() };
+    let error = LoadedPolicy::load(&runtime, &source, &wasm, options).err().unwrap().to_string();
+    assert!(error.ends_with("misbehaving.wasm: settings rejected: invalid settings for misbehaving: reject-settings: asked to reject"), "{error}");
+}
