@@ -1,1 +1,5 @@
-fn main(){}
+//! The `wasp` binary.
+
+fn main() -> std::process::ExitCode {
+    wasp::cli::main()
+}

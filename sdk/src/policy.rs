@@ -35,6 +35,9 @@ pub trait Policy: Sized + 'static {
     }
 }
 
+/// The reason given for a candidate id the policy's cluster view does not hold.
+pub const UNKNOWN_NODE: &str = "node(s) were unknown to the policy";
+
 /// A filter's answer for one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -60,15 +63,20 @@ pub trait Filter {
 
     /// Decides for every candidate. Override it to compute something once per pod (see `pod-topology-spread`).
     fn filter_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> FilterResult {
-        let mut result = FilterResultBuilder::with_capacity(candidates.len());
-        for &id in candidates {
-            match cluster.node(id) {
-                Some(node) => result.push(self.filter(pod, node, cluster)),
-                None => result.push(Verdict::reject("node(s) were unknown to the policy")),
-            }
-        }
-        result.finish()
+        verdicts_for(cluster, candidates, |node| self.filter(pod, node, cluster))
     }
+}
+
+/// Runs `decide` on every candidate node and collects the verdicts; ids the view does not hold are rejected.
+pub fn verdicts_for(cluster: &Cluster, candidates: &[NodeId], mut decide: impl FnMut(&NodeInfo) -> Verdict) -> FilterResult {
+    let mut result = FilterResultBuilder::with_capacity(candidates.len());
+    for &id in candidates {
+        result.push(match cluster.node(id) {
+            Some(node) => decide(node),
+            None => Verdict::reject(UNKNOWN_NODE),
+        });
+    }
+    result.finish()
 }
 
 /// Collects verdicts into the contract's compact form: distinct reason sets are stored once.

@@ -1,1 +1,45 @@
-//! CLI.
+//! The `wasp` command line: one subcommand module per area.
+
+mod policy;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "wasp", version, about = "WebAssembly policy host for Kubernetes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect and try policy components.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = match cli.command {
+        Command::Policy(_) => "warn",
+    };
+    init_logging(default_level);
+    let result = match cli.command {
+        Command::Policy(command) => policy::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr so command output on stdout stays clean; `RUST_LOG` overrides the level.
+fn init_logging(default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}

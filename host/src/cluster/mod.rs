@@ -3,6 +3,7 @@
 //! ([`ClusterState`]).
 
 pub mod convert;
+pub mod manifests;
 mod state;
 
 pub use state::ClusterState;

@@ -10,8 +10,9 @@ use wasp_sdk::resources::ResourceVector;
 
 /// Deltas per `apply` call: bounds the time of one call so it stays well inside the policy's deadline.
 const SYNC_CHUNK: usize = 1024;
-/// Deltas kept for lagging instances; one further behind gets a full resync.
-const RETAINED_DELTAS: usize = 200_000;
+/// Deltas kept for lagging instances; one further behind gets a full resync. Pod deltas carry whole pods, so
+/// a long log costs as much memory as the pods themselves: keep it to a few seconds of binding traffic.
+const RETAINED_DELTAS: usize = 16_384;
 
 #[derive(Default, Clone)]
 struct Usage {

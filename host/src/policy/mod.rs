@@ -122,7 +122,8 @@ impl LoadedPolicy {
         result
     }
 
-    fn new_instance(&self) -> Result<PolicyInstance, CallError> {
+    /// A fresh configured instance, not yet synced with any cluster (the pool makes these on demand).
+    pub fn new_instance(&self) -> Result<PolicyInstance, CallError> {
         let mut instance = PolicyInstance::instantiate(&self.runtime, &self.pre, &self.name, self.options.limits)?;
         instance.configure(&self.options.settings)?;
         Ok(instance)

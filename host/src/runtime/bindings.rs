@@ -5,7 +5,7 @@ wasmtime::component::bindgen!({
     path: "../wit",
 });
 
-pub use wasp::policy::types;
+pub use self::wasp::policy::types;
 
 /// The contract this host implements; components must be built against a compatible `wasp:policy` version.
 pub const CONTRACT_VERSION: &str = "0.1.0";

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use wasp_sdk::matching::first_untolerated_taint;
-use wasp_sdk::policy::FilterResultBuilder;
+use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::types::{
     FilterResult, InclusionPolicy, LabelSelector, NodeId, Pod, SelectorOperator, SelectorRequirement, TaintEffect,
     TopologySpreadConstraint, UnsatisfiableAction, ViewScope,
@@ -138,14 +138,7 @@ impl Filter for PodTopologySpread {
 
     fn filter_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> FilterResult {
         let counted = count(pod, cluster, constraints_of(pod, UnsatisfiableAction::DoNotSchedule));
-        let mut result = FilterResultBuilder::with_capacity(candidates.len());
-        for &id in candidates {
-            result.push(match cluster.node(id) {
-                Some(node) => Self::verdict(pod, node, &counted),
-                None => Verdict::reject("node(s) were unknown to the policy"),
-            });
-        }
-        result.finish()
+        verdicts_for(cluster, candidates, |node| Self::verdict(pod, node, &counted))
     }
 }
 

@@ -3,7 +3,9 @@
 //! init step, sidecars and overhead) for CPU, memory, ephemeral storage and every extended resource.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::types::Pod;
+use wasp_sdk::policy::verdicts_for;
+use wasp_sdk::resources::ResourceVector;
+use wasp_sdk::types::{FilterResult, NodeId, Pod};
 use wasp_sdk::{Cluster, Filter, NodeInfo, Policy, Verdict};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -49,30 +51,41 @@ impl Policy for ResourcesFit {
     }
 }
 
-impl Filter for ResourcesFit {
-    fn filter(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> Verdict {
+impl ResourcesFit {
+    /// The check itself, with the pod's requests computed once by the caller.
+    fn fits(&self, wanted: &ResourceVector, node: &NodeInfo) -> Verdict {
         let mut reasons = Vec::new();
         if node.usage.pod_count + 1 > node.node.allocatable_pods {
             reasons.push("Too many pods".into());
         }
-        let wanted = pod.requests();
-        let free = node.free();
-        if wanted.cpu_millis > free.cpu_millis {
+        let (allocatable, requested) = (&node.node.allocatable, &node.usage.requested);
+        let free = |capacity: u64, used: u64| capacity.saturating_sub(used);
+        if wanted.cpu_millis > free(allocatable.cpu_millis, requested.cpu_millis) {
             reasons.push("Insufficient cpu".into());
         }
-        if wanted.memory_bytes > free.memory_bytes {
+        if wanted.memory_bytes > free(allocatable.memory_bytes, requested.memory_bytes) {
             reasons.push("Insufficient memory".into());
         }
-        if wanted.ephemeral_storage_bytes > free.ephemeral_storage_bytes {
+        if wanted.ephemeral_storage_bytes > free(allocatable.ephemeral_storage_bytes, requested.ephemeral_storage_bytes) {
             reasons.push("Insufficient ephemeral-storage".into());
         }
         for (resource, amount) in &wanted.scalar {
-            let available = free.scalar.get(resource).copied().unwrap_or(0);
-            if *amount > available && !self.ignores(resource) {
+            if *amount > free(allocatable.scalar(resource), requested.scalar(resource)) && !self.ignores(resource) {
                 reasons.push(format!("Insufficient {resource}").into());
             }
         }
         if reasons.is_empty() { Verdict::Pass } else { Verdict::Reject(reasons) }
+    }
+}
+
+impl Filter for ResourcesFit {
+    fn filter(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> Verdict {
+        self.fits(&pod.requests(), node)
+    }
+
+    fn filter_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> FilterResult {
+        let wanted = pod.requests();
+        verdicts_for(cluster, candidates, |node| self.fits(&wanted, node))
     }
 }
 

@@ -1,0 +1,179 @@
+//! `wasp policy inspect` and `wasp policy eval`: look inside a component and run it on Kubernetes YAML.
+
+use crate::cluster::{convert, manifests, ClusterState};
+use crate::policy::{LoadedPolicy, PolicyOptions};
+use crate::runtime::bindings::types::{PolicyKind, ViewScope};
+use crate::runtime::Runtime;
+use anyhow::Context;
+use clap::Subcommand;
+use k8s_openapi::api::core::v1 as core;
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand)]
+pub enum PolicyCommand {
+    /// Name, version, kinds, contract version, size and settings of a component.
+    Inspect {
+        file: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a component's filter and score (or evict) on a pod and nodes from Kubernetes YAML.
+    Eval {
+        file: PathBuf,
+        /// The pod to place (YAML).
+        #[arg(long)]
+        pod: PathBuf,
+        /// The nodes (YAML: several documents or a List).
+        #[arg(long)]
+        nodes: PathBuf,
+        /// Pods already bound to the nodes (`spec.nodeName` set): they count toward usage.
+        #[arg(long)]
+        pods: Option<PathBuf>,
+        /// Settings as a JSON file, or inline JSON.
+        #[arg(long)]
+        settings: Option<String>,
+    },
+}
+
+pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
+    match command {
+        PolicyCommand::Inspect { file, json } => inspect(&file, json),
+        PolicyCommand::Eval { file, pod, nodes, pods, settings } => {
+            eval(&file, &pod, &nodes, pods.as_deref(), settings.as_deref())
+        }
+    }
+}
+
+fn load(file: &Path, settings: String) -> anyhow::Result<LoadedPolicy> {
+    let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let runtime = Runtime::new(None)?;
+    let options = PolicyOptions { settings, ..Default::default() };
+    Ok(LoadedPolicy::load(&runtime, &file.display().to_string(), &wasm, options)?)
+}
+
+pub fn kind_name(kind: PolicyKind) -> &'static str {
+    match kind {
+        PolicyKind::Filter => "filter",
+        PolicyKind::Score => "score",
+        PolicyKind::Evict => "evict",
+        PolicyKind::Scale => "scale",
+    }
+}
+
+fn view_name(view: ViewScope) -> &'static str {
+    match view {
+        ViewScope::Nodes => "nodes",
+        ViewScope::NodesAndPods => "nodes-and-pods",
+    }
+}
+
+fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
+    let policy = load(file, String::new())?;
+    let descriptor = &policy.descriptor;
+    let kinds: Vec<&str> = descriptor.kinds.iter().map(|kind| kind_name(*kind)).collect();
+    let defaults: serde_json::Value = serde_json::from_str(&descriptor.default_settings)?;
+    if json {
+        let report = serde_json::json!({
+            "name": descriptor.name,
+            "version": descriptor.version,
+            "kinds": kinds,
+            "view": view_name(descriptor.view),
+            "contract": format!("wasp:policy@{}", policy.contract_version),
+            "size": policy.size,
+            "sha256": policy.digest,
+            "defaultSettings": defaults,
+            "settingsDoc": descriptor.settings_doc,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!("name       {}", descriptor.name);
+    println!("version    {}", descriptor.version);
+    println!("kinds      {}", kinds.join(", "));
+    println!("view       {}", view_name(descriptor.view));
+    println!("contract   wasp:policy@{}", policy.contract_version);
+    println!("size       {} bytes", policy.size);
+    println!("sha256     {}", policy.digest);
+    println!("settings   {}", serde_json::to_string(&defaults)?);
+    for line in descriptor.settings_doc.lines() {
+        println!("           {line}");
+    }
+    Ok(())
+}
+
+fn read_settings(settings: Option<&str>) -> anyhow::Result<String> {
+    match settings {
+        None => Ok(String::new()),
+        Some(inline) if inline.trim_start().starts_with('{') => Ok(inline.to_string()),
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading settings {path}")),
+    }
+}
+
+fn eval(file: &Path, pod_file: &Path, nodes_file: &Path, pods_file: Option<&Path>, settings: Option<&str>) -> anyhow::Result<()> {
+    let policy = load(file, read_settings(settings)?)?;
+    let mut cluster = ClusterState::new();
+    for node in manifests::read_objects::<core::Node>(nodes_file, "Node")? {
+        cluster.upsert_node(convert::node(&node).with_context(|| nodes_file.display().to_string())?);
+    }
+    if let Some(pods_file) = pods_file {
+        for source in manifests::read_objects::<core::Pod>(pods_file, "Pod")? {
+            let Some(node_name) = source.spec.as_ref().and_then(|spec| spec.node_name.clone()) else {
+                tracing::warn!(pod = %convert::pod_key(&source), "skipping pod without spec.nodeName");
+                continue;
+            };
+            let pod = convert::pod(&source).with_context(|| pods_file.display().to_string())?;
+            cluster.upsert_pod(pod, &node_name);
+        }
+    }
+    let pods = manifests::read_objects::<core::Pod>(pod_file, "Pod")?;
+    let [source] = pods.as_slice() else {
+        anyhow::bail!("{}: expected exactly one Pod, found {}", pod_file.display(), pods.len());
+    };
+    let pod = convert::pod(source).with_context(|| pod_file.display().to_string())?;
+
+    if policy.implements(PolicyKind::Evict) {
+        let proposals = policy.propose(&cluster)?;
+        println!("{} eviction(s) proposed by {}", proposals.len(), policy.name());
+        for proposal in proposals {
+            if let Some((pod, node)) = cluster.pod_by_id(proposal.pod) {
+                println!("  {}/{} on {node}: {}", pod.namespace, pod.name, proposal.reason);
+            }
+        }
+    }
+    if !policy.implements(PolicyKind::Filter) && !policy.implements(PolicyKind::Score) {
+        return Ok(());
+    }
+    let ids = cluster.node_ids();
+    let verdicts: Vec<Option<String>> = if policy.implements(PolicyKind::Filter) {
+        let result = policy.filter(&cluster, &pod, &ids)?;
+        result
+            .verdicts
+            .iter()
+            .map(|&code| (code != 0).then(|| result.rejections[code as usize - 1].join(", ")))
+            .collect()
+    } else {
+        vec![None; ids.len()]
+    };
+    // Like kube-scheduler, only feasible nodes are scored (normalization depends on the candidate set).
+    let feasible: Vec<u32> = ids.iter().zip(&verdicts).filter(|(_, verdict)| verdict.is_none()).map(|(id, _)| *id).collect();
+    let scores = if policy.implements(PolicyKind::Score) && !feasible.is_empty() {
+        policy.score(&cluster, &pod, &feasible)?
+    } else {
+        Vec::new()
+    };
+    let width = ids.iter().filter_map(|id| cluster.node_name(*id)).map(str::len).max().unwrap_or(4).max(4);
+    println!("pod {}/{} with {}", pod.namespace, pod.name, policy.name());
+    println!("{:<width$}  {:<7}  {:>5}  REASONS", "NODE", "FILTER", "SCORE");
+    for (id, verdict) in ids.iter().zip(&verdicts) {
+        let name = cluster.node_name(*id).unwrap_or("?");
+        let score = feasible.iter().position(|candidate| candidate == id).and_then(|index| scores.get(index));
+        let score = score.map_or("-".to_string(), |score| score.to_string());
+        let (filter, reasons) = match verdict {
+            None => ("pass", ""),
+            Some(reasons) => ("reject", reasons.as_str()),
+        };
+        println!("{name:<width$}  {filter:<7}  {score:>5}  {reasons}");
+    }
+    Ok(())
+}
