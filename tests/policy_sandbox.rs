@@ -157,3 +157,44 @@ fn settings_rejected_by_the_guest_name_the_policy() {
     let error = LoadedPolicy::load(&runtime, &source, &wasm, options).err().unwrap().to_string();
     assert!(error.ends_with("misbehaving.wasm: settings rejected: invalid settings for misbehaving: reject-settings: asked to reject"), "{error}");
 }
+
+#[test]
+fn the_guest_has_no_environment_filesystem_or_network() {
+    let policy = misbehaving(r#"{"filter": "probe-sandbox"}"#, FailureMode::FailClosed);
+    let (cluster, ids) = two_node_cluster();
+    let result = policy.filter(&cluster, &simple_pod("p", "100m", ""), &ids).unwrap();
+    assert_eq!(reasons(&result)[0], "env=0 fs=denied net=denied");
+}
+
+#[test]
+fn compiled_artifacts_are_reused_from_disk_and_rebuilt_when_corrupt() {
+    use wasp::runtime::{CacheOutcome, Runtime};
+    let directory = tempfile::tempdir().unwrap();
+    let (source, wasm) = policy_wasm("node-unschedulable");
+    let load_with_fresh_runtime = || {
+        let runtime = Runtime::new(Some(directory.path().to_path_buf())).unwrap();
+        let policy = LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions::default()).unwrap();
+        let (cluster, ids) = two_node_cluster();
+        assert_eq!(policy.filter(&cluster, &simple_pod("p", "1", ""), &ids).unwrap().verdicts, vec![0, 0]);
+        policy.cache
+    };
+    assert_eq!(load_with_fresh_runtime(), CacheOutcome::Compiled);
+    assert_eq!(load_with_fresh_runtime(), CacheOutcome::Disk, "a restart skips compilation");
+    let artifacts: Vec<_> = std::fs::read_dir(directory.path()).unwrap().map(|entry| entry.unwrap().path()).collect();
+    assert_eq!(artifacts.len(), 1);
+    let name = artifacts[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with(&policy_digest(&wasm)), "keyed by content digest: {name}");
+    std::fs::write(&artifacts[0], b"garbage").unwrap();
+    assert_eq!(load_with_fresh_runtime(), CacheOutcome::Compiled, "a corrupt artifact is rebuilt, not trusted");
+    assert_eq!(load_with_fresh_runtime(), CacheOutcome::Disk);
+
+    let runtime = Runtime::new(Some(directory.path().to_path_buf())).unwrap();
+    let first = LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions::default()).unwrap();
+    let second = LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions::default()).unwrap();
+    assert_eq!((first.cache, second.cache), (CacheOutcome::Disk, CacheOutcome::Memory));
+}
+
+fn policy_digest(wasm: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(wasm))
+}

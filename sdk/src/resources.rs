@@ -84,9 +84,19 @@ pub struct ResourceWeight {
     pub weight: i64,
 }
 
+/// Settings of the allocation scores (`least-allocated`, `balanced-allocation`): which resources count and how much.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResourceWeightSettings {
+    pub resources: Vec<ResourceWeight>,
+}
+
 /// CPU and memory, weight 1 each: kube-scheduler's default for its allocation scores.
-pub fn default_resource_weights() -> Vec<ResourceWeight> {
-    ["cpu", "memory"].map(|name| ResourceWeight { name: name.into(), weight: 1 }).into()
+impl Default for ResourceWeightSettings {
+    fn default() -> Self {
+        let resources = ["cpu", "memory"].map(|name| ResourceWeight { name: name.into(), weight: 1 }).into();
+        ResourceWeightSettings { resources }
+    }
 }
 
 /// kube-scheduler's validation of `resources`: names unique and not empty, weights in 1..=100.

@@ -25,8 +25,12 @@ fn empty_resources() -> Resources {
     Resources { cpu_millis: 0, memory_bytes: 0, ephemeral_storage_bytes: 0, scalar: Vec::new() }
 }
 
-fn container(name: &str) -> Container {
-    Container { name: name.to_string(), requests: empty_resources(), restart_count: 0 }
+fn container(name: &str, requests: &[(&str, &str)]) -> Container {
+    let mut container = Container { name: name.to_string(), requests: empty_resources(), restart_count: 0 };
+    for (resource, value) in requests {
+        set_quantity(&mut container.requests, resource, value);
+    }
+    container
 }
 
 pub struct PodBuilder {
@@ -45,7 +49,7 @@ impl PodBuilder {
                 scheduler_name: "wasp".into(),
                 priority: 0,
                 phase: PodPhase::Pending,
-                containers: vec![container("main")],
+                containers: vec![container("main", &[])],
                 init_containers: Vec::new(),
                 sidecar_init_containers: Vec::new(),
                 overhead: empty_resources(),
@@ -86,20 +90,12 @@ impl PodBuilder {
 
     /// Adds another app container with the given requests, e.g. `&[("cpu", "100m")]`.
     pub fn container(mut self, name: &str, requests: &[(&str, &str)]) -> Self {
-        let mut added = container(name);
-        for (resource, value) in requests {
-            set_quantity(&mut added.requests, resource, value);
-        }
-        self.pod.containers.push(added);
+        self.pod.containers.push(container(name, requests));
         self
     }
 
     pub fn init_container(mut self, name: &str, requests: &[(&str, &str)]) -> Self {
-        let mut added = container(name);
-        for (resource, value) in requests {
-            set_quantity(&mut added.requests, resource, value);
-        }
-        self.pod.init_containers.push(added);
+        self.pod.init_containers.push(container(name, requests));
         self
     }
 

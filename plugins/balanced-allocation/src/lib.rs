@@ -2,34 +2,20 @@
 //! fractions of each resource stay close to each other after placing the pod: `(1 - std) * 100`, where `std` is
 //! the standard deviation of `requested / allocatable` over the configured resources.
 
-use serde::{Deserialize, Serialize};
-use wasp_sdk::resources::{default_resource_weights, validate_resource_weights, ResourceVector, ResourceWeight};
+use wasp_sdk::resources::{validate_resource_weights, ResourceVector, ResourceWeightSettings};
 use wasp_sdk::types::Pod;
 use wasp_sdk::{Cluster, NodeInfo, Policy, Score};
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Settings {
-    /// Weights are accepted for symmetry with least-allocated; the balance treats resources equally.
-    pub resources: Vec<ResourceWeight>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings { resources: default_resource_weights() }
-    }
-}
 
 pub struct BalancedAllocation {
     resources: Vec<String>,
 }
 
 impl Policy for BalancedAllocation {
-    type Settings = Settings;
+    type Settings = ResourceWeightSettings;
     const NAME: &'static str = "balanced-allocation";
     const SETTINGS_DOC: &'static str = "resources: [{name, weight}], default cpu and memory";
 
-    fn new(settings: Settings) -> Result<Self, String> {
+    fn new(settings: ResourceWeightSettings) -> Result<Self, String> {
         validate_resource_weights("resources", &settings.resources)?;
         Ok(BalancedAllocation { resources: settings.resources.into_iter().map(|entry| entry.name).collect() })
     }

@@ -2,33 +2,20 @@
 //! `(allocatable - requested) * 100 / allocatable` after placing the pod (pods without requests count 100m CPU
 //! and 200 MiB), averaged with the configured weights. Spreads load across nodes.
 
-use serde::{Deserialize, Serialize};
-use wasp_sdk::resources::{default_resource_weights, validate_resource_weights, ResourceVector, ResourceWeight};
+use wasp_sdk::resources::{validate_resource_weights, ResourceVector, ResourceWeight, ResourceWeightSettings};
 use wasp_sdk::types::Pod;
 use wasp_sdk::{Cluster, NodeInfo, Policy, Score};
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Settings {
-    pub resources: Vec<ResourceWeight>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings { resources: default_resource_weights() }
-    }
-}
 
 pub struct LeastAllocated {
     resources: Vec<ResourceWeight>,
 }
 
 impl Policy for LeastAllocated {
-    type Settings = Settings;
+    type Settings = ResourceWeightSettings;
     const NAME: &'static str = "least-allocated";
     const SETTINGS_DOC: &'static str = "resources: [{name, weight 1-100}], default cpu and memory with weight 1";
 
-    fn new(settings: Settings) -> Result<Self, String> {
+    fn new(settings: ResourceWeightSettings) -> Result<Self, String> {
         validate_resource_weights("resources", &settings.resources)?;
         Ok(LeastAllocated { resources: settings.resources })
     }
