@@ -1,0 +1,429 @@
+//! The HTTP side: paths as the real API server lays them out, list/get/create/update/patch/delete/watch on every
+//! served resource, discovery, and `Status` errors. Subresources live in [`crate::subresources`].
+
+use crate::error::ApiError;
+use crate::faults::FaultPlan;
+use crate::metrics::LoadModel;
+use crate::resources::{self, ResourceType};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::store::{check_resource_version, name_of, namespace_of, Event, EventKind, Store};
+use crate::subresources;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+
+/// Everything a request handler needs.
+pub struct ServerState {
+    pub store: Arc<Store>,
+    pub faults: FaultPlan,
+    pub load: Arc<LoadModel>,
+    pub bookmark_interval: Duration,
+}
+
+pub fn router(state: Arc<ServerState>) -> Router {
+    Router::new().fallback(handle).with_state(state)
+}
+
+pub fn json_response(status: StatusCode, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    (status, [("content-type", "application/json")], bytes).into_response()
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        json_response(status, &self.status_body())
+    }
+}
+
+/// What a request path names.
+pub enum Target {
+    Version,
+    Health,
+    ApiVersions,
+    GroupList,
+    Group(String),
+    ResourceList { group: String, version: String },
+    Collection { resource: &'static ResourceType, namespace: Option<String> },
+    Object { resource: &'static ResourceType, namespace: Option<String>, name: String },
+    Subresource { resource: &'static ResourceType, namespace: Option<String>, name: String, sub: String },
+}
+
+pub fn parse_path(path: &str) -> Result<Target, ApiError> {
+    let segments: Vec<&str> = path.split('/').filter(|segment| !segment.is_empty()).collect();
+    let not_found = || ApiError { code: 404, reason: "NotFound", message: "the server could not find the requested resource".into(), details: None };
+    let (group, version, rest) = match segments.as_slice() {
+        ["version"] => return Ok(Target::Version),
+        ["healthz"] | ["readyz"] | ["livez"] => return Ok(Target::Health),
+        ["api"] => return Ok(Target::ApiVersions),
+        ["apis"] => return Ok(Target::GroupList),
+        ["apis", group] => return Ok(Target::Group(group.to_string())),
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Err(not_found()),
+    };
+    let lookup = |plural: &str| resources::find(group, version, plural).ok_or_else(not_found);
+    let (resource, namespace, rest) = match rest {
+        [] => return Ok(Target::ResourceList { group: group.into(), version: version.into() }),
+        ["namespaces", namespace, plural, rest @ ..] if resources::find(group, version, plural).is_some_and(|r| r.namespaced) => {
+            (lookup(plural)?, Some(namespace.to_string()), rest)
+        }
+        [plural, rest @ ..] => (lookup(plural)?, None, rest),
+    };
+    Ok(match rest {
+        [] => Target::Collection { resource, namespace },
+        [name] => Target::Object { resource, namespace, name: name.to_string() },
+        [name, sub] => Target::Subresource { resource, namespace, name: name.to_string(), sub: sub.to_string() },
+        // custom.metrics.k8s.io: namespaces/{ns}/pods/*/{metric}
+        _ => return Err(not_found()),
+    })
+}
+
+async fn handle(
+    State(state): State<Arc<ServerState>>,
+    method: Method,
+    uri: Uri,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match route(&state, &method, &uri, &query, &headers, body).await {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::debug!(%method, %uri, code = error.code, reason = error.reason, "request failed");
+            error.into_response()
+        }
+    }
+}
+
+fn verb(method: &Method, target: &Target, query: &HashMap<String, String>) -> &'static str {
+    let watching = query.get("watch").is_some_and(|value| value == "true" || value == "1");
+    match (method.as_str(), target) {
+        ("GET", Target::Collection { .. }) if watching => "watch",
+        ("GET", Target::Collection { .. }) => "list",
+        ("GET", _) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", Target::Collection { .. }) => "deletecollection",
+        ("DELETE", _) => "delete",
+        _ => "other",
+    }
+}
+
+fn fault_resource(target: &Target) -> String {
+    match target {
+        Target::Collection { resource, .. } | Target::Object { resource, .. } => resource.id(),
+        Target::Subresource { resource, sub, .. } => format!("{}/{sub}", resource.id()),
+        _ => String::new(),
+    }
+}
+
+async fn route(
+    state: &Arc<ServerState>,
+    method: &Method,
+    uri: &Uri,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let target = parse_path(uri.path())?;
+    let verb = verb(method, &target, query);
+    if let Some(fault) = state.faults.decide(verb, &fault_resource(&target)) {
+        if !fault.delay.is_zero() {
+            tokio::time::sleep(fault.delay).await;
+        }
+        if let Some(code) = fault.status {
+            return Err(ApiError::injected(code));
+        }
+    }
+    let store = &state.store;
+    match (method.clone(), target) {
+        (Method::GET, Target::Version) => Ok(json_response(StatusCode::OK, &json!({
+            "major": "1", "minor": "33", "gitVersion": "v1.33.0-wasp-sim", "platform": "linux/amd64",
+            "gitCommit": "wasp-sim", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
+        }))),
+        (Method::GET, Target::Health) => Ok((StatusCode::OK, "ok").into_response()),
+        (Method::GET, Target::ApiVersions) => Ok(json_response(StatusCode::OK, &resources::api_versions())),
+        (Method::GET, Target::GroupList) => Ok(json_response(StatusCode::OK, &resources::api_group_list())),
+        (Method::GET, Target::Group(group)) => resources::api_group(&group)
+            .map(|body| json_response(StatusCode::OK, &body))
+            .ok_or_else(|| ApiError::not_found("groups", "", &group)),
+        (Method::GET, Target::ResourceList { group, version }) => resources::resource_list(&group, &version)
+            .map(|body| json_response(StatusCode::OK, &body))
+            .ok_or_else(|| ApiError::not_found("groupversions", "", &format!("{group}/{version}"))),
+        (_, target @ (Target::Collection { .. } | Target::Object { .. } | Target::Subresource { .. }))
+            if target_resource(&target).read_only =>
+        {
+            crate::metrics::serve(state, method, &target, query)
+        }
+        (Method::GET, Target::Collection { resource, namespace }) if verb == "watch" => {
+            watch(state, resource, namespace, query)
+        }
+        (Method::GET, Target::Collection { resource, namespace }) => list(store, resource, namespace.as_deref(), query),
+        (Method::GET, Target::Object { resource, namespace, name }) => {
+            store.get(resource, namespace.as_deref(), &name).map(|object| json_response(StatusCode::OK, &object))
+        }
+        (Method::POST, Target::Collection { resource, namespace }) => {
+            let object = parse_body(&body)?;
+            let created = store.create(resource, namespace.as_deref(), object)?;
+            Ok(json_response(StatusCode::CREATED, &created))
+        }
+        (Method::PUT, Target::Object { resource, namespace, name }) => {
+            let object = parse_body(&body)?;
+            replace(store, resource, namespace.as_deref(), &name, object).map(|updated| json_response(StatusCode::OK, &updated))
+        }
+        (Method::PATCH, Target::Object { resource, namespace, name }) => {
+            let patch = PatchBody::parse(headers, &body)?;
+            let updated = store.mutate(resource, namespace.as_deref(), &name, |object| {
+                let status_before = object.get("status").cloned();
+                patch.apply(object)?;
+                if has_status_subresource(resource) {
+                    restore(object, "status", status_before);
+                }
+                Ok(())
+            })?;
+            Ok(json_response(StatusCode::OK, &updated))
+        }
+        (Method::DELETE, Target::Object { resource, namespace, name }) => {
+            let grace = grace_period(query, &body);
+            let deleted = subresources::delete(store, resource, namespace.as_deref(), &name, grace)?;
+            Ok(json_response(StatusCode::OK, &deleted))
+        }
+        (Method::DELETE, Target::Collection { resource, namespace }) => {
+            let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
+            let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?;
+            let page = store.list(resource, namespace.as_deref(), 0, None, |object| labels.matches(object) && fields.matches(object))?;
+            let grace = grace_period(query, &body);
+            for object in &page.items {
+                let namespace = (!namespace_of(object).is_empty()).then(|| namespace_of(object));
+                // Already gone is fine for a collection delete.
+                let _ = subresources::delete(store, resource, namespace, name_of(object), grace);
+            }
+            Ok(json_response(StatusCode::OK, &list_body(resource, page.items, store.revision(), None)))
+        }
+        (method, Target::Subresource { resource, namespace, name, sub }) => {
+            subresources::serve(store, &method, resource, namespace.as_deref(), &name, &sub, headers, &body)
+        }
+        (method, _) => Err(ApiError::method_not_allowed(format!("{method} is not supported here"))),
+    }
+}
+
+fn target_resource(target: &Target) -> &'static ResourceType {
+    match target {
+        Target::Collection { resource, .. } | Target::Object { resource, .. } | Target::Subresource { resource, .. } => resource,
+        _ => unreachable!("only called for resource targets"),
+    }
+}
+
+pub fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|error| ApiError::bad_request(format!("the request body is not valid JSON: {error}")))
+}
+
+pub fn has_status_subresource(resource: &ResourceType) -> bool {
+    resource.subresources.contains(&"status")
+}
+
+/// Puts back a field an update may not change through this endpoint.
+pub fn restore(object: &mut Value, field: &str, previous: Option<Value>) {
+    match previous {
+        Some(previous) => object[field] = previous,
+        None => {
+            if let Some(map) = object.as_object_mut() {
+                map.remove(field);
+            }
+        }
+    }
+}
+
+fn replace(store: &Store, resource: &'static ResourceType, namespace: Option<&str>, name: &str, object: Value) -> Result<Arc<Value>, ApiError> {
+    if !object.is_object() {
+        return Err(ApiError::bad_request("the body of an update must be a JSON object"));
+    }
+    let body_name = name_of(&object);
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(format!("the name of the object ({body_name}) does not match the name on the URL ({name})")));
+    }
+    store.mutate(resource, namespace, name, |current| {
+        check_resource_version(resource, current, &object)?;
+        let status = current.get("status").cloned();
+        *current = object;
+        if has_status_subresource(resource) {
+            restore(current, "status", status);
+        }
+        Ok(())
+    })
+}
+
+fn grace_period(query: &HashMap<String, String>, body: &[u8]) -> Option<i64> {
+    query.get("gracePeriodSeconds").and_then(|value| value.parse().ok()).or_else(|| {
+        serde_json::from_slice::<Value>(body).ok().and_then(|options| options.get("gracePeriodSeconds").and_then(Value::as_i64))
+    })
+}
+
+/// A PATCH body with its content type.
+pub enum PatchBody {
+    Merge(Value),
+    Json(json_patch::Patch),
+}
+
+impl PatchBody {
+    pub fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Self, ApiError> {
+        let content_type = headers.get("content-type").and_then(|value| value.to_str().ok()).unwrap_or("");
+        let media_type = content_type.split(';').next().unwrap_or("").trim();
+        match media_type {
+            // Strategic merge and server-side apply are treated as merge patches: enough for cordon, labels,
+            // annotations, replicas and status (documented in sim/README.md).
+            "application/merge-patch+json" | "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
+                Ok(PatchBody::Merge(parse_body(body)?))
+            }
+            "application/json-patch+json" => serde_json::from_slice(body)
+                .map(PatchBody::Json)
+                .map_err(|error| ApiError::bad_request(format!("invalid JSON patch: {error}"))),
+            other => Err(ApiError::unsupported_media_type(other)),
+        }
+    }
+
+    pub fn apply(&self, object: &mut Value) -> Result<(), ApiError> {
+        match self {
+            PatchBody::Merge(patch) => {
+                json_patch::merge(object, patch);
+                Ok(())
+            }
+            PatchBody::Json(patch) => json_patch::patch(object, patch)
+                .map_err(|error| ApiError { code: 422, reason: "Invalid", message: format!("the JSON patch could not be applied: {error}"), details: None }),
+        }
+    }
+}
+
+fn list_body(resource: &ResourceType, items: Vec<Arc<Value>>, revision: u64, continue_token: Option<String>) -> Value {
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if let Some(token) = continue_token {
+        metadata["continue"] = json!(token);
+    }
+    let items: Vec<&Value> = items.iter().map(|item| item.as_ref()).collect();
+    json!({"kind": resource.list_kind(), "apiVersion": resource.api_version(), "metadata": metadata, "items": items})
+}
+
+fn list(store: &Store, resource: &ResourceType, namespace: Option<&str>, query: &HashMap<String, String>) -> Result<Response, ApiError> {
+    let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
+    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?;
+    let limit = match query.get("limit") {
+        Some(limit) => limit.parse().map_err(|_| ApiError::bad_request(format!("limit: {limit:?} is not a number")))?,
+        None => 0,
+    };
+    let page = store.list(resource, namespace, limit, query.get("continue").map(String::as_str), |object| {
+        labels.matches(object) && fields.matches(object)
+    })?;
+    Ok(json_response(StatusCode::OK, &list_body(resource, page.items, page.revision, page.continue_token)))
+}
+
+struct WatchFilter {
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl WatchFilter {
+    fn matches(&self, object: &Value) -> bool {
+        self.namespace.as_deref().is_none_or(|namespace| namespace_of(object) == namespace)
+            && self.labels.matches(object)
+            && self.fields.matches(object)
+    }
+
+    /// How an event looks through this watch's selectors: an object entering them is ADDED, one leaving them
+    /// is DELETED, as the API server reports it.
+    fn view(&self, event: &Event) -> Option<EventKind> {
+        let now = self.matches(&event.object);
+        let before = event.previous.as_deref().is_some_and(|previous| self.matches(previous));
+        match (event.kind, before, now) {
+            (EventKind::Added, _, true) => Some(EventKind::Added),
+            (EventKind::Modified, true, true) => Some(EventKind::Modified),
+            (EventKind::Modified, false, true) => Some(EventKind::Added),
+            (EventKind::Modified, true, false) => Some(EventKind::Deleted),
+            (EventKind::Deleted, true, _) => Some(EventKind::Deleted),
+            _ => None,
+        }
+    }
+}
+
+fn watch_line(kind: &str, object: &Value) -> Result<Bytes, Infallible> {
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Ok(Bytes::from(line))
+}
+
+fn watch(state: &Arc<ServerState>, resource: &'static ResourceType, namespace: Option<String>, query: &HashMap<String, String>) -> Result<Response, ApiError> {
+    let filter = WatchFilter {
+        namespace,
+        labels: LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?,
+        fields: FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?,
+    };
+    let since = match query.get("resourceVersion").map(String::as_str) {
+        None | Some("") | Some("0") => None,
+        Some(version) => Some(version.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {version:?}")))?),
+    };
+    let timeout = query.get("timeoutSeconds").and_then(|value| value.parse().ok()).map_or(Duration::from_secs(1800), Duration::from_secs);
+    let lifetime = state.faults.watch_lifetime().map_or(timeout, |cut| cut.min(timeout));
+    let bookmarks = query.get("allowWatchBookmarks").is_some_and(|value| value == "true");
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(1024);
+    let stream = futures::stream::poll_fn(move |context| receiver.poll_recv(context));
+    let response = Response::builder().status(StatusCode::OK).header("content-type", "application/json");
+    let (backlog, mut live) = match state.store.watch(resource, since) {
+        Ok(started) => started,
+        // Like the API server: a watch from too old a version is a 200 stream with one ERROR event (410).
+        Err(error) => {
+            let _ = sender.try_send(watch_line("ERROR", &error.status_body()));
+            drop(sender);
+            return Ok(response.body(Body::from_stream(stream)).expect("valid response"));
+        }
+    };
+    let store = state.store.clone();
+    let bookmark_interval = state.bookmark_interval;
+    tokio::spawn(async move {
+        for event in backlog {
+            if let Some(kind) = filter.view(&event) {
+                if sender.send(watch_line(kind.as_str(), &event.object)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let deadline = tokio::time::sleep(lifetime);
+        tokio::pin!(deadline);
+        let mut bookmark = tokio::time::interval(bookmark_interval);
+        bookmark.tick().await;
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                _ = sender.closed() => return,
+                _ = bookmark.tick(), if bookmarks => {
+                    let marker = json!({"kind": resource.kind, "apiVersion": resource.api_version(), "metadata": {"resourceVersion": store.revision().to_string()}});
+                    if sender.send(watch_line("BOOKMARK", &marker)).await.is_err() {
+                        return;
+                    }
+                }
+                received = live.recv() => match received {
+                    Ok(event) if std::ptr::eq(event.resource, resource) => {
+                        if let Some(kind) = filter.view(&event) {
+                            if sender.send(watch_line(kind.as_str(), &event.object)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                    // A watcher that fell this far behind is cut off; it resumes or relists, as with etcd.
+                    Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return,
+                },
+            }
+        }
+    });
+    Ok(response.body(Body::from_stream(stream)).expect("valid response"))
+}

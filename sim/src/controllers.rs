@@ -1,0 +1,343 @@
+//! What a cluster does without kubelets (like kwok): bound pods start and become Ready after a delay, terminating
+//! pods go away after their grace period, Deployments keep a ReplicaSet per template, ReplicaSets and
+//! StatefulSets keep their pod count, and PodDisruptionBudget status stays current.
+//!
+//! Event driven: changes mark objects dirty, a short tick reconciles what is dirty, and a periodic full pass
+//! catches anything missed (or a burst that overflowed the event buffer).
+
+use crate::error::ApiError;
+use crate::pdb;
+use crate::resources::{self, ResourceType};
+use crate::store::{name_of, namespace_of, now_rfc3339, EventKind, Store};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeSet;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeletSettings {
+    /// From binding to Running and Ready.
+    #[serde(with = "humantime_serde")]
+    pub ready_delay: Duration,
+    /// Longest a terminating pod stays (its grace period, capped by this).
+    #[serde(with = "humantime_serde")]
+    pub termination_delay: Duration,
+}
+
+impl Default for KubeletSettings {
+    fn default() -> Self {
+        KubeletSettings { ready_delay: Duration::from_millis(200), termination_delay: Duration::from_millis(500) }
+    }
+}
+
+const TICK: Duration = Duration::from_millis(25);
+const FULL_PASS: Duration = Duration::from_secs(5);
+
+fn apps(plural: &str) -> &'static ResourceType {
+    resources::find("apps", "v1", plural).expect("apps resources are served")
+}
+
+fn pdbs() -> &'static ResourceType {
+    resources::find("policy", "v1", "poddisruptionbudgets").expect("served")
+}
+
+/// Work to do on the next tick.
+#[derive(Default)]
+struct Dirty {
+    workloads: BTreeSet<(&'static str, String, String)>,
+    pdb_namespaces: BTreeSet<String>,
+}
+
+impl Dirty {
+    fn is_empty(&self) -> bool {
+        self.workloads.is_empty() && self.pdb_namespaces.is_empty()
+    }
+}
+
+fn controller_of(object: &Value) -> Option<(&str, &str)> {
+    object.pointer("/metadata/ownerReferences")?.as_array()?.iter().find(|owner| owner["controller"] == true).and_then(|owner| Some((owner["kind"].as_str()?, owner["name"].as_str()?)))
+}
+
+pub fn spawn(store: Arc<Store>, kubelet: KubeletSettings) {
+    let mut events = store.subscribe();
+    tokio::spawn(async move {
+        let mut dirty = Dirty::default();
+        full_pass(&store, &mut dirty, &kubelet);
+        let mut tick = tokio::time::interval(TICK);
+        let mut full = tokio::time::interval(FULL_PASS);
+        loop {
+            tokio::select! {
+                received = events.recv() => match received {
+                    Ok(event) => observe(&store, &event, &mut dirty, &kubelet),
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::debug!(missed, "controller fell behind; full pass");
+                        full_pass(&store, &mut dirty, &kubelet);
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+                _ = tick.tick(), if !dirty.is_empty() => reconcile(&store, std::mem::take(&mut dirty)),
+                _ = full.tick() => full_pass(&store, &mut dirty, &kubelet),
+            }
+        }
+    });
+}
+
+fn full_pass(store: &Arc<Store>, dirty: &mut Dirty, kubelet: &KubeletSettings) {
+    for plural in ["deployments", "replicasets", "statefulsets"] {
+        let resource = apps(plural);
+        for object in store.all(resource) {
+            dirty.workloads.insert((resource.plural, namespace_of(&object).to_string(), name_of(&object).to_string()));
+        }
+    }
+    for pdb in store.all(pdbs()) {
+        dirty.pdb_namespaces.insert(namespace_of(&pdb).to_string());
+    }
+    for pod in store.all(resources::pods()) {
+        run_kubelet(store, &pod, kubelet);
+    }
+}
+
+fn observe(store: &Arc<Store>, event: &crate::store::Event, dirty: &mut Dirty, kubelet: &KubeletSettings) {
+    let object = &event.object;
+    let namespace = namespace_of(object).to_string();
+    match (event.resource.group, event.resource.plural) {
+        ("", "pods") => {
+            if let Some((kind, owner)) = controller_of(object) {
+                let plural = match kind {
+                    "ReplicaSet" => "replicasets",
+                    "StatefulSet" => "statefulsets",
+                    _ => return,
+                };
+                dirty.workloads.insert((plural, namespace.clone(), owner.to_string()));
+            }
+            dirty.pdb_namespaces.insert(namespace);
+            if event.kind != EventKind::Deleted {
+                run_kubelet(store, object, kubelet);
+            }
+        }
+        ("apps", plural @ ("deployments" | "replicasets" | "statefulsets")) => {
+            dirty.workloads.insert((plural, namespace.clone(), name_of(object).to_string()));
+            if let Some(("Deployment", owner)) = controller_of(object) {
+                dirty.workloads.insert(("deployments", namespace, owner.to_string()));
+            }
+        }
+        ("policy", "poddisruptionbudgets") => {
+            dirty.pdb_namespaces.insert(namespace);
+        }
+        _ => {}
+    }
+}
+
+/// Starts bound pods and finishes terminating ones, after the configured delays.
+fn run_kubelet(store: &Arc<Store>, pod: &Value, settings: &KubeletSettings) {
+    let bound = pod.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|node| !node.is_empty());
+    let (namespace, name) = (namespace_of(pod).to_string(), name_of(pod).to_string());
+    let store = store.clone();
+    if pod.pointer("/metadata/deletionTimestamp").is_some() {
+        let grace = pod.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_u64).unwrap_or(30);
+        let delay = Duration::from_secs(grace).min(settings.termination_delay);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            // Gone already is fine.
+            let _ = store.remove(resources::pods(), Some(&namespace), &name);
+        });
+        return;
+    }
+    let pending = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending");
+    if !(bound && pending) {
+        return;
+    }
+    let delay = settings.ready_delay;
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let started = store.mutate(resources::pods(), Some(&namespace), &name, |pod| {
+            if pod.pointer("/status/phase").and_then(Value::as_str) != Some("Pending") || pod.pointer("/metadata/deletionTimestamp").is_some() {
+                return Ok(());
+            }
+            let now = now_rfc3339();
+            let condition = |kind: &str| json!({"type": kind, "status": "True", "lastTransitionTime": now});
+            let statuses: Vec<Value> = pod["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|container| json!({"name": container["name"], "image": container["image"], "ready": true, "started": true, "restartCount": 0, "state": {"running": {"startedAt": now}}}))
+                .collect();
+            pod["status"] = json!({
+                "phase": "Running", "startTime": now, "podIP": format!("10.{}.{}.{}", fastrand::u8(..), fastrand::u8(..), fastrand::u8(1..)),
+                "hostIP": "192.0.2.1", "qosClass": pod.pointer("/status/qosClass").cloned().unwrap_or(json!("BestEffort")),
+                "conditions": [condition("PodReadyToStartContainers"), condition("Initialized"), condition("ContainersReady"), condition("Ready"), condition("PodScheduled")],
+                "containerStatuses": statuses,
+            });
+            Ok(())
+        });
+        if let Err(error) = started {
+            tracing::trace!(%error, "pod vanished before it started");
+        }
+    });
+}
+
+fn reconcile(store: &Store, dirty: Dirty) {
+    for (plural, namespace, name) in dirty.workloads {
+        let result = match plural {
+            "deployments" => reconcile_deployment(store, &namespace, &name),
+            "replicasets" => reconcile_replica_set(store, &namespace, &name),
+            _ => reconcile_stateful_set(store, &namespace, &name),
+        };
+        match result {
+            Ok(()) => {}
+            Err(error) if error.code == 404 => {}
+            Err(error) => tracing::warn!(kind = plural, namespace, name, %error, "reconcile failed"),
+        }
+    }
+    let pods = store.all(resources::pods());
+    for namespace in dirty.pdb_namespaces {
+        for pdb in store.all(pdbs()).iter().filter(|pdb| namespace_of(pdb) == namespace) {
+            let budget = pdb::budget(pdb, pods.iter().map(|pod| pod.as_ref()));
+            let status = pdb::status_of(&budget, &pdb.pointer("/metadata/generation").cloned().unwrap_or(json!(1)));
+            let _ = store.mutate(pdbs(), Some(&namespace), name_of(pdb), |pdb| {
+                pdb["status"] = status;
+                Ok(())
+            });
+        }
+    }
+}
+
+fn template_hash(template: &Value) -> String {
+    let mut hasher = DefaultHasher::new();
+    template.to_string().hash(&mut hasher);
+    format!("{:x}", hasher.finish())[..10].to_string()
+}
+
+fn owner_reference(kind: &str, owner: &Value) -> Value {
+    json!([{"apiVersion": "apps/v1", "kind": kind, "name": name_of(owner), "uid": owner["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}])
+}
+
+fn replicas(object: &Value) -> i64 {
+    object.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
+}
+
+fn owned_by<'a>(objects: &'a [Arc<Value>], owner: &Value) -> Vec<&'a Arc<Value>> {
+    let uid = &owner["metadata"]["uid"];
+    objects
+        .iter()
+        .filter(|object| namespace_of(object) == namespace_of(owner))
+        .filter(|object| {
+            object.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|owners| owners.iter().any(|reference| reference["uid"] == *uid))
+        })
+        .collect()
+}
+
+fn set_status(store: &Store, resource: &'static ResourceType, owner: &Value, status: Value) -> Result<(), ApiError> {
+    store.mutate(resource, Some(namespace_of(owner)), name_of(owner), |object| {
+        object["status"] = status;
+        Ok(())
+    })?;
+    Ok(())
+}
+
+fn reconcile_deployment(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
+    let deployment = store.get(apps("deployments"), Some(namespace), name)?;
+    let hash = template_hash(&deployment["spec"]["template"]);
+    let replica_sets = store.all(apps("replicasets"));
+    let owned = owned_by(&replica_sets, &deployment);
+    let current_name = format!("{name}-{hash}");
+    let wanted = replicas(&deployment);
+    if !owned.iter().any(|rs| name_of(rs) == current_name) {
+        let mut template = deployment["spec"]["template"].clone();
+        template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+        let mut selector = deployment["spec"]["selector"].clone();
+        selector["matchLabels"]["pod-template-hash"] = json!(hash);
+        let replica_set = json!({
+            "metadata": {"name": current_name, "namespace": namespace, "labels": template["metadata"]["labels"], "ownerReferences": owner_reference("Deployment", &deployment)},
+            "spec": {"replicas": wanted, "selector": selector, "template": template},
+        });
+        store.create(apps("replicasets"), Some(namespace), replica_set)?;
+    }
+    for replica_set in &owned {
+        let target = if name_of(replica_set) == current_name { wanted } else { 0 };
+        if replicas(replica_set) != target {
+            store.mutate(apps("replicasets"), Some(namespace), name_of(replica_set), |rs| {
+                rs["spec"]["replicas"] = json!(target);
+                Ok(())
+            })?;
+        }
+    }
+    let sum = |field: &str| owned.iter().map(|rs| rs.pointer(&format!("/status/{field}")).and_then(Value::as_i64).unwrap_or(0)).sum::<i64>();
+    let updated = owned.iter().find(|rs| name_of(rs) == current_name).and_then(|rs| rs.pointer("/status/replicas").and_then(Value::as_i64)).unwrap_or(0);
+    let status = json!({
+        "observedGeneration": deployment["metadata"]["generation"], "replicas": sum("replicas"), "updatedReplicas": updated,
+        "readyReplicas": sum("readyReplicas"), "availableReplicas": sum("availableReplicas"),
+        "unavailableReplicas": (wanted - sum("availableReplicas")).max(0),
+    });
+    set_status(store, apps("deployments"), &deployment, status)
+}
+
+/// Pods to remove first when scaling down: unscheduled, then not ready, then the newest.
+fn deletion_order(pod: &Value) -> (bool, bool, std::cmp::Reverse<String>) {
+    let scheduled = pod.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|node| !node.is_empty());
+    let created = pod.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or("").to_string();
+    (scheduled, pdb::is_ready(pod), std::cmp::Reverse(created))
+}
+
+fn pod_from_template(owner_kind: &str, owner: &Value, name: Option<String>) -> Value {
+    let template = &owner["spec"]["template"];
+    let mut metadata = template.get("metadata").cloned().unwrap_or(json!({}));
+    match name {
+        Some(name) => metadata["name"] = json!(name),
+        None => metadata["generateName"] = json!(format!("{}-", name_of(owner))),
+    }
+    metadata["namespace"] = json!(namespace_of(owner));
+    metadata["ownerReferences"] = owner_reference(owner_kind, owner);
+    json!({"metadata": metadata, "spec": template["spec"]})
+}
+
+fn workload_status(owner: &Value, pods: &[&Arc<Value>]) -> Value {
+    let ready = pods.iter().filter(|pod| pdb::is_ready(pod)).count();
+    json!({
+        "observedGeneration": owner["metadata"]["generation"], "replicas": pods.len(), "fullyLabeledReplicas": pods.len(),
+        "readyReplicas": ready, "availableReplicas": ready, "currentReplicas": pods.len(),
+    })
+}
+
+fn reconcile_replica_set(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
+    let replica_set = store.get(apps("replicasets"), Some(namespace), name)?;
+    let all_pods = store.all(resources::pods());
+    let mut pods: Vec<&Arc<Value>> =
+        owned_by(&all_pods, &replica_set).into_iter().filter(|pod| pod.pointer("/metadata/deletionTimestamp").is_none()).collect();
+    let wanted = replicas(&replica_set).max(0) as usize;
+    if pods.len() < wanted {
+        for _ in pods.len()..wanted {
+            store.create(resources::pods(), Some(namespace), pod_from_template("ReplicaSet", &replica_set, None))?;
+        }
+    } else if pods.len() > wanted {
+        pods.sort_by_key(|pod| deletion_order(pod));
+        for pod in pods.drain(..pods.len() - wanted) {
+            let _ = crate::subresources::delete(store, resources::pods(), Some(namespace), name_of(pod), None);
+        }
+    }
+    set_status(store, apps("replicasets"), &replica_set, workload_status(&replica_set, &pods))
+}
+
+fn reconcile_stateful_set(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
+    let stateful_set = store.get(apps("statefulsets"), Some(namespace), name)?;
+    let all_pods = store.all(resources::pods());
+    let pods: Vec<&Arc<Value>> = owned_by(&all_pods, &stateful_set);
+    let wanted = replicas(&stateful_set).max(0) as usize;
+    let ordinal = |pod: &Value| name_of(pod).rsplit_once('-').and_then(|(_, index)| index.parse::<usize>().ok());
+    for index in 0..wanted {
+        let pod_name = format!("{name}-{index}");
+        if !pods.iter().any(|pod| name_of(pod) == pod_name) {
+            store.create(resources::pods(), Some(namespace), pod_from_template("StatefulSet", &stateful_set, Some(pod_name)))?;
+        }
+    }
+    for pod in pods.iter().filter(|pod| ordinal(pod).is_some_and(|index| index >= wanted)) {
+        let _ = crate::subresources::delete(store, resources::pods(), Some(namespace), name_of(pod), None);
+    }
+    let live: Vec<&Arc<Value>> = pods.into_iter().filter(|pod| pod.pointer("/metadata/deletionTimestamp").is_none()).collect();
+    set_status(store, apps("statefulsets"), &stateful_set, workload_status(&stateful_set, &live))
+}

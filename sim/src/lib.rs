@@ -1,0 +1,27 @@
+//! wasp-sim: a simulated Kubernetes API server for tests, benchmarks and trying policies, never a replacement for
+//! a real one. It speaks the Kubernetes REST protocol (JSON over HTTP/1.1) so kube-rs and kubectl work unchanged.
+//!
+//! - [`store`]: objects, resource versions, watch history.
+//! - [`api`] and [`subresources`]: the HTTP surface (discovery, verbs, watch, binding, eviction, status, scale).
+//! - [`controllers`]: kubelet-like pod lifecycle, Deployment/ReplicaSet/StatefulSet and PDB status controllers.
+//! - [`metrics`]: metrics.k8s.io and custom.metrics.k8s.io from a load model.
+//! - [`scenario`]: YAML scenarios and timed events; [`faults`]: injected errors, latency, dropped watches.
+//! - [`server`]: running it all on a loopback port, with a kubeconfig.
+
+pub mod api;
+pub mod controllers;
+mod defaults;
+pub mod error;
+pub mod faults;
+pub mod metrics;
+mod pdb;
+pub mod resources;
+pub mod scenario;
+pub mod selectors;
+mod selectors_k8s;
+pub mod server;
+pub mod store;
+pub mod subresources;
+
+pub use scenario::Scenario;
+pub use server::{Simulator, SimulatorOptions};

@@ -1,0 +1,268 @@
+//! Resource and custom metrics from a load model: each workload's CPU and memory use (as a share of its requests)
+//! and its requests per second follow curves over time, and running pods report their part. Served as
+//! `metrics.k8s.io/v1beta1` (what `kubectl top` reads) and `custom.metrics.k8s.io/v1beta2`.
+
+use crate::api::{json_response, ServerState, Target};
+use crate::error::ApiError;
+use crate::resources;
+use crate::selectors::LabelSelector;
+use crate::store::{name_of, namespace_of, now_rfc3339};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+/// Pods carry their workload's name in this label; the load model looks curves up by it.
+pub const WORKLOAD_LABEL: &str = "sim.wasp.dev/workload";
+/// The custom metric served for every workload with a `qps` curve.
+pub const REQUESTS_PER_SECOND: &str = "requests_per_second";
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Point {
+    #[serde(with = "humantime_serde")]
+    pub at: Duration,
+    pub value: f64,
+}
+
+/// A piecewise-linear curve over time since the simulation started; constant before the first and after the
+/// last point.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct Curve(pub Vec<Point>);
+
+impl Curve {
+    pub fn constant(value: f64) -> Self {
+        Curve(vec![Point { at: Duration::ZERO, value }])
+    }
+
+    pub fn at(&self, elapsed: Duration) -> f64 {
+        let points = &self.0;
+        let Some(first) = points.first() else { return 0.0 };
+        if elapsed <= first.at {
+            return first.value;
+        }
+        for pair in points.windows(2) {
+            let (from, to) = (&pair[0], &pair[1]);
+            if elapsed <= to.at {
+                let span = (to.at - from.at).as_secs_f64();
+                let progress = if span == 0.0 { 1.0 } else { (elapsed - from.at).as_secs_f64() / span };
+                return from.value + (to.value - from.value) * progress;
+            }
+        }
+        points.last().map_or(0.0, |point| point.value)
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkloadLoad {
+    /// CPU used as a share of the CPU requested (1.0 = exactly the request).
+    pub cpu: Curve,
+    /// Memory used as a share of the memory requested.
+    pub memory: Curve,
+    /// Requests per second for the whole workload, split across its ready pods.
+    pub qps: Curve,
+}
+
+struct Spike {
+    workload: String,
+    factor: f64,
+    until: Instant,
+}
+
+pub struct LoadModel {
+    started: Instant,
+    workloads: RwLock<HashMap<String, WorkloadLoad>>,
+    spikes: RwLock<Vec<Spike>>,
+}
+
+impl Default for LoadModel {
+    fn default() -> Self {
+        LoadModel { started: Instant::now(), workloads: RwLock::new(HashMap::new()), spikes: RwLock::new(Vec::new()) }
+    }
+}
+
+fn cpu_quantity(millicores: f64) -> String {
+    format!("{}n", (millicores * 1e6).max(0.0).round() as u64)
+}
+
+fn memory_quantity(bytes: f64) -> String {
+    format!("{}Ki", (bytes / 1024.0).max(0.0).round() as u64)
+}
+
+impl LoadModel {
+    pub fn set(&self, workload: &str, load: WorkloadLoad) {
+        self.workloads.write().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(workload.to_string(), load);
+    }
+
+    /// Multiplies a workload's load by `factor` for `duration`.
+    pub fn spike(&self, workload: &str, factor: f64, duration: Duration) {
+        let spike = Spike { workload: workload.to_string(), factor, until: Instant::now() + duration };
+        self.spikes.write().unwrap_or_else(|poisoned| poisoned.into_inner()).push(spike);
+    }
+
+    fn factor(&self, workload: &str) -> f64 {
+        let now = Instant::now();
+        let spikes = self.spikes.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        spikes.iter().filter(|spike| spike.workload == workload && spike.until > now).map(|spike| spike.factor).product()
+    }
+
+    fn sample(&self, workload: &str, pick: impl Fn(&WorkloadLoad) -> &Curve, default: f64) -> f64 {
+        let workloads = self.workloads.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let base = workloads.get(workload).map_or(default, |load| {
+            let curve = pick(load);
+            if curve.0.is_empty() { default } else { curve.at(self.started.elapsed()) }
+        });
+        base * self.factor(workload)
+    }
+
+    /// (millicores, bytes) a running pod uses now.
+    pub fn pod_usage(&self, pod: &Value) -> (f64, f64) {
+        let workload = pod.pointer(&format!("/metadata/labels/{}", WORKLOAD_LABEL.replace('/', "~1"))).and_then(Value::as_str).unwrap_or("");
+        let (mut cpu, mut memory) = (0.0, 0.0);
+        for container in pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
+            let request = |name: &str| container.pointer(&format!("/resources/requests/{name}")).and_then(Value::as_str);
+            cpu += request("cpu").and_then(|value| wasp_sdk::quantity::cpu_millis(value).ok()).unwrap_or(100) as f64;
+            memory += request("memory").and_then(|value| wasp_sdk::quantity::whole_units(value).ok()).unwrap_or(128 << 20) as f64;
+        }
+        (cpu * self.sample(workload, |load| &load.cpu, 0.5), memory * self.sample(workload, |load| &load.memory, 0.6))
+    }
+
+    /// Requests per second of one of `ready` pods of a workload.
+    pub fn pod_qps(&self, workload: &str, ready: usize) -> f64 {
+        self.sample(workload, |load| &load.qps, 0.0) / ready.max(1) as f64
+    }
+}
+
+fn is_running(pod: &Value) -> bool {
+    pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+}
+
+fn pod_metrics(state: &ServerState, pod: &Value) -> Value {
+    let (cpu, memory) = state.load.pod_usage(pod);
+    let containers = pod.pointer("/spec/containers").and_then(Value::as_array).map_or(1, Vec::len).max(1) as f64;
+    let per_container: Vec<Value> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|container| json!({"name": container["name"], "usage": {"cpu": cpu_quantity(cpu / containers), "memory": memory_quantity(memory / containers)}}))
+        .collect();
+    json!({
+        "kind": "PodMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
+        "metadata": {"name": name_of(pod), "namespace": namespace_of(pod), "creationTimestamp": now_rfc3339(), "labels": pod.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
+        "timestamp": now_rfc3339(), "window": "15s", "containers": per_container,
+    })
+}
+
+fn node_metrics(state: &ServerState, node: &Value, pods: &[std::sync::Arc<Value>]) -> Value {
+    let name = name_of(node);
+    let (cpu, memory) = pods
+        .iter()
+        .filter(|pod| is_running(pod) && pod.pointer("/spec/nodeName").and_then(Value::as_str) == Some(name))
+        .map(|pod| state.load.pod_usage(pod))
+        .fold((0.0, 0.0), |(cpu, memory), (pod_cpu, pod_memory)| (cpu + pod_cpu, memory + pod_memory));
+    json!({
+        "kind": "NodeMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
+        "metadata": {"name": name, "creationTimestamp": now_rfc3339(), "labels": node.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
+        "timestamp": now_rfc3339(), "window": "15s",
+        "usage": {"cpu": cpu_quantity(cpu), "memory": memory_quantity(memory)},
+    })
+}
+
+fn list(kind: &str, api_version: &str, items: Vec<Value>) -> Value {
+    json!({"kind": kind, "apiVersion": api_version, "metadata": {}, "items": items})
+}
+
+pub fn serve(state: &ServerState, method: &Method, target: &Target, query: &HashMap<String, String>) -> Result<Response, ApiError> {
+    if *method != Method::GET {
+        return Err(ApiError::method_not_allowed("metrics are read-only"));
+    }
+    let store = &state.store;
+    let pods = store.all(resources::pods());
+    let in_namespace = |pod: &&std::sync::Arc<Value>, namespace: &Option<String>| namespace.as_deref().is_none_or(|namespace| namespace_of(pod) == namespace);
+    let mut body = match target {
+        Target::Collection { resource, namespace } if resource.kind == "PodMetrics" => {
+            let items = pods.iter().filter(|pod| is_running(pod) && in_namespace(pod, namespace)).map(|pod| pod_metrics(state, pod)).collect();
+            list("PodMetricsList", "metrics.k8s.io/v1beta1", items)
+        }
+        Target::Object { resource, namespace, name } if resource.kind == "PodMetrics" => {
+            let pod = store.get(resources::pods(), namespace.as_deref(), name)?;
+            if !is_running(&pod) {
+                return Err(ApiError::not_found("pods", "metrics.k8s.io", name));
+            }
+            pod_metrics(state, &pod)
+        }
+        Target::Collection { resource, .. } if resource.kind == "NodeMetrics" => {
+            let items = store.all(resources::nodes()).iter().map(|node| node_metrics(state, node, &pods)).collect();
+            list("NodeMetricsList", "metrics.k8s.io/v1beta1", items)
+        }
+        Target::Object { resource, name, .. } if resource.kind == "NodeMetrics" => {
+            let node = store.get(resources::nodes(), None, name)?;
+            node_metrics(state, &node, &pods)
+        }
+        // custom.metrics.k8s.io: /namespaces/{ns}/pods/{name or *}/{metric}
+        Target::Subresource { resource, namespace, name, sub } if resource.kind == "MetricValue" => {
+            if sub != REQUESTS_PER_SECOND {
+                return Err(ApiError::not_found("pods", "custom.metrics.k8s.io", sub));
+            }
+            let workload_of = |pod: &Value| pod.pointer(&format!("/metadata/labels/{}", WORKLOAD_LABEL.replace('/', "~1"))).and_then(Value::as_str).unwrap_or("").to_string();
+            let ready: Vec<&std::sync::Arc<Value>> = pods.iter().filter(|pod| in_namespace(pod, namespace) && crate::pdb::is_ready(pod)).collect();
+            let mut ready_per_workload: HashMap<String, usize> = HashMap::new();
+            for pod in &ready {
+                *ready_per_workload.entry(workload_of(pod)).or_default() += 1;
+            }
+            let items = ready
+                .iter()
+                .filter(|pod| name == "*" || name_of(pod) == name)
+                .map(|pod| {
+                    let workload = workload_of(pod);
+                    let qps = state.load.pod_qps(&workload, ready_per_workload[&workload]);
+                    json!({
+                        "describedObject": {"kind": "Pod", "namespace": namespace_of(pod), "name": name_of(pod), "apiVersion": "/v1"},
+                        "metric": {"name": sub, "selector": null},
+                        "timestamp": now_rfc3339(), "windowSeconds": 15,
+                        "value": format!("{}m", (qps * 1000.0).round() as u64),
+                    })
+                })
+                .collect();
+            list("MetricValueList", "custom.metrics.k8s.io/v1beta2", items)
+        }
+        _ => return Err(ApiError::not_found("metrics", "", "")),
+    };
+    if let Some(selector) = query.get("labelSelector") {
+        filter_by_labels(&mut body, &LabelSelector::parse(selector)?);
+    }
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+/// `kubectl top -l app=web`: metric lists filtered by the labels they copy from their pods and nodes.
+fn filter_by_labels(body: &mut Value, selector: &LabelSelector) {
+    if let Some(items) = body.get_mut("items").and_then(Value::as_array_mut) {
+        items.retain(|item| selector.matches(item));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn curves_interpolate_and_hold_their_ends() {
+        let curve = Curve(vec![Point { at: Duration::from_secs(10), value: 1.0 }, Point { at: Duration::from_secs(20), value: 3.0 }]);
+        assert_eq!(curve.at(Duration::ZERO), 1.0);
+        assert_eq!(curve.at(Duration::from_secs(15)), 2.0);
+        assert_eq!(curve.at(Duration::from_secs(60)), 3.0);
+        assert_eq!(Curve::default().at(Duration::ZERO), 0.0);
+    }
+
+    #[test]
+    fn quantities_use_metrics_server_units() {
+        assert_eq!(cpu_quantity(250.0), "250000000n");
+        assert_eq!(memory_quantity(1048576.0), "1024Ki");
+    }
+}

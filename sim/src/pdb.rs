@@ -1,0 +1,63 @@
+//! PodDisruptionBudget arithmetic: how many matching pods are healthy, how many must stay, how many may go.
+
+use crate::selectors_k8s::label_selector_matches;
+use serde_json::{json, Value};
+
+pub struct Budget {
+    pub expected: i64,
+    pub current_healthy: i64,
+    pub desired_healthy: i64,
+    pub disruptions_allowed: i64,
+}
+
+pub fn is_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|conditions| {
+            conditions.iter().any(|condition| condition["type"] == "Ready" && condition["status"] == "True")
+        })
+        && pod.pointer("/metadata/deletionTimestamp").is_none()
+}
+
+/// An int-or-percent value against a total; percentages round up, as the disruption controller does.
+fn int_or_percent(value: &Value, total: i64) -> Option<i64> {
+    match value {
+        Value::Number(number) => number.as_i64(),
+        Value::String(text) => {
+            let percent: i64 = text.strip_suffix('%')?.parse().ok()?;
+            Some((percent * total + 99) / 100)
+        }
+        _ => None,
+    }
+}
+
+/// The budget of `pdb` over the pods of its namespace.
+pub fn budget<'a>(pdb: &Value, pods: impl Iterator<Item = &'a Value>) -> Budget {
+    let namespace = pdb.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+    let selector = pdb.pointer("/spec/selector").cloned().unwrap_or(json!({}));
+    let matching: Vec<&Value> = pods
+        .filter(|pod| pod.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace))
+        .filter(|pod| label_selector_matches(&selector, pod))
+        .filter(|pod| !matches!(pod.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed")))
+        .collect();
+    let expected = matching.len() as i64;
+    let current_healthy = matching.iter().filter(|pod| is_ready(pod)).count() as i64;
+    let desired_healthy = if let Some(min) = pdb.pointer("/spec/minAvailable") {
+        int_or_percent(min, expected).unwrap_or(expected)
+    } else if let Some(max) = pdb.pointer("/spec/maxUnavailable") {
+        expected - int_or_percent(max, expected).unwrap_or(0)
+    } else {
+        expected
+    };
+    Budget { expected, current_healthy, desired_healthy, disruptions_allowed: (current_healthy - desired_healthy).max(0) }
+}
+
+pub fn status_of(budget: &Budget, generation: &Value) -> Value {
+    json!({
+        "currentHealthy": budget.current_healthy,
+        "desiredHealthy": budget.desired_healthy,
+        "disruptionsAllowed": budget.disruptions_allowed,
+        "expectedPods": budget.expected,
+        "observedGeneration": generation,
+    })
+}

@@ -1,0 +1,156 @@
+//! The API resources the simulator serves, with what discovery reports about them.
+
+use serde_json::{json, Value};
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct ResourceType {
+    /// Empty for the core group.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub subresources: &'static [&'static str],
+    /// Computed on read (metrics APIs): no create, update or delete.
+    pub read_only: bool,
+}
+
+impl ResourceType {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.to_string() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    /// `pods`, `apps/deployments`: identifies the resource in the store and in errors.
+    pub fn id(&self) -> String {
+        if self.group.is_empty() { self.plural.to_string() } else { format!("{}.{}", self.plural, self.group) }
+    }
+}
+
+macro_rules! resource {
+    ($group:literal, $version:literal, $kind:literal, $plural:literal, $singular:literal, $namespaced:literal,
+     [$($short:literal),*], [$($sub:literal),*], $read_only:literal) => {
+        ResourceType {
+            group: $group,
+            version: $version,
+            kind: $kind,
+            plural: $plural,
+            singular: $singular,
+            namespaced: $namespaced,
+            short_names: &[$($short),*],
+            subresources: &[$($sub),*],
+            read_only: $read_only,
+        }
+    };
+}
+
+pub static RESOURCES: &[ResourceType] = &[
+    resource!("", "v1", "Namespace", "namespaces", "namespace", false, ["ns"], ["status"], false),
+    resource!("", "v1", "Node", "nodes", "node", false, ["no"], ["status"], false),
+    resource!("", "v1", "Pod", "pods", "pod", true, ["po"], ["binding", "eviction", "status"], false),
+    resource!("", "v1", "Event", "events", "event", true, ["ev"], [], false),
+    resource!("", "v1", "ConfigMap", "configmaps", "configmap", true, ["cm"], [], false),
+    resource!("events.k8s.io", "v1", "Event", "events", "event", true, ["ev"], [], false),
+    resource!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true, [], [], false),
+    resource!("apps", "v1", "Deployment", "deployments", "deployment", true, ["deploy"], ["scale", "status"], false),
+    resource!("apps", "v1", "ReplicaSet", "replicasets", "replicaset", true, ["rs"], ["scale", "status"], false),
+    resource!("apps", "v1", "StatefulSet", "statefulsets", "statefulset", true, ["sts"], ["scale", "status"], false),
+    resource!("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", true, ["pdb"], ["status"], false),
+    resource!("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", true, [], [], true),
+    resource!("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", false, [], [], true),
+    resource!("custom.metrics.k8s.io", "v1beta2", "MetricValue", "pods", "", true, [], [], true),
+];
+
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
+    RESOURCES.iter().find(|resource| resource.group == group && resource.version == version && resource.plural == plural)
+}
+
+pub fn find_kind(api_version: &str, kind: &str) -> Option<&'static ResourceType> {
+    RESOURCES.iter().find(|resource| resource.api_version() == api_version && resource.kind == kind)
+}
+
+pub fn pods() -> &'static ResourceType {
+    find("", "v1", "pods").expect("pods are served")
+}
+
+pub fn nodes() -> &'static ResourceType {
+    find("", "v1", "nodes").expect("nodes are served")
+}
+
+/// Group/version pairs in discovery order.
+fn group_versions() -> Vec<(&'static str, &'static str)> {
+    let mut pairs: Vec<(&str, &str)> = Vec::new();
+    for resource in RESOURCES {
+        if !pairs.contains(&(resource.group, resource.version)) {
+            pairs.push((resource.group, resource.version));
+        }
+    }
+    pairs
+}
+
+pub fn api_versions() -> Value {
+    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})
+}
+
+pub fn api_group_list() -> Value {
+    let groups: Vec<Value> = group_versions()
+        .into_iter()
+        .filter(|(group, _)| !group.is_empty())
+        .map(|(group, version)| {
+            let group_version = json!({"groupVersion": format!("{group}/{version}"), "version": version});
+            json!({"name": group, "versions": [group_version.clone()], "preferredVersion": group_version})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+pub fn api_group(group: &str) -> Option<Value> {
+    let (_, version) = group_versions().into_iter().find(|(name, _)| *name == group)?;
+    let group_version = json!({"groupVersion": format!("{group}/{version}"), "version": version});
+    Some(json!({"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [group_version.clone()], "preferredVersion": group_version}))
+}
+
+pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    let served: Vec<&ResourceType> =
+        RESOURCES.iter().filter(|resource| resource.group == group && resource.version == version).collect();
+    if served.is_empty() {
+        return None;
+    }
+    let mut entries = Vec::new();
+    for resource in &served {
+        let verbs: &[&str] = if resource.read_only {
+            &["get", "list"]
+        } else {
+            &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        };
+        entries.push(json!({
+            "name": resource.plural, "singularName": resource.singular, "namespaced": resource.namespaced,
+            "kind": resource.kind, "verbs": verbs, "shortNames": resource.short_names,
+        }));
+        for sub in resource.subresources {
+            let (kind, verbs): (String, &[&str]) = match *sub {
+                "binding" => ("Binding".into(), &["create"]),
+                "eviction" => ("Eviction".into(), &["create"]),
+                "scale" => ("Scale".into(), &["get", "patch", "update"]),
+                _ => (resource.kind.to_string(), &["get", "patch", "update"]),
+            };
+            let mut entry = json!({"name": format!("{}/{sub}", resource.plural), "singularName": "", "namespaced": resource.namespaced, "kind": kind, "verbs": verbs});
+            if *sub == "scale" {
+                entry["group"] = json!("autoscaling");
+                entry["version"] = json!("v1");
+            }
+            if *sub == "eviction" {
+                entry["group"] = json!("policy");
+                entry["version"] = json!("v1");
+            }
+            entries.push(entry);
+        }
+    }
+    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": entries}))
+}

@@ -1,0 +1,479 @@
+//! Scenarios: a simulated cluster described in YAML (node groups, workloads, load curves, faults) and timed
+//! events (cordon, taint, drain, node failure, scaling, load spikes). See `sim/scenarios/` for examples.
+
+use crate::controllers::KubeletSettings;
+use crate::error::ApiError;
+use crate::faults::FaultSpec;
+use crate::metrics::{LoadModel, WorkloadLoad, WORKLOAD_LABEL};
+use crate::resources;
+use crate::store::{name_of, now_rfc3339, Store};
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Scenario {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub kubelet: KubeletSettings,
+    #[serde(default)]
+    pub faults: FaultSpec,
+    #[serde(default)]
+    pub node_groups: Vec<NodeGroup>,
+    #[serde(default)]
+    pub workloads: Vec<Workload>,
+    #[serde(default)]
+    pub events: Vec<TimedEvent>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeGroup {
+    pub name: String,
+    pub count: u32,
+    pub cpu: String,
+    pub memory: String,
+    #[serde(default = "default_max_pods")]
+    pub pods: u32,
+    #[serde(default)]
+    pub ephemeral_storage: Option<String>,
+    /// Extended resources (`nvidia.com/gpu: "1"`).
+    #[serde(default)]
+    pub extended: BTreeMap<String, String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub taints: Vec<TaintSpec>,
+    /// Nodes are spread over these zones in turn (label `topology.kubernetes.io/zone`).
+    #[serde(default)]
+    pub zones: Vec<String>,
+}
+
+fn default_max_pods() -> u32 {
+    110
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TaintSpec {
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+    pub effect: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
+pub enum WorkloadKind {
+    #[default]
+    Deployment,
+    StatefulSet,
+    /// Bare pods, no controller.
+    Pods,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Workload {
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    #[serde(default)]
+    pub kind: WorkloadKind,
+    pub replicas: u32,
+    #[serde(default)]
+    pub scheduler_name: Option<String>,
+    #[serde(default)]
+    pub cpu: Option<String>,
+    #[serde(default)]
+    pub memory: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// Merged into the generated pod spec: nodeSelector, affinity, tolerations, topologySpreadConstraints, ...
+    #[serde(default)]
+    pub pod_spec: Option<Value>,
+    #[serde(default)]
+    pub pdb: Option<PdbSpec>,
+    #[serde(default)]
+    pub load: WorkloadLoad,
+}
+
+fn default_namespace() -> String {
+    "default".into()
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PdbSpec {
+    #[serde(default)]
+    pub min_available: Option<Value>,
+    #[serde(default)]
+    pub max_unavailable: Option<Value>,
+}
+
+/// `deny_unknown_fields` sits on [`Action`]: serde cannot combine it with `flatten` here.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct TimedEvent {
+    #[serde(with = "humantime_serde")]
+    pub at: Duration,
+    #[serde(flatten)]
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "action", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Action {
+    Cordon { node: String },
+    Uncordon { node: String },
+    Taint { node: String, key: String, #[serde(default)] value: String, effect: String },
+    Untaint { node: String, key: String },
+    /// Cordon, then evict every pod (retrying while budgets block), like `kubectl drain`.
+    Drain { node: String },
+    /// The node stops reporting: Ready becomes Unknown and the unreachable taints are added.
+    FailNode { node: String },
+    RecoverNode { node: String },
+    Scale { workload: String, #[serde(default = "default_namespace")] namespace: String, replicas: u32 },
+    LoadSpike { workload: String, factor: f64, #[serde(with = "humantime_serde")] duration: Duration },
+}
+
+impl Scenario {
+    /// Reads and validates a scenario; errors name the file, the field and the line.
+    pub fn load(path: &Path) -> anyhow::Result<Scenario> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading scenario {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("scenario {}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Scenario> {
+        // serde_yaml's errors already name the field path, line and column.
+        let scenario: Scenario = serde_yaml::from_str(text)?;
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    pub fn node_names(&self) -> Vec<String> {
+        self.node_groups.iter().flat_map(|group| (0..group.count).map(move |index| format!("{}-{index}", group.name))).collect()
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        self.faults.validate().map_err(anyhow::Error::msg)?;
+        let mut groups = BTreeSet::new();
+        for (index, group) in self.node_groups.iter().enumerate() {
+            let field = format!("nodeGroups[{index}]");
+            if !groups.insert(&group.name) {
+                bail!("{field}.name: {:?} is used twice", group.name);
+            }
+            wasp_sdk::quantity::cpu_millis(&group.cpu).with_context(|| format!("{field}.cpu"))?;
+            wasp_sdk::quantity::whole_units(&group.memory).with_context(|| format!("{field}.memory"))?;
+            for (name, value) in &group.extended {
+                wasp_sdk::quantity::whole_units(value).with_context(|| format!("{field}.extended.{name}"))?;
+            }
+            for (position, taint) in group.taints.iter().enumerate() {
+                check_effect(&taint.effect).with_context(|| format!("{field}.taints[{position}].effect"))?;
+            }
+        }
+        let mut workloads = BTreeSet::new();
+        for (index, workload) in self.workloads.iter().enumerate() {
+            let field = format!("workloads[{index}]");
+            if !workloads.insert((&workload.namespace, &workload.name)) {
+                bail!("{field}.name: {}/{} is used twice", workload.namespace, workload.name);
+            }
+            if let Some(cpu) = &workload.cpu {
+                wasp_sdk::quantity::cpu_millis(cpu).with_context(|| format!("{field}.cpu"))?;
+            }
+            if let Some(memory) = &workload.memory {
+                wasp_sdk::quantity::whole_units(memory).with_context(|| format!("{field}.memory"))?;
+            }
+            if workload.pod_spec.as_ref().is_some_and(|spec| !spec.is_object()) {
+                bail!("{field}.podSpec: must be a mapping of pod spec fields");
+            }
+        }
+        let nodes: BTreeSet<String> = self.node_names().into_iter().collect();
+        for (index, event) in self.events.iter().enumerate() {
+            let field = format!("events[{index}]");
+            match &event.action {
+                Action::Cordon { node } | Action::Uncordon { node } | Action::Drain { node } | Action::FailNode { node } | Action::RecoverNode { node } | Action::Untaint { node, .. } | Action::Taint { node, .. } => {
+                    if !nodes.contains(node) {
+                        bail!("{field}.node: no node {node:?} in the node groups (nodes are named <group>-<index>)");
+                    }
+                    if let Action::Taint { effect, .. } = &event.action {
+                        check_effect(effect).with_context(|| format!("{field}.effect"))?;
+                    }
+                }
+                Action::Scale { workload, namespace, .. } => {
+                    if !workloads.contains(&(namespace, workload)) {
+                        bail!("{field}.workload: no workload {namespace}/{workload}");
+                    }
+                }
+                Action::LoadSpike { workload, factor, .. } => {
+                    if !self.workloads.iter().any(|candidate| &candidate.name == workload) {
+                        bail!("{field}.workload: no workload {workload:?}");
+                    }
+                    if *factor < 0.0 {
+                        bail!("{field}.factor: must not be negative");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the namespaces, nodes, workloads and budgets, and registers the load curves.
+    pub fn apply(&self, store: &Store, load: &LoadModel) -> Result<(), ApiError> {
+        let namespaces = resources::find("", "v1", "namespaces").expect("served");
+        let mut wanted: BTreeSet<&str> = ["default", "kube-system"].into();
+        wanted.extend(self.workloads.iter().map(|workload| workload.namespace.as_str()));
+        for namespace in wanted {
+            if store.get(namespaces, None, namespace).is_err() {
+                store.create(namespaces, None, json!({"metadata": {"name": namespace}, "status": {"phase": "Active"}}))?;
+            }
+        }
+        for group in &self.node_groups {
+            for index in 0..group.count {
+                store.create(resources::nodes(), None, node_object(group, index))?;
+            }
+        }
+        for workload in &self.workloads {
+            create_workload(store, workload)?;
+            load.set(&workload.name, workload.load.clone());
+        }
+        Ok(())
+    }
+
+    /// Runs the timed events, relative to now.
+    pub fn spawn_events(&self, store: Arc<Store>, load: Arc<LoadModel>) {
+        let mut events = self.events.clone();
+        events.sort_by_key(|event| event.at);
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            for event in events {
+                tokio::time::sleep_until(started + event.at).await;
+                tracing::info!(at = ?event.at, action = ?event.action, "scenario event");
+                if let Err(error) = run_action(&store, &load, &event.action).await {
+                    tracing::warn!(action = ?event.action, %error, "scenario event failed");
+                }
+            }
+        });
+    }
+}
+
+fn check_effect(effect: &str) -> anyhow::Result<()> {
+    if ["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
+        Ok(())
+    } else {
+        bail!("{effect:?} is not NoSchedule, PreferNoSchedule or NoExecute")
+    }
+}
+
+fn node_object(group: &NodeGroup, index: u32) -> Value {
+    let name = format!("{}-{index}", group.name);
+    let mut labels = json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "sim.wasp.dev/node-group": group.name});
+    if !group.zones.is_empty() {
+        labels["topology.kubernetes.io/zone"] = json!(group.zones[index as usize % group.zones.len()]);
+    }
+    for (key, value) in &group.labels {
+        labels[key] = json!(value);
+    }
+    let mut capacity = json!({"cpu": group.cpu, "memory": group.memory, "pods": group.pods.to_string()});
+    capacity["ephemeral-storage"] = json!(group.ephemeral_storage.clone().unwrap_or_else(|| "100Gi".into()));
+    for (resource, value) in &group.extended {
+        capacity[resource] = json!(value);
+    }
+    let taints: Vec<Value> = group.taints.iter().map(|taint| json!({"key": taint.key, "value": taint.value, "effect": taint.effect})).collect();
+    json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": taints},
+        "status": {
+            "capacity": capacity, "allocatable": capacity,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}],
+            "nodeInfo": {"kubeletVersion": "v1.33.0-wasp-sim", "osImage": "wasp simulated node", "architecture": "amd64", "operatingSystem": "linux"},
+        },
+    })
+}
+
+fn pod_template(workload: &Workload) -> Value {
+    let mut labels = json!({"app": workload.name, WORKLOAD_LABEL: workload.name});
+    for (key, value) in &workload.labels {
+        labels[key] = json!(value);
+    }
+    let mut requests = json!({});
+    if let Some(cpu) = &workload.cpu {
+        requests["cpu"] = json!(cpu);
+    }
+    if let Some(memory) = &workload.memory {
+        requests["memory"] = json!(memory);
+    }
+    let mut spec = json!({"containers": [{"name": "app", "image": "registry.example/app:1", "resources": {"requests": requests}}], "terminationGracePeriodSeconds": 30});
+    if let Some(scheduler) = &workload.scheduler_name {
+        spec["schedulerName"] = json!(scheduler);
+    }
+    if let Some(priority) = workload.priority {
+        spec["priority"] = json!(priority);
+    }
+    if let Some(extra) = &workload.pod_spec {
+        json_patch::merge(&mut spec, extra);
+    }
+    json!({"metadata": {"labels": labels}, "spec": spec})
+}
+
+fn create_workload(store: &Store, workload: &Workload) -> Result<(), ApiError> {
+    let template = pod_template(workload);
+    let namespace = Some(workload.namespace.as_str());
+    let selector = json!({"matchLabels": {WORKLOAD_LABEL: workload.name}});
+    match workload.kind {
+        WorkloadKind::Pods => {
+            for index in 0..workload.replicas {
+                let mut pod = template.clone();
+                pod["metadata"]["name"] = json!(format!("{}-{index}", workload.name));
+                store.create(resources::pods(), namespace, pod)?;
+            }
+        }
+        WorkloadKind::Deployment | WorkloadKind::StatefulSet => {
+            let (plural, kind) = match workload.kind {
+                WorkloadKind::Deployment => ("deployments", "Deployment"),
+                _ => ("statefulsets", "StatefulSet"),
+            };
+            let object = json!({
+                "metadata": {"name": workload.name, "labels": {"app": workload.name}},
+                "spec": {"replicas": workload.replicas, "selector": selector, "template": template},
+            });
+            store.create(resources::find("apps", "v1", plural).expect("served"), namespace, object)
+                .map_err(|error| ApiError { message: format!("{kind} {}: {}", workload.name, error.message), ..error })?;
+        }
+    }
+    if let Some(pdb) = &workload.pdb {
+        let mut spec = json!({"selector": selector});
+        if let Some(min) = &pdb.min_available {
+            spec["minAvailable"] = min.clone();
+        }
+        if let Some(max) = &pdb.max_unavailable {
+            spec["maxUnavailable"] = max.clone();
+        }
+        let object = json!({"metadata": {"name": workload.name}, "spec": spec});
+        store.create(resources::find("policy", "v1", "poddisruptionbudgets").expect("served"), namespace, object)?;
+    }
+    Ok(())
+}
+
+fn set_taint(node: &mut Value, key: &str, value: &str, effect: &str) {
+    let mut taints: Vec<Value> = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
+    taints.retain(|taint| !(taint["key"] == key && taint["effect"] == effect));
+    taints.push(json!({"key": key, "value": value, "effect": effect}));
+    node["spec"]["taints"] = json!(taints);
+}
+
+fn remove_taints(node: &mut Value, key: &str) {
+    if let Some(taints) = node["spec"]["taints"].as_array_mut() {
+        taints.retain(|taint| taint["key"] != key);
+    }
+}
+
+fn set_ready(node: &mut Value, status: &str) {
+    let condition = json!({"type": "Ready", "status": status, "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()});
+    let mut conditions: Vec<Value> = node["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    conditions.retain(|existing| existing["type"] != "Ready");
+    conditions.push(condition);
+    node["status"]["conditions"] = json!(conditions);
+}
+
+const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+async fn run_action(store: &Store, load: &LoadModel, action: &Action) -> Result<(), ApiError> {
+    let nodes = resources::nodes();
+    let change_node = |node: &str, change: &dyn Fn(&mut Value)| {
+        store.mutate(nodes, None, node, |object| {
+            change(object);
+            Ok(())
+        })
+    };
+    match action {
+        Action::Cordon { node } => change_node(node, &|object| object["spec"]["unschedulable"] = json!(true)).map(drop),
+        Action::Uncordon { node } => change_node(node, &|object| object["spec"]["unschedulable"] = json!(false)).map(drop),
+        Action::Taint { node, key, value, effect } => change_node(node, &|object| set_taint(object, key, value, effect)).map(drop),
+        Action::Untaint { node, key } => change_node(node, &|object| remove_taints(object, key)).map(drop),
+        Action::FailNode { node } => change_node(node, &|object| {
+            set_ready(object, "Unknown");
+            set_taint(object, UNREACHABLE, "", "NoSchedule");
+            set_taint(object, UNREACHABLE, "", "NoExecute");
+        })
+        .map(drop),
+        Action::RecoverNode { node } => change_node(node, &|object| {
+            set_ready(object, "True");
+            remove_taints(object, UNREACHABLE);
+        })
+        .map(drop),
+        Action::Drain { node } => {
+            change_node(node, &|object| object["spec"]["unschedulable"] = json!(true))?;
+            for _attempt in 0..120 {
+                let remaining: Vec<Arc<Value>> = store
+                    .all(resources::pods())
+                    .into_iter()
+                    .filter(|pod| pod.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node.as_str()))
+                    .filter(|pod| pod.pointer("/metadata/deletionTimestamp").is_none())
+                    .collect();
+                if remaining.is_empty() {
+                    return Ok(());
+                }
+                for pod in remaining {
+                    let namespace = pod.pointer("/metadata/namespace").and_then(Value::as_str);
+                    if let Err(error) = crate::subresources::evict_pod(store, namespace, name_of(&pod)) {
+                        tracing::debug!(pod = name_of(&pod), %error, "drain: eviction refused, retrying");
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Ok(())
+        }
+        Action::Scale { workload, namespace, replicas } => {
+            let deployments = resources::find("apps", "v1", "deployments").expect("served");
+            let statefulsets = resources::find("apps", "v1", "statefulsets").expect("served");
+            let resource = if store.get(deployments, Some(namespace), workload).is_ok() { deployments } else { statefulsets };
+            store
+                .mutate(resource, Some(namespace), workload, |object| {
+                    object["spec"]["replicas"] = json!(replicas);
+                    Ok(())
+                })
+                .map(drop)
+        }
+        Action::LoadSpike { workload, factor, duration } => {
+            load.spike(workload, *factor, *duration);
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_field_and_line() {
+        let error = Scenario::parse("nodeGroups:\n- name: a\n  count: many\n  cpu: '4'\n  memory: 8Gi\n").unwrap_err();
+        let message = format!("{error:#}");
+        assert!(message.starts_with("nodeGroups[0].count: invalid type: string \"many\""), "{message}");
+        assert!(message.contains("line 3"), "{message}");
+
+        let error = Scenario::parse("nodeGroups:\n- {name: a, count: 1, cpu: lots, memory: 8Gi}\n").unwrap_err();
+        assert!(format!("{error:#}").starts_with("nodeGroups[0].cpu: invalid quantity \"lots\""), "{error:#}");
+
+        let error = Scenario::parse("events:\n- {at: 5s, action: cordon, node: ghost-0}\n").unwrap_err();
+        assert!(format!("{error:#}").contains("events[0].node: no node \"ghost-0\""), "{error:#}");
+
+        let error = Scenario::parse("events:\n- {at: 1s, action: scale, workload: web, replicas: 2, colour: blue}\nworkloads: [{name: web, replicas: 1}]\n").unwrap_err();
+        assert!(format!("{error:#}").contains("unknown field `colour`"), "{error:#}");
+        let error = Scenario::parse("workloads:\n- {name: web, replicas: 1, colour: blue}\n").unwrap_err();
+        assert!(format!("{error:#}").contains("unknown field `colour`"), "{error:#}");
+    }
+
+    #[test]
+    fn node_names_follow_groups() {
+        let scenario = Scenario::parse("nodeGroups:\n- {name: a, count: 2, cpu: '4', memory: 8Gi}\n- {name: b, count: 1, cpu: '4', memory: 8Gi}\n").unwrap();
+        assert_eq!(scenario.node_names(), ["a-0", "a-1", "b-0"]);
+    }
+}

@@ -1,0 +1,93 @@
+//! Running a simulator: the HTTP server on a loopback port, the controllers, the scenario, and a kubeconfig
+//! that points kubectl and kube-rs at it.
+
+use crate::api::{router, ServerState};
+use crate::faults::FaultPlan;
+use crate::metrics::LoadModel;
+use crate::scenario::Scenario;
+use crate::store::Store;
+use anyhow::Context;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Knobs of the server itself (the cluster is the scenario's).
+#[derive(Debug, Clone)]
+pub struct SimulatorOptions {
+    /// Changes kept for resuming watches; older resource versions get 410 Gone.
+    pub history: usize,
+    pub bookmark_interval: Duration,
+}
+
+impl Default for SimulatorOptions {
+    fn default() -> Self {
+        SimulatorOptions { history: crate::store::DEFAULT_HISTORY, bookmark_interval: Duration::from_secs(5) }
+    }
+}
+
+pub struct Simulator {
+    pub store: Arc<Store>,
+    pub state: Arc<ServerState>,
+    pub address: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Simulator {
+    /// Serves `scenario` on `bind` (port 0 picks a free port). Must run inside a tokio runtime.
+    pub async fn start(scenario: &Scenario, bind: SocketAddr) -> anyhow::Result<Simulator> {
+        Self::start_with(scenario, bind, SimulatorOptions::default()).await
+    }
+
+    pub async fn start_with(scenario: &Scenario, bind: SocketAddr, options: SimulatorOptions) -> anyhow::Result<Simulator> {
+        let store = Arc::new(Store::with_history(options.history));
+        let load = Arc::new(LoadModel::default());
+        scenario.apply(&store, &load).map_err(|error| anyhow::anyhow!("applying the scenario: {}", error.message))?;
+        let state = Arc::new(ServerState {
+            store: store.clone(),
+            faults: FaultPlan::new(scenario.faults.clone()),
+            load: load.clone(),
+            bookmark_interval: options.bookmark_interval,
+        });
+        crate::controllers::spawn(store.clone(), scenario.kubelet.clone());
+        scenario.spawn_events(store.clone(), load);
+        let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;
+        let address = listener.local_addr()?;
+        let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = router(state.clone());
+        tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                let _ = stopped.await;
+            });
+            if let Err(error) = serve.await {
+                tracing::error!(%error, "simulator server stopped");
+            }
+        });
+        tracing::info!(%address, scenario = %scenario.name, nodes = scenario.node_names().len(), "simulated API server listening");
+        Ok(Simulator { store, state, address, shutdown: Some(shutdown) })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// A kubeconfig with one context, `wasp-sim`, pointing at this server.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: wasp-sim\n  cluster:\n    server: {}\ncontexts:\n- name: wasp-sim\n  context:\n    cluster: wasp-sim\n    user: wasp-sim\n    namespace: default\ncurrent-context: wasp-sim\nusers:\n- name: wasp-sim\n  user:\n    token: wasp-sim\n",
+            self.url()
+        )
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path) -> anyhow::Result<()> {
+        std::fs::write(path, self.kubeconfig()).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}

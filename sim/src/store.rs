@@ -1,0 +1,489 @@
+//! The object store: every object as JSON, one global resource version, and a bounded history of changes that
+//! watches resume from. Writes are serialized under one lock, like etcd's single revision counter.
+
+use crate::error::ApiError;
+use crate::resources::ResourceType;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::broadcast;
+
+/// Changes kept by default for watches that resume from a resource version; older ones get `410 Gone`.
+pub const DEFAULT_HISTORY: usize = 100_000;
+/// Events buffered per watcher before a slow one is cut off (it then resumes or relists).
+const FAN_OUT_BUFFER: usize = 200_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Added => "ADDED",
+            EventKind::Modified => "MODIFIED",
+            EventKind::Deleted => "DELETED",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Event {
+    pub resource: &'static ResourceType,
+    pub kind: EventKind,
+    pub object: Arc<Value>,
+    /// The object before this change (for watches whose selector it leaves or enters).
+    pub previous: Option<Arc<Value>>,
+    pub revision: u64,
+}
+
+type Key = (String, String);
+
+struct State {
+    revision: u64,
+    objects: HashMap<String, BTreeMap<Key, Arc<Value>>>,
+    history: VecDeque<Arc<Event>>,
+    history_limit: usize,
+}
+
+pub struct Store {
+    state: Mutex<State>,
+    events: broadcast::Sender<Arc<Event>>,
+}
+
+/// One page of a list.
+pub struct Page {
+    pub items: Vec<Arc<Value>>,
+    pub revision: u64,
+    pub continue_token: Option<String>,
+}
+
+pub fn now_rfc3339() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+pub fn name_of(object: &Value) -> &str {
+    object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+}
+
+pub fn namespace_of(object: &Value) -> &str {
+    object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("")
+}
+
+fn key(resource: &ResourceType, namespace: Option<&str>, name: &str) -> Key {
+    (if resource.namespaced { namespace.unwrap_or("default").to_string() } else { String::new() }, name.to_string())
+}
+
+fn encode_token(key: &Key) -> String {
+    let raw = format!("{}\u{1}{}", key.0, key.1);
+    raw.bytes().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn decode_token(token: &str) -> Result<Key, ApiError> {
+    let invalid = || ApiError::bad_request(format!("invalid continue token {token:?}"));
+    let bytes: Vec<u8> = (0..token.len())
+        .step_by(2)
+        .map(|index| token.get(index..index + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()))
+        .collect::<Option<_>>()
+        .ok_or_else(invalid)?;
+    let text = String::from_utf8(bytes).map_err(|_| invalid())?;
+    let (namespace, name) = text.split_once('\u{1}').ok_or_else(invalid)?;
+    Ok((namespace.to_string(), name.to_string()))
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Store {
+    pub fn new() -> Self {
+        Self::with_history(DEFAULT_HISTORY)
+    }
+
+    /// A store that keeps `limit` changes for resuming watches.
+    pub fn with_history(limit: usize) -> Self {
+        let (events, _) = broadcast::channel(FAN_OUT_BUFFER);
+        let state = State { revision: 1, objects: HashMap::new(), history: VecDeque::new(), history_limit: limit.max(1) };
+        Store { state: Mutex::new(state), events }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn revision(&self) -> u64 {
+        self.lock().revision
+    }
+
+    /// Records a change: bumps the revision, stamps the object, stores it, keeps it in history, tells watchers.
+    fn commit(
+        &self,
+        state: &mut State,
+        resource: &'static ResourceType,
+        key: Key,
+        kind: EventKind,
+        mut object: Value,
+        previous: Option<Arc<Value>>,
+    ) -> Arc<Value> {
+        state.revision += 1;
+        let revision = state.revision;
+        object["metadata"]["resourceVersion"] = json!(revision.to_string());
+        let object = Arc::new(object);
+        let table = state.objects.entry(resource.id()).or_default();
+        if kind == EventKind::Deleted {
+            table.remove(&key);
+        } else {
+            table.insert(key, object.clone());
+        }
+        let event = Arc::new(Event { resource, kind, object: object.clone(), previous, revision });
+        state.history.push_back(event.clone());
+        if state.history.len() > state.history_limit {
+            state.history.pop_front();
+        }
+        // No receivers is fine: nobody is watching.
+        let _ = self.events.send(event);
+        object
+    }
+
+    pub fn get(&self, resource: &ResourceType, namespace: Option<&str>, name: &str) -> Result<Arc<Value>, ApiError> {
+        let state = self.lock();
+        state
+            .objects
+            .get(&resource.id())
+            .and_then(|table| table.get(&key(resource, namespace, name)))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(resource.plural, resource.group, name))
+    }
+
+    /// Objects in key order, from `continue_token` on, at most `limit` (0: all) that pass `keep`.
+    pub fn list(
+        &self,
+        resource: &ResourceType,
+        namespace: Option<&str>,
+        limit: usize,
+        continue_token: Option<&str>,
+        keep: impl Fn(&Value) -> bool,
+    ) -> Result<Page, ApiError> {
+        let start = continue_token.map(decode_token).transpose()?;
+        let state = self.lock();
+        let mut items = Vec::new();
+        let mut last = None;
+        let mut more = false;
+        if let Some(table) = state.objects.get(&resource.id()) {
+            let range = match &start {
+                Some(start) => table.range((std::ops::Bound::Excluded(start.clone()), std::ops::Bound::Unbounded)),
+                None => table.range::<Key, _>(..),
+            };
+            for (entry_key, object) in range {
+                if resource.namespaced && namespace.is_some_and(|namespace| entry_key.0 != namespace) {
+                    continue;
+                }
+                if !keep(object) {
+                    continue;
+                }
+                if limit > 0 && items.len() == limit {
+                    more = true;
+                    break;
+                }
+                items.push(object.clone());
+                last = Some(entry_key.clone());
+            }
+        }
+        let continue_token = if more { last.as_ref().map(encode_token) } else { None };
+        Ok(Page { items, revision: state.revision, continue_token })
+    }
+
+    /// Creates an object, filling in server-set metadata. `namespace` comes from the request path.
+    pub fn create(
+        &self,
+        resource: &'static ResourceType,
+        namespace: Option<&str>,
+        mut object: Value,
+    ) -> Result<Arc<Value>, ApiError> {
+        if !object.is_object() {
+            return Err(ApiError::bad_request(format!("the body of a {} must be a JSON object", resource.kind)));
+        }
+        check_type(resource, &object)?;
+        object["apiVersion"] = json!(resource.api_version());
+        object["kind"] = json!(resource.kind);
+        if !object.get("metadata").is_some_and(Value::is_object) {
+            object["metadata"] = json!({});
+        }
+        let namespace = if resource.namespaced {
+            let in_body = object.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
+            match (namespace, in_body) {
+                (Some(path), Some(body)) if path != body => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ))
+                }
+                (Some(path), _) => Some(path.to_string()),
+                (None, body) => Some(body.unwrap_or_else(|| "default".into())),
+            }
+        } else {
+            None
+        };
+        if let Some(namespace) = &namespace {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
+        let mut state = self.lock();
+        if let Some(namespace) = &namespace {
+            let namespaces = crate::resources::find("", "v1", "namespaces").expect("served");
+            let exists = state.objects.get(&namespaces.id()).is_some_and(|table| table.contains_key(&(String::new(), namespace.clone())));
+            if !exists {
+                return Err(ApiError::not_found("namespaces", "", namespace));
+            }
+        }
+        let name = match object.pointer("/metadata/name").and_then(Value::as_str) {
+            Some(name) if !name.is_empty() => name.to_string(),
+            _ => match object.pointer("/metadata/generateName").and_then(Value::as_str) {
+                Some(prefix) if !prefix.is_empty() => format!("{prefix}{}", random_suffix()),
+                _ => {
+                    return Err(ApiError::invalid(resource.kind, "", "metadata.name", "Required value: name or generateName is required"))
+                }
+            },
+        };
+        validate_name(resource, &name)?;
+        let object_key = key(resource, namespace.as_deref(), &name);
+        if state.objects.get(&resource.id()).is_some_and(|table| table.contains_key(&object_key)) {
+            return Err(ApiError::already_exists(resource.plural, resource.group, &name));
+        }
+        crate::defaults::apply(resource, &mut object)?;
+        let metadata = &mut object["metadata"];
+        metadata["name"] = json!(name);
+        metadata["uid"] = json!(uuid::Uuid::new_v4().to_string());
+        metadata["creationTimestamp"] = json!(now_rfc3339());
+        metadata["generation"] = json!(1);
+        if let Some(map) = metadata.as_object_mut() {
+            map.remove("deletionTimestamp");
+        }
+        Ok(self.commit(&mut state, resource, object_key, EventKind::Added, object, None))
+    }
+
+    /// Read-modify-write under the store lock. `change` may fail to abort. A change that leaves the object as it
+    /// was is not a write (no new resource version, no event), as in the real API server.
+    pub fn mutate(
+        &self,
+        resource: &'static ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        change: impl FnOnce(&mut Value) -> Result<(), ApiError>,
+    ) -> Result<Arc<Value>, ApiError> {
+        let mut state = self.lock();
+        let object_key = key(resource, namespace, name);
+        let current = state
+            .objects
+            .get(&resource.id())
+            .and_then(|table| table.get(&object_key))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(resource.plural, resource.group, name))?;
+        let mut updated = (*current).clone();
+        change(&mut updated)?;
+        // Identity fields never change through an update.
+        if !updated.get("metadata").is_some_and(Value::is_object) {
+            updated["metadata"] = json!({});
+        }
+        for field in ["name", "namespace", "uid", "creationTimestamp"] {
+            match current["metadata"].get(field) {
+                Some(value) => updated["metadata"][field] = value.clone(),
+                None => {
+                    updated["metadata"].as_object_mut().expect("set above").remove(field);
+                }
+            }
+        }
+        updated["apiVersion"] = current["apiVersion"].clone();
+        updated["kind"] = current["kind"].clone();
+        updated["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+        if updated == *current {
+            return Ok(current);
+        }
+        if updated.get("spec") != current.get("spec") {
+            let generation = current.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+            updated["metadata"]["generation"] = json!(generation + 1);
+        }
+        Ok(self.commit(&mut state, resource, object_key, EventKind::Modified, updated, Some(current)))
+    }
+
+    /// Removes an object now.
+    pub fn remove(&self, resource: &'static ResourceType, namespace: Option<&str>, name: &str) -> Result<Arc<Value>, ApiError> {
+        let mut state = self.lock();
+        let object_key = key(resource, namespace, name);
+        let current = state
+            .objects
+            .get(&resource.id())
+            .and_then(|table| table.get(&object_key))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(resource.plural, resource.group, name))?;
+        let object = (*current).clone();
+        Ok(self.commit(&mut state, resource, object_key, EventKind::Deleted, object, Some(current)))
+    }
+
+    /// Starts a watch: the changes after `since` still in history (or, without `since`, every existing object as
+    /// ADDED), then a live stream. Too old a `since` is `410 Gone`, and the client relists.
+    pub fn watch(
+        &self,
+        resource: &'static ResourceType,
+        since: Option<u64>,
+    ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>), ApiError> {
+        let state = self.lock();
+        let receiver = self.events.subscribe();
+        let backlog = match since {
+            Some(since) => {
+                let oldest = state.history.front().map_or(state.revision, |event| event.revision);
+                if since + 1 < oldest && since < state.revision {
+                    return Err(ApiError::gone(format!("too old resource version: {since} ({})", oldest - 1)));
+                }
+                state
+                    .history
+                    .iter()
+                    .filter(|event| event.revision > since && std::ptr::eq(event.resource, resource))
+                    .cloned()
+                    .collect()
+            }
+            None => state
+                .objects
+                .get(&resource.id())
+                .map(|table| {
+                    table
+                        .values()
+                        .map(|object| {
+                            let revision = object
+                                .pointer("/metadata/resourceVersion")
+                                .and_then(Value::as_str)
+                                .and_then(|text| text.parse().ok())
+                                .unwrap_or(0);
+                            Arc::new(Event { resource, kind: EventKind::Added, object: object.clone(), previous: None, revision })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        Ok((backlog, receiver))
+    }
+
+    /// Objects of a resource (all namespaces), for controllers.
+    pub fn all(&self, resource: &ResourceType) -> Vec<Arc<Value>> {
+        self.lock().objects.get(&resource.id()).map(|table| table.values().cloned().collect()).unwrap_or_default()
+    }
+
+    pub fn count(&self, resource: &ResourceType) -> usize {
+        self.lock().objects.get(&resource.id()).map_or(0, BTreeMap::len)
+    }
+
+    /// A receiver of every change, for controllers.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.events.subscribe()
+    }
+}
+
+fn check_type(resource: &ResourceType, object: &Value) -> Result<(), ApiError> {
+    let kind = object.get("kind").and_then(Value::as_str);
+    let api_version = object.get("apiVersion").and_then(Value::as_str);
+    if kind.is_some_and(|kind| kind != resource.kind) || api_version.is_some_and(|version| version != resource.api_version()) {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({}) does not match the expected API version ({}), or the kind ({}) is not {}",
+            api_version.unwrap_or(""),
+            resource.api_version(),
+            kind.unwrap_or(""),
+            resource.kind
+        )));
+    }
+    Ok(())
+}
+
+/// DNS-1123 subdomain, as the API server requires of most names.
+fn validate_name(resource: &ResourceType, name: &str) -> Result<(), ApiError> {
+    let valid = name.len() <= 253
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            resource.kind,
+            name,
+            "metadata.name",
+            "Invalid value: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+        ))
+    }
+}
+
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5).map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char).collect()
+}
+
+/// Checks an update's resource version against the stored one (optimistic concurrency).
+pub fn check_resource_version(resource: &ResourceType, current: &Value, update: &Value) -> Result<(), ApiError> {
+    let wanted = update.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|version| !version.is_empty());
+    let stored = current.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+    match wanted {
+        Some(wanted) if Some(wanted) != stored => Err(ApiError::conflict(
+            resource.plural,
+            resource.group,
+            name_of(current),
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources;
+
+    fn store_with_default_namespace() -> Store {
+        let store = Store::new();
+        store.create(resources::find("", "v1", "namespaces").unwrap(), None, json!({"metadata": {"name": "default"}})).unwrap();
+        store
+    }
+
+    #[test]
+    fn create_get_list_with_pages() {
+        let store = store_with_default_namespace();
+        for index in 0..5 {
+            store.create(resources::nodes(), None, json!({"metadata": {"name": format!("n{index}")}})).unwrap();
+        }
+        assert_eq!(name_of(&store.get(resources::nodes(), None, "n3").unwrap()), "n3");
+        let first = store.list(resources::nodes(), None, 2, None, |_| true).unwrap();
+        assert_eq!(first.items.len(), 2);
+        let second = store.list(resources::nodes(), None, 10, first.continue_token.as_deref(), |_| true).unwrap();
+        let names: Vec<&str> = second.items.iter().map(|item| name_of(item)).collect();
+        assert_eq!(names, ["n2", "n3", "n4"]);
+        assert!(second.continue_token.is_none());
+        assert_eq!(store.create(resources::nodes(), None, json!({"metadata": {"name": "n1"}})).unwrap_err().code, 409);
+    }
+
+    #[test]
+    fn unchanged_updates_are_not_writes() {
+        let store = store_with_default_namespace();
+        let node = store.create(resources::nodes(), None, json!({"metadata": {"name": "n1"}})).unwrap();
+        let same = store.mutate(resources::nodes(), None, "n1", |_| Ok(())).unwrap();
+        assert_eq!(node.pointer("/metadata/resourceVersion"), same.pointer("/metadata/resourceVersion"));
+        let changed = store.mutate(resources::nodes(), None, "n1", |object| {
+            object["spec"] = json!({"unschedulable": true});
+            Ok(())
+        });
+        assert_ne!(node.pointer("/metadata/resourceVersion"), changed.unwrap().pointer("/metadata/resourceVersion"));
+    }
+
+    #[test]
+    fn watch_resumes_from_history_and_expires() {
+        let store = store_with_default_namespace();
+        store.create(resources::nodes(), None, json!({"metadata": {"name": "a"}})).unwrap();
+        let since = store.revision();
+        store.create(resources::nodes(), None, json!({"metadata": {"name": "b"}})).unwrap();
+        let (backlog, _) = store.watch(resources::nodes(), Some(since)).unwrap();
+        assert_eq!(backlog.len(), 1);
+        assert_eq!(name_of(&backlog[0].object), "b");
+        let (initial, _) = store.watch(resources::nodes(), None).unwrap();
+        assert_eq!(initial.len(), 2, "a watch without a version starts with every object");
+    }
+}

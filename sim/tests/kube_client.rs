@@ -1,0 +1,304 @@
+//! The simulator through kube-rs, the way the host talks to a cluster: real HTTP on a loopback port.
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use std::time::Duration;
+use wasp_sim::{Scenario, Simulator, SimulatorOptions};
+
+const SCENARIO: &str = r#"
+name: test
+kubelet: {readyDelay: 50ms, terminationDelay: 50ms}
+nodeGroups:
+- {name: worker, count: 3, cpu: "4", memory: 16Gi, zones: [a, b]}
+workloads:
+- {name: web, replicas: 2, schedulerName: wasp, cpu: 500m, memory: 256Mi, pdb: {minAvailable: 2}}
+"#;
+
+/// Three nodes and nothing running: nothing changes unless the test changes it.
+const QUIET: &str = "nodeGroups: [{name: worker, count: 3, cpu: '4', memory: 16Gi}]\n";
+
+async fn start(scenario: &str) -> (Simulator, Client) {
+    let scenario = Scenario::parse(scenario).unwrap();
+    let options = SimulatorOptions { history: 1000, ..Default::default() };
+    let simulator = Simulator::start_with(&scenario, "127.0.0.1:0".parse().unwrap(), options).await.unwrap();
+    let mut config = kube::Config::new(simulator.url().parse().unwrap());
+    // kube-rs retries 429/503/504 for minutes by default; these tests want to see each answer.
+    config.default_retry = false;
+    let client = Client::try_from(config).unwrap();
+    (simulator, client)
+}
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "test"}},
+        "spec": {"schedulerName": "wasp", "containers": [{"name": "app", "image": "x", "resources": {"requests": {"cpu": "100m"}}}]}
+    }))
+    .unwrap()
+}
+
+async fn eventually<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    for _ in 0..200 {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crud_selectors_and_conflicts() {
+    let (_simulator, client) = start(SCENARIO).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let created = pods.create(&PostParams::default(), &pod("solo")).await.unwrap();
+    assert_eq!(created.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
+    assert!(created.metadata.uid.is_some());
+
+    // Label and field selectors.
+    eventually("two web pods and solo pending for wasp", async || {
+        let unassigned = pods.list(&ListParams::default().fields("spec.nodeName=,spec.schedulerName=wasp")).await.unwrap();
+        (unassigned.items.len() == 3).then_some(())
+    })
+    .await;
+    let labelled = pods.list(&ListParams::default().labels("app=test")).await.unwrap();
+    assert_eq!(labelled.items.len(), 1);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let zone_a = nodes.list(&ListParams::default().labels("topology.kubernetes.io/zone in (a)")).await.unwrap();
+    assert_eq!(zone_a.items.len(), 2);
+
+    // Paging.
+    let first = nodes.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(first.items.len(), 2);
+    let token = first.metadata.continue_.clone().unwrap();
+    let rest = nodes.list(&ListParams::default().limit(2).continue_token(&token)).await.unwrap();
+    assert_eq!(rest.items.len(), 1);
+
+    // Optimistic concurrency: a stale resourceVersion is a 409 Conflict.
+    let mut stale = created.clone();
+    pods.patch("solo", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"v": "2"}}}))).await.unwrap();
+    stale.metadata.labels.as_mut().unwrap().insert("v".into(), "3".into());
+    match pods.replace("solo", &PostParams::default(), &stale).await {
+        Err(kube::Error::Api(status)) => assert_eq!((status.code, status.reason.as_str()), (409, "Conflict")),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+
+    // JSON patch and strategic merge (cordon).
+    let patched = pods.patch("solo", &PatchParams::default(), &Patch::<()>::Json(serde_json::from_value(json!([{"op": "add", "path": "/metadata/annotations", "value": {"a": "b"}}])).unwrap())).await.unwrap();
+    assert_eq!(patched.metadata.annotations.unwrap()["a"], "b");
+    let cordoned = nodes.patch("worker-0", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"unschedulable": true}}))).await.unwrap();
+    assert_eq!(cordoned.spec.unwrap().unschedulable, Some(true));
+
+    // Unbound pods are deleted at once; errors are Status objects with the right reason.
+    pods.delete("solo", &DeleteParams::default()).await.unwrap();
+    match pods.get("solo").await {
+        Err(kube::Error::Api(status)) => assert_eq!((status.code, status.reason.as_str(), status.message.as_str()), (404, "NotFound", "pods \"solo\" not found")),
+        other => panic!("expected not found, got {other:?}"),
+    }
+    match pods.create(&PostParams::default(), &pod("web-x")).await.and(pods.create(&PostParams::default(), &pod("web-x")).await) {
+        Err(kube::Error::Api(status)) => assert_eq!(status.reason, "AlreadyExists"),
+        other => panic!("expected already exists, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_starts_the_pod_and_cannot_happen_twice() {
+    let (_simulator, client) = start(SCENARIO).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("bind-me")).await.unwrap();
+    let binding = |node: &str| Binding {
+        metadata: ObjectMeta { name: Some("bind-me".into()), ..Default::default() },
+        target: ObjectReference { kind: Some("Node".into()), name: Some(node.into()), ..Default::default() },
+    };
+    let url = "/api/v1/namespaces/default/pods/bind-me/binding";
+    let request = |node: &str| http::Request::post(url).header("content-type", "application/json").body(serde_json::to_vec(&binding(node)).unwrap()).unwrap();
+    client.request::<serde_json::Value>(request("worker-1")).await.unwrap();
+    match client.request::<serde_json::Value>(request("worker-2")).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 409);
+            assert!(status.message.contains("is already assigned to node \"worker-1\""), "{}", status.message);
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let running = eventually("the pod to run", async || {
+        let pod = pods.get("bind-me").await.unwrap();
+        (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+    })
+    .await;
+    assert_eq!(running.spec.unwrap().node_name.as_deref(), Some("worker-1"));
+    let ready = running.status.unwrap().conditions.unwrap().into_iter().any(|c| c.type_ == "Ready" && c.status == "True");
+    assert!(ready);
+}
+
+async fn bind(client: &Client, name: &str, node: &str) {
+    let body = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"kind": "Node", "name": node}});
+    let request = http::Request::post(format!("/api/v1/namespaces/default/pods/{name}/binding"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    client.request::<serde_json::Value>(request).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_respects_disruption_budgets() {
+    let (_simulator, client) = start(SCENARIO).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let web = eventually("the deployment's pods", async || {
+        let list = pods.list(&ListParams::default().labels("app=web")).await.unwrap();
+        (list.items.len() == 2).then_some(list.items)
+    })
+    .await;
+    for (index, pod) in web.iter().enumerate() {
+        bind(&client, pod.metadata.name.as_deref().unwrap(), &format!("worker-{index}")).await;
+    }
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    eventually("the budget to count two healthy pods", async || {
+        let status = pdbs.get("web").await.unwrap().status?;
+        (status.current_healthy == 2).then_some(())
+    })
+    .await;
+    let victim = web[0].metadata.name.clone().unwrap();
+    let eviction = Eviction { metadata: ObjectMeta { name: Some(victim.clone()), ..Default::default() }, ..Default::default() };
+    let request = http::Request::post(format!("/api/v1/namespaces/default/pods/{victim}/eviction"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&eviction).unwrap())
+        .unwrap();
+    match client.request::<serde_json::Value>(request).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (429, "TooManyRequests"));
+            assert_eq!(status.message, "Cannot evict pod as it would violate the pod's disruption budget.");
+        }
+        other => panic!("expected 429, got {other:?}"),
+    }
+    // Loosen the budget: the eviction goes through and the pod terminates.
+    pdbs.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"minAvailable": 1}}))).await.unwrap();
+    eventually("the eviction to be allowed", async || {
+        let request = http::Request::post(format!("/api/v1/namespaces/default/pods/{victim}/eviction"))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&eviction).unwrap())
+            .unwrap();
+        client.request::<serde_json::Value>(request).await.ok()
+    })
+    .await;
+    eventually("the evicted pod to be gone", async || pods.get_opt(&victim).await.unwrap().is_none().then_some(())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployments_scale_through_the_scale_subresource() {
+    let (_simulator, client) = start(SCENARIO).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let count = async || pods.list(&ListParams::default().labels("app=web")).await.unwrap().items.iter().filter(|pod| pod.metadata.deletion_timestamp.is_none()).count();
+    eventually("two pods", async || (count().await == 2).then_some(())).await;
+    let scale = deployments.patch_scale("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}}))).await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(5));
+    eventually("five pods", async || (count().await == 5).then_some(())).await;
+    let owner = pods.list(&ListParams::default().labels("app=web")).await.unwrap().items[0].metadata.owner_references.clone().unwrap();
+    assert_eq!(owner[0].kind, "ReplicaSet");
+    assert!(pods.list(&ListParams::default().labels("app=web")).await.unwrap().items[0].metadata.labels.as_ref().unwrap().contains_key("pod-template-hash"));
+    deployments.patch_scale("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}}))).await.unwrap();
+    eventually("one pod", async || (count().await == 1).then_some(())).await;
+    let status = eventually("the deployment status", async || {
+        let status = deployments.get("web").await.unwrap().status?;
+        (status.replicas == Some(1)).then_some(status)
+    })
+    .await;
+    assert_eq!(status.observed_generation, Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_resumes_from_a_version_and_expires_when_too_old() {
+    let (simulator, client) = start(QUIET).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let listed = pods.list(&ListParams::default()).await.unwrap();
+    let version = listed.metadata.resource_version.unwrap();
+    let mut stream = pods.watch(&WatchParams::default().timeout(5), &version).await.unwrap().boxed();
+    pods.create(&PostParams::default(), &pod("watched")).await.unwrap();
+    let added = loop {
+        match stream.try_next().await.unwrap().unwrap() {
+            WatchEvent::Added(pod) if pod.metadata.name.as_deref() == Some("watched") => break pod,
+            _ => {}
+        }
+    };
+    drop(stream);
+    // The stream dropped; resume from the last version seen: nothing is missed.
+    pods.create(&PostParams::default(), &pod("after-drop")).await.unwrap();
+    let resume = added.metadata.resource_version.unwrap();
+    let mut resumed = pods.watch(&WatchParams::default().timeout(5), &resume).await.unwrap().boxed();
+    match resumed.try_next().await.unwrap().unwrap() {
+        WatchEvent::Added(pod) => assert_eq!(pod.metadata.name.as_deref(), Some("after-drop")),
+        other => panic!("expected the missed pod, got {other:?}"),
+    }
+    // A version older than the retained history is 410 Gone, and the client relists.
+    for index in 0..1010 {
+        simulator.store.mutate(wasp_sim::resources::nodes(), None, "worker-0", |node| {
+            node["metadata"]["labels"]["churn"] = json!(index.to_string());
+            Ok(())
+        }).unwrap();
+    }
+    let mut expired = pods.watch(&WatchParams::default(), &resume).await.unwrap().boxed();
+    match expired.try_next().await {
+        Ok(Some(WatchEvent::Error(status))) => assert_eq!(status.code, 410),
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 410),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_apis_serve_the_load_model() {
+    let (_simulator, client) = start(
+        "nodeGroups: [{name: n, count: 1, cpu: '8', memory: 16Gi}]\nkubelet: {readyDelay: 10ms}\nworkloads:\n- name: api\n  kind: Pods\n  replicas: 2\n  cpu: '1'\n  memory: 1Gi\n  load: {cpu: [{at: 0s, value: 0.5}], qps: [{at: 0s, value: 300}]}\n",
+    )
+    .await;
+    for index in 0..2 {
+        bind(&client, &format!("api-{index}"), "n-0").await;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    eventually("both pods running", async || {
+        let list = pods.list(&ListParams::default()).await.unwrap();
+        list.items.iter().all(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).then_some(())
+    })
+    .await;
+    let request = |path: &str| http::Request::get(path).body(Vec::new()).unwrap();
+    let pod_metrics: serde_json::Value = client.request(request("/apis/metrics.k8s.io/v1beta1/namespaces/default/pods")).await.unwrap();
+    assert_eq!(pod_metrics["items"].as_array().unwrap().len(), 2);
+    assert_eq!(pod_metrics["items"][0]["containers"][0]["usage"]["cpu"], "500000000n", "half of a 1 CPU request");
+    let node_metrics: serde_json::Value = client.request(request("/apis/metrics.k8s.io/v1beta1/nodes/n-0")).await.unwrap();
+    assert_eq!(node_metrics["usage"]["cpu"], "1000000000n");
+    let custom: serde_json::Value = client
+        .request(request("/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/requests_per_second"))
+        .await
+        .unwrap();
+    assert_eq!(custom["items"][0]["value"], "150000m", "300 rps over two ready pods");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_status_errors_and_changes_nothing() {
+    let (simulator, client) = start(QUIET).await;
+    let before = simulator.store.revision();
+    let post = |path: &str, body: &str| http::Request::post(path).header("content-type", "application/json").body(body.as_bytes().to_vec()).unwrap();
+    let cases = [
+        (post("/api/v1/namespaces/default/pods", "{not json"), 400, "BadRequest"),
+        (post("/api/v1/namespaces/default/pods", r#"{"kind": "Node", "apiVersion": "v1", "metadata": {"name": "x"}}"#), 400, "BadRequest"),
+        (post("/api/v1/namespaces/default/pods", r#"{"metadata": {}, "spec": {"containers": [{"name": "a"}]}}"#), 422, "Invalid"),
+        (post("/api/v1/namespaces/default/pods", r#"{"metadata": {"name": "Bad_Name"}, "spec": {"containers": [{"name": "a"}]}}"#), 422, "Invalid"),
+        (post("/api/v1/namespaces/default/pods", r#"{"metadata": {"name": "empty"}, "spec": {"containers": []}}"#), 422, "Invalid"),
+        (post("/api/v1/namespaces/nowhere/pods", r#"{"metadata": {"name": "x"}, "spec": {"containers": [{"name": "a"}]}}"#), 404, "NotFound"),
+        (http::Request::get("/api/v1/pods?labelSelector=a%20in%20b").body(Vec::new()).unwrap(), 400, "BadRequest"),
+        (http::Request::get("/api/v1/widgets").body(Vec::new()).unwrap(), 404, "NotFound"),
+    ];
+    for (request, code, reason) in cases {
+        let path = request.uri().to_string();
+        match client.request::<serde_json::Value>(request).await {
+            Err(kube::Error::Api(status)) => assert_eq!((status.code, status.reason.as_str()), (code, reason), "{path}: {}", status.message),
+            other => panic!("{path}: expected {code} {reason}, got {other:?}"),
+        }
+    }
+    assert_eq!(simulator.store.revision(), before, "no failed request wrote anything");
+}
+
