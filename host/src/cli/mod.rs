@@ -1,6 +1,10 @@
 //! The `wasp` command line: one subcommand module per area.
 
 mod policy;
+mod sim;
+mod simulate;
+
+pub use policy::kind_name;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -17,16 +21,25 @@ enum Command {
     /// Inspect and try policy components.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Run a simulated Kubernetes API server from a scenario.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
+    /// Schedule a scenario's workloads on a simulated cluster with the policies, and report what happened.
+    Simulate(simulate::SimulateArgs),
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_level = match cli.command {
         Command::Policy(_) => "warn",
+        Command::Sim(_) => "info",
+        Command::Simulate(_) => "warn",
     };
     init_logging(default_level);
     let result = match cli.command {
         Command::Policy(command) => policy::run(command),
+        Command::Sim(command) => sim::run(command),
+        Command::Simulate(args) => simulate::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,143 @@
+//! One scheduling decision, with kube-scheduler's semantics: nominated node first, filters over nodes from a
+//! rotating start index until enough feasible nodes are found, weighted normalized scores, random tie-break,
+//! and the `0/N nodes are available: ...` message when nothing fits. Pure logic over a [`ClusterState`].
+
+use crate::cluster::ClusterState;
+use crate::policy::LoadedPolicy;
+use crate::runtime::bindings::types::{FilterResult, NodeId, Pod};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A profile's policies, resolved.
+pub struct ProfilePolicies {
+    pub scheduler_name: String,
+    pub filters: Vec<Arc<LoadedPolicy>>,
+    pub scores: Vec<(Arc<LoadedPolicy>, u32)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Bind { node: String, feasible: usize, evaluated: usize },
+    Unschedulable { message: String },
+}
+
+/// kube-scheduler's `numFeasibleNodesToFind`: all nodes below 100; otherwise a share that shrinks with size
+/// (50% minus 1% per 125 nodes, at least 5%), at least 100 nodes.
+pub fn feasible_nodes_to_find(nodes: usize, percentage: u32) -> usize {
+    const MIN_NODES: usize = 100;
+    if nodes < MIN_NODES || percentage >= 100 {
+        return nodes;
+    }
+    let percentage = if percentage == 0 { (50usize.saturating_sub(nodes / 125)).max(5) } else { percentage as usize };
+    (nodes * percentage / 100).max(MIN_NODES)
+}
+
+/// kube-scheduler's FitError message: reasons counted over nodes, sorted, joined.
+pub fn unschedulable_message(total_nodes: usize, reasons: &BTreeMap<String, usize>) -> String {
+    let mut parts: Vec<String> = reasons.iter().map(|(reason, count)| format!("{count} {reason}")).collect();
+    parts.sort();
+    format!("0/{total_nodes} nodes are available: {}.", parts.join(", "))
+}
+
+/// Where the next cycle starts looking, so consecutive pods spread their search over the cluster.
+#[derive(Default)]
+pub struct Cursor(usize);
+
+/// Runs the filter chain over `candidates`; returns the survivors and adds rejected nodes' reasons (those of
+/// the first policy that rejected each node) to `reasons`.
+fn filter_chain(
+    profile: &ProfilePolicies,
+    cluster: &ClusterState,
+    pod: &Pod,
+    mut candidates: Vec<NodeId>,
+    reasons: &mut BTreeMap<String, usize>,
+) -> Vec<NodeId> {
+    for policy in &profile.filters {
+        if candidates.is_empty() {
+            break;
+        }
+        let FilterResult { verdicts, rejections } = policy.filter_or_failure_mode(cluster, pod, &candidates);
+        let mut survivors = Vec::with_capacity(candidates.len());
+        for (id, code) in candidates.into_iter().zip(verdicts) {
+            if code == 0 {
+                survivors.push(id);
+            } else {
+                for reason in &rejections[code as usize - 1] {
+                    *reasons.entry(reason.clone()).or_default() += 1;
+                }
+            }
+        }
+        candidates = survivors;
+    }
+    candidates
+}
+
+pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, cursor: &mut Cursor, percentage: u32) -> Decision {
+    let nodes = cluster.node_ids();
+    if nodes.is_empty() {
+        return Decision::Unschedulable { message: "0/0 nodes are available: no nodes available to schedule pods.".into() };
+    }
+    // A node nominated earlier (by preemption) is tried first.
+    if let Some(id) = pod.nominated_node.as_deref().and_then(|name| cluster.node_id(name)) {
+        if filter_chain(profile, cluster, pod, vec![id], &mut BTreeMap::new()) == [id] {
+            let node = cluster.node_name(id).unwrap_or_default().to_string();
+            return Decision::Bind { node, feasible: 1, evaluated: 1 };
+        }
+    }
+    let wanted = feasible_nodes_to_find(nodes.len(), percentage);
+    let start = cursor.0 % nodes.len();
+    let ordered: Vec<NodeId> = nodes[start..].iter().chain(&nodes[..start]).copied().collect();
+    let mut reasons = BTreeMap::new();
+    let mut feasible = Vec::new();
+    let mut evaluated = 0;
+    // Filter in chunks so the search stops once enough feasible nodes are found.
+    let chunk = wanted.max(64);
+    for batch in ordered.chunks(chunk) {
+        evaluated += batch.len();
+        feasible.extend(filter_chain(profile, cluster, pod, batch.to_vec(), &mut reasons));
+        if feasible.len() >= wanted {
+            feasible.truncate(wanted);
+            break;
+        }
+    }
+    cursor.0 = (start + evaluated) % nodes.len();
+    if feasible.is_empty() {
+        return Decision::Unschedulable { message: unschedulable_message(nodes.len(), &reasons) };
+    }
+    let chosen = if feasible.len() == 1 { feasible[0] } else { best_scored(profile, cluster, pod, &feasible) };
+    Decision::Bind { node: cluster.node_name(chosen).unwrap_or_default().to_string(), feasible: feasible.len(), evaluated }
+}
+
+/// Weighted sum of every score policy; ties broken uniformly at random.
+fn best_scored(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, feasible: &[NodeId]) -> NodeId {
+    let mut totals = vec![0u64; feasible.len()];
+    for (policy, weight) in &profile.scores {
+        for (total, score) in totals.iter_mut().zip(policy.score_or_failure_mode(cluster, pod, feasible)) {
+            *total += score as u64 * *weight as u64;
+        }
+    }
+    let best = totals.iter().copied().max().unwrap_or(0);
+    let winners: Vec<usize> = (0..feasible.len()).filter(|&index| totals[index] == best).collect();
+    feasible[winners[fastrand::usize(..winners.len())]]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feasible_node_counts_follow_kube_scheduler() {
+        assert_eq!(feasible_nodes_to_find(50, 0), 50);
+        assert_eq!(feasible_nodes_to_find(500, 0), 230, "46% of 500");
+        assert_eq!(feasible_nodes_to_find(5000, 0), 500, "10% at 5000 nodes");
+        assert_eq!(feasible_nodes_to_find(10_000, 0), 500, "floored at 5%");
+        assert_eq!(feasible_nodes_to_find(150, 0), 100, "at least 100");
+        assert_eq!(feasible_nodes_to_find(1000, 100), 1000);
+    }
+
+    #[test]
+    fn message_counts_and_sorts_reasons() {
+        let reasons = BTreeMap::from([("Insufficient cpu".to_string(), 1), ("node(s) had untolerated taint {k: v}".to_string(), 2)]);
+        assert_eq!(unschedulable_message(3, &reasons), "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint {k: v}.");
+    }
+}

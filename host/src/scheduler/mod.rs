@@ -1,0 +1,268 @@
+//! The scheduler: several named profiles in one process, each a chain of WASM filter and score policies.
+//!
+//! - [`config`]: profiles and per-policy settings, validated as a whole.
+//! - [`queue`]: activeQ, backoff and unschedulable pods.
+//! - [`cycle`]: one decision with kube-scheduler's semantics.
+//! - [`writer`]: bindings, events and conditions written to the API server.
+//!
+//! Informers (kube-rs watchers) keep a [`ClusterState`] of nodes and bound pods (whichever scheduler placed
+//! them) and feed pending pods of our profiles to the queue. A decision assumes the pod on its node at once and
+//! binds asynchronously; a failed binding forgets the assumption and retries with backoff.
+
+pub mod config;
+pub mod cycle;
+pub mod queue;
+pub mod writer;
+
+use crate::cluster::{convert, ClusterState};
+use crate::policy::{LoadedPolicy, PolicyOptions};
+use crate::runtime::bindings::types::{PolicyKind, Pod};
+use crate::runtime::Runtime;
+use anyhow::{bail, Context};
+use config::SchedulerConfig;
+use cycle::{Cursor, Decision, ProfilePolicies};
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod as KubePod};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
+use queue::{QueuedPod, SchedulingQueue};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use writer::ApiWriter;
+
+/// Counters and latencies, for `/metrics` and `wasp simulate`'s report.
+#[derive(Default)]
+pub struct Stats {
+    pub scheduled: AtomicU64,
+    pub unschedulable: AtomicU64,
+    pub bind_errors: AtomicU64,
+    /// From first queued to bound, per pod.
+    pub latencies: Mutex<Vec<Duration>>,
+    /// The last unschedulable message per pod (`namespace/name`).
+    pub last_failure: Mutex<BTreeMap<String, String>>,
+}
+
+pub struct Scheduler {
+    profiles: HashMap<String, Arc<ProfilePolicies>>,
+    cluster: Arc<RwLock<ClusterState>>,
+    queue: Arc<SchedulingQueue>,
+    writer: Arc<ApiWriter>,
+    client: Client,
+    percentage: u32,
+    pub stats: Arc<Stats>,
+}
+
+/// Loads every policy the profiles use from the policy directory, with its settings and limits.
+pub fn load_policies(runtime: &Arc<Runtime>, config: &SchedulerConfig) -> anyhow::Result<HashMap<String, Arc<LoadedPolicy>>> {
+    let mut loaded = HashMap::new();
+    for name in config.policy_names() {
+        let path = config.policy_dir.join(format!("{name}.wasm"));
+        let wasm = std::fs::read(&path).with_context(|| format!("policy {name}: reading {}", path.display()))?;
+        let policy_config = config.policies.get(&name).cloned().unwrap_or_default();
+        let options = PolicyOptions {
+            settings: policy_config.settings_json(),
+            limits: policy_config.limits(),
+            failure_mode: policy_config.failure_mode,
+        };
+        let policy = LoadedPolicy::load(runtime, &path.display().to_string(), &wasm, options)?;
+        if policy.name() != name {
+            bail!("{}: the component calls itself {:?}, but the configuration loads it as {name:?}", path.display(), policy.name());
+        }
+        loaded.insert(name, Arc::new(policy));
+    }
+    Ok(loaded)
+}
+
+/// Resolves the profiles against loaded policies, checking each is used as a kind it implements.
+pub fn resolve_profiles(config: &SchedulerConfig, policies: &HashMap<String, Arc<LoadedPolicy>>) -> anyhow::Result<HashMap<String, Arc<ProfilePolicies>>> {
+    let mut profiles = HashMap::new();
+    for (index, profile) in config.profiles.iter().enumerate() {
+        let lookup = |name: &str, kind: PolicyKind, field: &str| -> anyhow::Result<Arc<LoadedPolicy>> {
+            let policy = policies.get(name).with_context(|| format!("profiles[{index}].{field}: policy {name} is not loaded"))?;
+            if !policy.implements(kind) {
+                bail!("profiles[{index}].{field}: policy {name} does not implement {}", crate::cli::kind_name(kind));
+            }
+            Ok(policy.clone())
+        };
+        let filters = profile.filters.iter().map(|name| lookup(name, PolicyKind::Filter, "filters")).collect::<anyhow::Result<_>>()?;
+        let scores = profile
+            .scores
+            .iter()
+            .map(|score| Ok((lookup(&score.policy, PolicyKind::Score, "scores")?, score.weight)))
+            .collect::<anyhow::Result<_>>()?;
+        let resolved = ProfilePolicies { scheduler_name: profile.scheduler_name.clone(), filters, scores };
+        profiles.insert(profile.scheduler_name.clone(), Arc::new(resolved));
+    }
+    Ok(profiles)
+}
+
+impl Scheduler {
+    pub fn new(config: &SchedulerConfig, runtime: &Arc<Runtime>, client: Client) -> anyhow::Result<Arc<Scheduler>> {
+        let policies = load_policies(runtime, config)?;
+        let profiles = resolve_profiles(config, &policies)?;
+        Ok(Arc::new(Scheduler {
+            profiles,
+            cluster: Arc::new(RwLock::new(ClusterState::new())),
+            queue: Arc::new(SchedulingQueue::default()),
+            writer: Arc::new(ApiWriter::new(client.clone(), "wasp")),
+            client,
+            percentage: config.percentage_of_nodes_to_score,
+            stats: Arc::new(Stats::default()),
+        }))
+    }
+
+    pub fn queue(&self) -> &SchedulingQueue {
+        &self.queue
+    }
+
+    pub fn profile_names(&self) -> Vec<String> {
+        self.profiles.keys().cloned().collect()
+    }
+
+    /// Watches nodes and pods and schedules until the task is dropped.
+    pub async fn run(self: Arc<Self>) {
+        tokio::spawn(self.clone().watch_nodes());
+        tokio::spawn(self.clone().watch_pods());
+        let mut cursor = Cursor::default();
+        loop {
+            let queued = self.queue.pop().await;
+            let Some(profile) = self.profiles.get(&queued.pod.scheduler_name).cloned() else {
+                self.queue.remove(&queued.pod.uid);
+                continue;
+            };
+            let decision = tokio::task::block_in_place(|| {
+                let cluster = self.cluster.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+                cycle::schedule(&profile, &cluster, &queued.pod, &mut cursor, self.percentage)
+            });
+            match decision {
+                Decision::Bind { node, .. } => self.assume_and_bind(queued, node, profile.scheduler_name.clone()),
+                Decision::Unschedulable { message } => {
+                    let key = format!("{}/{}", queued.pod.namespace, queued.pod.name);
+                    tracing::info!(pod = %key, profile = %profile.scheduler_name, %message, "unschedulable");
+                    self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+                    self.stats.last_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(key, message.clone());
+                    let (writer, pod) = (self.writer.clone(), queued.pod.clone());
+                    self.queue.unschedulable(queued);
+                    tokio::spawn(async move { writer.unschedulable(&pod, &message, &profile.scheduler_name).await });
+                }
+            }
+        }
+    }
+
+    fn assume_and_bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String) {
+        self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner()).upsert_pod(queued.pod.clone(), &node);
+        let scheduler = self.clone();
+        tokio::spawn(async move {
+            let pod = &queued.pod;
+            let key = format!("{}/{}", pod.namespace, pod.name);
+            match scheduler.writer.bind(pod, &node).await {
+                Ok(()) => {
+                    tracing::debug!(pod = %key, %node, %profile, "bound");
+                    scheduler.stats.scheduled.fetch_add(1, Ordering::Relaxed);
+                    scheduler.stats.latencies.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(queued.first_queued.elapsed());
+                    scheduler.stats.last_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&key);
+                    scheduler.queue.remove(&pod.uid);
+                    scheduler.writer.scheduled(pod, &node, &profile).await;
+                }
+                Err(error) => {
+                    tracing::warn!(pod = %key, %node, %error, "binding failed; forgetting the assumed pod");
+                    scheduler.stats.bind_errors.fetch_add(1, Ordering::Relaxed);
+                    scheduler.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner()).remove_pod(&pod.uid);
+                    match error {
+                        // Bound by someone else, or gone: the informer brings the truth.
+                        kube::Error::Api(status) if status.code == 409 || status.code == 404 => scheduler.queue.remove(&pod.uid),
+                        _ => scheduler.queue.backoff(queued),
+                    }
+                }
+            }
+        });
+    }
+
+    async fn watch_nodes(self: Arc<Self>) {
+        let api: Api<KubeNode> = Api::all(self.client.clone());
+        let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+        let mut relisted = HashSet::new();
+        loop {
+            let event = match stream.try_next().await {
+                Ok(Some(event)) => event,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(%error, "node watch failed; retrying");
+                    continue;
+                }
+            };
+            let mut cluster = self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            match event {
+                Event::Init => relisted.clear(),
+                Event::InitApply(node) | Event::Apply(node) => {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    relisted.insert(name);
+                    match convert::node(&node) {
+                        Ok(node) => cluster.upsert_node(node),
+                        Err(error) => tracing::warn!(%error, "ignoring node"),
+                    }
+                }
+                Event::Delete(node) => cluster.remove_node(node.metadata.name.as_deref().unwrap_or("")),
+                Event::InitDone => {
+                    let gone: Vec<String> = cluster.node_ids().into_iter().filter_map(|id| cluster.node_name(id).map(str::to_string)).filter(|name| !relisted.contains(name)).collect();
+                    for name in gone {
+                        cluster.remove_node(&name);
+                    }
+                }
+            }
+            drop(cluster);
+            self.queue.cluster_changed();
+        }
+    }
+
+    async fn watch_pods(self: Arc<Self>) {
+        let api: Api<KubePod> = Api::all(self.client.clone());
+        let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+        loop {
+            match stream.try_next().await {
+                Ok(Some(Event::InitApply(pod) | Event::Apply(pod))) => self.observe_pod(&pod),
+                Ok(Some(Event::Delete(pod))) => {
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner()).remove_pod(&uid);
+                    self.queue.remove(&uid);
+                    self.queue.cluster_changed();
+                }
+                Ok(Some(Event::Init | Event::InitDone)) => {}
+                Ok(None) => return,
+                Err(error) => tracing::warn!(%error, "pod watch failed; retrying"),
+            }
+        }
+    }
+
+    fn observe_pod(&self, source: &KubePod) {
+        let pod: Pod = match convert::pod(source) {
+            Ok(pod) => pod,
+            Err(error) => {
+                tracing::warn!(%error, "ignoring pod");
+                return;
+            }
+        };
+        let node = source.spec.as_ref().and_then(|spec| spec.node_name.clone()).filter(|node| !node.is_empty());
+        let finished = matches!(pod.phase, crate::runtime::bindings::types::PodPhase::Succeeded | crate::runtime::bindings::types::PodPhase::Failed);
+        match node {
+            Some(node) => {
+                let mut cluster = self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if finished {
+                    cluster.remove_pod(&pod.uid);
+                } else {
+                    cluster.upsert_pod(pod.clone(), &node);
+                }
+                drop(cluster);
+                self.queue.remove(&pod.uid);
+                if finished {
+                    self.queue.cluster_changed();
+                }
+            }
+            None if !pod.terminating && !finished && self.profiles.contains_key(&pod.scheduler_name) => self.queue.upsert(pod),
+            None => self.queue.remove(&pod.uid),
+        }
+    }
+}

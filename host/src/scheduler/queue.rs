@@ -1,0 +1,263 @@
+//! The scheduling queue, as kube-scheduler's: pods wait in activeQ (priority, then age), in backoff after an
+//! error (1 s doubling to 10 s), or among the unschedulable until a cluster change (or at most 5 minutes) makes
+//! another attempt worthwhile. Pods deleted or bound by someone else leave the queue.
+
+use crate::runtime::bindings::types::Pod;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio::sync::Notify;
+
+const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+const MAX_UNSCHEDULABLE: Duration = Duration::from_secs(300);
+
+#[derive(Clone)]
+pub struct QueuedPod {
+    pub pod: Pod,
+    pub attempts: u32,
+    /// When the pod first entered the queue, for end-to-end latency.
+    pub first_queued: Instant,
+}
+
+/// Order of activeQ: higher priority first, then older first.
+struct Active(QueuedPod);
+
+impl PartialEq for Active {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Active {}
+impl PartialOrd for Active {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Active {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.pod.priority.cmp(&other.0.pod.priority).then_with(|| other.0.pod.created_at.cmp(&self.0.pod.created_at))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Place {
+    Active,
+    Backoff(Instant),
+    Unschedulable(Instant),
+    /// Popped and being scheduled or bound.
+    InFlight,
+}
+
+#[derive(Default)]
+struct Inner {
+    active: BinaryHeap<Active>,
+    places: HashMap<String, (Place, QueuedPod)>,
+}
+
+#[derive(Default)]
+pub struct SchedulingQueue {
+    inner: Mutex<Inner>,
+    wake: Notify,
+}
+
+/// Pods per queue, for metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSizes {
+    pub active: usize,
+    pub backoff: usize,
+    pub unschedulable: usize,
+}
+
+fn backoff_for(attempts: u32) -> Duration {
+    INITIAL_BACKOFF.saturating_mul(1 << attempts.saturating_sub(1).min(8)).min(MAX_BACKOFF)
+}
+
+impl SchedulingQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A pending pod was added or changed. New pods go to activeQ; known ones keep their place with the newer
+    /// object (activeQ entries are refreshed when popped).
+    pub fn upsert(&self, pod: Pod) {
+        let mut inner = self.lock();
+        if let Some((_, queued)) = inner.places.get_mut(&pod.uid) {
+            queued.pod = pod;
+            return;
+        }
+        let queued = QueuedPod { pod, attempts: 0, first_queued: Instant::now() };
+        inner.places.insert(queued.pod.uid.clone(), (Place::Active, queued.clone()));
+        inner.active.push(Active(queued));
+        drop(inner);
+        self.wake.notify_one();
+    }
+
+    /// The pod was deleted, or bound (by us or anyone): it leaves the queue.
+    pub fn remove(&self, uid: &str) {
+        self.lock().places.remove(uid);
+    }
+
+    pub fn contains(&self, uid: &str) -> bool {
+        self.lock().places.contains_key(uid)
+    }
+
+    /// Waits for the next pod to schedule.
+    pub async fn pop(&self) -> QueuedPod {
+        loop {
+            let notified = self.wake.notified();
+            if let Some(pod) = self.try_pop() {
+                return pod;
+            }
+            let next_due = self.next_backoff_due();
+            match next_due {
+                Some(due) => {
+                    let _ = tokio::time::timeout(due.saturating_duration_since(Instant::now()), notified).await;
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    fn next_backoff_due(&self) -> Option<Instant> {
+        self.lock().places.values().filter_map(|(place, _)| match place {
+            Place::Backoff(due) => Some(*due),
+            Place::Unschedulable(since) => Some(*since + MAX_UNSCHEDULABLE),
+            _ => None,
+        }).min()
+    }
+
+    fn try_pop(&self) -> Option<QueuedPod> {
+        let mut inner = self.lock();
+        let now = Instant::now();
+        let due: Vec<String> = inner
+            .places
+            .iter()
+            .filter(|(_, (place, _))| match place {
+                Place::Backoff(due) => *due <= now,
+                Place::Unschedulable(since) => now.duration_since(*since) >= MAX_UNSCHEDULABLE,
+                _ => false,
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in due {
+            if let Some((place, queued)) = inner.places.get_mut(&uid) {
+                *place = Place::Active;
+                let queued = queued.clone();
+                inner.active.push(Active(queued));
+            }
+        }
+        while let Some(Active(candidate)) = inner.active.pop() {
+            // Entries of pods that left or moved since they were pushed are stale.
+            let Some((place, latest)) = inner.places.get_mut(&candidate.pod.uid) else { continue };
+            if *place != Place::Active {
+                continue;
+            }
+            *place = Place::InFlight;
+            return Some(latest.clone());
+        }
+        None
+    }
+
+    /// The attempt failed for a transient reason (bind error, API error): retry after the backoff.
+    pub fn backoff(&self, mut queued: QueuedPod) {
+        queued.attempts += 1;
+        let due = Instant::now() + backoff_for(queued.attempts);
+        let mut inner = self.lock();
+        if inner.places.contains_key(&queued.pod.uid) {
+            inner.places.insert(queued.pod.uid.clone(), (Place::Backoff(due), queued));
+        }
+        drop(inner);
+        self.wake.notify_one();
+    }
+
+    /// No node fits: wait for a cluster change.
+    pub fn unschedulable(&self, mut queued: QueuedPod) {
+        queued.attempts += 1;
+        let mut inner = self.lock();
+        if inner.places.contains_key(&queued.pod.uid) {
+            inner.places.insert(queued.pod.uid.clone(), (Place::Unschedulable(Instant::now()), queued));
+        }
+    }
+
+    /// Something changed that may let unschedulable pods fit (a node added or changed, a pod removed): they
+    /// get another attempt, after their backoff.
+    pub fn cluster_changed(&self) {
+        let mut inner = self.lock();
+        let mut moved = false;
+        for (place, queued) in inner.places.values_mut() {
+            if let Place::Unschedulable(_) = place {
+                *place = Place::Backoff(Instant::now() + backoff_for(queued.attempts));
+                moved = true;
+            }
+        }
+        drop(inner);
+        if moved {
+            self.wake.notify_one();
+        }
+    }
+
+    pub fn sizes(&self) -> QueueSizes {
+        let inner = self.lock();
+        let mut sizes = QueueSizes::default();
+        for (place, _) in inner.places.values() {
+            match place {
+                Place::Active | Place::InFlight => sizes.active += 1,
+                Place::Backoff(_) => sizes.backoff += 1,
+                Place::Unschedulable(_) => sizes.unschedulable += 1,
+            }
+        }
+        sizes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::convert;
+
+    fn pod(name: &str, priority: i32, created: &str) -> Pod {
+        let source: k8s_openapi::api::core::v1::Pod = serde_yaml::from_str(&format!(
+            "metadata: {{name: {name}, uid: {name}, creationTimestamp: '{created}'}}\nspec: {{priority: {priority}, containers: [{{name: a}}]}}"
+        ))
+        .unwrap();
+        convert::pod(&source).unwrap()
+    }
+
+    #[tokio::test]
+    async fn priority_then_age() {
+        let queue = SchedulingQueue::default();
+        queue.upsert(pod("young-low", 0, "2026-01-02T00:00:00Z"));
+        queue.upsert(pod("old-low", 0, "2026-01-01T00:00:00Z"));
+        queue.upsert(pod("high", 10, "2026-01-03T00:00:00Z"));
+        let order: Vec<String> = [queue.pop().await, queue.pop().await, queue.pop().await].into_iter().map(|q| q.pod.name).collect();
+        assert_eq!(order, ["high", "old-low", "young-low"]);
+    }
+
+    #[test]
+    fn backoff_doubles_to_ten_seconds() {
+        let delays: Vec<u64> = (1..=6).map(|attempts| backoff_for(attempts).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 10, 10]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unschedulable_pods_return_on_cluster_changes_and_removed_pods_never_do() {
+        let queue = SchedulingQueue::default();
+        queue.upsert(pod("a", 0, "2026-01-01T00:00:00Z"));
+        queue.upsert(pod("gone", 0, "2026-01-01T00:00:00Z"));
+        let first = queue.pop().await;
+        let second = queue.pop().await;
+        queue.unschedulable(first);
+        queue.remove(&second.pod.uid);
+        queue.backoff(second);
+        assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 0, unschedulable: 1 });
+        assert!(queue.try_pop().is_none());
+        queue.cluster_changed();
+        assert_eq!(queue.sizes().backoff, 1);
+        let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
+        assert_eq!(again.pod.name, "a");
+        assert_eq!(again.attempts, 1);
+    }
+}
