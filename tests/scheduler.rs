@@ -1,0 +1,261 @@
+//! The scheduler against the simulated API server over real HTTP: placements, the exact failure message,
+//! events and conditions, several profiles, foreign pods, retries, injected API errors and failing policies.
+
+mod common;
+
+use common::{fixture_wasm, policy_wasm, repo_root};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use wasp::runtime::Runtime;
+use wasp::scheduler::config::{SchedulerConfig, DEFAULT_CONFIG};
+use wasp::scheduler::Scheduler;
+use wasp_sim::{Scenario, Simulator};
+
+struct Harness {
+    simulator: Simulator,
+    client: Client,
+    scheduler: Arc<Scheduler>,
+    _worker: tokio::task::JoinHandle<()>,
+}
+
+fn default_config() -> SchedulerConfig {
+    let mut config = SchedulerConfig::parse(DEFAULT_CONFIG).unwrap();
+    config.policy_dir = repo_root().join("plugins/out");
+    config
+}
+
+async fn start(scenario: &str, config: SchedulerConfig) -> Harness {
+    let scenario = Scenario::parse(scenario).unwrap();
+    let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let mut kube_config = kube::Config::new(simulator.url().parse().unwrap());
+    kube_config.default_retry = false;
+    let client = Client::try_from(kube_config).unwrap();
+    let scheduler = Scheduler::new(&config, &Runtime::new(None).unwrap(), client.clone()).unwrap();
+    let worker = tokio::spawn(scheduler.clone().run());
+    Harness { simulator, client, scheduler, _worker: worker }
+}
+
+impl Harness {
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    /// Node of each pod with `label=value`, once all of them are bound.
+    async fn placements(&self, selector: &str, count: usize) -> BTreeMap<String, String> {
+        for _ in 0..400 {
+            let pods = self.pods().list(&ListParams::default().labels(selector)).await.unwrap().items;
+            let placed: BTreeMap<String, String> = pods
+                .iter()
+                .filter_map(|pod| Some((pod.metadata.name.clone()?, pod.spec.as_ref()?.node_name.clone()?)))
+                .collect();
+            if pods.len() == count && placed.len() == count {
+                return placed;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("pods {selector} were not all bound");
+    }
+
+    async fn failed_scheduling(&self, pod_prefix: &str) -> (Pod, Event) {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        for _ in 0..400 {
+            let pod = self.pods().list(&ListParams::default()).await.unwrap().items.into_iter().find(|pod| pod.metadata.name.as_deref().unwrap_or("").starts_with(pod_prefix));
+            let event = events.list(&ListParams::default()).await.unwrap().items.into_iter().find(|event| {
+                event.reason.as_deref() == Some("FailedScheduling") && event.involved_object.name.as_deref().unwrap_or("").starts_with(pod_prefix)
+            });
+            if let (Some(pod), Some(event)) = (pod, event) {
+                let has_condition = pod.status.as_ref().and_then(|status| status.conditions.as_ref()).is_some_and(|conditions| conditions.iter().any(|c| c.type_ == "PodScheduled"));
+                if has_condition {
+                    return (pod, event);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("no FailedScheduling for {pod_prefix}");
+    }
+}
+
+const FIT_AND_TAINTS: &str = r#"
+kubelet: {readyDelay: 10ms}
+nodeGroups:
+- {name: small, count: 2, cpu: "2", memory: 8Gi}
+- {name: tainted, count: 1, cpu: "8", memory: 32Gi, taints: [{key: dedicated, value: gpu, effect: NoSchedule}]}
+workloads:
+- {name: fits, kind: Pods, replicas: 2, schedulerName: wasp, cpu: 1500m, memory: 1Gi}
+- {name: huge, kind: Pods, replicas: 1, schedulerName: wasp, cpu: "3", memory: 1Gi}
+- {name: tolerant, kind: Pods, replicas: 1, schedulerName: wasp, cpu: "3", podSpec: {tolerations: [{key: dedicated, operator: Exists}]}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_and_taints_decide_and_failures_read_like_kube_scheduler() {
+    let harness = start(FIT_AND_TAINTS, default_config()).await;
+    let fits = harness.placements("app=fits", 2).await;
+    let nodes: Vec<&String> = fits.values().collect();
+    assert_ne!(nodes[0], nodes[1], "1.5 CPU each: one per 2-CPU node");
+    assert!(nodes.iter().all(|node| node.starts_with("small-")), "{fits:?}");
+    assert_eq!(harness.placements("app=tolerant", 1).await["tolerant-0"], "tainted-0");
+
+    let (pod, event) = harness.failed_scheduling("huge").await;
+    let expected = "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 2 Insufficient cpu.";
+    assert_eq!(event.message.as_deref(), Some(expected));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let condition = pod.status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "PodScheduled").unwrap();
+    assert_eq!((condition.status.as_str(), condition.reason.as_deref(), condition.message.as_deref()), ("False", Some("Unschedulable"), Some(expected)));
+
+    let events: Api<Event> = Api::namespaced(harness.client.clone(), "default");
+    let scheduled = events.list(&ListParams::default()).await.unwrap().items.into_iter().find(|event| {
+        event.reason.as_deref() == Some("Scheduled") && event.involved_object.name.as_deref() == Some("tolerant-0")
+    });
+    assert_eq!(scheduled.unwrap().message.as_deref(), Some("Successfully assigned default/tolerant-0 to tainted-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_later_takes_the_waiting_pod_and_events_are_aggregated() {
+    let harness = start(FIT_AND_TAINTS, default_config()).await;
+    harness.failed_scheduling("huge").await;
+    // More retries of the same failure bump the count of one event instead of creating new ones.
+    harness.simulator.store.mutate(wasp_sim::resources::nodes(), None, "small-0", |node| {
+        node["metadata"]["labels"]["touched"] = json!("1");
+        Ok(())
+    }).unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let events: Api<Event> = Api::namespaced(harness.client.clone(), "default");
+    let failures: Vec<Event> = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("FailedScheduling")).collect();
+    assert_eq!(failures.len(), 1, "one aggregated event");
+    assert!(failures[0].count.unwrap_or(1) >= 2, "{:?}", failures[0].count);
+
+    let node = json!({"metadata": {"name": "big-0", "labels": {"kubernetes.io/hostname": "big-0"}}, "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}, "conditions": [{"type": "Ready", "status": "True"}]}});
+    harness.simulator.store.create(wasp_sim::resources::nodes(), None, node).unwrap();
+    assert_eq!(harness.placements("app=huge", 1).await["huge-0"], "big-0");
+}
+
+const ZONES: &str = r#"
+kubelet: {readyDelay: 10ms}
+nodeGroups:
+- {name: node, count: 6, cpu: "8", memory: 32Gi, zones: [a, b, c]}
+- {name: ssd, count: 1, cpu: "8", memory: 32Gi, labels: {disk: ssd}}
+workloads:
+- name: spread
+  replicas: 6
+  schedulerName: wasp
+  cpu: 100m
+  podSpec:
+    topologySpreadConstraints:
+    - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: spread}}}
+- {name: db, kind: Pods, replicas: 2, schedulerName: wasp, cpu: 100m, podSpec: {nodeSelector: {disk: ssd}}}
+- name: zone-b
+  kind: Pods
+  replicas: 2
+  schedulerName: wasp
+  podSpec:
+    affinity:
+      nodeAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+          nodeSelectorTerms: [{matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [b]}]}]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_affinity_selectors_and_topology_spread() {
+    let harness = start(ZONES, default_config()).await;
+    let db = harness.placements("app=db", 2).await;
+    assert!(db.values().all(|node| node == "ssd-0"), "{db:?}");
+    let zone_b = harness.placements("app=zone-b", 2).await;
+    assert!(zone_b.values().all(|node| node == "node-1" || node == "node-4"), "zone b is node-1 and node-4: {zone_b:?}");
+    let spread = harness.placements("app=spread", 6).await;
+    let zone_of = |node: &str| ["a", "b", "c"][node.trim_start_matches("node-").parse::<usize>().unwrap() % 3];
+    let mut per_zone = BTreeMap::new();
+    for node in spread.values() {
+        assert!(node.starts_with("node-"), "the ssd node has no zone label: {spread:?}");
+        *per_zone.entry(zone_of(node)).or_insert(0) += 1;
+    }
+    assert_eq!(per_zone, BTreeMap::from([("a", 2), ("b", 2), ("c", 2)]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_profiles_in_one_process_and_foreign_pods() {
+    let mut config = default_config();
+    config.profiles.push(serde_yaml::from_str("{schedulerName: lenient, filters: [node-unschedulable]}").unwrap());
+    let scenario = r#"
+kubelet: {readyDelay: 10ms}
+nodeGroups: [{name: n, count: 2, cpu: "2", memory: 8Gi}]
+workloads:
+- {name: strict, kind: Pods, replicas: 1, schedulerName: wasp, cpu: "4"}
+- {name: loose, kind: Pods, replicas: 1, schedulerName: lenient, cpu: "4"}
+- {name: other, kind: Pods, replicas: 1, schedulerName: someone-else, cpu: "1"}
+"#;
+    let harness = start(scenario, config).await;
+    harness.placements("app=loose", 1).await;
+    let (_, event) = harness.failed_scheduling("strict").await;
+    assert_eq!(event.message.as_deref(), Some("0/2 nodes are available: 2 Insufficient cpu."));
+    assert_eq!(event.source.unwrap().component.as_deref(), Some("wasp"), "events name the profile");
+
+    // A pod for another scheduler stays pending, but once someone binds it, its requests count.
+    let other = harness.pods().get("other-0").await.unwrap();
+    assert!(other.spec.unwrap().node_name.is_none());
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "other-0"}, "target": {"kind": "Node", "name": "n-0"}});
+    harness.pods().create_subresource::<_, serde_json::Value>("binding", "other-0", &PostParams::default(), &binding).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "late", "labels": {"app": "late"}}, "spec": {"schedulerName": "wasp", "containers": [{"name": "a", "resources": {"requests": {"cpu": "1500m"}}}]}})).unwrap();
+    harness.pods().create(&PostParams::default(), &pod).await.unwrap();
+    assert_eq!(harness.placements("app=late", 1).await["late"], "n-1", "n-0 has only 1 CPU left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_binding_errors_are_retried_and_every_pod_is_bound_once() {
+    let scenario = r#"
+kubelet: {readyDelay: 10ms}
+faults: {rules: [{verbs: [create], resources: [pods/binding], errorRate: 0.4, status: 500}]}
+nodeGroups: [{name: n, count: 4, cpu: "16", memory: 64Gi}]
+workloads: [{name: many, kind: Pods, replicas: 20, schedulerName: wasp, cpu: 100m}]
+"#;
+    let harness = start(scenario, default_config()).await;
+    let placed = harness.placements("app=many", 20).await;
+    assert_eq!(placed.len(), 20);
+    assert!(harness.scheduler.stats.bind_errors.load(Ordering::Relaxed) > 0, "some bindings failed and were retried");
+    assert_eq!(harness.scheduler.stats.scheduled.load(Ordering::Relaxed), 20, "each pod bound exactly once");
+}
+
+fn config_with_misbehaving(failure_mode: &str) -> (tempfile::TempDir, SchedulerConfig) {
+    let directory = tempfile::tempdir().unwrap();
+    std::fs::write(directory.path().join("resources-fit.wasm"), policy_wasm("resources-fit").1).unwrap();
+    std::fs::write(directory.path().join("misbehaving.wasm"), fixture_wasm("misbehaving").1).unwrap();
+    let config = SchedulerConfig::parse(&format!(
+        "policyDir: {}\nprofiles: [{{schedulerName: wasp, filters: [misbehaving, resources-fit]}}]\npolicies: {{misbehaving: {{settings: {{filter: trap}}, failureMode: {failure_mode}}}}}",
+        directory.path().display()
+    ))
+    .unwrap();
+    (directory, config)
+}
+
+const TWO_PODS: &str = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 2, cpu: '4', memory: 8Gi}]\nworkloads: [{name: app, kind: Pods, replicas: 2, schedulerName: wasp, cpu: 100m}]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trapping_policy_fails_open_or_closed_and_the_scheduler_goes_on() {
+    let (_directory, config) = config_with_misbehaving("fail-open");
+    let harness = start(TWO_PODS, config).await;
+    harness.placements("app=app", 2).await;
+
+    let (_directory, config) = config_with_misbehaving("fail-closed");
+    let harness = start(TWO_PODS, config).await;
+    let (_, event) = harness.failed_scheduling("app").await;
+    assert_eq!(event.message.as_deref(), Some("0/2 nodes are available: 2 policy misbehaving failed."));
+}
+
+#[test]
+fn configuration_errors_name_the_policy() {
+    let runtime = Runtime::new(None).unwrap();
+    let mut config = default_config();
+    config.profiles[0].filters.push("least-allocated".into());
+    let policies = wasp::scheduler::load_policies(&runtime, &config).unwrap();
+    let error = wasp::scheduler::resolve_profiles(&config, &policies).err().unwrap();
+    assert_eq!(error.to_string(), "profiles[0].filters: policy least-allocated does not implement filter");
+    config.profiles[0].filters.push("missing-policy".into());
+    let error = wasp::scheduler::load_policies(&runtime, &config).err().unwrap();
+    assert!(format!("{error:#}").contains("policy missing-policy: reading"), "{error:#}");
+}
