@@ -173,13 +173,14 @@ async fn route(
             store.get(resource, namespace.as_deref(), &name).map(|object| json_response(StatusCode::OK, &object))
         }
         (Method::POST, Target::Collection { resource, namespace }) => {
-            let object = parse_body(&body)?;
+            let (object, warnings) = checked_fields(resource, parse_body(&body)?, query)?;
             let created = store.create(resource, namespace.as_deref(), object)?;
-            Ok(json_response(StatusCode::CREATED, &created))
+            Ok(with_warnings(json_response(StatusCode::CREATED, &created), &warnings))
         }
         (Method::PUT, Target::Object { resource, namespace, name }) => {
-            let object = parse_body(&body)?;
-            replace(store, resource, namespace.as_deref(), &name, object).map(|updated| json_response(StatusCode::OK, &updated))
+            let (object, warnings) = checked_fields(resource, parse_body(&body)?, query)?;
+            replace(store, resource, namespace.as_deref(), &name, object)
+                .map(|updated| with_warnings(json_response(StatusCode::OK, &updated), &warnings))
         }
         (Method::PATCH, Target::Object { resource, namespace, name }) => {
             let patch = PatchBody::parse(headers, &body)?;
@@ -222,6 +223,48 @@ fn target_resource(target: &Target) -> &'static ResourceType {
         Target::Collection { resource, .. } | Target::Object { resource, .. } | Target::Subresource { resource, .. } => resource,
         _ => unreachable!("only called for resource targets"),
     }
+}
+
+/// Top-level fields each kind has; anything else is an unknown field.
+fn known_fields(resource: &ResourceType) -> &'static [&'static str] {
+    match (resource.group, resource.kind) {
+        ("", "ConfigMap") => &["apiVersion", "kind", "metadata", "data", "binaryData", "immutable"],
+        ("", "Event") => &[
+            "apiVersion", "kind", "metadata", "involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp",
+            "count", "type", "eventTime", "series", "action", "related", "reportingComponent", "reportingInstance",
+        ],
+        ("events.k8s.io", "Event") => &[
+            "apiVersion", "kind", "metadata", "eventTime", "series", "reportingController", "reportingInstance", "action", "reason",
+            "regarding", "related", "note", "type", "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp", "deprecatedCount",
+        ],
+        _ => &["apiVersion", "kind", "metadata", "spec", "status"],
+    }
+}
+
+/// Unknown top-level fields: refused with `fieldValidation=Strict`, otherwise dropped with a warning, as the
+/// API server does by default.
+fn checked_fields(resource: &ResourceType, mut object: Value, query: &HashMap<String, String>) -> Result<(Value, Vec<String>), ApiError> {
+    let known = known_fields(resource);
+    let unknown: Vec<String> = object.as_object().map(|map| map.keys().filter(|key| !known.contains(&key.as_str())).cloned().collect()).unwrap_or_default();
+    if unknown.is_empty() {
+        return Ok((object, Vec::new()));
+    }
+    if query.get("fieldValidation").is_some_and(|mode| mode == "Strict") {
+        return Err(ApiError::bad_request(format!("strict decoding error: unknown field \"{}\"", unknown.join("\", \""))));
+    }
+    if let Some(map) = object.as_object_mut() {
+        map.retain(|key, _| known.contains(&key.as_str()));
+    }
+    Ok((object, unknown.into_iter().map(|field| format!("unknown field \"{field}\"")).collect()))
+}
+
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        if let Ok(value) = format!("299 - \"{}\"", warning.replace('"', "'")).parse() {
+            response.headers_mut().append("warning", value);
+        }
+    }
+    response
 }
 
 pub fn parse_body(body: &[u8]) -> Result<Value, ApiError> {

@@ -291,6 +291,7 @@ async fn bad_input_gets_status_errors_and_changes_nothing() {
         (post("/api/v1/namespaces/nowhere/pods", r#"{"metadata": {"name": "x"}, "spec": {"containers": [{"name": "a"}]}}"#), 404, "NotFound"),
         (http::Request::get("/api/v1/pods?labelSelector=a%20in%20b").body(Vec::new()).unwrap(), 400, "BadRequest"),
         (http::Request::get("/api/v1/widgets").body(Vec::new()).unwrap(), 404, "NotFound"),
+        (post("/api/v1/namespaces/default/pods?fieldValidation=Strict", r#"{"metadata": {"name": "x"}, "spek": {}, "spec": {"containers": [{"name": "a"}]}}"#), 400, "BadRequest"),
     ];
     for (request, code, reason) in cases {
         let path = request.uri().to_string();
@@ -300,5 +301,71 @@ async fn bad_input_gets_status_errors_and_changes_nothing() {
         }
     }
     assert_eq!(simulator.store.revision(), before, "no failed request wrote anything");
+    // Without strict validation an unknown field is dropped, as the API server does by default.
+    let created: serde_json::Value = client
+        .request(post("/api/v1/namespaces/default/configmaps", r#"{"metadata": {"name": "c"}, "data": {"k": "v"}, "colour": "blue"}"#))
+        .await
+        .unwrap();
+    assert!(created.get("colour").is_none());
+    assert_eq!(created["data"]["k"], "v");
 }
 
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_delay_fail_and_cut_watches_which_clients_survive() {
+    let scenario = r#"
+faults:
+  dropWatchesAfter: 300ms
+  rules:
+  - {verbs: [get], resources: [nodes], latency: 200ms}
+  - {verbs: [list], resources: [configmaps], errorRate: 1.0, status: 503}
+nodeGroups: [{name: worker, count: 1, cpu: "4", memory: 16Gi}]
+"#;
+    let (_simulator, client) = start(scenario).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let started = std::time::Instant::now();
+    nodes.get("worker-0").await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(200), "latency injected: {:?}", started.elapsed());
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), "default");
+    match configmaps.list(&ListParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!((status.code, status.reason.as_str()), (503, "ServiceUnavailable")),
+        other => panic!("expected 503, got {other:?}"),
+    }
+
+    // Watches are cut every 300 ms; kube-runtime's watcher resumes from its last version and misses nothing.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let collector = {
+        let seen = seen.clone();
+        let stream = kube::runtime::watcher(pods.clone(), kube::runtime::watcher::Config::default());
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(pod) | kube::runtime::watcher::Event::InitApply(pod)) = event {
+                    seen.lock().unwrap().insert(pod.metadata.name.unwrap());
+                }
+            }
+        })
+    };
+    for index in 0..6 {
+        pods.create(&PostParams::default(), &pod(&format!("p{index}"))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    eventually("every pod seen across dropped watches", async || (seen.lock().unwrap().len() == 6).then_some(())).await;
+    collector.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarks_carry_the_current_version() {
+    let scenario = Scenario::parse(QUIET).unwrap();
+    let options = SimulatorOptions { bookmark_interval: Duration::from_millis(100), ..Default::default() };
+    let simulator = Simulator::start_with(&scenario, "127.0.0.1:0".parse().unwrap(), options).await.unwrap();
+    let client = Client::try_from(kube::Config::new(simulator.url().parse().unwrap())).unwrap();
+    let nodes: Api<Node> = Api::all(client);
+    let version = nodes.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut stream = nodes.watch(&WatchParams { bookmarks: true, ..WatchParams::default().timeout(5) }, &version).await.unwrap().boxed();
+    match stream.try_next().await.unwrap().unwrap() {
+        WatchEvent::Bookmark(bookmark) => assert_eq!(bookmark.metadata.resource_version, version),
+        other => panic!("expected a bookmark, got {other:?}"),
+    }
+}
