@@ -48,7 +48,12 @@ impl Harness {
 
     /// Node of each pod with `label=value`, once all of them are bound.
     async fn placements(&self, selector: &str, count: usize) -> BTreeMap<String, String> {
-        for _ in 0..400 {
+        self.placements_within(selector, count, Duration::from_secs(10)).await
+    }
+
+    async fn placements_within(&self, selector: &str, count: usize, patience: Duration) -> BTreeMap<String, String> {
+        let deadline = std::time::Instant::now() + patience;
+        while std::time::Instant::now() < deadline {
             let pods = self.pods().list(&ListParams::default().labels(selector)).await.unwrap().items;
             let placed: BTreeMap<String, String> = pods
                 .iter()
@@ -215,7 +220,8 @@ nodeGroups: [{name: n, count: 4, cpu: "16", memory: 64Gi}]
 workloads: [{name: many, kind: Pods, replicas: 20, schedulerName: wasp, cpu: 100m}]
 "#;
     let harness = start(scenario, default_config()).await;
-    let placed = harness.placements("app=many", 20).await;
+    // Four failures in a row (0.4^4) happen to one pod in 40: backoff 1+2+4+8 s, so allow a minute.
+    let placed = harness.placements_within("app=many", 20, Duration::from_secs(60)).await;
     assert_eq!(placed.len(), 20);
     assert!(harness.scheduler.stats.bind_errors.load(Ordering::Relaxed) > 0, "some bindings failed and were retried");
     assert_eq!(harness.scheduler.stats.scheduled.load(Ordering::Relaxed), 20, "each pod bound exactly once");
@@ -258,4 +264,104 @@ fn configuration_errors_name_the_policy() {
     config.profiles[0].filters.push("missing-policy".into());
     let error = wasp::scheduler::load_policies(&runtime, &config).err().unwrap();
     assert!(format!("{error:#}").contains("policy missing-policy: reading"), "{error:#}");
+}
+
+async fn create_pods(client: &Client, prefix: &str, count: usize) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for index in 0..count {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("{prefix}-{index}"), "labels": {"batch": prefix}},
+            "spec": {"schedulerName": "wasp", "containers": [{"name": "a", "resources": {"requests": {"cpu": "100m"}}}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_when_the_leader_stops_and_no_pod_is_bound_twice() {
+    use wasp::scheduler::leader::{Candidate, LeaderElection};
+    let mut config = default_config();
+    config.leader_election = LeaderElection {
+        lease_duration: Duration::from_millis(1500),
+        renew_deadline: Duration::from_millis(1000),
+        retry_period: Duration::from_millis(200),
+        ..LeaderElection::default()
+    };
+    let harness_scenario = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 3, cpu: '16', memory: 64Gi}]\n";
+    let scenario = Scenario::parse(harness_scenario).unwrap();
+    let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let client = || {
+        let mut kube_config = kube::Config::new(simulator.url().parse().unwrap());
+        kube_config.default_retry = false;
+        Client::try_from(kube_config).unwrap()
+    };
+    let runtime = Runtime::new(None).unwrap();
+    let first = Scheduler::new(&config, &runtime, client()).unwrap();
+    let second = Scheduler::new(&config, &runtime, client()).unwrap();
+    let leader = tokio::spawn(first.clone().run_as_leader(Candidate::new(client(), config.leader_election.clone(), "first")));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _standby = tokio::spawn(second.clone().run_as_leader(Candidate::new(client(), config.leader_election.clone(), "second")));
+
+    let harness_client = client();
+    create_pods(&harness_client, "before", 10).await;
+    let pods: Api<Pod> = Api::namespaced(harness_client.clone(), "default");
+    let bound = async |batch: &str| {
+        pods.list(&ListParams::default().labels(&format!("batch={batch}"))).await.unwrap().items.iter().filter(|pod| pod.spec.as_ref().unwrap().node_name.is_some()).count()
+    };
+    for _ in 0..200 {
+        if bound("before").await == 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(bound("before").await, 10);
+    assert_eq!(first.stats.scheduled.load(Ordering::Relaxed), 10, "the leader scheduled");
+    assert_eq!(second.stats.scheduled.load(Ordering::Relaxed), 0, "the standby waited");
+
+    leader.abort();
+    create_pods(&harness_client, "after", 10).await;
+    for _ in 0..400 {
+        if bound("after").await == 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(bound("after").await, 10, "the standby took over");
+    assert_eq!(second.stats.scheduled.load(Ordering::Relaxed), 10);
+    let events: Api<Event> = Api::namespaced(harness_client.clone(), "default");
+    let scheduled = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("Scheduled")).count();
+    assert_eq!(scheduled, 20, "one Scheduled event per pod: nothing bound twice");
+    let lease: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(harness_client, "kube-system");
+    let spec = lease.get("wasp-scheduler").await.unwrap().spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("second"));
+    assert_eq!(spec.lease_transitions, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_health_and_readiness_endpoints() {
+    let harness = start(TWO_PODS, default_config()).await;
+    let address = wasp::scheduler::http::serve(harness.scheduler.clone(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    harness.placements("app=app", 2).await;
+    let get = |path: &str| {
+        let url = format!("http://{address}{path}");
+        async move {
+            let stream = tokio::net::TcpStream::connect(url.trim_start_matches("http://").split('/').next().unwrap()).await.unwrap();
+            let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+            tokio::spawn(connection);
+            let request = hyper::Request::get(url).body(http_body_util::Empty::<bytes::Bytes>::new()).unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            let status = response.status().as_u16();
+            let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    assert_eq!(get("/healthz").await, (200, "ok".to_string()));
+    assert_eq!(get("/readyz").await.0, 200);
+    let (status, metrics) = get("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains(r#"wasp_schedule_attempts_total{profile="wasp",result="scheduled"} 2"#), "{metrics}");
+    assert!(metrics.contains(r#"wasp_policy_call_duration_seconds_count{policy="resources-fit",operation="filter"}"#), "{metrics}");
+    assert!(metrics.contains(r#"wasp_pending_pods{queue="active"} 0"#), "{metrics}");
+    assert!(metrics.contains("wasp_scheduling_e2e_duration_seconds_bucket"), "{metrics}");
 }

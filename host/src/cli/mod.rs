@@ -1,6 +1,7 @@
 //! The `wasp` command line: one subcommand module per area.
 
 mod policy;
+mod run;
 mod sim;
 mod simulate;
 
@@ -24,6 +25,8 @@ enum Command {
     /// Run a simulated Kubernetes API server from a scenario.
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Run the scheduler against a cluster (kubeconfig or in-cluster service account).
+    Run(run::RunArgs),
     /// Schedule a scenario's workloads on a simulated cluster with the policies, and report what happened.
     Simulate(simulate::SimulateArgs),
 }
@@ -34,12 +37,14 @@ pub fn main() -> ExitCode {
         Command::Policy(_) => "warn",
         Command::Sim(_) => "info",
         Command::Simulate(_) => "warn",
+        Command::Run(_) => "info",
     };
     init_logging(default_level);
     let result = match cli.command {
         Command::Policy(command) => policy::run(command),
         Command::Sim(command) => sim::run(command),
         Command::Simulate(args) => simulate::run(args),
+        Command::Run(args) => run::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 //! what the caller sees, and the host goes on.
 
 mod load;
+pub mod metrics;
 
 pub use load::{check_binary_kind, LoadError};
 
@@ -14,7 +15,8 @@ use crate::runtime::bindings::PolicyComponentPre;
 use crate::runtime::{CacheOutcome, CallError, Limits, PolicyInstance, Runtime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 /// What a caller sees when a policy call fails (trap, timeout, out of memory, error, malformed answer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +51,7 @@ pub struct LoadedPolicy {
     runtime: Arc<Runtime>,
     pre: PolicyComponentPre<crate::runtime::InstanceState>,
     idle: Mutex<Vec<PolicyInstance>>,
+    metrics: OnceLock<Arc<metrics::PolicyMetrics>>,
 }
 
 impl LoadedPolicy {
@@ -89,11 +92,17 @@ impl LoadedPolicy {
             runtime: runtime.clone(),
             pre,
             idle: Mutex::new(vec![instance]),
+            metrics: OnceLock::new(),
         })
     }
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Reports every call's latency and failures from now on.
+    pub fn report_to(&self, metrics: Arc<metrics::PolicyMetrics>) {
+        let _ = self.metrics.set(metrics);
     }
 
     pub fn implements(&self, kind: PolicyKind) -> bool {
@@ -102,7 +111,21 @@ impl LoadedPolicy {
 
     /// Runs `body` on an idle instance (or a new one), after syncing it with `cluster`. An instance that failed
     /// is dropped instead of going back to the pool, so the next call gets a fresh one.
-    pub fn with_instance<R>(
+    fn with_instance<R>(
+        &self,
+        cluster: &ClusterState,
+        operation: &str,
+        body: impl FnOnce(&mut PolicyInstance) -> Result<R, CallError>,
+    ) -> Result<R, CallError> {
+        let started = Instant::now();
+        let result = self.call_pooled(cluster, body);
+        if let Some(metrics) = self.metrics.get() {
+            metrics.observe(&self.name, operation, started.elapsed(), result.is_err());
+        }
+        result
+    }
+
+    fn call_pooled<R>(
         &self,
         cluster: &ClusterState,
         body: impl FnOnce(&mut PolicyInstance) -> Result<R, CallError>,
@@ -135,7 +158,7 @@ impl LoadedPolicy {
     }
 
     pub fn filter(&self, cluster: &ClusterState, pod: &Pod, candidates: &[u32]) -> Result<FilterResult, CallError> {
-        self.with_instance(cluster, |instance| instance.filter(pod, candidates))
+        self.with_instance(cluster, "filter", |instance| instance.filter(pod, candidates))
     }
 
     /// Filter verdicts with the failure mode applied: never fails.
@@ -153,7 +176,7 @@ impl LoadedPolicy {
     }
 
     pub fn score(&self, cluster: &ClusterState, pod: &Pod, candidates: &[u32]) -> Result<Vec<u32>, CallError> {
-        self.with_instance(cluster, |instance| instance.score(pod, candidates))
+        self.with_instance(cluster, "score", |instance| instance.score(pod, candidates))
     }
 
     /// Scores with the failure mode applied: a failed score policy contributes nothing.
@@ -165,11 +188,11 @@ impl LoadedPolicy {
     }
 
     pub fn propose(&self, cluster: &ClusterState) -> Result<Vec<Eviction>, CallError> {
-        self.with_instance(cluster, |instance| instance.propose())
+        self.with_instance(cluster, "propose", |instance| instance.propose())
     }
 
     pub fn recommend(&self, cluster: &ClusterState, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
-        self.with_instance(cluster, |instance| instance.recommend(request))
+        self.with_instance(cluster, "recommend", |instance| instance.recommend(request))
     }
 }
 

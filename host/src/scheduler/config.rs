@@ -23,6 +23,9 @@ pub struct SchedulerConfig {
     /// Share of nodes to find feasible before scoring, 0 for kube-scheduler's adaptive rule.
     #[serde(default)]
     pub percentage_of_nodes_to_score: u32,
+    /// Leader election for `wasp run` (on by default there; `wasp simulate` runs a single scheduler).
+    #[serde(default)]
+    pub leader_election: super::leader::LeaderElection,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -106,6 +109,7 @@ impl SchedulerConfig {
         if self.profiles.is_empty() {
             bail!("profiles: at least one profile is needed");
         }
+        self.leader_election.validate()?;
         if self.percentage_of_nodes_to_score > 100 {
             bail!("percentageOfNodesToScore: {} is more than 100", self.percentage_of_nodes_to_score);
         }

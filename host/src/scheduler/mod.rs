@@ -4,6 +4,7 @@
 //! - [`queue`]: activeQ, backoff and unschedulable pods.
 //! - [`cycle`]: one decision with kube-scheduler's semantics.
 //! - [`writer`]: bindings, events and conditions written to the API server.
+//! - [`leader`]: leader election on a Lease; [`http`]: `/metrics`, `/healthz`, `/readyz`.
 //!
 //! Informers (kube-rs watchers) keep a [`ClusterState`] of nodes and bound pods (whichever scheduler placed
 //! them) and feed pending pods of our profiles to the queue. A decision assumes the pod on its node at once and
@@ -11,6 +12,8 @@
 
 pub mod config;
 pub mod cycle;
+pub mod http;
+pub mod leader;
 pub mod queue;
 pub mod writer;
 
@@ -28,7 +31,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use queue::{QueuedPod, SchedulingQueue};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use writer::ApiWriter;
@@ -53,6 +56,10 @@ pub struct Scheduler {
     client: Client,
     percentage: u32,
     pub stats: Arc<Stats>,
+    metrics: http::SchedulerMetrics,
+    registry: prometheus_client::registry::Registry,
+    synced: AtomicBool,
+    pods_synced: AtomicBool,
 }
 
 /// Loads every policy the profiles use from the policy directory, with its settings and limits.
@@ -103,6 +110,12 @@ impl Scheduler {
     pub fn new(config: &SchedulerConfig, runtime: &Arc<Runtime>, client: Client) -> anyhow::Result<Arc<Scheduler>> {
         let policies = load_policies(runtime, config)?;
         let profiles = resolve_profiles(config, &policies)?;
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = http::SchedulerMetrics::register(&mut registry);
+        let policy_metrics = Arc::new(crate::policy::metrics::PolicyMetrics::register(&mut registry));
+        for policy in policies.values() {
+            policy.report_to(policy_metrics.clone());
+        }
         Ok(Arc::new(Scheduler {
             profiles,
             cluster: Arc::new(RwLock::new(ClusterState::new())),
@@ -111,6 +124,10 @@ impl Scheduler {
             client,
             percentage: config.percentage_of_nodes_to_score,
             stats: Arc::new(Stats::default()),
+            metrics,
+            registry,
+            synced: AtomicBool::new(false),
+            pods_synced: AtomicBool::new(false),
         }))
     }
 
@@ -122,10 +139,29 @@ impl Scheduler {
         self.profiles.keys().cloned().collect()
     }
 
+    /// Whether the node and pod informers have both listed the cluster at least once.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Relaxed) && self.pods_synced.load(Ordering::Relaxed)
+    }
+
+    /// Schedules only while holding the lease: waits to acquire it, schedules, and returns when it is lost (the
+    /// caller should exit, as kube-scheduler does, so a restart starts from a clean state).
+    pub async fn run_as_leader(self: Arc<Self>, candidate: leader::Candidate) {
+        candidate.acquire().await;
+        tokio::select! {
+            _ = self.clone().run() => {}
+            _ = candidate.hold() => {}
+        }
+    }
+
     /// Watches nodes and pods and schedules until the task is dropped.
     pub async fn run(self: Arc<Self>) {
         tokio::spawn(self.clone().watch_nodes());
         tokio::spawn(self.clone().watch_pods());
+        // Like kube-scheduler's WaitForCacheSync: deciding on a partial view would overcommit nodes.
+        while !self.is_synced() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let mut cursor = Cursor::default();
         loop {
             let queued = self.queue.pop().await;
@@ -140,6 +176,7 @@ impl Scheduler {
             match decision {
                 Decision::Bind { node, .. } => self.assume_and_bind(queued, node, profile.scheduler_name.clone()),
                 Decision::Unschedulable { message } => {
+                    self.metrics.attempt(&profile.scheduler_name, "unschedulable");
                     let key = format!("{}/{}", queued.pod.namespace, queued.pod.name);
                     tracing::info!(pod = %key, profile = %profile.scheduler_name, %message, "unschedulable");
                     self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
@@ -162,6 +199,8 @@ impl Scheduler {
                 Ok(()) => {
                     tracing::debug!(pod = %key, %node, %profile, "bound");
                     scheduler.stats.scheduled.fetch_add(1, Ordering::Relaxed);
+                    scheduler.metrics.attempt(&profile, "scheduled");
+                    scheduler.metrics.bound(&profile, queued.first_queued.elapsed());
                     scheduler.stats.latencies.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(queued.first_queued.elapsed());
                     scheduler.stats.last_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&key);
                     scheduler.queue.remove(&pod.uid);
@@ -170,6 +209,7 @@ impl Scheduler {
                 Err(error) => {
                     tracing::warn!(pod = %key, %node, %error, "binding failed; forgetting the assumed pod");
                     scheduler.stats.bind_errors.fetch_add(1, Ordering::Relaxed);
+                    scheduler.metrics.attempt(&profile, "error");
                     scheduler.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner()).remove_pod(&pod.uid);
                     match error {
                         // Bound by someone else, or gone: the informer brings the truth.
@@ -207,6 +247,7 @@ impl Scheduler {
                 }
                 Event::Delete(node) => cluster.remove_node(node.metadata.name.as_deref().unwrap_or("")),
                 Event::InitDone => {
+                    self.synced.store(true, Ordering::Relaxed);
                     let gone: Vec<String> = cluster.node_ids().into_iter().filter_map(|id| cluster.node_name(id).map(str::to_string)).filter(|name| !relisted.contains(name)).collect();
                     for name in gone {
                         cluster.remove_node(&name);
@@ -230,7 +271,8 @@ impl Scheduler {
                     self.queue.remove(&uid);
                     self.queue.cluster_changed();
                 }
-                Ok(Some(Event::Init | Event::InitDone)) => {}
+                Ok(Some(Event::InitDone)) => self.pods_synced.store(true, Ordering::Relaxed),
+                Ok(Some(Event::Init)) => {}
                 Ok(None) => return,
                 Err(error) => tracing::warn!(%error, "pod watch failed; retrying"),
             }

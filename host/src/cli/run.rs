@@ -1,0 +1,53 @@
+//! `wasp run`: the scheduler against a real cluster (kubeconfig, or the in-cluster service account).
+
+use crate::runtime::Runtime;
+use crate::scheduler::config::{SchedulerConfig, DEFAULT_CONFIG};
+use crate::scheduler::{http, leader, Scheduler};
+use anyhow::Context;
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Scheduler configuration; the built-in default uses the policies in plugins/out.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Where /metrics, /healthz and /readyz are served.
+    #[arg(long, default_value = "0.0.0.0:10259")]
+    listen: SocketAddr,
+    /// Compiled policies persist here across restarts.
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Schedule without holding the lease (only one replica may run then).
+    #[arg(long)]
+    no_leader_election: bool,
+}
+
+fn identity() -> String {
+    let host = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).unwrap_or_else(|_| "wasp".into());
+    format!("{host}_{:08x}", fastrand::u32(..))
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = match &args.config {
+        Some(path) => SchedulerConfig::load(path)?,
+        None => SchedulerConfig::parse(DEFAULT_CONFIG).context("built-in scheduler config")?,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let client = kube::Client::try_default().await.context("loading the kubeconfig or in-cluster configuration")?;
+        let version = client.apiserver_version().await.context("the API server is unreachable")?;
+        tracing::info!(version = %version.git_version, "connected to the API server");
+        let scheduler = Scheduler::new(&config, &Runtime::new(args.cache_dir.clone())?, client.clone())?;
+        let address = http::serve(scheduler.clone(), args.listen).await?;
+        tracing::info!(%address, profiles = ?scheduler.profile_names(), "serving /metrics, /healthz, /readyz");
+        if args.no_leader_election {
+            scheduler.run().await;
+            return Ok(());
+        }
+        let candidate = leader::Candidate::new(client, config.leader_election.clone(), &identity());
+        scheduler.run_as_leader(candidate).await;
+        anyhow::bail!("lost leadership; exiting so a restart begins from a clean state")
+    })
+}

@@ -1,0 +1,173 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with kube-scheduler's defaults (lease 15 s, renew
+//! deadline 10 s, retry 2 s). Only the holder schedules; a standby takes over once the lease expires. Writes use
+//! the Lease's resourceVersion, so two candidates can never both win the same term.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde::Deserialize;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeaderElection {
+    /// The Lease's name; give each scheduler deployment its own.
+    #[serde(default = "default_name")]
+    pub lease_name: String,
+    #[serde(default = "default_namespace")]
+    pub lease_namespace: String,
+    #[serde(default = "lease_duration", with = "humantime_serde")]
+    pub lease_duration: Duration,
+    #[serde(default = "renew_deadline", with = "humantime_serde")]
+    pub renew_deadline: Duration,
+    #[serde(default = "retry_period", with = "humantime_serde")]
+    pub retry_period: Duration,
+}
+
+fn default_name() -> String {
+    "wasp-scheduler".into()
+}
+fn default_namespace() -> String {
+    "kube-system".into()
+}
+fn lease_duration() -> Duration {
+    Duration::from_secs(15)
+}
+fn renew_deadline() -> Duration {
+    Duration::from_secs(10)
+}
+fn retry_period() -> Duration {
+    Duration::from_secs(2)
+}
+
+impl Default for LeaderElection {
+    fn default() -> Self {
+        LeaderElection {
+            lease_name: default_name(),
+            lease_namespace: default_namespace(),
+            lease_duration: lease_duration(),
+            renew_deadline: renew_deadline(),
+            retry_period: retry_period(),
+        }
+    }
+}
+
+impl LeaderElection {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.renew_deadline >= self.lease_duration {
+            anyhow::bail!("leaderElection.renewDeadline must be shorter than leaderElection.leaseDuration");
+        }
+        if self.retry_period >= self.renew_deadline {
+            anyhow::bail!("leaderElection.retryPeriod must be shorter than leaderElection.renewDeadline");
+        }
+        Ok(())
+    }
+}
+
+/// A candidate for the lease.
+pub struct Candidate {
+    api: Api<Lease>,
+    settings: LeaderElection,
+    identity: String,
+}
+
+enum Attempt {
+    Won,
+    HeldByOther(String),
+}
+
+impl Candidate {
+    pub fn new(client: Client, settings: LeaderElection, identity: &str) -> Self {
+        Candidate { api: Api::namespaced(client, &settings.lease_namespace), settings, identity: identity.to_string() }
+    }
+
+    fn spec(&self, previous: Option<&LeaseSpec>) -> LeaseSpec {
+        let now = MicroTime(jiff::Timestamp::now());
+        let same_holder = previous.and_then(|spec| spec.holder_identity.as_deref()) == Some(self.identity.as_str());
+        let transitions = previous.and_then(|spec| spec.lease_transitions).unwrap_or(0);
+        LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(self.settings.lease_duration.as_secs().max(1) as i32),
+            acquire_time: if same_holder { previous.and_then(|spec| spec.acquire_time.clone()) } else { Some(now.clone()) },
+            renew_time: Some(now),
+            lease_transitions: Some(if same_holder || previous.is_none() { transitions } else { transitions + 1 }),
+            ..Default::default()
+        }
+    }
+
+    fn expired(spec: &LeaseSpec) -> bool {
+        let Some(renewed) = spec.renew_time.as_ref() else { return true };
+        let duration = jiff::SignedDuration::from_secs(spec.lease_duration_seconds.unwrap_or(15) as i64);
+        renewed.0.checked_add(duration).map_or(true, |expiry| expiry < jiff::Timestamp::now())
+    }
+
+    async fn try_acquire_or_renew(&self) -> Result<Attempt, kube::Error> {
+        let name = &self.settings.lease_name;
+        match self.api.get_opt(name).await? {
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
+                    spec: Some(self.spec(None)),
+                };
+                self.api.create(&PostParams::default(), &lease).await?;
+                Ok(Attempt::Won)
+            }
+            Some(mut lease) => {
+                let spec = lease.spec.clone().unwrap_or_default();
+                let holder = spec.holder_identity.clone().unwrap_or_default();
+                if holder != self.identity && !holder.is_empty() && !Self::expired(&spec) {
+                    return Ok(Attempt::HeldByOther(holder));
+                }
+                // The resourceVersion in `lease` makes this a compare-and-swap.
+                lease.spec = Some(self.spec(Some(&spec)));
+                self.api.replace(name, &PostParams::default(), &lease).await?;
+                Ok(Attempt::Won)
+            }
+        }
+    }
+
+    /// Waits until this candidate holds the lease.
+    pub async fn acquire(&self) {
+        let mut last_holder = String::new();
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(Attempt::Won) => {
+                    tracing::info!(lease = %self.settings.lease_name, identity = %self.identity, "became leader");
+                    return;
+                }
+                Ok(Attempt::HeldByOther(holder)) => {
+                    if holder != last_holder {
+                        tracing::info!(lease = %self.settings.lease_name, %holder, "standing by");
+                        last_holder = holder;
+                    }
+                }
+                Err(error) => tracing::debug!(lease = %self.settings.lease_name, %error, "lease attempt failed"),
+            }
+            tokio::time::sleep(self.settings.retry_period).await;
+        }
+    }
+
+    /// Renews the lease every retry period; returns when it could not be renewed within the renew deadline,
+    /// or someone else took it. The caller must stop acting as leader then.
+    pub async fn hold(&self) {
+        let mut renewed = Instant::now();
+        loop {
+            tokio::time::sleep(self.settings.retry_period).await;
+            match self.try_acquire_or_renew().await {
+                Ok(Attempt::Won) => renewed = Instant::now(),
+                Ok(Attempt::HeldByOther(holder)) => {
+                    tracing::error!(lease = %self.settings.lease_name, %holder, "lost the lease to another holder");
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(lease = %self.settings.lease_name, %error, "renewing the lease failed");
+                    if renewed.elapsed() >= self.settings.renew_deadline {
+                        tracing::error!(lease = %self.settings.lease_name, "renew deadline passed; giving up leadership");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
