@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds every policy in plugins/ as a wasm32-wasip2 component into plugins/out/, and the test fixtures into
-# target/wasm-fixtures/. Needs the wasm32-wasip2 target (`rustup target add wasm32-wasip2`).
+# target/wasm-fixtures/. Installs the wasm32-wasip2 target if it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if ! rustup target list --installed | grep -qx wasm32-wasip2; then
+  rustup target add wasm32-wasip2
+fi
 
 policies=()
 for manifest in plugins/*/Cargo.toml; do
