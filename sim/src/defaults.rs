@@ -46,11 +46,7 @@ pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError
                 return Err(ApiError::invalid("PodDisruptionBudget", &name, "spec", "minAvailable and maxUnavailable cannot be both set"));
             }
         }
-        ("", "Node") => {
-            if object.get("status").is_none() {
-                object["status"] = json!({});
-            }
-        }
+        ("", "Node") if object.get("status").is_none() => object["status"] = json!({}),
         _ => {}
     }
     Ok(())

@@ -54,6 +54,9 @@ pub struct Store {
     events: broadcast::Sender<Arc<Event>>,
 }
 
+/// What a new watch starts with: the changes to replay, then the live stream.
+pub type WatchStart = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>);
+
 /// One page of a list.
 pub struct Page {
     pub items: Vec<Arc<Value>>,
@@ -151,13 +154,7 @@ impl Store {
     }
 
     pub fn get(&self, resource: &ResourceType, namespace: Option<&str>, name: &str) -> Result<Arc<Value>, ApiError> {
-        let state = self.lock();
-        state
-            .objects
-            .get(&resource.id())
-            .and_then(|table| table.get(&key(resource, namespace, name)))
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(resource.plural, resource.group, name))
+        stored(&self.lock(), resource, &key(resource, namespace, name))
     }
 
     /// Objects in key order, from `continue_token` on, at most `limit` (0: all) that pass `keep`.
@@ -276,12 +273,7 @@ impl Store {
     ) -> Result<Arc<Value>, ApiError> {
         let mut state = self.lock();
         let object_key = key(resource, namespace, name);
-        let current = state
-            .objects
-            .get(&resource.id())
-            .and_then(|table| table.get(&object_key))
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(resource.plural, resource.group, name))?;
+        let current = stored(&state, resource, &object_key)?;
         let mut updated = (*current).clone();
         change(&mut updated)?;
         // Identity fields never change through an update.
@@ -313,12 +305,7 @@ impl Store {
     pub fn remove(&self, resource: &'static ResourceType, namespace: Option<&str>, name: &str) -> Result<Arc<Value>, ApiError> {
         let mut state = self.lock();
         let object_key = key(resource, namespace, name);
-        let current = state
-            .objects
-            .get(&resource.id())
-            .and_then(|table| table.get(&object_key))
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(resource.plural, resource.group, name))?;
+        let current = stored(&state, resource, &object_key)?;
         let object = (*current).clone();
         Ok(self.commit(&mut state, resource, object_key, EventKind::Deleted, object, Some(current)))
     }
@@ -329,7 +316,7 @@ impl Store {
         &self,
         resource: &'static ResourceType,
         since: Option<u64>,
-    ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>), ApiError> {
+    ) -> Result<WatchStart, ApiError> {
         let state = self.lock();
         let receiver = self.events.subscribe();
         let backlog = match since {
@@ -379,6 +366,15 @@ impl Store {
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.events.subscribe()
     }
+}
+
+fn stored(state: &State, resource: &ResourceType, object_key: &Key) -> Result<Arc<Value>, ApiError> {
+    state
+        .objects
+        .get(&resource.id())
+        .and_then(|table| table.get(object_key))
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(resource.plural, resource.group, &object_key.1))
 }
 
 fn check_type(resource: &ResourceType, object: &Value) -> Result<(), ApiError> {

@@ -13,11 +13,16 @@ use std::time::{Duration, Instant};
 
 const AGGREGATION_WINDOW: Duration = Duration::from_secs(600);
 
+/// (pod uid, reason, message) of an event already sent.
+type EventKey = (String, String, String);
+/// The event's name, its count, and when it was last sent.
+type SentEvent = (String, i32, Instant);
+
 pub struct ApiWriter {
     client: Client,
     /// The reporting component (`wasp`); events also name the profile.
     component: String,
-    recent: Mutex<HashMap<(String, String, String), (String, i32, Instant)>>,
+    recent: Mutex<HashMap<EventKey, SentEvent>>,
 }
 
 fn now() -> String {
