@@ -178,3 +178,28 @@ fn scale_policy_applies_the_hpa_formula() {
     let error = hpa.recommend(&cluster, &ScaleRequest { metrics: vec![], ..request(&[1.0]) }).unwrap_err();
     assert_eq!(error.to_string(), "default/deployment/web: no metrics to scale on");
 }
+
+#[test]
+fn concurrent_calls_use_separate_instances_from_the_pool() {
+    let runtime = runtime();
+    let fit = load(&runtime, "resources-fit", "");
+    let mut cluster = cluster_of((0..50).map(|index| simple_node(&format!("n{index}"), "4", "8Gi", "")).collect());
+    cluster.upsert_pod(simple_pod("busy", "3500m", ""), "n0");
+    let ids = cluster.node_ids();
+    let pod = simple_pod("p", "1", "");
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                barrier.wait();
+                for _ in 0..200 {
+                    let result = fit.filter(&cluster, &pod, &ids).unwrap();
+                    assert_eq!(reasons(&result)[0], "Insufficient cpu");
+                    assert!(result.verdicts[1..].iter().all(|code| *code == 0));
+                }
+            });
+        }
+    });
+    let idle = fit.idle_instances();
+    assert!((1..=2).contains(&idle), "one instance per concurrent caller at most: {idle}");
+}

@@ -477,3 +477,22 @@ mod tests {
         assert_eq!(scenario.node_names(), ["a-0", "a-1", "b-0"]);
     }
 }
+
+#[cfg(test)]
+mod shipped {
+    use super::Scenario;
+
+    #[test]
+    fn every_shipped_scenario_is_valid() {
+        let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|extension| extension == "yaml") {
+                Scenario::load(&path).unwrap_or_else(|error| panic!("{error:#}"));
+                checked += 1;
+            }
+        }
+        assert!(checked >= 2, "scenarios in {}", folder.display());
+    }
+}

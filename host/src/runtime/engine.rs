@@ -25,6 +25,10 @@ impl Runtime {
     pub fn new(cache_directory: Option<PathBuf>) -> anyhow::Result<Arc<Runtime>> {
         let mut config = Config::new();
         config.wasm_component_model(true).epoch_interruption(true).cranelift_opt_level(wasmtime::OptLevel::Speed);
+        // `WASP_PERFMAP=1 perf record ...` names the policies' compiled functions in profiles.
+        if std::env::var_os("WASP_PERFMAP").is_some_and(|value| value == "1") {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config).map_err(|error| anyhow::anyhow!("creating the wasm engine: {error}"))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
