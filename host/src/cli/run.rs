@@ -36,7 +36,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
-        let client = kube::Client::try_default().await.context("loading the kubeconfig or in-cluster configuration")?;
+        let mut kube_config = kube::Config::infer().await.context("loading the kubeconfig or in-cluster configuration")?;
+        // kube retries 429/503/504 for minutes by default; the scheduler backs off per pod instead.
+        kube_config.default_retry = false;
+        let client = kube::Client::try_from(kube_config)?;
         let version = client.apiserver_version().await.context("the API server is unreachable")?;
         tracing::info!(version = %version.git_version, "connected to the API server");
         let scheduler = Scheduler::new(&config, &Runtime::new(args.cache_dir.clone())?, client.clone())?;
