@@ -3,6 +3,8 @@
 wasmtime::component::bindgen!({
     world: "policy-component",
     path: "../wit",
+    // The scheduler compares pod records to tell a real change from a status-only update.
+    additional_derives: [PartialEq],
 });
 
 pub use self::wasp::policy::types;

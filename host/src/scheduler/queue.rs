@@ -81,11 +81,19 @@ impl SchedulingQueue {
     }
 
     /// A pending pod was added or changed. New pods go to activeQ; known ones keep their place with the newer
-    /// object (activeQ entries are refreshed when popped).
+    /// object (activeQ entries are refreshed when popped), except that an unschedulable pod whose scheduling
+    /// inputs changed (tolerations, affinity, requests, ...) gets another attempt after its backoff. The pod
+    /// record carries no conditions, so our own `PodScheduled=False` updates do not count as a change.
     pub fn upsert(&self, pod: Pod) {
         let mut inner = self.lock();
-        if let Some((_, queued)) = inner.places.get_mut(&pod.uid) {
+        if let Some((place, queued)) = inner.places.get_mut(&pod.uid) {
+            let changed = queued.pod != pod;
             queued.pod = pod;
+            if changed && matches!(place, Place::Unschedulable(_)) {
+                *place = Place::Backoff(Instant::now() + backoff_for(queued.attempts));
+                drop(inner);
+                self.wake.notify_one();
+            }
             return;
         }
         let queued = QueuedPod { pod, attempts: 0, first_queued: Instant::now() };
@@ -259,5 +267,21 @@ mod tests {
         let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
         assert_eq!(again.pod.name, "a");
         assert_eq!(again.attempts, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_edited_unschedulable_pod_is_retried_but_an_unchanged_one_waits() {
+        let queue = SchedulingQueue::default();
+        queue.upsert(pod("a", 0, "2026-01-01T00:00:00Z"));
+        let first = queue.pop().await;
+        queue.unschedulable(first.clone());
+        queue.upsert(first.pod.clone());
+        assert_eq!(queue.sizes().unschedulable, 1, "the same record again is no reason to retry");
+        let mut edited = first.pod.clone();
+        edited.priority = 5;
+        queue.upsert(edited);
+        assert_eq!(queue.sizes().backoff, 1);
+        let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
+        assert_eq!(again.pod.priority, 5);
     }
 }
