@@ -68,11 +68,6 @@ impl FaultPlan {
         FaultPlan { spec: RwLock::new(spec) }
     }
 
-    /// Replaces the plan (tests and scenario events change faults while serving).
-    pub fn set(&self, spec: FaultSpec) {
-        *self.spec.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = spec;
-    }
-
     pub fn decide(&self, verb: &str, resource: &str) -> Option<Fault> {
         let spec = self.spec.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut fault = Fault { delay: Duration::ZERO, status: None };

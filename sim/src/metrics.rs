@@ -35,10 +35,6 @@ pub struct Point {
 pub struct Curve(pub Vec<Point>);
 
 impl Curve {
-    pub fn constant(value: f64) -> Self {
-        Curve(vec![Point { at: Duration::ZERO, value }])
-    }
-
     pub fn at(&self, elapsed: Duration) -> f64 {
         let points = &self.0;
         let Some(first) = points.first() else { return 0.0 };

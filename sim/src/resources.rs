@@ -70,10 +70,6 @@ pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resourc
     RESOURCES.iter().find(|resource| resource.group == group && resource.version == version && resource.plural == plural)
 }
 
-pub fn find_kind(api_version: &str, kind: &str) -> Option<&'static ResourceType> {
-    RESOURCES.iter().find(|resource| resource.api_version() == api_version && resource.kind == kind)
-}
-
 pub fn pods() -> &'static ResourceType {
     find("", "v1", "pods").expect("pods are served")
 }

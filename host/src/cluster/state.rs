@@ -103,14 +103,6 @@ impl ClusterState {
         self.log_start + self.log.len() as u64
     }
 
-    pub fn node_count(&self) -> usize {
-        self.slots.values().filter(|slot| slot.node.is_some()).count()
-    }
-
-    pub fn pod_count(&self) -> usize {
-        self.pods.len()
-    }
-
     /// Ids of the nodes present, in id order.
     pub fn node_ids(&self) -> Vec<NodeId> {
         let mut ids: Vec<NodeId> =
@@ -125,14 +117,6 @@ impl ClusterState {
 
     pub fn node_name(&self, id: NodeId) -> Option<&str> {
         self.names.get(id as usize).map(String::as_str)
-    }
-
-    pub fn node(&self, name: &str) -> Option<&Node> {
-        self.slots.get(name).and_then(|slot| slot.node.as_ref())
-    }
-
-    pub fn pod_id(&self, uid: &str) -> Option<PodId> {
-        self.pods.get(uid).map(|bound| bound.id)
     }
 
     /// The bound pod with this id and its node's name.

@@ -108,10 +108,6 @@ impl SchedulingQueue {
         self.lock().places.remove(uid);
     }
 
-    pub fn contains(&self, uid: &str) -> bool {
-        self.lock().places.contains_key(uid)
-    }
-
     /// Waits for the next pod to schedule.
     pub async fn pop(&self) -> QueuedPod {
         loop {
