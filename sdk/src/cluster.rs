@@ -66,6 +66,7 @@ impl Cluster {
         }
     }
 
+    #[inline]
     pub fn node(&self, id: NodeId) -> Option<&NodeInfo> {
         self.nodes.get(id as usize).and_then(Option::as_ref)
     }

@@ -28,6 +28,7 @@ impl Toleration {
 }
 
 /// The first taint with one of `effects` that no toleration tolerates.
+#[inline]
 pub fn first_untolerated_taint<'a>(
     taints: &'a [Taint],
     tolerations: &[Toleration],

@@ -68,6 +68,7 @@ pub trait Filter {
 }
 
 /// Runs `decide` on every candidate node and collects the verdicts; ids the view does not hold are rejected.
+#[inline]
 pub fn verdicts_for(cluster: &Cluster, candidates: &[NodeId], mut decide: impl FnMut(&NodeInfo) -> Verdict) -> FilterResult {
     let mut result = FilterResultBuilder::with_capacity(candidates.len());
     for &id in candidates {
@@ -90,22 +91,26 @@ impl FilterResultBuilder {
         FilterResultBuilder { verdicts: Vec::with_capacity(candidates), rejections: Vec::new() }
     }
 
+    /// Most nodes pass: that path is a single store, inlined into the policy's loop.
+    #[inline]
     pub fn push(&mut self, verdict: Verdict) {
-        let code = match verdict {
-            Verdict::Pass => 0,
-            Verdict::Reject(reasons) => {
-                // Few distinct reason sets per pod: a linear scan beats hashing.
-                let index = match self.rejections.iter().position(|known| *known == reasons) {
-                    Some(index) => index,
-                    None => {
-                        self.rejections.push(reasons);
-                        self.rejections.len() - 1
-                    }
-                };
-                index as u32 + 1
+        match verdict {
+            Verdict::Pass => self.verdicts.push(0),
+            Verdict::Reject(reasons) => self.push_rejection(reasons),
+        }
+    }
+
+    #[cold]
+    fn push_rejection(&mut self, reasons: Vec<Cow<'static, str>>) {
+        // Few distinct reason sets per pod: a linear scan beats hashing.
+        let index = match self.rejections.iter().position(|known| *known == reasons) {
+            Some(index) => index,
+            None => {
+                self.rejections.push(reasons);
+                self.rejections.len() - 1
             }
         };
-        self.verdicts.push(code);
+        self.verdicts.push(index as u32 + 1);
     }
 
     pub fn finish(self) -> FilterResult {
