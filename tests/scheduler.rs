@@ -377,3 +377,32 @@ async fn metrics_health_and_readiness_endpoints() {
     assert!(metrics.contains(r#"wasp_pending_pods{queue="active"} 0"#), "{metrics}");
     assert!(metrics.contains("wasp_scheduling_e2e_duration_seconds_bucket"), "{metrics}");
 }
+
+#[test]
+fn large_clusters_are_filtered_in_parallel_with_the_same_verdicts() {
+    use wasp::scheduler::cycle::{schedule, Cursor, Decision};
+    let runtime = Runtime::new(None).unwrap();
+    let config = default_config();
+    let policies = wasp::scheduler::load_policies(&runtime, &config).unwrap();
+    let profiles = wasp::scheduler::resolve_profiles(&config, &policies).unwrap();
+    let profile = &profiles["wasp"];
+    // 600 nodes: every third has room for the pod, the others are 1-CPU nodes.
+    let mut cluster = wasp::cluster::ClusterState::new();
+    for index in 0..600 {
+        let cpu = if index % 3 == 0 { "8" } else { "1" };
+        cluster.upsert_node(common::simple_node(&format!("n{index}"), cpu, "16Gi", ""));
+    }
+    let pod = common::simple_pod("p", "2", "");
+    match schedule(profile, &cluster, &pod, &mut Cursor::default(), 100) {
+        Decision::Bind { node, feasible, evaluated } => {
+            assert_eq!((feasible, evaluated), (200, 600), "all nodes evaluated at 100%");
+            assert_eq!(node.trim_start_matches('n').parse::<usize>().unwrap() % 3, 0, "{node} has room");
+        }
+        other => panic!("expected a binding, got {other:?}"),
+    }
+    let huge = common::simple_pod("huge", "64", "");
+    assert_eq!(
+        schedule(profile, &cluster, &huge, &mut Cursor::default(), 0),
+        Decision::Unschedulable { message: "0/600 nodes are available: 600 Insufficient cpu.".into() }
+    );
+}

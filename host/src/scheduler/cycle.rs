@@ -43,6 +43,45 @@ pub fn unschedulable_message(total_nodes: usize, reasons: &BTreeMap<String, usiz
 #[derive(Default)]
 pub struct Cursor(usize);
 
+/// Candidates per thread below which splitting the filter work costs more than it saves.
+const MIN_NODES_PER_THREAD: usize = 128;
+
+/// Runs the filter chain over `candidates` split across threads (each call takes its own pooled policy
+/// instance), like kube-scheduler's parallel Filter. Survivors keep their order.
+fn filter_in_parallel(
+    profile: &ProfilePolicies,
+    cluster: &ClusterState,
+    pod: &Pod,
+    candidates: &[NodeId],
+    reasons: &mut BTreeMap<String, usize>,
+) -> Vec<NodeId> {
+    let threads = std::thread::available_parallelism().map_or(1, usize::from).min(candidates.len() / MIN_NODES_PER_THREAD).max(1);
+    if threads == 1 {
+        return filter_chain(profile, cluster, pod, candidates.to_vec(), reasons);
+    }
+    let chunk = candidates.len().div_ceil(threads);
+    let results: Vec<(Vec<NodeId>, BTreeMap<String, usize>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = candidates
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    let mut local = BTreeMap::new();
+                    (filter_chain(profile, cluster, pod, part.to_vec(), &mut local), local)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|worker| worker.join().expect("filter worker panicked")).collect()
+    });
+    let mut survivors = Vec::new();
+    for (part, local) in results {
+        survivors.extend(part);
+        for (reason, count) in local {
+            *reasons.entry(reason).or_default() += count;
+        }
+    }
+    survivors
+}
+
 /// Runs the filter chain over `candidates`; returns the survivors and adds rejected nodes' reasons (those of
 /// the first policy that rejected each node) to `reasons`.
 fn filter_chain(
@@ -94,7 +133,7 @@ pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, cu
     let chunk = wanted.max(64);
     for batch in ordered.chunks(chunk) {
         evaluated += batch.len();
-        feasible.extend(filter_chain(profile, cluster, pod, batch.to_vec(), &mut reasons));
+        feasible.extend(filter_in_parallel(profile, cluster, pod, batch, &mut reasons));
         if feasible.len() >= wanted {
             feasible.truncate(wanted);
             break;

@@ -174,7 +174,10 @@ impl Scheduler {
                 cycle::schedule(&profile, &cluster, &queued.pod, &mut cursor, self.percentage)
             });
             match decision {
-                Decision::Bind { node, .. } => self.assume_and_bind(queued, node, profile.scheduler_name.clone()),
+                Decision::Bind { node, feasible, evaluated } => {
+                    tracing::debug!(pod = %format!("{}/{}", queued.pod.namespace, queued.pod.name), %node, feasible, evaluated, "decided");
+                    self.assume_and_bind(queued, node, profile.scheduler_name.clone())
+                }
                 Decision::Unschedulable { message } => {
                     self.metrics.attempt(&profile.scheduler_name, "unschedulable");
                     let key = format!("{}/{}", queued.pod.namespace, queued.pod.name);
