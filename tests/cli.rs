@@ -66,3 +66,26 @@ fn bad_input_fails_with_the_file_and_reason() {
     assert!(!ok);
     assert!(stderr.contains("settings rejected: invalid settings for hpa: tolerance: 2 is outside [0, 1)"), "{stderr}");
 }
+
+#[test]
+fn configmap_carries_the_components_and_refuses_more_than_a_mebibyte() {
+    let (ok, stdout, stderr) = wasp(&["configmap", "--from-dir", "plugins/out", "--name", "p", "--namespace", "ns"]);
+    // The default set is ~2.3 MB: too much for one ConfigMap, and the error says so with the sizes.
+    assert!(!ok);
+    assert!(stderr.contains("more than a ConfigMap holds (1024 KiB)"), "{stderr}");
+    let fit_size = std::fs::metadata(repo_root().join("plugins/out/resources-fit.wasm")).unwrap().len() / 1024;
+    assert!(stderr.contains(&format!("resources-fit.wasm {fit_size} KiB")), "{stderr}");
+    assert!(stdout.is_empty());
+
+    let directory = tempfile::tempdir().unwrap();
+    let fit = std::fs::read(repo_root().join("plugins/out/resources-fit.wasm")).unwrap();
+    std::fs::write(directory.path().join("resources-fit.wasm"), &fit).unwrap();
+    std::fs::write(directory.path().join("notes.txt"), "ignored").unwrap();
+    let (ok, stdout, stderr) = wasp(&["configmap", "--from-dir", directory.path().to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let config_map: k8s_openapi::api::core::v1::ConfigMap = serde_yaml::from_str(&stdout).unwrap();
+    assert_eq!(config_map.metadata.name.as_deref(), Some("wasp-policies"));
+    let binary = config_map.binary_data.unwrap();
+    assert_eq!(binary.keys().collect::<Vec<_>>(), ["resources-fit.wasm"]);
+    assert_eq!(binary["resources-fit.wasm"].0, fit, "round-trips byte for byte");
+}

@@ -1,5 +1,6 @@
 //! The `wasp` command line: one subcommand module per area.
 
+mod configmap;
 mod policy;
 mod run;
 mod sim;
@@ -25,6 +26,8 @@ enum Command {
     /// Run a simulated Kubernetes API server from a scenario.
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Print a ConfigMap holding a directory's policy components (binaryData), for kubectl.
+    Configmap(configmap::ConfigMapArgs),
     /// Run the scheduler against a cluster (kubeconfig or in-cluster service account).
     Run(run::RunArgs),
     /// Schedule a scenario's workloads on a simulated cluster with the policies, and report what happened.
@@ -38,6 +41,7 @@ pub fn main() -> ExitCode {
         Command::Sim(_) => "info",
         Command::Simulate(_) => "warn",
         Command::Run(_) => "info",
+        Command::Configmap(_) => "warn",
     };
     init_logging(default_level);
     let result = match cli.command {
@@ -45,6 +49,7 @@ pub fn main() -> ExitCode {
         Command::Sim(command) => sim::run(command),
         Command::Simulate(args) => simulate::run(args),
         Command::Run(args) => run::run(args),
+        Command::Configmap(args) => configmap::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
