@@ -86,6 +86,8 @@ pub struct ClusterState {
     slots: HashMap<String, NodeSlot>,
     /// Node names by id (ids are never reused).
     names: Vec<String>,
+    /// Ids of the nodes present, kept ordered: every scheduling cycle asks for them.
+    present: BTreeSet<NodeId>,
     pods: HashMap<String, BoundPod>,
     next_pod_id: PodId,
     log: VecDeque<ClusterDelta>,
@@ -105,10 +107,7 @@ impl ClusterState {
 
     /// Ids of the nodes present, in id order.
     pub fn node_ids(&self) -> Vec<NodeId> {
-        let mut ids: Vec<NodeId> =
-            self.slots.values().filter(|slot| slot.node.is_some()).map(|slot| slot.id).collect();
-        ids.sort_unstable();
-        ids
+        self.present.iter().copied().collect()
     }
 
     pub fn node_id(&self, name: &str) -> Option<NodeId> {
@@ -149,6 +148,7 @@ impl ClusterState {
         slot.node = Some(node.clone());
         let (id, usage) = (slot.id, slot.usage.to_contract());
         let pods: Vec<String> = if first_appearance { slot.pods.iter().cloned().collect() } else { Vec::new() };
+        self.present.insert(id);
         self.record(ClusterDelta::NodeUpsert((id, node, usage)));
         // Pods that arrived before their node become visible with it.
         for uid in pods {
@@ -162,6 +162,7 @@ impl ClusterState {
         if let Some(slot) = self.slots.get_mut(name) {
             if slot.node.take().is_some() {
                 let id = slot.id;
+                self.present.remove(&id);
                 self.record(ClusterDelta::NodeRemove(id));
             }
         }

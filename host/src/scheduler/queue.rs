@@ -3,8 +3,8 @@
 //! another attempt worthwhile. Pods deleted or bound by someone else leave the queue.
 
 use crate::runtime::bindings::types::Pod;
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -55,6 +55,48 @@ enum Place {
 struct Inner {
     active: BinaryHeap<Active>,
     places: HashMap<String, (Place, QueuedPod)>,
+    /// When a pod in backoff is due, or an unschedulable one has waited the longest allowed. Entries go stale
+    /// when a pod moves on; they are checked against `places` when they come due.
+    timers: BinaryHeap<Reverse<(Instant, String)>>,
+    /// Uids of unschedulable pods, so a cluster change touches only them.
+    unschedulable: HashSet<String>,
+}
+
+impl Inner {
+    fn place(&mut self, uid: &str, place: Place) {
+        let Some((current, _)) = self.places.get_mut(uid) else { return };
+        *current = place;
+        match place {
+            Place::Backoff(due) => self.timers.push(Reverse((due, uid.to_string()))),
+            Place::Unschedulable(since) => self.timers.push(Reverse((since + MAX_UNSCHEDULABLE, uid.to_string()))),
+            _ => {}
+        }
+        if matches!(place, Place::Unschedulable(_)) {
+            self.unschedulable.insert(uid.to_string());
+        } else {
+            self.unschedulable.remove(uid);
+        }
+    }
+
+    /// Moves pods whose timer came due to activeQ.
+    fn release_due(&mut self, now: Instant) {
+        while let Some(Reverse((at, _))) = self.timers.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((at, uid))) = self.timers.pop() else { break };
+            let due = match self.places.get(&uid) {
+                Some((Place::Backoff(due), _)) => *due == at,
+                Some((Place::Unschedulable(since), _)) => *since + MAX_UNSCHEDULABLE == at,
+                _ => false,
+            };
+            if due {
+                self.place(&uid, Place::Active);
+                let queued = self.places[&uid].1.clone();
+                self.active.push(Active(queued));
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -90,7 +132,9 @@ impl SchedulingQueue {
             let changed = queued.pod != pod;
             queued.pod = pod;
             if changed && matches!(place, Place::Unschedulable(_)) {
-                *place = Place::Backoff(Instant::now() + backoff_for(queued.attempts));
+                let due = Instant::now() + backoff_for(queued.attempts);
+                let uid = queued.pod.uid.clone();
+                inner.place(&uid, Place::Backoff(due));
                 drop(inner);
                 self.wake.notify_one();
             }
@@ -105,7 +149,9 @@ impl SchedulingQueue {
 
     /// The pod was deleted, or bound (by us or anyone): it leaves the queue.
     pub fn remove(&self, uid: &str) {
-        self.lock().places.remove(uid);
+        let mut inner = self.lock();
+        inner.places.remove(uid);
+        inner.unschedulable.remove(uid);
     }
 
     /// Waits for the next pod to schedule.
@@ -126,33 +172,12 @@ impl SchedulingQueue {
     }
 
     fn next_backoff_due(&self) -> Option<Instant> {
-        self.lock().places.values().filter_map(|(place, _)| match place {
-            Place::Backoff(due) => Some(*due),
-            Place::Unschedulable(since) => Some(*since + MAX_UNSCHEDULABLE),
-            _ => None,
-        }).min()
+        self.lock().timers.peek().map(|Reverse((at, _))| *at)
     }
 
     fn try_pop(&self) -> Option<QueuedPod> {
         let mut inner = self.lock();
-        let now = Instant::now();
-        let due: Vec<String> = inner
-            .places
-            .iter()
-            .filter(|(_, (place, _))| match place {
-                Place::Backoff(due) => *due <= now,
-                Place::Unschedulable(since) => now.duration_since(*since) >= MAX_UNSCHEDULABLE,
-                _ => false,
-            })
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in due {
-            if let Some((place, queued)) = inner.places.get_mut(&uid) {
-                *place = Place::Active;
-                let queued = queued.clone();
-                inner.active.push(Active(queued));
-            }
-        }
+        inner.release_due(Instant::now());
         while let Some(Active(candidate)) = inner.active.pop() {
             // Entries of pods that left or moved since they were pushed are stale.
             let Some((place, latest)) = inner.places.get_mut(&candidate.pod.uid) else { continue };
@@ -170,8 +195,10 @@ impl SchedulingQueue {
         queued.attempts += 1;
         let due = Instant::now() + backoff_for(queued.attempts);
         let mut inner = self.lock();
-        if inner.places.contains_key(&queued.pod.uid) {
-            inner.places.insert(queued.pod.uid.clone(), (Place::Backoff(due), queued));
+        let uid = queued.pod.uid.clone();
+        if let Some(entry) = inner.places.get_mut(&uid) {
+            entry.1 = queued;
+            inner.place(&uid, Place::Backoff(due));
         }
         drop(inner);
         self.wake.notify_one();
@@ -181,8 +208,10 @@ impl SchedulingQueue {
     pub fn unschedulable(&self, mut queued: QueuedPod) {
         queued.attempts += 1;
         let mut inner = self.lock();
-        if inner.places.contains_key(&queued.pod.uid) {
-            inner.places.insert(queued.pod.uid.clone(), (Place::Unschedulable(Instant::now()), queued));
+        let uid = queued.pod.uid.clone();
+        if let Some(entry) = inner.places.get_mut(&uid) {
+            entry.1 = queued;
+            inner.place(&uid, Place::Unschedulable(Instant::now()));
         }
     }
 
@@ -190,12 +219,11 @@ impl SchedulingQueue {
     /// get another attempt, after their backoff.
     pub fn cluster_changed(&self) {
         let mut inner = self.lock();
-        let mut moved = false;
-        for (place, queued) in inner.places.values_mut() {
-            if let Place::Unschedulable(_) = place {
-                *place = Place::Backoff(Instant::now() + backoff_for(queued.attempts));
-                moved = true;
-            }
+        let waiting: Vec<String> = inner.unschedulable.iter().cloned().collect();
+        let moved = !waiting.is_empty();
+        for uid in waiting {
+            let attempts = inner.places.get(&uid).map_or(0, |(_, queued)| queued.attempts);
+            inner.place(&uid, Place::Backoff(Instant::now() + backoff_for(attempts)));
         }
         drop(inner);
         if moved {
@@ -263,6 +291,18 @@ mod tests {
         let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
         assert_eq!(again.pod.name, "a");
         assert_eq!(again.attempts, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unschedulable_pods_get_another_attempt_after_five_minutes_without_any_change() {
+        let queue = SchedulingQueue::default();
+        queue.upsert(pod("waiting", 0, "2026-01-01T00:00:00Z"));
+        let first = queue.pop().await;
+        queue.unschedulable(first);
+        let started = Instant::now();
+        let again = tokio::time::timeout(Duration::from_secs(400), queue.pop()).await.unwrap();
+        assert_eq!(again.pod.name, "waiting");
+        assert!(started.elapsed() >= MAX_UNSCHEDULABLE, "{:?}", started.elapsed());
     }
 
     #[tokio::test(start_paused = true)]
