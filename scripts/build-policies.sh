@@ -13,7 +13,7 @@ for manifest in plugins/*/Cargo.toml; do
 done
 
 packages=()
-for name in "${policies[@]}" misbehaving; do packages+=(-p "$name"); done
+for name in "${policies[@]}" misbehaving zone-pin; do packages+=(-p "$name"); done
 cargo build --quiet --target wasm32-wasip2 --profile policy "${packages[@]}"
 
 built="${CARGO_TARGET_DIR:-target}/wasm32-wasip2/policy"
@@ -22,4 +22,8 @@ for name in "${policies[@]}"; do
   cp "$built/${name//-/_}.wasm" "plugins/out/$name.wasm"
 done
 cp "$built/misbehaving.wasm" target/wasm-fixtures/misbehaving.wasm
+# Two versions of one policy that decide differently, for the hot reload tests and benchmark.
+cp "$built/zone_pin.wasm" target/wasm-fixtures/zone-pin-east.wasm
+cargo build --quiet --target wasm32-wasip2 --profile policy -p zone-pin --features west
+cp "$built/zone_pin.wasm" target/wasm-fixtures/zone-pin-west.wasm
 ls -l plugins/out/*.wasm | awk '{printf "  %-45s %7d bytes\n", $9, $5}'

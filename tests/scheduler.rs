@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use wasp::registry::PolicyRegistry;
 use wasp::runtime::Runtime;
 use wasp::scheduler::config::{SchedulerConfig, DEFAULT_CONFIG};
 use wasp::scheduler::Scheduler;
@@ -240,7 +241,7 @@ fn config_with_misbehaving(failure_mode: &str) -> (tempfile::TempDir, SchedulerC
     std::fs::write(directory.path().join("resources-fit.wasm"), policy_wasm("resources-fit").1).unwrap();
     std::fs::write(directory.path().join("misbehaving.wasm"), fixture_wasm("misbehaving").1).unwrap();
     let config = SchedulerConfig::parse(&format!(
-        "policyDir: {}\nprofiles: [{{schedulerName: wasp, filters: [misbehaving, resources-fit]}}]\npolicies: {{misbehaving: {{settings: {{filter: trap}}, failureMode: {failure_mode}}}}}",
+        "policyDir: {}\nprofiles: [{{schedulerName: wasp, filters: [misbehaving, resources-fit]}}]\npolicies: {{misbehaving: {{settings: {{filter: trap, only-with-label: app}}, failureMode: {failure_mode}}}}}",
         directory.path().display()
     ))
     .unwrap();
@@ -266,12 +267,11 @@ fn configuration_errors_name_the_policy() {
     let runtime = Runtime::new(None).unwrap();
     let mut config = default_config();
     config.profiles[0].filters.push("least-allocated".into());
-    let policies = wasp::scheduler::load_policies(&runtime, &config).unwrap();
-    let error = wasp::scheduler::resolve_profiles(&config, &policies).err().unwrap();
+    let error = PolicyRegistry::new(&runtime, config.clone(), None).err().unwrap();
     assert_eq!(error.to_string(), "profiles[0].filters: policy least-allocated does not implement filter");
     config.profiles[0].filters.push("missing-policy".into());
-    let error = wasp::scheduler::load_policies(&runtime, &config).err().unwrap();
-    assert!(format!("{error:#}").contains("policy missing-policy: reading"), "{error:#}");
+    let error = PolicyRegistry::new(&runtime, config, None).err().unwrap();
+    assert!(format!("{error:#}").ends_with("/plugins/out/missing-policy.wasm does not exist (used by profile wasp)"), "{error:#}");
 }
 
 async fn create_pods(client: &Client, prefix: &str, count: usize) {
@@ -355,19 +355,7 @@ async fn metrics_health_and_readiness_endpoints() {
     let address = wasp::scheduler::http::serve(harness.scheduler.clone(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
     harness.placements("app=app", 2).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let get = |path: &str| {
-        let url = format!("http://{address}{path}");
-        async move {
-            let stream = tokio::net::TcpStream::connect(url.trim_start_matches("http://").split('/').next().unwrap()).await.unwrap();
-            let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
-            tokio::spawn(connection);
-            let request = hyper::Request::get(url).body(http_body_util::Empty::<bytes::Bytes>::new()).unwrap();
-            let response = sender.send_request(request).await.unwrap();
-            let status = response.status().as_u16();
-            let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
-            (status, String::from_utf8_lossy(&body).into_owned())
-        }
-    };
+    let get = |path: &'static str| common::http_get(address, path);
     assert_eq!(get("/healthz").await, (200, "ok".to_string()));
     assert_eq!(get("/readyz").await.0, 200);
     let (status, metrics) = get("/metrics").await;
@@ -376,6 +364,8 @@ async fn metrics_health_and_readiness_endpoints() {
     assert!(metrics.contains(r#"wasp_policy_call_duration_seconds_count{policy="resources-fit",operation="filter"}"#), "{metrics}");
     assert!(metrics.contains(r#"wasp_pending_pods{queue="active"} 0"#), "{metrics}");
     assert!(metrics.contains("wasp_scheduling_e2e_duration_seconds_bucket"), "{metrics}");
+    assert!(metrics.contains(r#"wasp_policy_info{policy="resources-fit",version="0.1.0",sha256=""#), "{metrics}");
+    assert!(metrics.contains("wasp_policy_generation 1"), "{metrics}");
 }
 
 #[test]
@@ -383,9 +373,8 @@ fn large_clusters_are_filtered_in_parallel_with_the_same_verdicts() {
     use wasp::scheduler::cycle::{schedule, Cursor, Decision};
     let runtime = Runtime::new(None).unwrap();
     let config = default_config();
-    let policies = wasp::scheduler::load_policies(&runtime, &config).unwrap();
-    let profiles = wasp::scheduler::resolve_profiles(&config, &policies).unwrap();
-    let profile = &profiles["wasp"];
+    let generation = PolicyRegistry::new(&runtime, config, None).unwrap().current();
+    let profile = &generation.profiles["wasp"];
     // 600 nodes: every third has room for the pod, the others are 1-CPU nodes.
     let mut cluster = wasp::cluster::ClusterState::new();
     for index in 0..600 {

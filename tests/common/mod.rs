@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests: where the built components are, and Kubernetes objects from YAML.
 #![allow(dead_code)]
 
+pub mod atomic_writer;
+
 use k8s_openapi::api::core::v1 as core;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -85,4 +87,16 @@ pub fn reasons(result: &wasp::runtime::bindings::types::FilterResult) -> Vec<Str
         .iter()
         .map(|&code| if code == 0 { String::new() } else { result.rejections[code as usize - 1].join(", ") })
         .collect()
+}
+
+/// GET `path` from a local HTTP server: status and body.
+pub async fn http_get(address: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(connection);
+    let request = hyper::Request::get(format!("http://{address}{path}")).body(http_body_util::Empty::<bytes::Bytes>::new()).unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
 }

@@ -1,8 +1,13 @@
-//! `wasp run`: the scheduler against a real cluster (kubeconfig, or the in-cluster service account).
+//! `wasp run`: the scheduler against a real cluster (kubeconfig, or the in-cluster service account), swapping in
+//! policies and configuration when their files change.
 
+use crate::registry::watch::WatchOptions;
+use crate::registry::PolicyRegistry;
 use crate::runtime::Runtime;
 use crate::scheduler::config::{SchedulerConfig, DEFAULT_CONFIG};
+use crate::scheduler::writer::ObjectRef;
 use crate::scheduler::{http, leader, Scheduler};
+use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use std::net::SocketAddr;
@@ -22,6 +27,15 @@ pub struct RunArgs {
     /// Schedule without holding the lease (only one replica may run then).
     #[arg(long)]
     no_leader_election: bool,
+    /// Load policies and configuration once; by default their files are watched and swapped in when changed.
+    #[arg(long)]
+    no_watch: bool,
+    /// Quiet time after a file change before reloading.
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    reload_debounce: std::time::Duration,
+    /// Full rescan of the policy files, as a backstop for missed file events.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    rescan_interval: std::time::Duration,
 }
 
 fn identity() -> String {
@@ -42,9 +56,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let client = kube::Client::try_from(kube_config)?;
         let version = client.apiserver_version().await.context("the API server is unreachable")?;
         tracing::info!(version = %version.git_version, "connected to the API server");
-        let scheduler = Scheduler::new(&config, &Runtime::new(args.cache_dir.clone())?, client.clone())?;
+        let runtime = Runtime::new(args.cache_dir.clone())?;
+        let policies = PolicyRegistry::new(&runtime, config.clone(), args.config.clone())?;
+        let scheduler = Scheduler::with_registry(Arc::new(policies), client.clone());
+        if let Some(host) = ObjectRef::host_pod_from_env() {
+            scheduler.report_events_on(host);
+        }
+        let _watcher = match args.no_watch {
+            true => None,
+            false => {
+                let options = WatchOptions { debounce: args.reload_debounce, rescan: args.rescan_interval, ..Default::default() };
+                Some(scheduler.watch_policies(options)?)
+            }
+        };
         let address = http::serve(scheduler.clone(), args.listen).await?;
-        tracing::info!(%address, profiles = ?scheduler.profile_names(), "serving /metrics, /healthz, /readyz");
+        tracing::info!(%address, profiles = ?scheduler.profile_names(), "serving /metrics, /healthz, /readyz, /policies");
         if args.no_leader_election {
             scheduler.run().await;
             return Ok(());

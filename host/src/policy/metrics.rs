@@ -23,15 +23,16 @@ pub struct PolicyMetrics {
     errors: Family<CallLabels, Counter>,
 }
 
+impl Default for PolicyMetrics {
+    fn default() -> Self {
+        PolicyMetrics { calls: Family::new_with_constructor(latency_histogram as fn() -> Histogram), errors: Family::default() }
+    }
+}
+
 impl PolicyMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
-        let metrics = PolicyMetrics {
-            calls: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
-            errors: Family::default(),
-        };
-        registry.register("wasp_policy_call_duration_seconds", "Time of one call into a policy", metrics.calls.clone());
-        registry.register("wasp_policy_call_errors", "Policy calls that failed (trap, timeout, out of memory, error, malformed answer)", metrics.errors.clone());
-        metrics
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register("wasp_policy_call_duration_seconds", "Time of one call into a policy", self.calls.clone());
+        registry.register("wasp_policy_call_errors", "Policy calls that failed (trap, timeout, out of memory, error, malformed answer)", self.errors.clone());
     }
 
     pub fn observe(&self, policy: &str, operation: &str, elapsed: Duration, failed: bool) {

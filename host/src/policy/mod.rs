@@ -16,7 +16,7 @@ use crate::runtime::{CacheOutcome, CallError, Limits, PolicyInstance, Runtime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 /// What a caller sees when a policy call fails (trap, timeout, out of memory, error, malformed answer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,7 +30,7 @@ pub enum FailureMode {
 }
 
 /// How a policy is run: its settings (JSON), sandbox limits and failure mode.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PolicyOptions {
     pub settings: String,
     pub limits: Limits,
@@ -47,6 +47,7 @@ pub struct LoadedPolicy {
     pub size: usize,
     pub cache: CacheOutcome,
     pub options: PolicyOptions,
+    pub loaded_at: SystemTime,
     name: Arc<str>,
     runtime: Arc<Runtime>,
     pre: PolicyComponentPre<crate::runtime::InstanceState>,
@@ -88,6 +89,7 @@ impl LoadedPolicy {
             size: wasm.len(),
             cache,
             options,
+            loaded_at: SystemTime::now(),
             name,
             runtime: runtime.clone(),
             pre,

@@ -1,5 +1,5 @@
-//! The scheduler's HTTP endpoints: Prometheus `/metrics`, `/healthz`, and `/readyz` (ready once the
-//! informers have listed the cluster).
+//! The scheduler's HTTP endpoints: Prometheus `/metrics`, `/healthz`, `/readyz` (ready once the informers have
+//! listed the cluster) and `/policies` (what the policy registry serves, with digests and last errors, as JSON).
 
 use super::Scheduler;
 use axum::extract::State;
@@ -86,12 +86,17 @@ async fn ready(State(scheduler): State<Arc<Scheduler>>) -> impl IntoResponse {
     if scheduler.is_synced() { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "waiting for the node and pod informers") }
 }
 
+async fn policies(State(scheduler): State<Arc<Scheduler>>) -> impl IntoResponse {
+    axum::Json(scheduler.policies().status())
+}
+
 /// Serves the endpoints on `address` (port 0 picks one); returns the bound address.
 pub async fn serve(scheduler: Arc<Scheduler>, address: SocketAddr) -> anyhow::Result<SocketAddr> {
     let router = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
+        .route("/policies", get(policies))
         .with_state(scheduler);
     let listener = tokio::net::TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;

@@ -6,6 +6,9 @@
 //! - [`writer`]: bindings, events and conditions written to the API server.
 //! - [`leader`]: leader election on a Lease; [`http`]: `/metrics`, `/healthz`, `/readyz`.
 //!
+//! Profiles come from the [`PolicyRegistry`]: each decision reads its current generation once, so policies
+//! and configuration swap between decisions, never during one.
+//!
 //! Informers (kube-rs watchers) keep a [`ClusterState`] of nodes and bound pods (whichever scheduler placed
 //! them) and feed pending pods of our profiles to the queue. A decision assumes the pod on its node at once and
 //! binds asynchronously; a failed binding forgets the assumption and retries with backoff.
@@ -18,12 +21,11 @@ pub mod queue;
 pub mod writer;
 
 use crate::cluster::{convert, ClusterState};
-use crate::policy::{LoadedPolicy, PolicyOptions};
-use crate::runtime::bindings::types::{PolicyKind, Pod};
+use crate::registry::{watch, PolicyRegistry};
+use crate::runtime::bindings::types::Pod;
 use crate::runtime::Runtime;
-use anyhow::{bail, Context};
 use config::SchedulerConfig;
-use cycle::{Cursor, Decision, ProfilePolicies};
+use cycle::{Cursor, Decision};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod as KubePod};
 use kube::runtime::watcher::{self, Event};
@@ -49,12 +51,13 @@ pub struct Stats {
 }
 
 pub struct Scheduler {
-    profiles: HashMap<String, Arc<ProfilePolicies>>,
+    policies: Arc<PolicyRegistry>,
     cluster: Arc<RwLock<ClusterState>>,
     queue: Arc<SchedulingQueue>,
+    /// Pending pods that name no profile of ours, by uid: a configuration reload may add their profile.
+    foreign_pending: Mutex<HashMap<String, Pod>>,
     writer: Arc<ApiWriter>,
     client: Client,
-    percentage: u32,
     pub stats: Arc<Stats>,
     metrics: http::SchedulerMetrics,
     registry: prometheus_client::registry::Registry,
@@ -62,73 +65,67 @@ pub struct Scheduler {
     pods_synced: AtomicBool,
 }
 
-/// Loads every policy the profiles use from the policy directory, with its settings and limits.
-pub fn load_policies(runtime: &Arc<Runtime>, config: &SchedulerConfig) -> anyhow::Result<HashMap<String, Arc<LoadedPolicy>>> {
-    let mut loaded = HashMap::new();
-    for name in config.policy_names() {
-        let path = config.policy_dir.join(format!("{name}.wasm"));
-        let wasm = std::fs::read(&path).with_context(|| format!("policy {name}: reading {}", path.display()))?;
-        let policy_config = config.policies.get(&name).cloned().unwrap_or_default();
-        let options = PolicyOptions {
-            settings: policy_config.settings_json(),
-            limits: policy_config.limits(),
-            failure_mode: policy_config.failure_mode,
-        };
-        let policy = LoadedPolicy::load(runtime, &path.display().to_string(), &wasm, options)?;
-        if policy.name() != name {
-            bail!("{}: the component calls itself {:?}, but the configuration loads it as {name:?}", path.display(), policy.name());
-        }
-        loaded.insert(name, Arc::new(policy));
-    }
-    Ok(loaded)
-}
-
-/// Resolves the profiles against loaded policies, checking each is used as a kind it implements.
-pub fn resolve_profiles(config: &SchedulerConfig, policies: &HashMap<String, Arc<LoadedPolicy>>) -> anyhow::Result<HashMap<String, Arc<ProfilePolicies>>> {
-    let mut profiles = HashMap::new();
-    for (index, profile) in config.profiles.iter().enumerate() {
-        let lookup = |name: &str, kind: PolicyKind, field: &str| -> anyhow::Result<Arc<LoadedPolicy>> {
-            let policy = policies.get(name).with_context(|| format!("profiles[{index}].{field}: policy {name} is not loaded"))?;
-            if !policy.implements(kind) {
-                bail!("profiles[{index}].{field}: policy {name} does not implement {}", crate::cli::kind_name(kind));
-            }
-            Ok(policy.clone())
-        };
-        let filters = profile.filters.iter().map(|name| lookup(name, PolicyKind::Filter, "filters")).collect::<anyhow::Result<_>>()?;
-        let scores = profile
-            .scores
-            .iter()
-            .map(|score| Ok((lookup(&score.policy, PolicyKind::Score, "scores")?, score.weight)))
-            .collect::<anyhow::Result<_>>()?;
-        let resolved = ProfilePolicies { scheduler_name: profile.scheduler_name.clone(), filters, scores };
-        profiles.insert(profile.scheduler_name.clone(), Arc::new(resolved));
-    }
-    Ok(profiles)
-}
-
 impl Scheduler {
+    /// A scheduler with a fixed configuration (policy files still reload when watched).
     pub fn new(config: &SchedulerConfig, runtime: &Arc<Runtime>, client: Client) -> anyhow::Result<Arc<Scheduler>> {
-        let policies = load_policies(runtime, config)?;
-        let profiles = resolve_profiles(config, &policies)?;
+        Ok(Scheduler::with_registry(Arc::new(PolicyRegistry::new(runtime, config.clone(), None)?), client))
+    }
+
+    pub fn with_registry(policies: Arc<PolicyRegistry>, client: Client) -> Arc<Scheduler> {
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = http::SchedulerMetrics::register(&mut registry);
-        let policy_metrics = Arc::new(crate::policy::metrics::PolicyMetrics::register(&mut registry));
-        for policy in policies.values() {
-            policy.report_to(policy_metrics.clone());
-        }
-        Ok(Arc::new(Scheduler {
-            profiles,
+        policies.register_metrics(&mut registry);
+        Arc::new(Scheduler {
+            policies,
             cluster: Arc::new(RwLock::new(ClusterState::new())),
             queue: Arc::new(SchedulingQueue::default()),
+            foreign_pending: Mutex::new(HashMap::new()),
             writer: Arc::new(ApiWriter::new(client.clone(), "wasp")),
             client,
-            percentage: config.percentage_of_nodes_to_score,
             stats: Arc::new(Stats::default()),
             metrics,
             registry,
             synced: AtomicBool::new(false),
             pods_synced: AtomicBool::new(false),
-        }))
+        })
+    }
+
+    pub fn policies(&self) -> &Arc<PolicyRegistry> {
+        &self.policies
+    }
+
+    /// Where the scheduler reports events about itself, such as a refused policy reload (the host's own Pod,
+    /// from the downward API, in a cluster).
+    pub fn report_events_on(&self, object: writer::ObjectRef) {
+        self.writer.set_host_object(object);
+    }
+
+    /// Reloads policies and configuration whenever their files change: a refusal is logged, counted and
+    /// recorded as a Warning event; pods waiting for a profile that a new configuration adds are queued.
+    pub fn watch_policies(self: &Arc<Self>, options: watch::WatchOptions) -> anyhow::Result<watch::PolicyWatcher> {
+        let scheduler = Arc::downgrade(self);
+        watch::PolicyWatcher::spawn(self.policies.clone(), options, move |report| {
+            let Some(scheduler) = scheduler.upgrade() else { return };
+            if report.config_swapped {
+                scheduler.admit_foreign_pending();
+            }
+            if !report.errors.is_empty() {
+                let writer = scheduler.writer.clone();
+                let message = report.errors.join("; ");
+                tokio::spawn(async move { writer.host_event("Warning", "PolicyReloadFailed", &message).await });
+            }
+        })
+    }
+
+    fn admit_foreign_pending(&self) {
+        let generation = self.policies.current();
+        let mut foreign = self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let ours: Vec<String> = foreign.iter().filter(|(_, pod)| generation.profiles.contains_key(&pod.scheduler_name)).map(|(uid, _)| uid.clone()).collect();
+        for uid in ours {
+            if let Some(pod) = foreign.remove(&uid) {
+                self.queue.upsert(pod);
+            }
+        }
     }
 
     pub fn queue(&self) -> &SchedulingQueue {
@@ -136,7 +133,7 @@ impl Scheduler {
     }
 
     pub fn profile_names(&self) -> Vec<String> {
-        self.profiles.keys().cloned().collect()
+        self.policies.current().profiles.keys().cloned().collect()
     }
 
     /// Whether the node and pod informers have both listed the cluster at least once.
@@ -165,13 +162,18 @@ impl Scheduler {
         let mut cursor = Cursor::default();
         loop {
             let queued = self.queue.pop().await;
-            let Some(profile) = self.profiles.get(&queued.pod.scheduler_name).cloned() else {
+            // One generation for the whole decision: a reload meanwhile affects the next pod, not this one.
+            let generation = self.policies.current();
+            let Some(profile) = generation.profiles.get(&queued.pod.scheduler_name).cloned() else {
+                // Its profile was removed by a configuration reload.
                 self.queue.remove(&queued.pod.uid);
+                self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(queued.pod.uid.clone(), queued.pod);
                 continue;
             };
+            let percentage = generation.config.percentage_of_nodes_to_score;
             let decision = tokio::task::block_in_place(|| {
                 let cluster = self.cluster.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-                cycle::schedule(&profile, &cluster, &queued.pod, &mut cursor, self.percentage)
+                cycle::schedule(&profile, &cluster, &queued.pod, &mut cursor, percentage)
             });
             match decision {
                 Decision::Bind { node, feasible, evaluated } => {
@@ -272,6 +274,7 @@ impl Scheduler {
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
                     self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner()).remove_pod(&uid);
                     self.queue.remove(&uid);
+                    self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&uid);
                     self.queue.cluster_changed();
                 }
                 Ok(Some(Event::InitDone)) => self.pods_synced.store(true, Ordering::Relaxed),
@@ -302,12 +305,25 @@ impl Scheduler {
                 }
                 drop(cluster);
                 self.queue.remove(&pod.uid);
+                self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&pod.uid);
                 if finished {
                     self.queue.cluster_changed();
                 }
             }
-            None if !pod.terminating && !finished && self.profiles.contains_key(&pod.scheduler_name) => self.queue.upsert(pod),
-            None => self.queue.remove(&pod.uid),
+            None if !pod.terminating && !finished => {
+                let mut foreign = self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if self.policies.current().profiles.contains_key(&pod.scheduler_name) {
+                    foreign.remove(&pod.uid);
+                    self.queue.upsert(pod);
+                } else {
+                    self.queue.remove(&pod.uid);
+                    foreign.insert(pod.uid.clone(), pod);
+                }
+            }
+            None => {
+                self.queue.remove(&pod.uid);
+                self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&pod.uid);
+            }
         }
     }
 }

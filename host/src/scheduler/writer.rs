@@ -13,16 +13,45 @@ use std::time::{Duration, Instant};
 
 const AGGREGATION_WINDOW: Duration = Duration::from_secs(600);
 
-/// (pod uid, reason, message) of an event already sent.
+/// (object uid or name, reason, message) of an event already sent.
 type EventKey = (String, String, String);
 /// The event's name, its count, and when it was last sent.
 type SentEvent = (String, i32, Instant);
+
+/// The object an event is about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectRef {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl ObjectRef {
+    fn of_pod(pod: &Pod) -> ObjectRef {
+        ObjectRef { kind: "Pod".into(), namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() }
+    }
+
+    /// The host's own Pod, from the downward API variables `POD_NAMESPACE` and `POD_NAME`.
+    pub fn host_pod_from_env() -> Option<ObjectRef> {
+        let namespace = std::env::var("POD_NAMESPACE").ok().filter(|value| !value.is_empty())?;
+        let name = std::env::var("POD_NAME").ok().filter(|value| !value.is_empty())?;
+        let uid = std::env::var("POD_UID").unwrap_or_default();
+        Some(ObjectRef { kind: "Pod".into(), namespace, name, uid })
+    }
+
+    fn key(&self) -> String {
+        if self.uid.is_empty() { format!("{}/{}/{}", self.kind, self.namespace, self.name) } else { self.uid.clone() }
+    }
+}
 
 pub struct ApiWriter {
     client: Client,
     /// The reporting component (`wasp`); events also name the profile.
     component: String,
     recent: Mutex<HashMap<EventKey, SentEvent>>,
+    /// What events about the host itself (reload failures) are attached to.
+    host_object: Mutex<Option<ObjectRef>>,
 }
 
 fn now() -> String {
@@ -31,7 +60,20 @@ fn now() -> String {
 
 impl ApiWriter {
     pub fn new(client: Client, component: &str) -> Self {
-        ApiWriter { client, component: component.to_string(), recent: Mutex::new(HashMap::new()) }
+        ApiWriter { client, component: component.to_string(), recent: Mutex::new(HashMap::new()), host_object: Mutex::new(None) }
+    }
+
+    pub fn set_host_object(&self, object: ObjectRef) {
+        *self.host_object.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(object);
+    }
+
+    /// An event about the host itself; logged only when no host object is known (outside a cluster).
+    pub async fn host_event(&self, kind: &str, reason: &str, message: &str) {
+        let object = self.host_object.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        match object {
+            Some(object) => self.event(&object, kind, reason, message, &self.component).await,
+            None => tracing::debug!(reason, "no host object to attach the event to (set POD_NAMESPACE and POD_NAME)"),
+        }
     }
 
     pub async fn bind(&self, pod: &Pod, node: &str) -> Result<(), kube::Error> {
@@ -46,12 +88,12 @@ impl ApiWriter {
 
     pub async fn scheduled(&self, pod: &Pod, node: &str, profile: &str) {
         let message = format!("Successfully assigned {}/{} to {node}", pod.namespace, pod.name);
-        self.event(pod, "Normal", "Scheduled", &message, profile).await;
+        self.event(&ObjectRef::of_pod(pod), "Normal", "Scheduled", &message, profile).await;
     }
 
     /// The Warning event and the condition kubectl shows for a pod that does not fit.
     pub async fn unschedulable(&self, pod: &Pod, message: &str, profile: &str) {
-        self.event(pod, "Warning", "FailedScheduling", message, profile).await;
+        self.event(&ObjectRef::of_pod(pod), "Warning", "FailedScheduling", message, profile).await;
         let pods: Api<KubePod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let condition = json!({"status": {"conditions": [{
             "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now(),
@@ -61,9 +103,9 @@ impl ApiWriter {
         }
     }
 
-    async fn event(&self, pod: &Pod, kind: &str, reason: &str, message: &str, profile: &str) {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let key = (pod.uid.clone(), reason.to_string(), message.to_string());
+    async fn event(&self, object: &ObjectRef, kind: &str, reason: &str, message: &str, source: &str) {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &object.namespace);
+        let key = (object.key(), reason.to_string(), message.to_string());
         let previous = {
             let mut recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             recent.retain(|_, (_, _, at)| at.elapsed() < AGGREGATION_WINDOW);
@@ -75,13 +117,13 @@ impl ApiWriter {
                 events.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map(|_| (name, count + 1))
             }
             None => {
-                let name = format!("{}.{:016x}", pod.name, fastrand::u64(..));
+                let name = format!("{}.{:016x}", object.name, fastrand::u64(..));
                 let event = json!({
-                    "metadata": {"name": name, "namespace": pod.namespace},
-                    "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
+                    "metadata": {"name": name, "namespace": object.namespace},
+                    "involvedObject": {"apiVersion": "v1", "kind": object.kind, "namespace": object.namespace, "name": object.name, "uid": object.uid},
                     "reason": reason, "message": message, "type": kind, "count": 1,
                     "firstTimestamp": now(), "lastTimestamp": now(),
-                    "source": {"component": profile}, "reportingComponent": self.component, "reportingInstance": profile,
+                    "source": {"component": source}, "reportingComponent": self.component, "reportingInstance": source,
                 });
                 let event: Event = match serde_json::from_value(event) {
                     Ok(event) => event,
@@ -97,7 +139,7 @@ impl ApiWriter {
             Ok((name, count)) => {
                 self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(key, (name, count, Instant::now()));
             }
-            Err(error) => tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), reason, %error, "could not record event"),
+            Err(error) => tracing::warn!(object = %format!("{}/{}", object.namespace, object.name), reason, %error, "could not record event"),
         }
     }
 }

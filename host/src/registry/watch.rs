@@ -1,0 +1,129 @@
+//! Following the files: a `notify` watcher on the policy directory and the configuration file's directory
+//! triggers [`PolicyRegistry::reload`] after a quiet period (so a burst of writes is one reload), and a periodic
+//! rescan catches whatever the watcher missed. Reloads run on a blocking thread, one at a time.
+
+use super::{PolicyRegistry, ReloadReport};
+use anyhow::Context;
+use notify::{RecursiveMode, Watcher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone, Copy)]
+pub struct WatchOptions {
+    /// Quiet time after the last change before reloading.
+    pub debounce: Duration,
+    /// A burst longer than this reloads anyway, so a file rewritten in a loop cannot starve reloads.
+    pub max_delay: Duration,
+    /// Rescan interval, the backstop for missed events.
+    pub rescan: Duration,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions { debounce: Duration::from_millis(50), max_delay: Duration::from_secs(1), rescan: Duration::from_secs(30) }
+    }
+}
+
+/// Watches while it lives.
+pub struct PolicyWatcher {
+    _watcher: notify::RecommendedWatcher,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PolicyWatcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Whether a changed path can change what loads: the kubelet's `..data` swap, or a visible file. The atomic
+/// writer's other entries (`..<timestamp>`, `..data_tmp`) precede the `..data` rename and are ignored.
+fn is_relevant(path: &Path) -> bool {
+    let name = path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
+    name == "..data" || !name.starts_with("..")
+}
+
+impl PolicyWatcher {
+    /// Starts watching; `on_reload` hears of every reload that found a change. Needs a tokio runtime.
+    pub fn spawn(
+        registry: Arc<PolicyRegistry>,
+        options: WatchOptions,
+        on_reload: impl Fn(&ReloadReport) + Send + Sync + 'static,
+    ) -> anyhow::Result<PolicyWatcher> {
+        let (changes, received) = mpsc::unbounded_channel();
+        let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| match result {
+            Ok(event) if event.paths.iter().any(|path| is_relevant(path)) => {
+                let _ = changes.send(());
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "policy watcher error; the periodic rescan covers missed changes"),
+        })
+        .context("starting the policy file watcher")?;
+        let mut directories: Vec<PathBuf> = vec![registry.policy_dir()];
+        if let Some(parent) = registry.config_path().and_then(Path::parent) {
+            let parent = if parent.as_os_str().is_empty() { PathBuf::from(".") } else { parent.to_path_buf() };
+            if !directories.contains(&parent) {
+                directories.push(parent);
+            }
+        }
+        for directory in &directories {
+            watcher
+                .watch(directory, RecursiveMode::NonRecursive)
+                .with_context(|| format!("watching {}", directory.display()))?;
+        }
+        tracing::info!(?directories, debounce_ms = options.debounce.as_millis() as u64, rescan_s = options.rescan.as_secs(), "watching policies");
+        let task = tokio::spawn(follow(registry, received, options, on_reload));
+        Ok(PolicyWatcher { _watcher: watcher, task })
+    }
+}
+
+async fn follow(
+    registry: Arc<PolicyRegistry>,
+    mut changes: mpsc::UnboundedReceiver<()>,
+    options: WatchOptions,
+    on_reload: impl Fn(&ReloadReport) + Send + Sync + 'static,
+) {
+    let mut rescan = tokio::time::interval(options.rescan);
+    rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        // The first tick fires at once: it picks up anything changed between loading and watching.
+        tokio::select! {
+            change = changes.recv() => {
+                if change.is_none() {
+                    return;
+                }
+                let burst_end = tokio::time::Instant::now() + options.max_delay;
+                loop {
+                    let quiet_until = (tokio::time::Instant::now() + options.debounce).min(burst_end);
+                    match tokio::time::timeout_at(quiet_until, changes.recv()).await {
+                        Ok(Some(())) if tokio::time::Instant::now() < burst_end => continue,
+                        Ok(None) => return,
+                        _ => break,
+                    }
+                }
+            }
+            _ = rescan.tick() => {}
+        }
+        let reloading = registry.clone();
+        match tokio::task::spawn_blocking(move || reloading.reload()).await {
+            Ok(report) if !report.unchanged => on_reload(&report),
+            Ok(_) => {}
+            Err(error) => tracing::error!(%error, "policy reload panicked; the last good generation keeps serving"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_data_swap_and_visible_files_trigger_reloads() {
+        assert!(is_relevant(Path::new("/etc/wasp/policies/..data")));
+        assert!(is_relevant(Path::new("/etc/wasp/policies/resources-fit.wasm")));
+        assert!(!is_relevant(Path::new("/etc/wasp/policies/..data_tmp")));
+        assert!(!is_relevant(Path::new("/etc/wasp/policies/..2026_11_29_10_00_00.123456789")));
+    }
+}

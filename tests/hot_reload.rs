@@ -1,0 +1,351 @@
+//! Hot reload: policies and configuration swapped from a directory written exactly like the kubelet writes a
+//! ConfigMap volume, while the scheduler works on the simulator, with no decision lost.
+
+mod common;
+
+use common::atomic_writer::AtomicWriter;
+use common::{fixture_wasm, policy_wasm};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasp::registry::watch::{PolicyWatcher, WatchOptions};
+use wasp::registry::PolicyRegistry;
+use wasp::runtime::Runtime;
+use wasp::scheduler::config::SchedulerConfig;
+use wasp::scheduler::writer::ObjectRef;
+use wasp::scheduler::Scheduler;
+use wasp_sim::{Scenario, Simulator};
+
+/// Two zones of ten nodes, room for 500 pods each.
+const TWO_ZONES: &str = r#"
+kubelet: {readyDelay: 10ms}
+nodeGroups:
+- {name: east, count: 10, cpu: "64", memory: 256Gi, pods: 500, zones: [east]}
+- {name: west, count: 10, cpu: "64", memory: 256Gi, pods: 500, zones: [west]}
+"#;
+
+fn east() -> Vec<u8> {
+    fixture_wasm("zone-pin-east").1
+}
+
+fn west() -> Vec<u8> {
+    fixture_wasm("zone-pin-west").1
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    wasp::registry::source::sha256_hex(bytes)
+}
+
+/// A policy volume with resources-fit, least-allocated, misbehaving and the given zone-pin build.
+struct PolicyVolume {
+    _root: tempfile::TempDir,
+    policies: AtomicWriter,
+    config: AtomicWriter,
+    files: BTreeMap<String, Vec<u8>>,
+}
+
+const CONFIG: &str = r#"
+profiles:
+- schedulerName: wasp
+  filters: [resources-fit, zone-pin]
+  scores: [{policy: least-allocated, weight: 1}]
+"#;
+
+impl PolicyVolume {
+    fn new(zone_pin: Vec<u8>) -> PolicyVolume {
+        let root = tempfile::tempdir().unwrap();
+        let policies = AtomicWriter::new(&root.path().join("policies"));
+        let config = AtomicWriter::new(&root.path().join("config"));
+        let mut files = BTreeMap::new();
+        for name in ["resources-fit", "least-allocated"] {
+            files.insert(format!("{name}.wasm"), policy_wasm(name).1);
+        }
+        files.insert("misbehaving.wasm".into(), fixture_wasm("misbehaving").1);
+        files.insert("zone-pin.wasm".into(), zone_pin);
+        policies.write(&files);
+        let volume = PolicyVolume { _root: root, policies, config, files };
+        volume.write_config(CONFIG);
+        volume
+    }
+
+    fn write_config(&self, body: &str) {
+        let text = format!("policyDir: {}\n{body}", self.policies.path().display());
+        self.config.write(&BTreeMap::from([("config.yaml".to_string(), text.into_bytes())]));
+    }
+
+    fn config_path(&self) -> std::path::PathBuf {
+        self.config.path().join("config.yaml")
+    }
+
+    fn set(&mut self, file: &str, bytes: Option<Vec<u8>>) {
+        match bytes {
+            Some(bytes) => self.files.insert(file.into(), bytes),
+            None => self.files.remove(file),
+        };
+        self.policies.write(&self.files);
+    }
+
+    fn registry(&self) -> Arc<PolicyRegistry> {
+        let config = SchedulerConfig::load(&self.config_path()).unwrap();
+        Arc::new(PolicyRegistry::new(&Runtime::new(None).unwrap(), config, Some(self.config_path())).unwrap())
+    }
+}
+
+fn fast_watch() -> WatchOptions {
+    WatchOptions { debounce: Duration::from_millis(30), ..Default::default() }
+}
+
+fn serving_digest(registry: &PolicyRegistry, policy: &str) -> String {
+    registry.current().policies[policy].digest.clone()
+}
+
+/// Polls `condition` for up to 10 s.
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn last_error(registry: &PolicyRegistry, policy: &str) -> Option<String> {
+    registry.status().policies.into_iter().find(|status| status.name == policy).and_then(|status| status.last_error)
+}
+
+struct Cluster {
+    _simulator: Simulator,
+    client: Client,
+    scheduler: Arc<Scheduler>,
+    _watcher: PolicyWatcher,
+    _worker: tokio::task::JoinHandle<()>,
+}
+
+async fn start_cluster(volume: &PolicyVolume) -> Cluster {
+    let scenario = Scenario::parse(TWO_ZONES).unwrap();
+    let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let mut kube_config = kube::Config::new(simulator.url().parse().unwrap());
+    kube_config.default_retry = false;
+    let client = Client::try_from(kube_config).unwrap();
+    let scheduler = Scheduler::with_registry(volume.registry(), client.clone());
+    scheduler.report_events_on(ObjectRef { kind: "Pod".into(), namespace: "default".into(), name: "wasp-host".into(), uid: String::new() });
+    let watcher = scheduler.watch_policies(fast_watch()).unwrap();
+    let worker = tokio::spawn(scheduler.clone().run());
+    Cluster { _simulator: simulator, client, scheduler, _watcher: watcher, _worker: worker }
+}
+
+impl Cluster {
+    async fn create_pods(&self, prefix: &str, count: usize, scheduler_name: &str) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        for index in 0..count {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("{prefix}-{index}"), "labels": {"batch": prefix}},
+                "spec": {"schedulerName": scheduler_name, "containers": [{"name": "a", "resources": {"requests": {"cpu": "10m"}}}]}
+            }))
+            .unwrap();
+            pods.create(&PostParams::default(), &pod).await.unwrap();
+        }
+    }
+
+    /// Pod name -> node name, once all `count` pods are bound.
+    async fn bound(&self, count: usize) -> BTreeMap<String, String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let placed: BTreeMap<String, String> = pods
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|pod| Some((pod.metadata.name?, pod.spec?.node_name?)))
+                .collect();
+            if placed.len() >= count {
+                return placed;
+            }
+            assert!(Instant::now() < deadline, "only {} of {count} pods bound", placed.len());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_swaps_while_placing_2000_pods_lose_no_decision() {
+    let mut volume = PolicyVolume::new(east());
+    let cluster = start_cluster(&volume).await;
+    let registry = cluster.scheduler.policies().clone();
+    let versions = [("east", east()), ("west", west())];
+    for round in 0..50 {
+        let (zone, bytes) = &versions[(round + 1) % 2];
+        volume.set("zone-pin.wasm", Some(bytes.clone()));
+        // These race the swap: either version may place them.
+        cluster.create_pods(&format!("r{round}-racing"), 20, "wasp").await;
+        let digest = sha256(bytes);
+        eventually(&format!("round {round}: zone-pin {zone} serving"), || serving_digest(&registry, "zone-pin") == digest).await;
+        // These are queued after the swap: the new version must place them.
+        cluster.create_pods(&format!("r{round}-after-{zone}"), 20, "wasp").await;
+    }
+    let placed = cluster.bound(2000).await;
+    assert_eq!(placed.len(), 2000);
+    for (pod, node) in &placed {
+        if let Some((_, zone)) = pod.split_once("-after-") {
+            let zone = zone.split('-').next().unwrap();
+            assert!(node.starts_with(zone), "{pod} was queued after zone-pin {zone} served, but went to {node}");
+        }
+    }
+    let stats = &cluster.scheduler.stats;
+    assert_eq!(stats.scheduled.load(Ordering::Relaxed), 2000, "every pod bound exactly once");
+    assert_eq!(stats.bind_errors.load(Ordering::Relaxed), 0, "no binding conflicted");
+    assert_eq!(stats.unschedulable.load(Ordering::Relaxed), 0, "no cycle failed");
+    assert_eq!(registry.current().number, 51, "one generation per swap");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_update_keeps_the_old_policy_with_an_event_and_a_fixed_one_is_picked_up() {
+    let mut volume = PolicyVolume::new(east());
+    let cluster = start_cluster(&volume).await;
+    let registry = cluster.scheduler.policies().clone();
+    let east_digest = sha256(&east());
+
+    volume.set("zone-pin.wasm", Some(b"\0asm\x0d\0\x01\0 truncated component".to_vec()));
+    eventually("the corrupt update to be refused", || last_error(&registry, "zone-pin").is_some()).await;
+    let error = last_error(&registry, "zone-pin").unwrap();
+    assert!(error.contains("zone-pin.wasm: does not compile"), "{error}");
+    assert!(error.contains("keeps serving"), "{error}");
+    assert_eq!(serving_digest(&registry, "zone-pin"), east_digest);
+    cluster.create_pods("during-corrupt", 10, "wasp").await;
+    assert!(cluster.bound(10).await.values().all(|node| node.starts_with("east")), "the old version kept deciding");
+
+    // Another policy's component under this name: refused by name.
+    volume.set("zone-pin.wasm", Some(fixture_wasm("misbehaving").1));
+    eventually("the misnamed update to be refused", || last_error(&registry, "zone-pin").is_some_and(|error| error.contains("calls itself"))).await;
+    assert_eq!(serving_digest(&registry, "zone-pin"), east_digest);
+
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reload_events = loop {
+        let found: Vec<Event> = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("PolicyReloadFailed")).collect();
+        if found.len() >= 2 {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "PolicyReloadFailed events: {found:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(reload_events.iter().all(|event| event.type_.as_deref() == Some("Warning") && event.involved_object.name.as_deref() == Some("wasp-host")));
+    assert!(reload_events.iter().any(|event| event.message.as_deref().unwrap_or("").contains("does not compile")));
+
+    volume.set("zone-pin.wasm", Some(west()));
+    eventually("the fixed update to serve", || serving_digest(&registry, "zone-pin") == sha256(&west())).await;
+    assert_eq!(last_error(&registry, "zone-pin"), None, "the error clears once a good version serves");
+    cluster.create_pods("after-fix", 10, "wasp").await;
+    let placed = cluster.bound(20).await;
+    assert!(placed.iter().filter(|(pod, _)| pod.starts_with("after-fix")).all(|(_, node)| node.starts_with("west")));
+    let status = registry.status();
+    assert_eq!(status.generation, 2, "refusals made no generation");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_updates_coalesce_into_one_reload() {
+    let mut volume = PolicyVolume::new(east());
+    let registry = volume.registry();
+    let _watcher = PolicyWatcher::spawn(registry.clone(), WatchOptions { debounce: Duration::from_millis(200), ..Default::default() }, |_| {}).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for bytes in [west(), east(), west(), east(), west()] {
+        volume.set("zone-pin.wasm", Some(bytes));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eventually("the last update to serve", || serving_digest(&registry, "zone-pin") == sha256(&west())).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(registry.current().number, 2, "five writes within the quiet time make one swap");
+}
+
+#[test]
+fn deleting_a_policy_in_use_is_refused_and_unchanged_files_do_nothing() {
+    let mut volume = PolicyVolume::new(east());
+    let registry = volume.registry();
+    let report = registry.reload();
+    assert!(report.unchanged, "same files, nothing to do: {report:?}");
+
+    volume.set("zone-pin.wasm", None);
+    let report = registry.reload();
+    assert_eq!(report.errors.len(), 1, "{report:?}");
+    assert!(report.errors[0].starts_with("policy zone-pin: "), "{}", report.errors[0]);
+    assert!(report.errors[0].ends_with("/zone-pin.wasm was removed, but profile wasp uses it; the loaded version keeps serving"), "{}", report.errors[0]);
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&east()), "the loaded version keeps serving");
+    assert_eq!(registry.current().number, 1);
+
+    // Once no profile uses it, the configuration that drops it is taken.
+    volume.write_config("profiles: [{schedulerName: wasp, filters: [resources-fit]}]");
+    let report = registry.reload();
+    assert!(report.errors.is_empty() && report.config_swapped, "{report:?}");
+    assert!(!registry.current().policies.contains_key("zone-pin"));
+}
+
+#[test]
+fn a_configuration_swaps_or_is_refused_as_a_whole() {
+    let volume = PolicyVolume::new(east());
+    let registry = volume.registry();
+    let refused = |report: &wasp::registry::ReloadReport, reason: &str| {
+        assert_eq!(report.errors.len(), 1, "{report:?}");
+        assert!(report.errors[0].contains("refused, the previous one keeps serving") && report.errors[0].contains(reason), "{}", report.errors[0]);
+        assert!(!report.config_swapped);
+        assert_eq!(registry.status().config_error.as_deref(), Some(report.errors[0].as_str()));
+    };
+
+    // Names a policy that is not in the directory.
+    volume.write_config("profiles: [{schedulerName: wasp, filters: [resources-fit, ghost]}]");
+    refused(&registry.reload(), "ghost.wasm does not exist (used by profile wasp)");
+    // Settings the policy rejects.
+    volume.write_config("profiles: [{schedulerName: wasp, filters: [misbehaving]}]\npolicies: {misbehaving: {settings: {reject-settings: true}}}");
+    refused(&registry.reload(), "misbehaving.wasm: settings rejected: invalid settings for misbehaving: reject-settings: asked to reject");
+    // A policy that traps in the canary.
+    volume.write_config("profiles: [{schedulerName: wasp, filters: [misbehaving]}]\npolicies: {misbehaving: {settings: {filter: trap}}}");
+    refused(&registry.reload(), "canary filter call failed");
+    // Malformed YAML.
+    volume.write_config("profiles: [{schedulerName: wasp, filters: [");
+    refused(&registry.reload(), "config.yaml refused");
+    assert_eq!(registry.current().number, 1, "nothing swapped");
+    assert_eq!(registry.current().config.profiles[0].filters, ["resources-fit", "zone-pin"]);
+
+    // A good one: new weights, a second profile, new settings for a loaded policy.
+    volume.write_config(
+        "profiles:\n- {schedulerName: wasp, filters: [resources-fit, zone-pin], scores: [{policy: least-allocated, weight: 5}]}\n\
+         - {schedulerName: other, filters: [misbehaving]}\npolicies: {misbehaving: {settings: {filter: ok}}}",
+    );
+    let report = registry.reload();
+    assert!(report.errors.is_empty() && report.config_swapped, "{report:?}");
+    assert_eq!(report.swapped, ["misbehaving"]);
+    let generation = registry.current();
+    assert_eq!(generation.number, 2);
+    assert_eq!(generation.profiles["wasp"].scores[0].1, 5);
+    assert!(generation.profiles.contains_key("other"));
+    assert_eq!(registry.status().config_error, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_added_by_configuration_takes_pods_that_were_waiting_for_it() {
+    let volume = PolicyVolume::new(west());
+    let cluster = start_cluster(&volume).await;
+    cluster.create_pods("early", 5, "batch").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
+    let unbound = pods.list(&ListParams::default()).await.unwrap().items.iter().filter(|pod| pod.spec.as_ref().unwrap().node_name.is_none()).count();
+    assert_eq!(unbound, 5, "no profile is called batch yet");
+    volume.write_config(&format!("{CONFIG}- {{schedulerName: batch, filters: [resources-fit, zone-pin]}}\n"));
+    let placed = cluster.bound(5).await;
+    assert!(placed.values().all(|node| node.starts_with("west")));
+    let body = get_policies(&cluster).await;
+    assert!(body["profiles"].as_array().unwrap().iter().any(|profile| profile["schedulerName"] == "batch"), "{body}");
+}
+
+/// `/policies` as a user's HTTP client sees it.
+async fn get_policies(cluster: &Cluster) -> serde_json::Value {
+    let address = wasp::scheduler::http::serve(cluster.scheduler.clone(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let (status, body) = common::http_get(address, "/policies").await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
