@@ -3,6 +3,7 @@
 mod common;
 
 use common::repo_root;
+use std::collections::BTreeMap;
 use std::process::Command;
 
 fn wasp(args: &[&str]) -> (bool, String, String) {
@@ -88,4 +89,22 @@ fn configmap_carries_the_components_and_refuses_more_than_a_mebibyte() {
     let binary = config_map.binary_data.unwrap();
     assert_eq!(binary.keys().collect::<Vec<_>>(), ["resources-fit.wasm"]);
     assert_eq!(binary["resources-fit.wasm"].0, fit, "round-trips byte for byte");
+
+    // --split: every file once, in ConfigMaps of at most 1 MiB each.
+    let (ok, stdout, stderr) = wasp(&["configmap", "--from-dir", "plugins/out", "--split"]);
+    assert!(ok, "{stderr}");
+    let mut seen = BTreeMap::new();
+    for (index, document) in stdout.split("---\n").enumerate() {
+        let config_map: k8s_openapi::api::core::v1::ConfigMap = serde_yaml::from_str(document).unwrap();
+        assert_eq!(config_map.metadata.name, Some(format!("wasp-policies-{}", index + 1)));
+        let binary = config_map.binary_data.unwrap();
+        assert!(binary.values().map(|bytes| bytes.0.len()).sum::<usize>() <= 1 << 20);
+        seen.extend(binary.into_iter().map(|(name, bytes)| (name, bytes.0.len())));
+    }
+    let expected: BTreeMap<String, usize> = std::fs::read_dir(repo_root().join("plugins/out"))
+        .unwrap()
+        .flatten()
+        .map(|entry| (entry.file_name().to_string_lossy().into_owned(), entry.metadata().unwrap().len() as usize))
+        .collect();
+    assert_eq!(seen, expected);
 }

@@ -1,5 +1,7 @@
 //! `wasp configmap --from-dir DIR --name NAME`: a ConfigMap with every `.wasm` in DIR under `binaryData`, ready
-//! for `kubectl apply` or `kubectl replace`. Refuses, with the sizes, one the API server would reject (1 MiB).
+//! for `kubectl create` or `kubectl replace`. Refuses, with the sizes, one the API server would reject (1 MiB).
+//! With `--split`, as many ConfigMaps `NAME-1`, `NAME-2`, ... as the files need, for a projected volume that
+//! mounts them as one directory (manifests/30-deployment.yaml).
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -21,6 +23,9 @@ pub struct ConfigMapArgs {
     name: String,
     #[arg(long, default_value = "wasp-system")]
     namespace: String,
+    /// Spread the files over ConfigMaps NAME-1, NAME-2, ... of at most 1 MiB each.
+    #[arg(long)]
+    split: bool,
 }
 
 pub fn run(args: ConfigMapArgs) -> anyhow::Result<()> {
@@ -38,19 +43,61 @@ pub fn run(args: ConfigMapArgs) -> anyhow::Result<()> {
         bail!("{}: no .wasm files", args.from_dir.display());
     }
     let total: usize = files.values().map(Vec::len).sum();
-    if total > CONFIGMAP_LIMIT {
-        let mut sizes: Vec<String> = files.iter().map(|(name, bytes)| format!("{name} {} KiB", bytes.len() / 1024)).collect();
-        sizes.sort();
-        bail!(
-            "the policies take {} KiB, more than a ConfigMap holds (1024 KiB): {}; split them over several ConfigMaps or build them smaller",
-            total / 1024,
-            sizes.join(", ")
-        );
+    let sizes = || {
+        let sizes: Vec<String> = files.iter().map(|(name, bytes)| format!("{name} {} KiB", bytes.len() / 1024)).collect();
+        sizes.join(", ")
+    };
+    if let Some((name, bytes)) = files.iter().find(|(_, bytes)| bytes.len() > CONFIGMAP_LIMIT) {
+        bail!("{name} takes {} KiB, more than a ConfigMap holds (1024 KiB): build it smaller", bytes.len() / 1024);
     }
+    let groups = if args.split {
+        pack(files)
+    } else if total > CONFIGMAP_LIMIT {
+        bail!(
+            "the policies take {} KiB, more than a ConfigMap holds (1024 KiB): {}; use --split to spread them over \
+             several ConfigMaps mounted as one directory (see manifests/), or build them smaller",
+            total / 1024,
+            sizes()
+        );
+    } else {
+        vec![files]
+    };
+    let count = groups.len();
+    let mut documents = Vec::new();
+    for (index, group) in groups.into_iter().enumerate() {
+        let name = if args.split { format!("{}-{}", args.name, index + 1) } else { args.name.clone() };
+        documents.push(config_map(&name, &args.namespace, group)?);
+    }
+    if args.split {
+        eprintln!("{count} ConfigMaps ({}-1..{}-{count}) for {} KiB of policies", args.name, args.name, total / 1024);
+    }
+    print!("{}", documents.join("---\n"));
+    Ok(())
+}
+
+/// First-fit decreasing: few ConfigMaps, none over the limit.
+fn pack(files: BTreeMap<String, Vec<u8>>) -> Vec<BTreeMap<String, Vec<u8>>> {
+    let mut by_size: Vec<(String, Vec<u8>)> = files.into_iter().collect();
+    by_size.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+    let mut groups: Vec<(usize, BTreeMap<String, Vec<u8>>)> = Vec::new();
+    for (name, bytes) in by_size {
+        let size = bytes.len();
+        match groups.iter_mut().find(|(used, _)| used + size <= CONFIGMAP_LIMIT) {
+            Some((used, group)) => {
+                *used += size;
+                group.insert(name, bytes);
+            }
+            None => groups.push((size, BTreeMap::from([(name, bytes)]))),
+        }
+    }
+    groups.into_iter().map(|(_, group)| group).collect()
+}
+
+fn config_map(name: &str, namespace: &str, files: BTreeMap<String, Vec<u8>>) -> anyhow::Result<String> {
     let config_map = ConfigMap {
         metadata: ObjectMeta {
-            name: Some(args.name),
-            namespace: Some(args.namespace),
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
             labels: Some(BTreeMap::from([("app.kubernetes.io/name".to_string(), "wasp".to_string())])),
             ..Default::default()
         },
@@ -60,6 +107,5 @@ pub fn run(args: ConfigMapArgs) -> anyhow::Result<()> {
     let mut document = serde_json::to_value(&config_map)?;
     document["apiVersion"] = "v1".into();
     document["kind"] = "ConfigMap".into();
-    print!("{}", serde_yaml::to_string(&document)?);
-    Ok(())
+    Ok(serde_yaml::to_string(&document)?)
 }

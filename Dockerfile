@@ -1,0 +1,11 @@
+# The wasp host image used by manifests/30-deployment.yaml (`docker build -t wasp:dev .`). Policies are not in
+# the image: they come from ConfigMaps (`wasp configmap --from-dir plugins/out --split`).
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p wasp
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /src/target/release/wasp /usr/local/bin/wasp
+USER 65532
+ENTRYPOINT ["/usr/local/bin/wasp"]
