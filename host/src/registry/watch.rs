@@ -1,6 +1,6 @@
 //! Following the files: a `notify` watcher on the policy directory and the configuration file's directory
 //! triggers [`PolicyRegistry::reload`] after a quiet period (so a burst of writes is one reload), and a periodic
-//! rescan catches whatever the watcher missed. Reloads run on a blocking thread, one at a time.
+//! rescan catches whatever the watcher missed. Reloads run one at a time on their own low-priority threads.
 
 use super::{PolicyRegistry, ReloadReport};
 use anyhow::Context;
@@ -85,6 +85,13 @@ async fn follow(
     options: WatchOptions,
     on_reload: impl Fn(&ReloadReport) + Send + Sync + 'static,
 ) {
+    let threads = match low_priority_pool() {
+        Ok(pool) => Arc::new(pool),
+        Err(error) => {
+            tracing::error!(%error, "cannot start the reload threads; policies will not reload");
+            return;
+        }
+    };
     let mut rescan = tokio::time::interval(options.rescan);
     rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -106,13 +113,28 @@ async fn follow(
             }
             _ = rescan.tick() => {}
         }
-        let reloading = registry.clone();
-        match tokio::task::spawn_blocking(move || reloading.reload()).await {
+        let (reloading, pool) = (registry.clone(), threads.clone());
+        match tokio::task::spawn_blocking(move || pool.install(|| reloading.reload())).await {
             Ok(report) if !report.unchanged => on_reload(&report),
             Ok(_) => {}
             Err(error) => tracing::error!(%error, "policy reload panicked; the last good generation keeps serving"),
         }
     }
+}
+
+/// Threads for compiling and canarying new versions (wasmtime compiles in parallel on the current rayon pool),
+/// at nice 10: a rollout on a busy host takes the CPU that scheduling leaves, not the CPU it needs.
+fn low_priority_pool() -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(std::thread::available_parallelism().map_or(1, usize::from))
+        .thread_name(|index| format!("wasp-reload-{index}"))
+        .start_handler(|_| {
+            // SAFETY: setpriority has no memory effects; on Linux, `who = 0` with PRIO_PROCESS is the calling thread.
+            if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) } != 0 {
+                tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower the reload thread's priority");
+            }
+        })
+        .build()
 }
 
 #[cfg(test)]

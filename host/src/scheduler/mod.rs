@@ -153,8 +153,10 @@ impl Scheduler {
 
     /// Watches nodes and pods and schedules until the task is dropped.
     pub async fn run(self: Arc<Self>) {
-        tokio::spawn(self.clone().watch_nodes());
-        tokio::spawn(self.clone().watch_pods());
+        // Dropping the set (when this task ends or is aborted) stops the informers too.
+        let mut informers = tokio::task::JoinSet::new();
+        informers.spawn(self.clone().watch_nodes());
+        informers.spawn(self.clone().watch_pods());
         // Like kube-scheduler's WaitForCacheSync: deciding on a partial view would overcommit nodes.
         while !self.is_synced() {
             tokio::time::sleep(Duration::from_millis(20)).await;

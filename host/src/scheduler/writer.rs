@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 const AGGREGATION_WINDOW: Duration = Duration::from_secs(600);
 
+/// Requests in flight at once. Bindings are made asynchronously, one task per pod; unbounded, a burst of
+/// thousands of decisions would open as many connections (HTTP/1) and exhaust file descriptors on both sides.
+const MAX_IN_FLIGHT: usize = 64;
+
 /// (object uid or name, reason, message) of an event already sent.
 type EventKey = (String, String, String);
 /// The event's name, its count, and when it was last sent.
@@ -52,6 +56,7 @@ pub struct ApiWriter {
     recent: Mutex<HashMap<EventKey, SentEvent>>,
     /// What events about the host itself (reload failures) are attached to.
     host_object: Mutex<Option<ObjectRef>>,
+    in_flight: tokio::sync::Semaphore,
 }
 
 fn now() -> String {
@@ -60,7 +65,13 @@ fn now() -> String {
 
 impl ApiWriter {
     pub fn new(client: Client, component: &str) -> Self {
-        ApiWriter { client, component: component.to_string(), recent: Mutex::new(HashMap::new()), host_object: Mutex::new(None) }
+        ApiWriter {
+            client,
+            component: component.to_string(),
+            recent: Mutex::new(HashMap::new()),
+            host_object: Mutex::new(None),
+            in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+        }
     }
 
     pub fn set_host_object(&self, object: ObjectRef) {
@@ -76,7 +87,12 @@ impl ApiWriter {
         }
     }
 
+    async fn permit(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.in_flight.acquire().await.expect("the semaphore is never closed")
+    }
+
     pub async fn bind(&self, pod: &Pod, node: &str) -> Result<(), kube::Error> {
+        let _permit = self.permit().await;
         let pods: Api<KubePod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let binding = json!({
             "apiVersion": "v1", "kind": "Binding",
@@ -95,6 +111,7 @@ impl ApiWriter {
     pub async fn unschedulable(&self, pod: &Pod, message: &str, profile: &str) {
         self.event(&ObjectRef::of_pod(pod), "Warning", "FailedScheduling", message, profile).await;
         let pods: Api<KubePod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let _permit = self.permit().await;
         let condition = json!({"status": {"conditions": [{
             "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now(),
         }]}});
@@ -111,6 +128,7 @@ impl ApiWriter {
             recent.retain(|_, (_, _, at)| at.elapsed() < AGGREGATION_WINDOW);
             recent.get(&key).cloned()
         };
+        let _permit = self.permit().await;
         let result = match previous {
             Some((name, count, _)) => {
                 let patch = json!({"count": count + 1, "lastTimestamp": now()});
