@@ -9,6 +9,7 @@
 
 #[path = "../../tests/common/atomic_writer.rs"]
 mod atomic_writer;
+mod support;
 
 use atomic_writer::AtomicWriter;
 use std::collections::BTreeMap;
@@ -21,7 +22,6 @@ use wasp::registry::PolicyRegistry;
 use wasp::runtime::Runtime;
 use wasp::scheduler::config::{SchedulerConfig, DEFAULT_CONFIG};
 use wasp::scheduler::Scheduler;
-use wasp_sim::{Scenario, Simulator};
 
 const SWAPS: usize = 20;
 const SWAP_EVERY: Duration = Duration::from_millis(100);
@@ -126,14 +126,7 @@ async fn swap_latency(cold: bool) -> (Vec<Duration>, Vec<Duration>) {
 /// Pods per second for `pods` pods on `nodes` nodes while a new resources-fit version is written every 100 ms
 /// (or never), and the files written and generations swapped meanwhile.
 async fn throughput(nodes: u32, pods: u32, reloads: Option<bool>) -> (f64, u32, u64) {
-    let scenario = Scenario::parse(&format!(
-        "kubelet: {{readyDelay: 1h}}\nnodeGroups: [{{name: n, count: {nodes}, cpu: '32', memory: 128Gi, pods: 110, zones: [a, b, c]}}]\nworkloads: [{{name: p, kind: Pods, replicas: {pods}, schedulerName: wasp, cpu: 100m, memory: 128Mi}}]\n"
-    ))
-    .unwrap();
-    let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let mut kube_config = kube::Config::new(simulator.url().parse().unwrap());
-    kube_config.default_retry = false;
-    let client = kube::Client::try_from(kube_config).unwrap();
+    let (_simulator, client) = support::pending_pods_cluster(nodes, pods).await;
 
     let mut volume = Volume::new();
     let registry = volume.registry.clone();

@@ -4,31 +4,20 @@
 //! are created pending and scheduled; prints pods per second (creation to last binding) and the process's
 //! resident memory. The simulator runs in the same process and shares the two cores.
 
+mod support;
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
-use kube::{Api, Client};
+use kube::Api;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use wasp::runtime::Runtime;
 use wasp::scheduler::config::{SchedulerConfig, DEFAULT_CONFIG};
 use wasp::scheduler::Scheduler;
-use wasp_sim::{Scenario, Simulator};
-
-fn resident_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status.lines().find_map(|line| line.strip_prefix("VmRSS:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
-}
 
 async fn run(nodes: u32, pods: u32) {
-    let scenario = Scenario::parse(&format!(
-        "kubelet: {{readyDelay: 1h}}\nnodeGroups: [{{name: n, count: {nodes}, cpu: '32', memory: 128Gi, pods: 110, zones: [a, b, c]}}]\nworkloads: [{{name: p, kind: Pods, replicas: {pods}, schedulerName: wasp, cpu: 100m, memory: 128Mi}}]\n"
-    ))
-    .unwrap();
-    let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let mut kube_config = kube::Config::new(simulator.url().parse().unwrap());
-    kube_config.default_retry = false;
-    let client = Client::try_from(kube_config).unwrap();
+    let (_simulator, client) = support::pending_pods_cluster(nodes, pods).await;
     let mut config = SchedulerConfig::parse(DEFAULT_CONFIG).unwrap();
     config.policy_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/out");
     let scheduler = Scheduler::new(&config, &Runtime::new(None).unwrap(), client.clone()).unwrap();
@@ -43,7 +32,7 @@ async fn run(nodes: u32, pods: u32) {
     println!(
         "{nodes:>5} nodes  {bound:>6}/{pods} pods bound in {:>6.2}s  {rate:>7.0} pods/s   resident {:>5.0} MiB",
         elapsed.as_secs_f64(),
-        resident_mib()
+        support::resident_mib()
     );
     worker.abort();
 }
