@@ -392,6 +392,6 @@ fn large_clusters_are_filtered_in_parallel_with_the_same_verdicts() {
     let huge = common::simple_pod("huge", "64", "");
     assert_eq!(
         schedule(profile, &cluster, &huge, &mut Cursor::default(), 0),
-        Decision::Unschedulable { message: "0/600 nodes are available: 600 Insufficient cpu.".into() }
+        Decision::Unschedulable { message: "0/600 nodes are available: 600 Insufficient cpu.".into(), waits_for_other_pods: false }
     );
 }

@@ -141,9 +141,14 @@ impl ClusterState {
         }
     }
 
-    pub fn upsert_node(&mut self, node: Node) {
+    /// Adds or updates a node; returns false, recording nothing, when nothing a policy sees changed (a status
+    /// heartbeat, say).
+    pub fn upsert_node(&mut self, node: Node) -> bool {
         let name = node.name.clone();
         let slot = self.slot(&name);
+        if slot.node.as_ref() == Some(&node) {
+            return false;
+        }
         let first_appearance = slot.node.is_none();
         slot.node = Some(node.clone());
         let (id, usage) = (slot.id, slot.usage.to_contract());
@@ -156,6 +161,7 @@ impl ClusterState {
             let delta = ClusterDelta::PodUpsert((bound.id, id, bound.pod.clone()));
             self.record(delta);
         }
+        true
     }
 
     pub fn remove_node(&mut self, name: &str) {
@@ -168,8 +174,12 @@ impl ClusterState {
         }
     }
 
-    /// Adds or updates a pod bound to `node_name` (moving it if it was bound elsewhere).
-    pub fn upsert_pod(&mut self, pod: Pod, node_name: &str) {
+    /// Adds or updates a pod bound to `node_name` (moving it if it was bound elsewhere); returns false, recording
+    /// nothing, when it is already there as it is.
+    pub fn upsert_pod(&mut self, pod: Pod, node_name: &str) -> bool {
+        if self.pods.get(&pod.uid).is_some_and(|bound| bound.node == node_name && bound.pod == pod) {
+            return false;
+        }
         let uid = pod.uid.clone();
         if self.pods.get(&uid).is_some_and(|bound| bound.node != node_name) {
             self.remove_pod(&uid);
@@ -201,6 +211,7 @@ impl ClusterState {
         }
         let bound = BoundPod { id, node: node_name.to_string(), pod, requests, non_zero_requests };
         self.pods.insert(uid, bound);
+        true
     }
 
     pub fn remove_pod(&mut self, uid: &str) {
@@ -262,4 +273,34 @@ fn send_in_chunks(instance: &mut PolicyInstance, deltas: impl Iterator<Item = Cl
         instance.apply(&chunk)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::convert;
+
+    fn node(cpu: &str) -> Node {
+        let source = serde_json::json!({"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": cpu, "pods": "110"}}});
+        convert::node(&serde_json::from_value(source).unwrap()).unwrap()
+    }
+
+    fn pod(label: &str) -> Pod {
+        let source = serde_json::json!({"metadata": {"name": "p", "namespace": "d", "uid": "u", "labels": {"l": label}}, "spec": {"containers": []}});
+        convert::pod(&serde_json::from_value(source).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn identical_updates_record_nothing() {
+        let mut cluster = ClusterState::new();
+        assert!(cluster.upsert_node(node("4")));
+        assert!(cluster.upsert_pod(pod("a"), "n"));
+        let head = cluster.head();
+        assert!(!cluster.upsert_node(node("4")), "a heartbeat changes nothing policies see");
+        assert!(!cluster.upsert_pod(pod("a"), "n"));
+        assert_eq!(cluster.head(), head);
+        assert!(cluster.upsert_node(node("8")));
+        assert!(cluster.upsert_pod(pod("b"), "n"));
+        assert!(cluster.head() > head);
+    }
 }

@@ -4,7 +4,7 @@
 
 use crate::cluster::ClusterState;
 use crate::policy::LoadedPolicy;
-use crate::runtime::bindings::types::{FilterResult, NodeId, Pod};
+use crate::runtime::bindings::types::{FilterResult, NodeId, Pod, ViewScope};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -18,7 +18,25 @@ pub struct ProfilePolicies {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     Bind { node: String, feasible: usize, evaluated: usize },
-    Unschedulable { message: String },
+    /// `waits_for_other_pods`: a policy that sees pods rejected some node (see [`Rejections`]).
+    Unschedulable { message: String, waits_for_other_pods: bool },
+}
+
+/// Why nodes were rejected: how many nodes each reason rejected, and whether a policy that sees other pods
+/// (topology spread, inter-pod affinity) rejected any, so that a pod bound elsewhere may change the verdict.
+#[derive(Debug, Default)]
+pub struct Rejections {
+    pub reasons: BTreeMap<String, usize>,
+    pub by_policy_seeing_pods: bool,
+}
+
+impl Rejections {
+    fn merge(&mut self, other: Rejections) {
+        for (reason, count) in other.reasons {
+            *self.reasons.entry(reason).or_default() += count;
+        }
+        self.by_policy_seeing_pods |= other.by_policy_seeing_pods;
+    }
 }
 
 /// kube-scheduler's `numFeasibleNodesToFind`: all nodes below 100; otherwise a share that shrinks with size
@@ -53,19 +71,19 @@ fn filter_in_parallel(
     cluster: &ClusterState,
     pod: &Pod,
     candidates: &[NodeId],
-    reasons: &mut BTreeMap<String, usize>,
+    rejections: &mut Rejections,
 ) -> Vec<NodeId> {
     let threads = std::thread::available_parallelism().map_or(1, usize::from).min(candidates.len() / MIN_NODES_PER_THREAD).max(1);
     if threads == 1 {
-        return filter_chain(profile, cluster, pod, candidates.to_vec(), reasons);
+        return filter_chain(profile, cluster, pod, candidates.to_vec(), rejections);
     }
     let chunk = candidates.len().div_ceil(threads);
-    let results: Vec<(Vec<NodeId>, BTreeMap<String, usize>)> = std::thread::scope(|scope| {
+    let results: Vec<(Vec<NodeId>, Rejections)> = std::thread::scope(|scope| {
         let workers: Vec<_> = candidates
             .chunks(chunk)
             .map(|part| {
                 scope.spawn(move || {
-                    let mut local = BTreeMap::new();
+                    let mut local = Rejections::default();
                     (filter_chain(profile, cluster, pod, part.to_vec(), &mut local), local)
                 })
             })
@@ -75,35 +93,34 @@ fn filter_in_parallel(
     let mut survivors = Vec::new();
     for (part, local) in results {
         survivors.extend(part);
-        for (reason, count) in local {
-            *reasons.entry(reason).or_default() += count;
-        }
+        rejections.merge(local);
     }
     survivors
 }
 
 /// Runs the filter chain over `candidates`; returns the survivors and adds rejected nodes' reasons (those of
-/// the first policy that rejected each node) to `reasons`.
+/// the first policy that rejected each node) to `rejections`.
 fn filter_chain(
     profile: &ProfilePolicies,
     cluster: &ClusterState,
     pod: &Pod,
     mut candidates: Vec<NodeId>,
-    reasons: &mut BTreeMap<String, usize>,
+    rejections: &mut Rejections,
 ) -> Vec<NodeId> {
     for policy in &profile.filters {
         if candidates.is_empty() {
             break;
         }
-        let FilterResult { verdicts, rejections } = policy.filter_or_failure_mode(cluster, pod, &candidates);
+        let FilterResult { verdicts, rejections: reason_sets } = policy.filter_or_failure_mode(cluster, pod, &candidates);
         let mut survivors = Vec::with_capacity(candidates.len());
         for (id, code) in candidates.into_iter().zip(verdicts) {
             if code == 0 {
                 survivors.push(id);
             } else {
-                for reason in &rejections[code as usize - 1] {
-                    *reasons.entry(reason.clone()).or_default() += 1;
+                for reason in &reason_sets[code as usize - 1] {
+                    *rejections.reasons.entry(reason.clone()).or_default() += 1;
                 }
+                rejections.by_policy_seeing_pods |= policy.descriptor.view == ViewScope::NodesAndPods;
             }
         }
         candidates = survivors;
@@ -114,11 +131,12 @@ fn filter_chain(
 pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, cursor: &mut Cursor, percentage: u32) -> Decision {
     let nodes = cluster.node_ids();
     if nodes.is_empty() {
-        return Decision::Unschedulable { message: "0/0 nodes are available: no nodes available to schedule pods.".into() };
+        let message = "0/0 nodes are available: no nodes available to schedule pods.".into();
+        return Decision::Unschedulable { message, waits_for_other_pods: false };
     }
     // A node nominated earlier (by preemption) is tried first.
     if let Some(id) = pod.nominated_node.as_deref().and_then(|name| cluster.node_id(name)) {
-        if filter_chain(profile, cluster, pod, vec![id], &mut BTreeMap::new()) == [id] {
+        if filter_chain(profile, cluster, pod, vec![id], &mut Rejections::default()) == [id] {
             let node = cluster.node_name(id).unwrap_or_default().to_string();
             return Decision::Bind { node, feasible: 1, evaluated: 1 };
         }
@@ -126,14 +144,14 @@ pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, cu
     let wanted = feasible_nodes_to_find(nodes.len(), percentage);
     let start = cursor.0 % nodes.len();
     let ordered: Vec<NodeId> = nodes[start..].iter().chain(&nodes[..start]).copied().collect();
-    let mut reasons = BTreeMap::new();
+    let mut rejections = Rejections::default();
     let mut feasible = Vec::new();
     let mut evaluated = 0;
     // Filter in chunks so the search stops once enough feasible nodes are found.
     let chunk = wanted.max(64);
     for batch in ordered.chunks(chunk) {
         evaluated += batch.len();
-        feasible.extend(filter_in_parallel(profile, cluster, pod, batch, &mut reasons));
+        feasible.extend(filter_in_parallel(profile, cluster, pod, batch, &mut rejections));
         if feasible.len() >= wanted {
             feasible.truncate(wanted);
             break;
@@ -141,7 +159,8 @@ pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, cu
     }
     cursor.0 = (start + evaluated) % nodes.len();
     if feasible.is_empty() {
-        return Decision::Unschedulable { message: unschedulable_message(nodes.len(), &reasons) };
+        let message = unschedulable_message(nodes.len(), &rejections.reasons);
+        return Decision::Unschedulable { message, waits_for_other_pods: rejections.by_policy_seeing_pods };
     }
     let chosen = if feasible.len() == 1 { feasible[0] } else { best_scored(profile, cluster, pod, &feasible) };
     Decision::Bind { node: cluster.node_name(chosen).unwrap_or_default().to_string(), feasible: feasible.len(), evaluated }

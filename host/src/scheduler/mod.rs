@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::{Node as KubeNode, Pod as KubePod};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
-use queue::{QueuedPod, SchedulingQueue};
+use queue::{ClusterEvent, QueuedPod, SchedulingQueue};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -182,14 +182,14 @@ impl Scheduler {
                     tracing::debug!(pod = %format!("{}/{}", queued.pod.namespace, queued.pod.name), %node, feasible, evaluated, "decided");
                     self.assume_and_bind(queued, node, profile.scheduler_name.clone())
                 }
-                Decision::Unschedulable { message } => {
+                Decision::Unschedulable { message, waits_for_other_pods } => {
                     self.metrics.attempt(&profile.scheduler_name, "unschedulable");
                     let key = format!("{}/{}", queued.pod.namespace, queued.pod.name);
                     tracing::info!(pod = %key, profile = %profile.scheduler_name, %message, "unschedulable");
                     self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
                     self.stats.last_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(key, message.clone());
                     let (writer, pod) = (self.writer.clone(), queued.pod.clone());
-                    self.queue.unschedulable(queued);
+                    self.queue.unschedulable(QueuedPod { waits_for_other_pods, ..queued });
                     tokio::spawn(async move { writer.unschedulable(&pod, &message, &profile.scheduler_name).await });
                 }
             }
@@ -198,6 +198,7 @@ impl Scheduler {
 
     fn assume_and_bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String) {
         self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner()).upsert_pod(queued.pod.clone(), &node);
+        self.queue.cluster_changed(ClusterEvent::PodAdded);
         let scheduler = self.clone();
         tokio::spawn(async move {
             let pod = &queued.pod;
@@ -242,13 +243,15 @@ impl Scheduler {
                 }
             };
             let mut cluster = self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            // Only a node added or changed in what policies see can help a waiting pod.
+            let mut changed = false;
             match event {
                 Event::Init => relisted.clear(),
                 Event::InitApply(node) | Event::Apply(node) => {
                     let name = node.metadata.name.clone().unwrap_or_default();
                     relisted.insert(name);
                     match convert::node(&node) {
-                        Ok(node) => cluster.upsert_node(node),
+                        Ok(node) => changed = cluster.upsert_node(node),
                         Err(error) => tracing::warn!(%error, "ignoring node"),
                     }
                 }
@@ -262,7 +265,9 @@ impl Scheduler {
                 }
             }
             drop(cluster);
-            self.queue.cluster_changed();
+            if changed {
+                self.queue.cluster_changed(ClusterEvent::NodeChanged);
+            }
         }
     }
 
@@ -277,7 +282,7 @@ impl Scheduler {
                     self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner()).remove_pod(&uid);
                     self.queue.remove(&uid);
                     self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&uid);
-                    self.queue.cluster_changed();
+                    self.queue.cluster_changed(ClusterEvent::PodRemoved);
                 }
                 Ok(Some(Event::InitDone)) => self.pods_synced.store(true, Ordering::Relaxed),
                 Ok(Some(Event::Init)) => {}
@@ -300,16 +305,17 @@ impl Scheduler {
         match node {
             Some(node) => {
                 let mut cluster = self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-                if finished {
+                let event = if finished {
                     cluster.remove_pod(&pod.uid);
+                    Some(ClusterEvent::PodRemoved)
                 } else {
-                    cluster.upsert_pod(pod.clone(), &node);
-                }
+                    cluster.upsert_pod(pod.clone(), &node).then_some(ClusterEvent::PodAdded)
+                };
                 drop(cluster);
                 self.queue.remove(&pod.uid);
                 self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&pod.uid);
-                if finished {
-                    self.queue.cluster_changed();
+                if let Some(event) = event {
+                    self.queue.cluster_changed(event);
                 }
             }
             None if !pod.terminating && !finished => {

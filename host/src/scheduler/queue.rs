@@ -20,6 +20,21 @@ pub struct QueuedPod {
     pub attempts: u32,
     /// When the pod first entered the queue, for end-to-end latency.
     pub first_queued: Instant,
+    /// Its last attempt was rejected by a policy that sees other pods (topology spread, say), so a pod bound
+    /// elsewhere may let it fit; otherwise only node changes and removed pods can.
+    pub waits_for_other_pods: bool,
+}
+
+/// What changed in the cluster, to retry only the unschedulable pods it may help (kube-scheduler's queueing
+/// hints, coarsely).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterEvent {
+    /// A node was added, or changed in what policies see.
+    NodeChanged,
+    /// A pod stopped using a node: its resources are free.
+    PodRemoved,
+    /// A pod was bound: helps only pods waiting for other pods.
+    PodAdded,
 }
 
 /// Order of activeQ: higher priority first, then older first.
@@ -140,7 +155,7 @@ impl SchedulingQueue {
             }
             return;
         }
-        let queued = QueuedPod { pod, attempts: 0, first_queued: Instant::now() };
+        let queued = QueuedPod { pod, attempts: 0, first_queued: Instant::now(), waits_for_other_pods: false };
         inner.places.insert(queued.pod.uid.clone(), (Place::Active, queued.clone()));
         inner.active.push(Active(queued));
         drop(inner);
@@ -215,11 +230,12 @@ impl SchedulingQueue {
         }
     }
 
-    /// Something changed that may let unschedulable pods fit (a node added or changed, a pod removed): they
-    /// get another attempt, after their backoff.
-    pub fn cluster_changed(&self) {
+    /// Something changed that may let unschedulable pods fit: those it can help get another attempt, after
+    /// their backoff.
+    pub fn cluster_changed(&self, event: ClusterEvent) {
         let mut inner = self.lock();
-        let waiting: Vec<String> = inner.unschedulable.iter().cloned().collect();
+        let helped = |uid: &String| event != ClusterEvent::PodAdded || inner.places.get(uid).is_some_and(|(_, queued)| queued.waits_for_other_pods);
+        let waiting: Vec<String> = inner.unschedulable.iter().filter(|uid| helped(uid)).cloned().collect();
         let moved = !waiting.is_empty();
         for uid in waiting {
             let attempts = inner.places.get(&uid).map_or(0, |(_, queued)| queued.attempts);
@@ -286,11 +302,27 @@ mod tests {
         queue.backoff(second);
         assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 0, unschedulable: 1 });
         assert!(queue.try_pop().is_none());
-        queue.cluster_changed();
+        queue.cluster_changed(ClusterEvent::NodeChanged);
         assert_eq!(queue.sizes().backoff, 1);
         let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
         assert_eq!(again.pod.name, "a");
         assert_eq!(again.attempts, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bound_pod_retries_only_pods_waiting_for_other_pods() {
+        let queue = SchedulingQueue::default();
+        queue.upsert(pod("needs-room", 0, "2026-01-01T00:00:00Z"));
+        queue.upsert(pod("needs-spread", 0, "2026-01-01T00:00:01Z"));
+        let needs_room = queue.pop().await;
+        let needs_spread = queue.pop().await;
+        queue.unschedulable(needs_room);
+        queue.unschedulable(QueuedPod { waits_for_other_pods: true, ..needs_spread });
+        queue.cluster_changed(ClusterEvent::PodAdded);
+        assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 1 });
+        assert_eq!(tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap().pod.name, "needs-spread");
+        queue.cluster_changed(ClusterEvent::PodRemoved);
+        assert_eq!(tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap().pod.name, "needs-room");
     }
 
     #[tokio::test(start_paused = true)]
