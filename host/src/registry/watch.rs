@@ -123,14 +123,14 @@ async fn follow(
 }
 
 /// Threads for compiling and canarying new versions (wasmtime compiles in parallel on the current rayon pool),
-/// at nice 10: a rollout on a busy host takes the CPU that scheduling leaves, not the CPU it needs.
+/// at nice 19, the lowest priority: a rollout on a busy host takes the CPU that scheduling leaves.
 fn low_priority_pool() -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(std::thread::available_parallelism().map_or(1, usize::from))
         .thread_name(|index| format!("wasp-reload-{index}"))
         .start_handler(|_| {
             // SAFETY: setpriority has no memory effects; on Linux, `who = 0` with PRIO_PROCESS is the calling thread.
-            if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) } != 0 {
+            if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) } != 0 {
                 tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower the reload thread's priority");
             }
         })
