@@ -287,7 +287,7 @@ fn deleting_a_policy_in_use_is_refused_and_unchanged_files_do_nothing() {
 
 #[test]
 fn a_configuration_swaps_or_is_refused_as_a_whole() {
-    let volume = PolicyVolume::new(east());
+    let mut volume = PolicyVolume::new(east());
     let registry = volume.registry();
     let refused = |report: &wasp::registry::ReloadReport, reason: &str| {
         assert_eq!(report.errors.len(), 1, "{report:?}");
@@ -311,6 +311,13 @@ fn a_configuration_swaps_or_is_refused_as_a_whole() {
     assert_eq!(registry.current().number, 1, "nothing swapped");
     assert_eq!(registry.current().config.profiles[0].filters, ["resources-fit", "zone-pin"]);
 
+    // A policy update refused, then the file restored together with a new configuration: no error remains.
+    volume.set("zone-pin.wasm", Some(b"not wasm".to_vec()));
+    let report = registry.reload();
+    assert!(report.errors.iter().any(|error| error.contains("zone-pin.wasm: not a WebAssembly binary")), "{report:?}");
+    assert!(last_error(&registry, "zone-pin").is_some());
+    volume.set("zone-pin.wasm", Some(east()));
+
     // A good one: new weights, a second profile, new settings for a loaded policy.
     volume.write_config(
         "profiles:\n- {schedulerName: wasp, filters: [resources-fit, zone-pin], scores: [{policy: least-allocated, weight: 5}]}\n\
@@ -324,6 +331,7 @@ fn a_configuration_swaps_or_is_refused_as_a_whole() {
     assert_eq!(generation.profiles["wasp"].scores[0].1, 5);
     assert!(generation.profiles.contains_key("other"));
     assert_eq!(registry.status().config_error, None);
+    assert_eq!(last_error(&registry, "zone-pin"), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -244,7 +244,8 @@ impl PolicyRegistry {
             }
             Ok(Some(config)) => match self.build_generation(&config, &snapshot, &old) {
                 Ok((generation, swapped)) => {
-                    state.errors.remove(CONFIG_KEY);
+                    // Every policy of the new configuration loaded: no refusal stands.
+                    state.errors.clear();
                     report.config_swapped = true;
                     report.swapped = swapped;
                     next = Some(generation);
