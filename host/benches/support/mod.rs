@@ -1,14 +1,23 @@
-//! Shared by the benchmarks: a simulated cluster with pods waiting for the `wasp` scheduler, and memory readings.
+//! Shared by the benchmarks: a simulated cluster with pods waiting for the `wasp` scheduler, memory readings, and
+//! the default policies compiled natively ([`native`]).
+
+#[allow(dead_code)] // only the scheduling benchmark runs native policies
+pub mod native;
 
 use kube::Client;
 use wasp_sim::{Scenario, Simulator};
 
-/// `nodes` nodes over three zones and `pods` pending pods for the `wasp` profile, served over HTTP in process.
-pub async fn pending_pods_cluster(nodes: u32, pods: u32) -> (Simulator, Client) {
-    let scenario = Scenario::parse(&format!(
+/// `nodes` nodes over three zones and `pods` pending pods for the `wasp` profile.
+pub fn pending_pods_scenario(nodes: u32, pods: u32) -> String {
+    format!(
         "kubelet: {{readyDelay: 1h}}\nnodeGroups: [{{name: n, count: {nodes}, cpu: '32', memory: 128Gi, pods: 110, zones: [a, b, c]}}]\nworkloads: [{{name: p, kind: Pods, replicas: {pods}, schedulerName: wasp, cpu: 100m, memory: 128Mi}}]\n"
-    ))
-    .unwrap();
+    )
+}
+
+/// [`pending_pods_scenario`] served over HTTP in this process.
+#[allow(dead_code)] // not every benchmark runs the simulator in process
+pub async fn pending_pods_cluster(nodes: u32, pods: u32) -> (Simulator, Client) {
+    let scenario = Scenario::parse(&pending_pods_scenario(nodes, pods)).unwrap();
     let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let mut kube_config = kube::Config::new(simulator.url().parse().unwrap());
     kube_config.default_retry = false;

@@ -6,4 +6,4 @@ pub mod convert;
 pub mod manifests;
 mod state;
 
-pub use state::ClusterState;
+pub use state::{ClusterState, DeltaSink};

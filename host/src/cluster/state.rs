@@ -229,9 +229,9 @@ impl ClusterState {
     }
 
     /// Brings an instance up to [`head`](Self::head): the deltas it missed, or a full snapshot.
-    pub fn sync(&self, instance: &mut PolicyInstance, scope: ViewScope) -> Result<(), CallError> {
+    pub fn sync(&self, instance: &mut impl DeltaSink, scope: ViewScope) -> Result<(), CallError> {
         let head = self.head();
-        match instance.synced_to {
+        match instance.synced_to() {
             Some(position) if position == head => {}
             Some(position) if position >= self.log_start => {
                 let missed = self.log.range((position - self.log_start) as usize..);
@@ -240,7 +240,7 @@ impl ClusterState {
             }
             _ => send_in_chunks(instance, self.snapshot(scope))?,
         }
-        instance.synced_to = Some(head);
+        instance.set_synced_to(head);
         Ok(())
     }
 
@@ -260,7 +260,29 @@ fn is_pod_delta(delta: &ClusterDelta) -> bool {
     matches!(delta, ClusterDelta::PodUpsert(_) | ClusterDelta::PodRemove(_))
 }
 
-fn send_in_chunks(instance: &mut PolicyInstance, deltas: impl Iterator<Item = ClusterDelta>) -> Result<(), CallError> {
+/// Keeps its own copy of the cluster, fed from the delta log: a policy instance, or a policy compiled natively.
+pub trait DeltaSink {
+    /// The position in the log it has applied up to; None before its first sync.
+    fn synced_to(&self) -> Option<u64>;
+    fn set_synced_to(&mut self, position: u64);
+    fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError>;
+}
+
+impl DeltaSink for PolicyInstance {
+    fn synced_to(&self) -> Option<u64> {
+        self.synced_to
+    }
+
+    fn set_synced_to(&mut self, position: u64) {
+        self.synced_to = Some(position);
+    }
+
+    fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError> {
+        PolicyInstance::apply(self, deltas)
+    }
+}
+
+fn send_in_chunks(instance: &mut impl DeltaSink, deltas: impl Iterator<Item = ClusterDelta>) -> Result<(), CallError> {
     let mut chunk = Vec::with_capacity(SYNC_CHUNK);
     for delta in deltas {
         chunk.push(delta);

@@ -20,7 +20,7 @@ use crate::policy::{LoadedPolicy, PolicyOptions};
 use crate::runtime::bindings::types::PolicyKind;
 use crate::runtime::Runtime;
 use crate::scheduler::config::SchedulerConfig;
-use crate::scheduler::cycle::ProfilePolicies;
+use crate::scheduler::cycle::{ProfilePolicies, SchedulingPolicy};
 use anyhow::{bail, Context};
 use arc_swap::ArcSwap;
 use metrics::{PolicyInfoLabels, ReloadMetrics};
@@ -153,7 +153,7 @@ pub fn resolve_profiles(
 ) -> anyhow::Result<HashMap<String, Arc<ProfilePolicies>>> {
     let mut profiles = HashMap::new();
     for (index, profile) in config.profiles.iter().enumerate() {
-        let lookup = |name: &str, kind: PolicyKind, field: &str| -> anyhow::Result<Arc<LoadedPolicy>> {
+        let lookup = |name: &str, kind: PolicyKind, field: &str| -> anyhow::Result<Arc<dyn SchedulingPolicy>> {
             let policy = policies.get(name).with_context(|| format!("profiles[{index}].{field}: policy {name} is not loaded"))?;
             if !policy.implements(kind) {
                 bail!("profiles[{index}].{field}: policy {name} does not implement {}", crate::cli::kind_name(kind));
@@ -181,16 +181,8 @@ impl PolicyRegistry {
 
     fn load_first(runtime: &Arc<Runtime>, config: SchedulerConfig, config_path: Option<PathBuf>) -> anyhow::Result<PolicyRegistry> {
         let snapshot = SourceSnapshot::read(&config.policy_dir, config_path.as_deref());
-        let call_metrics = Arc::new(PolicyMetrics::default());
-        let empty = Generation { number: 0, config: config.clone(), policies: BTreeMap::new(), profiles: HashMap::new() };
-        let registry = PolicyRegistry {
-            runtime: runtime.clone(),
-            config_path,
-            current: ArcSwap::from_pointee(empty),
-            state: Mutex::new(ReloadState { fingerprint: snapshot.fingerprint(), ..Default::default() }),
-            reload_metrics: ReloadMetrics::default(),
-            call_metrics,
-        };
+        let registry = Self::serving(runtime, &config, config_path, HashMap::new());
+        registry.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).fingerprint = snapshot.fingerprint();
         let (policies, _, errors) = registry.build_policies(&config, &snapshot, &registry.current.load());
         if let Some((_, error)) = errors.into_iter().next() {
             bail!(error);
@@ -198,6 +190,30 @@ impl PolicyRegistry {
         let profiles = resolve_profiles(&config, &policies)?;
         registry.publish(Generation { number: 1, config, policies, profiles });
         Ok(registry)
+    }
+
+    /// A registry serving `profiles` as they are (policies compiled into the host, for the benchmark that runs
+    /// them side by side with their components), under `config`. A reload replaces them with components.
+    pub fn with_profiles(runtime: &Arc<Runtime>, config: SchedulerConfig, profiles: HashMap<String, Arc<ProfilePolicies>>) -> PolicyRegistry {
+        Self::serving(runtime, &config, None, profiles)
+    }
+
+    fn serving(
+        runtime: &Arc<Runtime>,
+        config: &SchedulerConfig,
+        config_path: Option<PathBuf>,
+        profiles: HashMap<String, Arc<ProfilePolicies>>,
+    ) -> PolicyRegistry {
+        let number = u64::from(!profiles.is_empty());
+        let generation = Generation { number, config: config.clone(), policies: BTreeMap::new(), profiles };
+        PolicyRegistry {
+            runtime: runtime.clone(),
+            config_path,
+            current: ArcSwap::from_pointee(generation),
+            state: Mutex::new(ReloadState::default()),
+            reload_metrics: ReloadMetrics::default(),
+            call_metrics: Arc::new(PolicyMetrics::default()),
+        }
     }
 
     /// The generation serving now. Hold it for a whole decision.
@@ -251,7 +267,7 @@ impl PolicyRegistry {
                     next = Some(generation);
                 }
                 Err(error) => {
-                    let message = format!("configuration {} refused, the previous one keeps serving: {error}", self.config_file_name());
+                    let message = self.config_refused(error);
                     state.errors.insert(CONFIG_KEY.into(), message.clone());
                     report.errors.push(message);
                 }
@@ -278,9 +294,6 @@ impl PolicyRegistry {
             report.swapped = swapped;
             Some(Generation { number: old.number + 1, config: old.config.clone(), policies, profiles })
         });
-        for name in &report.swapped {
-            state.errors.remove(name);
-        }
         if let Some(generation) = next {
             report.generation = generation.number;
             self.publish(generation);
@@ -298,14 +311,15 @@ impl PolicyRegistry {
         report
     }
 
-    fn config_file_name(&self) -> String {
-        self.config_path.as_ref().map_or_else(|| "(built in)".into(), |path| path.display().to_string())
+    fn config_refused(&self, reason: impl std::fmt::Display) -> String {
+        let file = self.config_path.as_ref().map_or_else(|| "(built in)".into(), |path| path.display().to_string());
+        format!("configuration {file} refused, the previous one keeps serving: {reason}")
     }
 
     /// The configuration file's new contents, if they parse and differ from what serves.
     fn changed_config(&self, snapshot: &SourceSnapshot, old: &Generation) -> Result<Option<SchedulerConfig>, String> {
         let Some(text) = &snapshot.config else { return Ok(None) };
-        let refused = |reason: String| format!("configuration {} refused, the previous one keeps serving: {reason}", self.config_file_name());
+        let refused = |reason: String| self.config_refused(reason);
         let text = text.clone().map_err(refused)?;
         let config = SchedulerConfig::parse(&text).map_err(|error| refused(format!("{error:#}")))?;
         if config == old.config {

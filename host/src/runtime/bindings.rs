@@ -3,8 +3,9 @@
 wasmtime::component::bindgen!({
     world: "policy-component",
     path: "../wit",
-    // The scheduler compares pod records to tell a real change from a status-only update.
-    additional_derives: [PartialEq],
+    // The scheduler compares records to tell a real change from a status-only update; Serialize hands the
+    // records to policies compiled natively (the scheduling benchmark's side-by-side run).
+    additional_derives: [PartialEq, serde::Serialize],
 });
 
 pub use self::wasp::policy::types;

@@ -8,11 +8,40 @@ use crate::runtime::bindings::types::{FilterResult, NodeId, Pod, ViewScope};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// What a scheduling decision needs of a policy: verdicts and scores that never fail (the policy's failure mode
+/// applies inside). Implemented by sandboxed components ([`LoadedPolicy`]); the scheduling benchmark implements
+/// it with the same policy crates compiled natively, for its side-by-side run.
+pub trait SchedulingPolicy: Send + Sync {
+    fn name(&self) -> &str;
+    /// Whether it sees bound pods (then a pod bound elsewhere may change its verdicts).
+    fn view(&self) -> ViewScope;
+    fn filter_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> FilterResult;
+    fn score_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> Vec<u32>;
+}
+
+impl SchedulingPolicy for LoadedPolicy {
+    fn name(&self) -> &str {
+        LoadedPolicy::name(self)
+    }
+
+    fn view(&self) -> ViewScope {
+        self.descriptor.view
+    }
+
+    fn filter_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> FilterResult {
+        LoadedPolicy::filter_or_failure_mode(self, cluster, pod, candidates)
+    }
+
+    fn score_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> Vec<u32> {
+        LoadedPolicy::score_or_failure_mode(self, cluster, pod, candidates)
+    }
+}
+
 /// A profile's policies, resolved.
 pub struct ProfilePolicies {
     pub scheduler_name: String,
-    pub filters: Vec<Arc<LoadedPolicy>>,
-    pub scores: Vec<(Arc<LoadedPolicy>, u32)>,
+    pub filters: Vec<Arc<dyn SchedulingPolicy>>,
+    pub scores: Vec<(Arc<dyn SchedulingPolicy>, u32)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -120,7 +149,7 @@ fn filter_chain(
                 for reason in &reason_sets[code as usize - 1] {
                     *rejections.reasons.entry(reason.clone()).or_default() += 1;
                 }
-                rejections.by_policy_seeing_pods |= policy.descriptor.view == ViewScope::NodesAndPods;
+                rejections.by_policy_seeing_pods |= policy.view() == ViewScope::NodesAndPods;
             }
         }
         candidates = survivors;
