@@ -198,7 +198,7 @@ async fn fifty_swaps_while_placing_2000_pods_lose_no_decision() {
         }
     }
     let stats = &cluster.scheduler.stats;
-    assert_eq!(stats.scheduled.load(Ordering::Relaxed), 2000, "every pod bound exactly once");
+    assert_eq!(common::settled(&stats.scheduled, 2000).await, 2000, "every pod bound exactly once");
     assert_eq!(stats.bind_errors.load(Ordering::Relaxed), 0, "no binding conflicted");
     assert_eq!(stats.unschedulable.load(Ordering::Relaxed), 0, "no cycle failed");
     assert_eq!(registry.current().number, 51, "one generation per swap");

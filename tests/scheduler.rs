@@ -233,7 +233,7 @@ workloads: [{name: many, kind: Pods, replicas: 20, schedulerName: wasp, cpu: 100
     let placed = harness.placements_within("app=many", 20, Duration::from_secs(60)).await;
     assert_eq!(placed.len(), 20);
     assert!(harness.scheduler.stats.bind_errors.load(Ordering::Relaxed) > 0, "some bindings failed and were retried");
-    assert_eq!(harness.scheduler.stats.scheduled.load(Ordering::Relaxed), 20, "each pod bound exactly once");
+    assert_eq!(common::settled(&harness.scheduler.stats.scheduled, 20).await, 20, "each pod bound exactly once");
 }
 
 fn config_with_misbehaving(failure_mode: &str) -> (tempfile::TempDir, SchedulerConfig) {
@@ -324,9 +324,7 @@ async fn a_standby_takes_over_when_the_leader_stops_and_no_pod_is_bound_twice() 
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert_eq!(bound("before").await, 10);
-    // The API shows a binding a moment before the scheduler counts it.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(first.stats.scheduled.load(Ordering::Relaxed), 10, "the leader scheduled");
+    assert_eq!(common::settled(&first.stats.scheduled, 10).await, 10, "the leader scheduled");
     assert_eq!(second.stats.scheduled.load(Ordering::Relaxed), 0, "the standby waited");
 
     leader.abort();
@@ -338,8 +336,7 @@ async fn a_standby_takes_over_when_the_leader_stops_and_no_pod_is_bound_twice() 
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert_eq!(bound("after").await, 10, "the standby took over");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(second.stats.scheduled.load(Ordering::Relaxed), 10);
+    assert_eq!(common::settled(&second.stats.scheduled, 10).await, 10);
     let events: Api<Event> = Api::namespaced(harness_client.clone(), "default");
     let scheduled = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("Scheduled")).count();
     assert_eq!(scheduled, 20, "one Scheduled event per pod: nothing bound twice");

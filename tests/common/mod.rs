@@ -100,3 +100,14 @@ pub async fn http_get(address: std::net::SocketAddr, path: &str) -> (u16, String
     let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
 }
+
+/// A counter's value once it has reached `expected` (or after 10 s), and 100 ms more to catch any excess: the
+/// API shows a binding a moment before the scheduler counts it.
+pub async fn settled(counter: &std::sync::atomic::AtomicU64, expected: u64) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while counter.load(std::sync::atomic::Ordering::Relaxed) < expected && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    counter.load(std::sync::atomic::Ordering::Relaxed)
+}
