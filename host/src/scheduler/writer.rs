@@ -154,9 +154,12 @@ impl ApiWriter {
             }
         };
         match result {
-            Ok((name, count)) => {
+            // Only warnings repeat (a pod retried, a reload refused again); remembering every `Scheduled` event
+            // would hold one entry per pod placed in the last 10 minutes.
+            Ok((name, count)) if kind == "Warning" => {
                 self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(key, (name, count, Instant::now()));
             }
+            Ok(_) => {}
             Err(error) => tracing::warn!(object = %format!("{}/{}", object.namespace, object.name), reason, %error, "could not record event"),
         }
     }
