@@ -49,11 +49,26 @@ impl ObjectRef {
     }
 }
 
+/// Warnings sent within the aggregation window, pruned now and then rather than on every event.
+struct RecentEvents {
+    sent: HashMap<EventKey, SentEvent>,
+    pruned_at: Instant,
+}
+
+impl RecentEvents {
+    fn prune(&mut self) {
+        if self.pruned_at.elapsed() >= Duration::from_secs(60) {
+            self.sent.retain(|_, (_, _, at)| at.elapsed() < AGGREGATION_WINDOW);
+            self.pruned_at = Instant::now();
+        }
+    }
+}
+
 pub struct ApiWriter {
     client: Client,
     /// The reporting component (`wasp`); events also name the profile.
     component: String,
-    recent: Mutex<HashMap<EventKey, SentEvent>>,
+    recent: Mutex<RecentEvents>,
     /// What events about the host itself (reload failures) are attached to.
     host_object: Mutex<Option<ObjectRef>>,
     in_flight: tokio::sync::Semaphore,
@@ -68,7 +83,7 @@ impl ApiWriter {
         ApiWriter {
             client,
             component: component.to_string(),
-            recent: Mutex::new(HashMap::new()),
+            recent: Mutex::new(RecentEvents { sent: HashMap::new(), pruned_at: Instant::now() }),
             host_object: Mutex::new(None),
             in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
         }
@@ -125,8 +140,8 @@ impl ApiWriter {
         let key = (object.key(), reason.to_string(), message.to_string());
         let previous = {
             let mut recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            recent.retain(|_, (_, _, at)| at.elapsed() < AGGREGATION_WINDOW);
-            recent.get(&key).cloned()
+            recent.prune();
+            recent.sent.get(&key).filter(|(_, _, at)| at.elapsed() < AGGREGATION_WINDOW).cloned()
         };
         let _permit = self.permit().await;
         let result = match previous {
@@ -157,7 +172,7 @@ impl ApiWriter {
             // Only warnings repeat (a pod retried, a reload refused again); remembering every `Scheduled` event
             // would hold one entry per pod placed in the last 10 minutes.
             Ok((name, count)) if kind == "Warning" => {
-                self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(key, (name, count, Instant::now()));
+                self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).sent.insert(key, (name, count, Instant::now()));
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(object = %format!("{}/{}", object.namespace, object.name), reason, %error, "could not record event"),
