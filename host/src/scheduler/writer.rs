@@ -1,6 +1,6 @@
-//! What the scheduler writes to the API server: bindings, `Scheduled`/`FailedScheduling` events (aggregated like
-//! kube's event recorder: a repeat within 10 minutes bumps `count` instead of creating another event), and the
-//! `PodScheduled=False` condition.
+//! What the scheduler writes to the API server: bindings, `Scheduled`/`FailedScheduling` events (like kube's event
+//! recorder: a repeat within 10 minutes bumps `count` instead of creating another event, and a spam filter allows
+//! an object 25 warnings, then one per 5 minutes), and the `PodScheduled=False` condition.
 
 use crate::runtime::bindings::types::Pod;
 use k8s_openapi::api::core::v1::{Event, Pod as KubePod};
@@ -49,18 +49,38 @@ impl ObjectRef {
     }
 }
 
-/// Warnings sent within the aggregation window, pruned now and then rather than on every event.
+/// kube's event spam filter: per object, a burst of 25 warnings, then one per 5 minutes.
+const SPAM_BURST: f64 = 25.0;
+const SPAM_REFILL: Duration = Duration::from_secs(300);
+
+/// Warnings sent within the aggregation window and each object's spam budget (tokens, last update), pruned now
+/// and then rather than on every event.
+#[derive(Default)]
 struct RecentEvents {
     sent: HashMap<EventKey, SentEvent>,
-    pruned_at: Instant,
+    budgets: HashMap<String, (f64, Instant)>,
+    pruned_at: Option<Instant>,
 }
 
 impl RecentEvents {
     fn prune(&mut self) {
-        if self.pruned_at.elapsed() >= Duration::from_secs(60) {
+        if self.pruned_at.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
             self.sent.retain(|_, (_, _, at)| at.elapsed() < AGGREGATION_WINDOW);
-            self.pruned_at = Instant::now();
+            self.budgets.retain(|_, (tokens, at)| *tokens + at.elapsed().as_secs_f64() / SPAM_REFILL.as_secs_f64() < SPAM_BURST);
+            self.pruned_at = Some(Instant::now());
         }
+    }
+
+    /// Takes a token from `object`'s budget, if it has one.
+    fn allow(&mut self, object: &str) -> bool {
+        let (tokens, at) = self.budgets.entry(object.to_string()).or_insert((SPAM_BURST, Instant::now()));
+        *tokens = (*tokens + at.elapsed().as_secs_f64() / SPAM_REFILL.as_secs_f64()).min(SPAM_BURST);
+        *at = Instant::now();
+        let allowed = *tokens >= 1.0;
+        if allowed {
+            *tokens -= 1.0;
+        }
+        allowed
     }
 }
 
@@ -83,7 +103,7 @@ impl ApiWriter {
         ApiWriter {
             client,
             component: component.to_string(),
-            recent: Mutex::new(RecentEvents { sent: HashMap::new(), pruned_at: Instant::now() }),
+            recent: Mutex::new(RecentEvents::default()),
             host_object: Mutex::new(None),
             in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
         }
@@ -141,6 +161,11 @@ impl ApiWriter {
         let previous = {
             let mut recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             recent.prune();
+            // `Normal` events here happen once per object (`Scheduled`): only warnings repeat and are limited.
+            if kind == "Warning" && !recent.allow(&key.0) {
+                tracing::debug!(object = %format!("{}/{}", object.namespace, object.name), reason, "event dropped by the spam filter");
+                return;
+            }
             recent.sent.get(&key).filter(|(_, _, at)| at.elapsed() < AGGREGATION_WINDOW).cloned()
         };
         let _permit = self.permit().await;
@@ -177,5 +202,18 @@ impl ApiWriter {
             Ok(_) => {}
             Err(error) => tracing::warn!(object = %format!("{}/{}", object.namespace, object.name), reason, %error, "could not record event"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spam_filter_allows_a_burst_of_25_per_object() {
+        let mut recent = RecentEvents::default();
+        assert!((0..25).all(|_| recent.allow("pod-a")));
+        assert!(!recent.allow("pod-a"), "the 26th warning within moments is dropped");
+        assert!(recent.allow("pod-b"), "budgets are per object");
     }
 }
