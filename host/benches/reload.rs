@@ -123,9 +123,9 @@ async fn swap_latency(cold: bool) -> (Vec<Duration>, Vec<Duration>) {
     (end_to_end, reload_work)
 }
 
-/// Pods per second for `pods` pods on `nodes` nodes while a new resources-fit version is written every 100 ms
-/// (or never), and the files written and generations swapped meanwhile.
-async fn throughput(nodes: u32, pods: u32, reloads: Option<bool>) -> (f64, u32, u64) {
+/// Pods per second for `pods` pods on `nodes` nodes while a new resources-fit version (cold or cached) is
+/// written at the given interval (or never), and the files written and generations swapped meanwhile.
+async fn throughput(nodes: u32, pods: u32, reloads: Option<(bool, Duration)>) -> (f64, u32, u64) {
     let (_simulator, client) = support::pending_pods_cluster(nodes, pods).await;
 
     let mut volume = Volume::new();
@@ -138,8 +138,8 @@ async fn throughput(nodes: u32, pods: u32, reloads: Option<bool>) -> (f64, u32, 
         let done = done.clone();
         tokio::task::spawn_blocking(move || {
             let mut writes = 0;
-            while let Some(cold) = reloads.filter(|_| !done.load(Ordering::Relaxed)) {
-                std::thread::sleep(SWAP_EVERY);
+            while let Some((cold, interval)) = reloads.filter(|_| !done.load(Ordering::Relaxed)) {
+                std::thread::sleep(interval);
                 volume.write(volume.version(writes, cold));
                 writes += 1;
             }
@@ -158,8 +158,27 @@ async fn throughput(nodes: u32, pods: u32, reloads: Option<bool>) -> (f64, u32, 
     (rate, writes, registry.current().number - generation_before)
 }
 
+/// The throughput cases: label, whether versions are new (cold), how often one is written (None: never).
+const CASES: [(&str, bool, Option<Duration>); 5] = [
+    ("steady (no reloads)", false, None),
+    ("new version every 100 ms, cached", false, Some(SWAP_EVERY)),
+    ("new version every 100 ms, cold", true, Some(SWAP_EVERY)),
+    ("new version every 1 s, cold", true, Some(Duration::from_secs(1))),
+    ("steady again", false, None),
+];
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let (nodes, pods) = (500, 30_000);
+    // Each throughput case runs in a process of its own (this benchmark with `case N`), so that no case inherits
+    // another's leftovers; it prints `rate writes swaps`.
+    let arguments: Vec<String> = std::env::args().collect();
+    if let Some(position) = arguments.iter().position(|argument| argument == "case") {
+        let (_, cold, interval) = CASES[arguments[position + 1].parse::<usize>().unwrap()];
+        let (rate, writes, swaps) = runtime.block_on(throughput(nodes, pods, interval.map(|interval| (cold, interval))));
+        println!("{rate} {writes} {swaps}");
+        return;
+    }
     runtime.block_on(async {
         let size = std::fs::metadata(repo().join("plugins/out/resources-fit.wasm")).unwrap().len() / 1024;
         println!("swap latency: ..data rename -> new resources-fit ({size} KB) serving; watcher debounce 50 ms; {SWAPS} swaps");
@@ -174,13 +193,19 @@ fn main() {
                 percentile(&mut work, 1.0),
             );
         }
-        let (nodes, pods) = (500, 10_000);
-        println!("scheduling {pods} pods on {nodes} nodes, default policy set (simulator in process over HTTP, 2 cores shared)");
-        let (steady, _, _) = throughput(nodes, pods, None).await;
-        println!("  {:<40} {steady:>6.0} pods/s", "steady (no reloads)");
-        for (label, cold) in [("new version every 100 ms, cached", false), ("new version every 100 ms, cold", true)] {
-            let (rate, writes, swaps) = throughput(nodes, pods, Some(cold)).await;
-            println!("  {label:<40} {rate:>6.0} pods/s  {:.2}x steady  ({writes} writes, {swaps} swaps)", rate / steady);
-        }
     });
+    println!("scheduling {pods} pods on {nodes} nodes, default policy set (simulator in process over HTTP, 2 cores shared)");
+    let mut steady = None;
+    for (index, (label, _, interval)) in CASES.iter().enumerate() {
+        let output = std::process::Command::new(std::env::current_exe().unwrap()).args(["case", &index.to_string()]).output().unwrap();
+        assert!(output.status.success(), "case {label} failed: {}", String::from_utf8_lossy(&output.stderr));
+        let text = String::from_utf8(output.stdout).unwrap();
+        let fields: Vec<f64> = text.split_whitespace().map(|field| field.parse().unwrap()).collect();
+        let (rate, writes, swaps) = (fields[0], fields[1], fields[2]);
+        let baseline = *steady.get_or_insert(rate);
+        match interval {
+            None => println!("  {label:<40} {rate:>6.0} pods/s  {:.2}x steady", rate / baseline),
+            Some(_) => println!("  {label:<40} {rate:>6.0} pods/s  {:.2}x steady  ({writes} writes, {swaps} swaps)", rate / baseline),
+        }
+    }
 }

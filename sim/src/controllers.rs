@@ -63,7 +63,7 @@ fn controller_of(object: &Value) -> Option<(&str, &str)> {
     object.pointer("/metadata/ownerReferences")?.as_array()?.iter().find(|owner| owner["controller"] == true).and_then(|owner| Some((owner["kind"].as_str()?, owner["name"].as_str()?)))
 }
 
-pub fn spawn(store: Arc<Store>, kubelet: KubeletSettings) {
+pub fn spawn(store: Arc<Store>, kubelet: KubeletSettings) -> tokio::task::JoinHandle<()> {
     let mut events = store.subscribe();
     tokio::spawn(async move {
         let mut dirty = Dirty::default();
@@ -84,7 +84,7 @@ pub fn spawn(store: Arc<Store>, kubelet: KubeletSettings) {
                 _ = full.tick() => full_pass(&store, &mut dirty, &kubelet),
             }
         }
-    });
+    })
 }
 
 fn full_pass(store: &Arc<Store>, dirty: &mut Dirty, kubelet: &KubeletSettings) {

@@ -247,7 +247,7 @@ impl Scenario {
     }
 
     /// Runs the timed events, relative to now.
-    pub fn spawn_events(&self, store: Arc<Store>, load: Arc<LoadModel>) {
+    pub fn spawn_events(&self, store: Arc<Store>, load: Arc<LoadModel>) -> tokio::task::JoinHandle<()> {
         let mut events = self.events.clone();
         events.sort_by_key(|event| event.at);
         tokio::spawn(async move {
@@ -259,7 +259,7 @@ impl Scenario {
                     tracing::warn!(action = ?event.action, %error, "scenario event failed");
                 }
             }
-        });
+        })
     }
 }
 

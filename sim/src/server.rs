@@ -31,6 +31,9 @@ pub struct Simulator {
     pub state: Arc<ServerState>,
     pub address: SocketAddr,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The controllers and the scenario's timed events: stopped with the simulator, or they would keep working
+    /// on a store nobody reads.
+    background: Vec<tokio::task::AbortHandle>,
 }
 
 impl Simulator {
@@ -49,8 +52,10 @@ impl Simulator {
             load: load.clone(),
             bookmark_interval: options.bookmark_interval,
         });
-        crate::controllers::spawn(store.clone(), scenario.kubelet.clone());
-        scenario.spawn_events(store.clone(), load);
+        let background = vec![
+            crate::controllers::spawn(store.clone(), scenario.kubelet.clone()).abort_handle(),
+            scenario.spawn_events(store.clone(), load).abort_handle(),
+        ];
         let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;
         let address = listener.local_addr()?;
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -64,7 +69,7 @@ impl Simulator {
             }
         });
         tracing::info!(%address, scenario = %scenario.name, nodes = scenario.node_names().len(), "simulated API server listening");
-        Ok(Simulator { store, state, address, shutdown: Some(shutdown) })
+        Ok(Simulator { store, state, address, shutdown: Some(shutdown), background })
     }
 
     pub fn url(&self) -> String {
@@ -88,6 +93,9 @@ impl Drop for Simulator {
     fn drop(&mut self) {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
+        }
+        for task in &self.background {
+            task.abort();
         }
     }
 }
