@@ -63,6 +63,8 @@ pub struct Scheduler {
     registry: prometheus_client::registry::Registry,
     synced: AtomicBool,
     pods_synced: AtomicBool,
+    /// Signalled when an informer finishes its first list.
+    informer_synced: tokio::sync::Notify,
 }
 
 impl Scheduler {
@@ -87,6 +89,7 @@ impl Scheduler {
             registry,
             synced: AtomicBool::new(false),
             pods_synced: AtomicBool::new(false),
+            informer_synced: tokio::sync::Notify::new(),
         })
     }
 
@@ -158,8 +161,12 @@ impl Scheduler {
         informers.spawn(self.clone().watch_nodes());
         informers.spawn(self.clone().watch_pods());
         // Like kube-scheduler's WaitForCacheSync: deciding on a partial view would overcommit nodes.
-        while !self.is_synced() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        loop {
+            let synced = self.informer_synced.notified();
+            if self.is_synced() {
+                break;
+            }
+            synced.await;
         }
         let mut cursor = Cursor::default();
         loop {
@@ -258,6 +265,7 @@ impl Scheduler {
                 Event::Delete(node) => cluster.remove_node(node.metadata.name.as_deref().unwrap_or("")),
                 Event::InitDone => {
                     self.synced.store(true, Ordering::Relaxed);
+                    self.informer_synced.notify_waiters();
                     let gone: Vec<String> = cluster.node_ids().into_iter().filter_map(|id| cluster.node_name(id).map(str::to_string)).filter(|name| !relisted.contains(name)).collect();
                     for name in gone {
                         cluster.remove_node(&name);
@@ -284,7 +292,10 @@ impl Scheduler {
                     self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&uid);
                     self.queue.cluster_changed(ClusterEvent::PodRemoved);
                 }
-                Ok(Some(Event::InitDone)) => self.pods_synced.store(true, Ordering::Relaxed),
+                Ok(Some(Event::InitDone)) => {
+                    self.pods_synced.store(true, Ordering::Relaxed);
+                    self.informer_synced.notify_waiters();
+                }
                 Ok(Some(Event::Init)) => {}
                 Ok(None) => return,
                 Err(error) => tracing::warn!(%error, "pod watch failed; retrying"),
