@@ -8,6 +8,7 @@ use crate::resources::{self, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{check_resource_version, name_of, namespace_of, Event, EventKind, Store};
 use crate::subresources;
+use crate::{events, tables};
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -55,6 +56,8 @@ pub enum Target {
     Collection { resource: &'static ResourceType, namespace: Option<String> },
     Object { resource: &'static ResourceType, namespace: Option<String>, name: String },
     Subresource { resource: &'static ResourceType, namespace: Option<String>, name: String, sub: String },
+    OpenApiIndex,
+    OpenApiDocument(String),
 }
 
 pub fn parse_path(path: &str) -> Result<Target, ApiError> {
@@ -65,6 +68,8 @@ pub fn parse_path(path: &str) -> Result<Target, ApiError> {
         ["healthz"] | ["readyz"] | ["livez"] => return Ok(Target::Health),
         ["api"] => return Ok(Target::ApiVersions),
         ["apis"] => return Ok(Target::GroupList),
+        ["openapi", "v3"] => return Ok(Target::OpenApiIndex),
+        ["openapi", "v3", rest @ ..] => return Ok(Target::OpenApiDocument(rest.join("/"))),
         ["apis", group] => return Ok(Target::Group(group.to_string())),
         ["api", version, rest @ ..] => ("", *version, rest),
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
@@ -157,6 +162,10 @@ async fn route(
         (Method::GET, Target::Group(group)) => resources::api_group(&group)
             .map(|body| json_response(StatusCode::OK, &body))
             .ok_or_else(|| ApiError::not_found("groups", "", &group)),
+        (Method::GET, Target::OpenApiIndex) => Ok(json_response(StatusCode::OK, &crate::openapi::index())),
+        (Method::GET, Target::OpenApiDocument(path)) => crate::openapi::document(&path)
+            .map(|bytes| (StatusCode::OK, [("content-type", "application/json")], bytes).into_response())
+            .ok_or_else(|| ApiError { code: 404, reason: "NotFound", message: format!("no OpenAPI document for {path}"), details: None }),
         (Method::GET, Target::ResourceList { group, version }) => resources::resource_list(&group, &version)
             .map(|body| json_response(StatusCode::OK, &body))
             .ok_or_else(|| ApiError::not_found("groupversions", "", &format!("{group}/{version}"))),
@@ -166,53 +175,70 @@ async fn route(
             crate::metrics::serve(state, method, &target, query)
         }
         (Method::GET, Target::Collection { resource, namespace }) if verb == "watch" => {
-            watch(state, resource, namespace, query)
+            watch(state, resource, namespace, query, headers)
         }
-        (Method::GET, Target::Collection { resource, namespace }) => list(store, resource, namespace.as_deref(), query),
+        (Method::GET, Target::Collection { resource, namespace }) => list(store, resource, namespace.as_deref(), query, headers),
         (Method::GET, Target::Object { resource, namespace, name }) => {
-            store.get(resource, namespace.as_deref(), &name).map(|object| json_response(StatusCode::OK, &object))
+            let stored = store.get(events::storage(resource), namespace.as_deref(), &name)?;
+            let object = events::view(resource, &stored);
+            Ok(match tables::requested(headers) {
+                Some(version) => {
+                    let metadata = json!({"resourceVersion": object.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))});
+                    let include = tables::Include::from_query(query.get("includeObject").map(String::as_str));
+                    json_response(StatusCode::OK, &tables::table(resource, [&object], metadata, include, version))
+                }
+                None => json_response(StatusCode::OK, &object),
+            })
         }
         (Method::POST, Target::Collection { resource, namespace }) => {
             let (object, warnings) = checked_fields(resource, parse_body(&body)?, query)?;
-            let created = store.create(resource, namespace.as_deref(), object)?;
-            Ok(with_warnings(json_response(StatusCode::CREATED, &created), &warnings))
+            let object = if events::is_events_v1(resource) { events::to_core(&object) } else { object };
+            let created = store.create(events::storage(resource), namespace.as_deref(), object)?;
+            Ok(with_warnings(json_response(StatusCode::CREATED, &events::view(resource, &created)), &warnings))
         }
         (Method::PUT, Target::Object { resource, namespace, name }) => {
             let (object, warnings) = checked_fields(resource, parse_body(&body)?, query)?;
-            replace(store, resource, namespace.as_deref(), &name, object)
-                .map(|updated| with_warnings(json_response(StatusCode::OK, &updated), &warnings))
+            let object = if events::is_events_v1(resource) { events::to_core(&object) } else { object };
+            replace(store, events::storage(resource), namespace.as_deref(), &name, object)
+                .map(|updated| with_warnings(json_response(StatusCode::OK, &events::view(resource, &updated)), &warnings))
         }
         (Method::PATCH, Target::Object { resource, namespace, name }) => {
             let patch = PatchBody::parse(headers, &body)?;
-            let updated = store.mutate(resource, namespace.as_deref(), &name, |object| {
+            let updated = store.mutate(events::storage(resource), namespace.as_deref(), &name, |object| {
                 let status_before = object.get("status").cloned();
-                patch.apply(object)?;
+                if events::is_events_v1(resource) {
+                    let mut view = events::view(resource, object);
+                    patch.apply(&mut view)?;
+                    *object = events::to_core(&view);
+                } else {
+                    patch.apply(object)?;
+                }
                 if has_status_subresource(resource) {
                     restore(object, "status", status_before);
                 }
                 Ok(())
             })?;
-            Ok(json_response(StatusCode::OK, &updated))
+            Ok(json_response(StatusCode::OK, &events::view(resource, &updated)))
         }
         (Method::DELETE, Target::Object { resource, namespace, name }) => {
             let grace = grace_period(query, &body);
-            let deleted = subresources::delete(store, resource, namespace.as_deref(), &name, grace)?;
-            Ok(json_response(StatusCode::OK, &deleted))
+            let deleted = subresources::delete(store, events::storage(resource), namespace.as_deref(), &name, grace)?;
+            Ok(json_response(StatusCode::OK, &events::view(resource, &deleted)))
         }
         (Method::DELETE, Target::Collection { resource, namespace }) => {
             let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
             let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?;
-            let page = store.list(resource, namespace.as_deref(), 0, None, |object| labels.matches(object) && fields.matches(object))?;
+            let page = store.list(events::storage(resource), namespace.as_deref(), 0, None, |object| labels.matches(object) && fields.matches(object))?;
             let grace = grace_period(query, &body);
             for object in &page.items {
                 let namespace = (!namespace_of(object).is_empty()).then(|| namespace_of(object));
                 // Already gone is fine for a collection delete.
-                let _ = subresources::delete(store, resource, namespace, name_of(object), grace);
+                let _ = subresources::delete(store, events::storage(resource), namespace, name_of(object), grace);
             }
             Ok(json_response(StatusCode::OK, &list_body(resource, page.items, store.revision(), None)))
         }
         (method, Target::Subresource { resource, namespace, name, sub }) => {
-            subresources::serve(store, &method, resource, namespace.as_deref(), &name, &sub, headers, &body)
+            subresources::serve(store, &method, resource, namespace.as_deref(), &name, &sub, headers, &body, query)
         }
         (method, _) => Err(ApiError::method_not_allowed(format!("{method} is not supported here"))),
     }
@@ -237,6 +263,11 @@ fn known_fields(resource: &ResourceType) -> &'static [&'static str] {
             "apiVersion", "kind", "metadata", "eventTime", "series", "reportingController", "reportingInstance", "action", "reason",
             "regarding", "related", "note", "type", "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp", "deprecatedCount",
         ],
+        ("", "Secret") => &["apiVersion", "kind", "metadata", "data", "stringData", "type", "immutable"],
+        ("", "ServiceAccount") => &["apiVersion", "kind", "metadata", "secrets", "imagePullSecrets", "automountServiceAccountToken"],
+        ("rbac.authorization.k8s.io", "ClusterRole") => &["apiVersion", "kind", "metadata", "rules", "aggregationRule"],
+        ("rbac.authorization.k8s.io", "Role") => &["apiVersion", "kind", "metadata", "rules"],
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding" | "RoleBinding") => &["apiVersion", "kind", "metadata", "roleRef", "subjects"],
         _ => &["apiVersion", "kind", "metadata", "spec", "status"],
     }
 }
@@ -347,25 +378,53 @@ impl PatchBody {
     }
 }
 
-fn list_body(resource: &ResourceType, items: Vec<Arc<Value>>, revision: u64, continue_token: Option<String>) -> Value {
+fn list_metadata(revision: u64, continue_token: Option<String>) -> Value {
     let mut metadata = json!({"resourceVersion": revision.to_string()});
     if let Some(token) = continue_token {
         metadata["continue"] = json!(token);
     }
-    let items: Vec<&Value> = items.iter().map(|item| item.as_ref()).collect();
-    json!({"kind": resource.list_kind(), "apiVersion": resource.api_version(), "metadata": metadata, "items": items})
+    metadata
 }
 
-fn list(store: &Store, resource: &ResourceType, namespace: Option<&str>, query: &HashMap<String, String>) -> Result<Response, ApiError> {
+fn list_body(resource: &ResourceType, items: Vec<Arc<Value>>, revision: u64, continue_token: Option<String>) -> Value {
+    let metadata = list_metadata(revision, continue_token);
+    if events::is_events_v1(resource) {
+        let items = items_of(resource, &items_ref(&items));
+        return json!({"kind": resource.list_kind(), "apiVersion": resource.api_version(), "metadata": metadata, "items": items});
+    }
+    json!({"kind": resource.list_kind(), "apiVersion": resource.api_version(), "metadata": metadata, "items": items_ref(&items)})
+}
+
+fn items_ref(items: &[Arc<Value>]) -> Vec<&Value> {
+    items.iter().map(|item| item.as_ref()).collect()
+}
+
+fn items_of(resource: &ResourceType, items: &[&Value]) -> Vec<Value> {
+    items.iter().map(|item| events::view(resource, item)).collect()
+}
+
+fn list(
+    store: &Store,
+    resource: &'static ResourceType,
+    namespace: Option<&str>,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
     let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
     let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?;
     let limit = match query.get("limit") {
         Some(limit) => limit.parse().map_err(|_| ApiError::bad_request(format!("limit: {limit:?} is not a number")))?,
         None => 0,
     };
-    let page = store.list(resource, namespace, limit, query.get("continue").map(String::as_str), |object| {
+    let page = store.list(events::storage(resource), namespace, limit, query.get("continue").map(String::as_str), |object| {
         labels.matches(object) && fields.matches(object)
     })?;
+    if let Some(version) = tables::requested(headers) {
+        let include = tables::Include::from_query(query.get("includeObject").map(String::as_str));
+        let items = items_of(resource, &items_ref(&page.items));
+        let table = tables::table(resource, &items, list_metadata(page.revision, page.continue_token), include, version);
+        return Ok(json_response(StatusCode::OK, &table));
+    }
     Ok(json_response(StatusCode::OK, &list_body(resource, page.items, page.revision, page.continue_token)))
 }
 
@@ -404,7 +463,37 @@ fn watch_line(kind: &str, object: &Value) -> Result<Bytes, Infallible> {
     Ok(Bytes::from(line))
 }
 
-fn watch(state: &Arc<ServerState>, resource: &'static ResourceType, namespace: Option<String>, query: &HashMap<String, String>) -> Result<Response, ApiError> {
+/// How a watch shows each object: the resource's view, as a one-row Table if the client asked for tables.
+struct WatchView {
+    resource: &'static ResourceType,
+    table: Option<(&'static str, tables::Include)>,
+}
+
+impl WatchView {
+    fn line(&self, kind: &str, object: &Value) -> Result<Bytes, Infallible> {
+        let object = events::view(self.resource, object);
+        match self.table {
+            Some((version, include)) => {
+                let metadata = json!({"resourceVersion": object.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))});
+                watch_line(kind, &tables::table(self.resource, [&object], metadata, include, version))
+            }
+            None => watch_line(kind, &object),
+        }
+    }
+}
+
+fn watch(
+    state: &Arc<ServerState>,
+    resource: &'static ResourceType,
+    namespace: Option<String>,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let view = WatchView {
+        resource,
+        table: tables::requested(headers).map(|version| (version, tables::Include::from_query(query.get("includeObject").map(String::as_str)))),
+    };
+    let stored = events::storage(resource);
     let filter = WatchFilter {
         namespace,
         labels: LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?,
@@ -420,7 +509,7 @@ fn watch(state: &Arc<ServerState>, resource: &'static ResourceType, namespace: O
     let (sender, mut receiver) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(1024);
     let stream = futures::stream::poll_fn(move |context| receiver.poll_recv(context));
     let response = Response::builder().status(StatusCode::OK).header("content-type", "application/json");
-    let (backlog, mut live) = match state.store.watch(resource, since) {
+    let (backlog, mut live) = match state.store.watch(stored, since) {
         Ok(started) => started,
         // Like the API server: a watch from too old a version is a 200 stream with one ERROR event (410).
         Err(error) => {
@@ -434,7 +523,7 @@ fn watch(state: &Arc<ServerState>, resource: &'static ResourceType, namespace: O
     tokio::spawn(async move {
         for event in backlog {
             if let Some(kind) = filter.view(&event) {
-                if sender.send(watch_line(kind.as_str(), &event.object)).await.is_err() {
+                if sender.send(view.line(kind.as_str(), &event.object)).await.is_err() {
                     return;
                 }
             }
@@ -454,9 +543,9 @@ fn watch(state: &Arc<ServerState>, resource: &'static ResourceType, namespace: O
                     }
                 }
                 received = live.recv() => match received {
-                    Ok(event) if std::ptr::eq(event.resource, resource) => {
+                    Ok(event) if std::ptr::eq(event.resource, stored) => {
                         if let Some(kind) = filter.view(&event) {
-                            if sender.send(watch_line(kind.as_str(), &event.object)).await.is_err() {
+                            if sender.send(view.line(kind.as_str(), &event.object)).await.is_err() {
                                 return;
                             }
                         }

@@ -153,8 +153,17 @@ fn run_kubelet(store: &Arc<Store>, pod: &Value, settings: &KubeletSettings) {
         return;
     }
     let delay = settings.ready_delay;
+    let node = pod.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("").to_string();
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;
+        let host_ip = store
+            .get(resources::nodes(), None, &node)
+            .ok()
+            .and_then(|node| {
+                let addresses = node.pointer("/status/addresses")?.as_array()?.clone();
+                addresses.into_iter().find(|address| address["type"] == "InternalIP").and_then(|address| address["address"].as_str().map(str::to_string))
+            })
+            .unwrap_or_else(|| "192.0.2.1".into());
         let started = store.mutate(resources::pods(), Some(&namespace), &name, |pod| {
             if pod.pointer("/status/phase").and_then(Value::as_str) != Some("Pending") || pod.pointer("/metadata/deletionTimestamp").is_some() {
                 return Ok(());
@@ -165,11 +174,19 @@ fn run_kubelet(store: &Arc<Store>, pod: &Value, settings: &KubeletSettings) {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|container| json!({"name": container["name"], "image": container["image"], "ready": true, "started": true, "restartCount": 0, "state": {"running": {"startedAt": now}}}))
+                .map(|container| {
+                    // name, image, imageID, ready and restartCount are required (the Python client refuses nulls).
+                    let image = container["image"].as_str().unwrap_or("");
+                    json!({
+                        "name": container["name"], "image": image, "imageID": format!("wasp-sim://{image}"),
+                        "containerID": format!("wasp-sim://{}", uuid::Uuid::new_v4().simple()),
+                        "ready": true, "started": true, "restartCount": 0, "state": {"running": {"startedAt": now}},
+                    })
+                })
                 .collect();
             pod["status"] = json!({
                 "phase": "Running", "startTime": now, "podIP": format!("10.{}.{}.{}", fastrand::u8(..), fastrand::u8(..), fastrand::u8(1..)),
-                "hostIP": "192.0.2.1", "qosClass": pod.pointer("/status/qosClass").cloned().unwrap_or(json!("BestEffort")),
+                "hostIP": host_ip, "hostIPs": [{"ip": host_ip}], "qosClass": pod.pointer("/status/qosClass").cloned().unwrap_or(json!("BestEffort")),
                 "conditions": [condition("PodReadyToStartContainers"), condition("Initialized"), condition("ContainersReady"), condition("Ready"), condition("PodScheduled")],
                 "containerStatuses": statuses,
             });

@@ -47,7 +47,69 @@ pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError
             }
         }
         ("", "Node") if object.get("status").is_none() => object["status"] = json!({}),
+        ("", "Secret") => {
+            // stringData is write-only: merged into data, base64-encoded, as the API server does.
+            if let Some(Value::Object(strings)) = object.as_object_mut().and_then(|map| map.remove("stringData")) {
+                for (key, value) in strings {
+                    object["data"][key] = json!(base64(value.as_str().unwrap_or("").as_bytes()));
+                }
+            }
+            if object.get("type").is_none_or(Value::is_null) {
+                object["type"] = json!("Opaque");
+            }
+        }
+        ("", "Service") => {
+            let spec = &mut object["spec"];
+            if spec.get("type").is_none_or(Value::is_null) {
+                spec["type"] = json!("ClusterIP");
+            }
+            if spec.get("clusterIP").is_none_or(Value::is_null) && spec["type"] != "ExternalName" {
+                let ip = format!("10.96.{}.{}", fastrand::u8(..), fastrand::u8(1..255));
+                spec["clusterIP"] = json!(ip);
+                spec["clusterIPs"] = json!([ip]);
+            }
+            for port in spec.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
+                if port.get("protocol").is_none() {
+                    port["protocol"] = json!("TCP");
+                }
+                if port.get("targetPort").is_none() {
+                    port["targetPort"] = port["port"].clone();
+                }
+            }
+            if object.get("status").is_none() {
+                object["status"] = json!({"loadBalancer": {}});
+            }
+        }
         _ => {}
     }
     Ok(())
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let value = (u32::from(chunk[0]) << 16) | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8) | u32::from(*chunk.get(2).unwrap_or(&0));
+        for index in 0..4 {
+            if index <= chunk.len() {
+                out.push(ALPHABET[(value >> (18 - 6 * index) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_pads() {
+        assert_eq!(base64(b"wasp"), "d2FzcA==");
+        assert_eq!(base64(b"was"), "d2Fz");
+        assert_eq!(base64(b"wa"), "d2E=");
+    }
 }

@@ -6,14 +6,18 @@
 //! - [`controllers`]: kubelet-like pod lifecycle, Deployment/ReplicaSet/StatefulSet and PDB status controllers.
 //! - [`metrics`]: metrics.k8s.io and custom.metrics.k8s.io from a load model.
 //! - [`scenario`]: YAML scenarios and timed events; [`faults`]: injected errors, latency, dropped watches.
+//! - [`openapi`]: `/openapi/v3` for kubectl's validation and `explain`; [`tables`]: server-side printing;
+//!   [`events`]: the events.k8s.io/v1 view of core/v1 events.
 //! - [`server`]: running it all on a loopback port, with a kubeconfig.
 
 pub mod api;
 pub mod controllers;
 mod defaults;
 pub mod error;
+pub mod events;
 pub mod faults;
 pub mod metrics;
+pub mod openapi;
 mod pdb;
 pub mod resources;
 pub mod scenario;
@@ -22,6 +26,7 @@ mod selectors_k8s;
 pub mod server;
 pub mod store;
 pub mod subresources;
+pub mod tables;
 
 pub use scenario::Scenario;
 pub use server::{Simulator, SimulatorOptions};

@@ -52,15 +52,22 @@ macro_rules! resource {
 pub static RESOURCES: &[ResourceType] = &[
     resource!("", "v1", "Namespace", "namespaces", "namespace", false, ["ns"], ["status"], false),
     resource!("", "v1", "Node", "nodes", "node", false, ["no"], ["status"], false),
-    resource!("", "v1", "Pod", "pods", "pod", true, ["po"], ["binding", "eviction", "status"], false),
+    resource!("", "v1", "Pod", "pods", "pod", true, ["po"], ["binding", "eviction", "exec", "log", "status"], false),
     resource!("", "v1", "Event", "events", "event", true, ["ev"], [], false),
     resource!("", "v1", "ConfigMap", "configmaps", "configmap", true, ["cm"], [], false),
+    resource!("", "v1", "Secret", "secrets", "secret", true, [], [], false),
+    resource!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true, ["sa"], [], false),
+    resource!("", "v1", "Service", "services", "service", true, ["svc"], ["status"], false),
     resource!("events.k8s.io", "v1", "Event", "events", "event", true, ["ev"], [], false),
     resource!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true, [], [], false),
     resource!("apps", "v1", "Deployment", "deployments", "deployment", true, ["deploy"], ["scale", "status"], false),
     resource!("apps", "v1", "ReplicaSet", "replicasets", "replicaset", true, ["rs"], ["scale", "status"], false),
     resource!("apps", "v1", "StatefulSet", "statefulsets", "statefulset", true, ["sts"], ["scale", "status"], false),
     resource!("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", true, ["pdb"], ["status"], false),
+    resource!("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", false, [], [], false),
+    resource!("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false, [], [], false),
+    resource!("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", true, [], [], false),
+    resource!("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", true, [], [], false),
     resource!("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", true, [], [], true),
     resource!("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", false, [], [], true),
     resource!("custom.metrics.k8s.io", "v1beta2", "MetricValue", "pods", "", true, [], [], true),
@@ -79,7 +86,7 @@ pub fn nodes() -> &'static ResourceType {
 }
 
 /// Group/version pairs in discovery order.
-fn group_versions() -> Vec<(&'static str, &'static str)> {
+pub fn group_versions() -> Vec<(&'static str, &'static str)> {
     let mut pairs: Vec<(&str, &str)> = Vec::new();
     for resource in RESOURCES {
         if !pairs.contains(&(resource.group, resource.version)) {
@@ -133,6 +140,8 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "binding" => ("Binding".into(), &["create"]),
                 "eviction" => ("Eviction".into(), &["create"]),
                 "scale" => ("Scale".into(), &["get", "patch", "update"]),
+                "log" => ("Pod".into(), &["get"]),
+                "exec" => ("PodExecOptions".into(), &["create", "get"]),
                 _ => (resource.kind.to_string(), &["get", "patch", "update"]),
             };
             let mut entry = json!({"name": format!("{}/{sub}", resource.plural), "singularName": "", "namespaced": resource.namespaced, "kind": kind, "verbs": verbs});

@@ -285,6 +285,10 @@ fn node_object(group: &NodeGroup, index: u32) -> Value {
     for (resource, value) in &group.extended {
         capacity[resource] = json!(value);
     }
+    // Deterministic per node: 10.<group hash>.<index / 250>.<index % 250 + 1>, and a stable machine id.
+    let group_byte = group.name.bytes().fold(0u8, |hash, byte| hash.wrapping_mul(31).wrapping_add(byte));
+    let address = format!("10.{}.{}.{}", group_byte, index / 250, index % 250 + 1);
+    let id = format!("{:0>32}", format!("{:x}{index:x}", group_byte));
     let taints: Vec<Value> = group.taints.iter().map(|taint| json!({"key": taint.key, "value": taint.value, "effect": taint.effect})).collect();
     json!({
         "metadata": {"name": name, "labels": labels},
@@ -292,7 +296,14 @@ fn node_object(group: &NodeGroup, index: u32) -> Value {
         "status": {
             "capacity": capacity, "allocatable": capacity,
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}],
-            "nodeInfo": {"kubeletVersion": "v1.33.0-wasp-sim", "osImage": "wasp simulated node", "architecture": "amd64", "operatingSystem": "linux"},
+            "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            // Every NodeSystemInfo field is required (the Python client refuses a node without one).
+            "nodeInfo": {
+                "machineID": id, "systemUUID": id, "bootID": id, "kernelVersion": "6.1.0-wasp-sim", "osImage": "wasp simulated node",
+                "containerRuntimeVersion": "wasp-sim://0 (runs no containers)", "kubeletVersion": "v1.33.0-wasp-sim",
+                "kubeProxyVersion": "v1.33.0-wasp-sim", "operatingSystem": "linux", "architecture": "amd64",
+            },
         },
     })
 }

@@ -11,6 +11,7 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 fn success(code: u16) -> Value {
@@ -52,6 +53,7 @@ pub fn serve(
     sub: &str,
     headers: &HeaderMap,
     body: &Bytes,
+    query: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
     if !resource.subresources.contains(&sub) {
         return Err(ApiError::not_found(&format!("{}/{sub}", resource.plural), resource.group, name));
@@ -59,6 +61,7 @@ pub fn serve(
     match (method.clone(), sub) {
         (Method::POST, "binding") => bind(store, namespace, name, parse_body(body)?),
         (Method::POST, "eviction") => evict(store, namespace, name, body),
+        (Method::GET, "log") | (Method::GET | Method::POST, "exec") => Err(no_containers(store, namespace, name, query)),
         (Method::GET, "status") => store.get(resource, namespace, name).map(|object| json_response(StatusCode::OK, &object)),
         (Method::PUT, "status") => {
             let update = parse_body(body)?;
@@ -190,4 +193,23 @@ fn evict_with_grace(store: &Store, namespace: Option<&str>, name: &str, grace: O
     }
     delete(store, resources::pods(), namespace, name, grace)?;
     Ok(())
+}
+
+/// `pods/log` and `pods/exec`: what kube-apiserver answers for a container that is not running (400), since the
+/// simulated cluster runs no containers.
+fn no_containers(store: &Store, namespace: Option<&str>, name: &str, query: &HashMap<String, String>) -> ApiError {
+    let pod = match store.get(resources::pods(), namespace, name) {
+        Ok(pod) => pod,
+        Err(error) => return error,
+    };
+    let containers: Vec<&str> = pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten().filter_map(|container| container["name"].as_str()).collect();
+    let container = match query.get("container").map(String::as_str).filter(|container| !container.is_empty()) {
+        Some(container) if containers.contains(&container) => container,
+        Some(container) => return ApiError::bad_request(format!("container {container} is not valid for pod {name}")),
+        None if containers.len() == 1 => containers[0],
+        None => return ApiError::bad_request(format!("a container name must be specified for pod {name}, choose one of: [{}]", containers.join(" "))),
+    };
+    ApiError::bad_request(format!(
+        "container \"{container}\" in pod \"{name}\" is waiting to start: wasp-sim is a simulated cluster and runs no containers (no logs, no exec)"
+    ))
 }
