@@ -131,10 +131,15 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
         } else {
             &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
         };
-        entries.push(json!({
+        let mut entry = json!({
             "name": resource.plural, "singularName": resource.singular, "namespaced": resource.namespaced,
             "kind": resource.kind, "verbs": verbs, "shortNames": resource.short_names,
-        }));
+        });
+        // `kubectl get all`: the kinds kube-apiserver puts in the `all` category.
+        if matches!((resource.group, resource.kind), ("", "Pod" | "Service") | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet")) {
+            entry["categories"] = json!(["all"]);
+        }
+        entries.push(entry);
         for sub in resource.subresources {
             let (kind, verbs): (String, &[&str]) = match *sub {
                 "binding" => ("Binding".into(), &["create"]),

@@ -301,7 +301,7 @@ fn node_object(group: &NodeGroup, index: u32) -> Value {
             // Every NodeSystemInfo field is required (the Python client refuses a node without one).
             "nodeInfo": {
                 "machineID": id, "systemUUID": id, "bootID": id, "kernelVersion": "6.1.0-wasp-sim", "osImage": "wasp simulated node",
-                "containerRuntimeVersion": "wasp-sim://0 (runs no containers)", "kubeletVersion": "v1.33.0-wasp-sim",
+                "containerRuntimeVersion": "wasp-sim://simulated", "kubeletVersion": "v1.33.0-wasp-sim",
                 "kubeProxyVersion": "v1.33.0-wasp-sim", "operatingSystem": "linux", "architecture": "amd64",
             },
         },

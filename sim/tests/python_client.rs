@@ -1,0 +1,69 @@
+//! The Python client's typed models read every kind the simulator serves, with running pods, cordoned and
+//! failed nodes, and events made through both event APIs. Skipped, with the reason printed, unless a Python with
+//! the `kubernetes` package is found (`WASP_SIM_PYTHON`, else `python3`).
+
+use serde_json::json;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use wasp_sim::resources;
+use wasp_sim::{Scenario, Simulator, SimulatorOptions};
+
+const SCENARIO: &str = r#"
+kubelet: {readyDelay: 10ms, terminationDelay: 10ms}
+nodeGroups: [{name: worker, count: 3, cpu: '4', memory: 16Gi}]
+workloads:
+- {name: web, replicas: 2, schedulerName: wasp, cpu: 100m, memory: 64Mi, pdb: {minAvailable: 1}}
+- {name: db, kind: StatefulSet, replicas: 1, schedulerName: wasp, cpu: 100m, memory: 64Mi}
+events:
+- {at: 0s, action: cordon, node: worker-0}
+- {at: 0s, action: fail-node, node: worker-2}
+"#;
+
+fn python() -> Option<String> {
+    let python = std::env::var("WASP_SIM_PYTHON").unwrap_or_else(|_| "python3".into());
+    let found = Command::new(&python).args(["-c", "import kubernetes"]).output().is_ok_and(|output| output.status.success());
+    if !found {
+        eprintln!("skipped: {python} cannot import kubernetes (set WASP_SIM_PYTHON to a Python that has the client)");
+    }
+    found.then_some(python)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_models_accept_every_served_object() {
+    let Some(python) = python() else { return };
+    let scenario = Scenario::parse(SCENARIO).unwrap();
+    let simulator = Simulator::start_with(&scenario, "127.0.0.1:0".parse().unwrap(), SimulatorOptions { history: 1000, ..Default::default() }).await.unwrap();
+    let store = simulator.store.clone();
+    let deadline = Instant::now() + Duration::from_secs(4);
+    loop {
+        let pods = store.all(resources::pods());
+        for pod in pods.iter().filter(|pod| pod.pointer("/spec/nodeName").is_none()) {
+            let (namespace, name) = (pod["metadata"]["namespace"].as_str().unwrap(), pod["metadata"]["name"].as_str().unwrap());
+            let _ = store.mutate(resources::pods(), Some(namespace), name, |pod| {
+                pod["spec"]["nodeName"] = json!("worker-1");
+                Ok(())
+            });
+        }
+        if pods.len() == 3 && pods.iter().all(|pod| pod.pointer("/status/phase") == Some(&json!("Running"))) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "pods never all ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let core_events = resources::find("", "v1", "events").unwrap();
+    store
+        .create(core_events, Some("default"), json!({"metadata": {"name": "core"}, "involvedObject": {"kind": "Pod", "name": "web"}, "reason": "Scheduled", "message": "m", "type": "Normal", "source": {"component": "wasp"}, "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z", "count": 1}))
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("wasp-sim-python-{}", simulator.address.port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    simulator.write_kubeconfig(&kubeconfig).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/typed_models.py");
+    let output = tokio::task::spawn_blocking(move || Command::new(python).arg(script).env("KUBECONFIG", &kubeconfig).output().unwrap()).await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    for expected in ["pods 3", "nodes 3", "events 1", "events.k8s.io 1", "statefulsets 1"] {
+        assert!(stdout.lines().any(|line| line == expected), "{expected:?} not in\n{stdout}");
+    }
+}
