@@ -235,3 +235,57 @@ async fn the_install_manifests_apply() {
     let listed = cluster.ok(&["get", "sa,role,rolebinding,svc,secrets", "-n", "wasp-system"]).await;
     assert!(listed.contains("serviceaccount/wasp"), "{listed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_watch_prints_rows_as_they_change() {
+    if kubectl_missing() {
+        return;
+    }
+    let cluster = start().await;
+    cluster.ok(&["create", "-f", &cluster.file("pod.yaml", POD)]).await;
+    let mut watch = Command::new("kubectl")
+        .args(["get", "pods", "-w"])
+        .env("HOME", &cluster.home)
+        .env("KUBECONFIG", cluster.home.join("kubeconfig"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (lines, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    let mut bound = false;
+    while !seen.iter().any(|line: &String| line.contains("1/1") && line.contains("Running")) {
+        let line = tokio::time::timeout_at(deadline, received.recv()).await;
+        let Ok(Some(line)) = line else {
+            let _ = watch.kill();
+            panic!("kubectl get -w never showed the pod running; it printed:\n{}", seen.join("\n"));
+        };
+        if !bound && line.contains("Pending") {
+            cluster.bind("solo", "worker-0");
+            bound = true;
+        }
+        seen.push(line);
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert_eq!(seen[0].split_whitespace().collect::<Vec<_>>(), ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
+    assert_eq!(seen.iter().filter(|line| line.starts_with("NAME")).count(), 1, "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generators_get_a_clear_protobuf_error() {
+    if kubectl_missing() {
+        return;
+    }
+    let cluster = start().await;
+    let error = cluster.fails(&["create", "namespace", "generated"]).await;
+    assert!(error.contains("does not decode protobuf"), "{error}");
+}
+
