@@ -2,11 +2,11 @@
 //! failed nodes, and events made through both event APIs. Skipped, with the reason printed, unless a Python with
 //! the `kubernetes` package is found (`WASP_SIM_PYTHON`, else `python3`).
 
+mod common;
+
 use serde_json::json;
 use std::process::Command;
-use std::time::{Duration, Instant};
 use wasp_sim::resources;
-use wasp_sim::{Scenario, Simulator, SimulatorOptions};
 
 const SCENARIO: &str = r#"
 kubelet: {readyDelay: 10ms, terminationDelay: 10ms}
@@ -31,25 +31,8 @@ fn python() -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typed_models_accept_every_served_object() {
     let Some(python) = python() else { return };
-    let scenario = Scenario::parse(SCENARIO).unwrap();
-    let simulator = Simulator::start_with(&scenario, "127.0.0.1:0".parse().unwrap(), SimulatorOptions { history: 1000, ..Default::default() }).await.unwrap();
+    let simulator = common::start_running(SCENARIO, "worker-1", 3).await;
     let store = simulator.store.clone();
-    let deadline = Instant::now() + Duration::from_secs(4);
-    loop {
-        let pods = store.all(resources::pods());
-        for pod in pods.iter().filter(|pod| pod.pointer("/spec/nodeName").is_none()) {
-            let (namespace, name) = (pod["metadata"]["namespace"].as_str().unwrap(), pod["metadata"]["name"].as_str().unwrap());
-            let _ = store.mutate(resources::pods(), Some(namespace), name, |pod| {
-                pod["spec"]["nodeName"] = json!("worker-1");
-                Ok(())
-            });
-        }
-        if pods.len() == 3 && pods.iter().all(|pod| pod.pointer("/status/phase") == Some(&json!("Running"))) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "pods never all ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let core_events = resources::find("", "v1", "events").unwrap();
     store
         .create(core_events, Some("default"), json!({"metadata": {"name": "core"}, "involvedObject": {"kind": "Pod", "name": "web"}, "reason": "Scheduled", "message": "m", "type": "Normal", "source": {"component": "wasp"}, "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z", "count": 1}))

@@ -2,10 +2,11 @@
 //! required (typed clients such as the Python client's models refuse nulls there). The required lists come from
 //! the served schemas (`wasp_sim::openapi`), so a new gap anywhere in an object is found without naming it here.
 
+mod common;
+
 use serde_json::json;
-use std::time::{Duration, Instant};
 use wasp_sim::resources::{self, RESOURCES};
-use wasp_sim::{events, openapi, Scenario, Simulator, SimulatorOptions};
+use wasp_sim::{events, openapi};
 
 const SCENARIO: &str = r#"
 kubelet: {readyDelay: 10ms, terminationDelay: 10ms}
@@ -20,26 +21,12 @@ events:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_served_object_has_its_required_fields() {
-    let scenario = Scenario::parse(SCENARIO).unwrap();
-    let simulator = Simulator::start_with(&scenario, "127.0.0.1:0".parse().unwrap(), SimulatorOptions { history: 1000, ..Default::default() }).await.unwrap();
-    let store = &simulator.store;
-    // Bind every pod as a scheduler would, and wait until the simulated kubelet has started them all.
-    let deadline = Instant::now() + Duration::from_secs(4);
-    loop {
-        let pods = store.all(resources::pods());
-        for pod in pods.iter().filter(|pod| pod.pointer("/spec/nodeName").is_none()) {
-            let (namespace, name) = (pod["metadata"]["namespace"].as_str().unwrap(), pod["metadata"]["name"].as_str().unwrap());
-            let _ = store.mutate(resources::pods(), Some(namespace), name, |pod| {
-                pod["spec"]["nodeName"] = json!("worker-1");
-                Ok(())
-            });
-        }
-        if pods.len() == 4 && pods.iter().all(|pod| pod.pointer("/status/phase") == Some(&json!("Running"))) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "pods never all ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let simulator = common::start_running(SCENARIO, "worker-1", 4).await;
+    let store = simulator.store.clone();
+    // An event written through events.k8s.io/v1 with only what that API requires, read back through both APIs.
+    let v1 = json!({"metadata": {"name": "e"}, "regarding": {"kind": "Node", "name": "worker-0"}, "reason": "Cordoned", "note": "n",
+        "type": "Normal", "reportingController": "test", "reportingInstance": "test-1", "action": "Cordon", "eventTime": "2026-01-01T00:00:00.000000Z"});
+    store.create(events::storage(resources::find("events.k8s.io", "v1", "events").unwrap()), Some("default"), events::to_core(&v1)).unwrap();
     let mut checked = 0;
     let mut gaps = Vec::new();
     for resource in RESOURCES.iter().filter(|resource| !resource.read_only) {
