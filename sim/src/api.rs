@@ -299,15 +299,9 @@ fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
 }
 
 pub fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
-    // The protobuf envelope's magic: kubectl's generators (`kubectl create namespace|deployment|configmap ...`)
-    // send protobuf, which the simulator does not decode.
-    if body.starts_with(b"k8s\0") {
-        return Err(ApiError {
-            code: 415,
-            reason: "UnsupportedMediaType",
-            message: "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (wasp-sim does not decode protobuf, which kubectl's generators such as `kubectl create namespace` send: write the object as YAML and use `kubectl create -f` or `kubectl apply -f`)".into(),
-            details: None,
-        });
+    // kubectl's generators (`kubectl create namespace|deployment|configmap ...`) send protobuf.
+    if body.starts_with(crate::protobuf::MAGIC) {
+        return crate::protobuf::decode(body);
     }
     serde_json::from_slice(body).map_err(|error| ApiError::bad_request(format!("the request body is not valid JSON: {error}")))
 }

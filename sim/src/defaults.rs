@@ -86,7 +86,7 @@ pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError
 }
 
 /// Standard base64 with padding.
-fn base64(bytes: &[u8]) -> String {
+pub(crate) fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
@@ -102,6 +102,31 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
+/// Standard base64 (padding optional) to text; None if it is not base64 of UTF-8.
+pub(crate) fn base64_decode(text: &str) -> Option<String> {
+    let mut bits = 0u32;
+    let mut count = 0;
+    let mut out = Vec::new();
+    for byte in text.bytes().filter(|byte| *byte != b'=') {
+        let value = match byte {
+            b'A'..=b'Z' => byte - b'A',
+            b'a'..=b'z' => byte - b'a' + 26,
+            b'0'..=b'9' => byte - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        bits = bits << 6 | u32::from(value);
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push((bits >> count) as u8);
+            bits &= (1 << count) - 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +136,7 @@ mod tests {
         assert_eq!(base64(b"wasp"), "d2FzcA==");
         assert_eq!(base64(b"was"), "d2Fz");
         assert_eq!(base64(b"wa"), "d2E=");
+        assert_eq!(base64_decode("d2FzcA==").as_deref(), Some("wasp"));
+        assert_eq!(base64_decode("d2Fz").as_deref(), Some("was"));
     }
 }

@@ -19,6 +19,7 @@ pub mod faults;
 pub mod metrics;
 pub mod openapi;
 mod pdb;
+pub mod protobuf;
 pub mod resources;
 pub mod scenario;
 pub mod selectors;

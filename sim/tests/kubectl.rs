@@ -280,12 +280,40 @@ async fn get_watch_prints_rows_as_they_change() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn generators_get_a_clear_protobuf_error() {
+async fn generators_send_protobuf_which_is_decoded() {
     if kubectl_missing() {
         return;
     }
     let cluster = start().await;
-    let error = cluster.fails(&["create", "namespace", "generated"]).await;
-    assert!(error.contains("does not decode protobuf"), "{error}");
+    assert_eq!(cluster.ok(&["create", "namespace", "generated"]).await.trim(), "namespace/generated created");
+    for (args, created) in [
+        (&["create", "deployment", "web", "--image=nginx", "--replicas=2", "--port=8080"][..], "deployment.apps/web created"),
+        (&["create", "configmap", "settings", "--from-literal=mode=fast"][..], "configmap/settings created"),
+        (&["create", "secret", "generic", "token", "--from-literal=key=s3cret"][..], "secret/token created"),
+        (&["create", "pdb", "web", "--selector=app=web", "--min-available=1"][..], "poddisruptionbudget.policy/web created"),
+        (&["create", "serviceaccount", "robot"][..], "serviceaccount/robot created"),
+        (&["create", "service", "clusterip", "web", "--tcp=80:8080"][..], "service/web created"),
+        (&["create", "role", "reader", "--verb=get", "--resource=pods"][..], "role.rbac.authorization.k8s.io/reader created"),
+        (&["create", "rolebinding", "reader", "--role=reader", "--serviceaccount=generated:robot"][..], "rolebinding.rbac.authorization.k8s.io/reader created"),
+        (&["create", "clusterrole", "node-reader", "--verb=get,list", "--resource=nodes"][..], "clusterrole.rbac.authorization.k8s.io/node-reader created"),
+    ] {
+        let mut args = args.to_vec();
+        if !created.starts_with("clusterrole") {
+            args.extend(["-n", "generated"]);
+        }
+        assert_eq!(cluster.ok(&args).await.trim(), created);
+    }
+    let what = ["deployment/web", "configmap/settings", "secret/token", "pdb/web", "service/web", "rolebinding/reader"];
+    let listed: Value = serde_json::from_str(&cluster.ok(&[&["get", "-n", "generated", "-o", "json"][..], &what[..]].concat()).await).unwrap();
+    let [deployment, config_map, secret, pdb, service, binding] = &listed["items"].as_array().unwrap()[..] else { panic!("{listed}") };
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], "nginx");
+    assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"], 8080);
+    assert_eq!(deployment["metadata"]["labels"]["app"], "web");
+    assert_eq!(config_map["data"]["mode"], "fast");
+    assert_eq!(secret["data"]["key"], "czNjcmV0");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], 8080);
+    assert_eq!(binding["subjects"][0]["name"], "robot");
+    cluster.until(&["get", "pods", "-n", "generated", "-l", "app=web", "-o", "name"], |pods| pods.lines().count() == 2).await;
 }
-
