@@ -308,6 +308,21 @@ mod tests {
     }
 
     #[test]
+    fn every_writable_served_kind_and_every_referenced_message_is_known() {
+        for resource in crate::resources::RESOURCES.iter().filter(|resource| !resource.read_only) {
+            let message = format!("{}.{}", package(&resource.api_version()), resource.kind);
+            assert!(messages().contains_key(&message), "{message} is missing from sim/openapi/protobuf.json");
+        }
+        for fields in messages().values() {
+            for field in fields.values() {
+                if let Some(message) = &field.message {
+                    assert!(messages().contains_key(message), "{message} is referenced but not described");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn packages_follow_api_versions() {
         assert_eq!(package("v1"), "k8s.io.api.core.v1");
         assert_eq!(package("apps/v1"), "k8s.io.api.apps.v1");

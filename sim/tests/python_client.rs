@@ -8,16 +8,6 @@ use serde_json::json;
 use std::process::Command;
 use wasp_sim::resources;
 
-const SCENARIO: &str = r#"
-kubelet: {readyDelay: 10ms, terminationDelay: 10ms}
-nodeGroups: [{name: worker, count: 3, cpu: '4', memory: 16Gi}]
-workloads:
-- {name: web, replicas: 2, schedulerName: wasp, cpu: 100m, memory: 64Mi, pdb: {minAvailable: 1}}
-- {name: db, kind: StatefulSet, replicas: 1, schedulerName: wasp, cpu: 100m, memory: 64Mi}
-events:
-- {at: 0s, action: cordon, node: worker-0}
-- {at: 0s, action: fail-node, node: worker-2}
-"#;
 
 fn python() -> Option<String> {
     let python = std::env::var("WASP_SIM_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -31,7 +21,7 @@ fn python() -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typed_models_accept_every_served_object() {
     let Some(python) = python() else { return };
-    let simulator = common::start_running(SCENARIO, "worker-1", 3).await;
+    let simulator = common::start_running(common::EVERY_KIND, "worker-1", common::EVERY_KIND_PODS).await;
     let store = simulator.store.clone();
     let core_events = resources::find("", "v1", "events").unwrap();
     store
@@ -46,7 +36,7 @@ async fn typed_models_accept_every_served_object() {
     let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    for expected in ["pods 3", "nodes 3", "events 1", "events.k8s.io 1", "statefulsets 1"] {
+    for expected in ["pods 4", "nodes 3", "events 1", "events.k8s.io 1", "statefulsets 1"] {
         assert!(stdout.lines().any(|line| line == expected), "{expected:?} not in\n{stdout}");
     }
 }

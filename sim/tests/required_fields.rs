@@ -8,20 +8,10 @@ use serde_json::json;
 use wasp_sim::resources::{self, RESOURCES};
 use wasp_sim::{events, openapi};
 
-const SCENARIO: &str = r#"
-kubelet: {readyDelay: 10ms, terminationDelay: 10ms}
-nodeGroups: [{name: worker, count: 3, cpu: '4', memory: 16Gi, zones: [a, b]}]
-workloads:
-- {name: web, replicas: 3, schedulerName: wasp, cpu: 100m, memory: 64Mi, pdb: {minAvailable: 1}}
-- {name: db, kind: StatefulSet, replicas: 1, schedulerName: wasp, cpu: 100m, memory: 64Mi}
-events:
-- {at: 0s, action: cordon, node: worker-0}
-- {at: 0s, action: fail-node, node: worker-2}
-"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_served_object_has_its_required_fields() {
-    let simulator = common::start_running(SCENARIO, "worker-1", 4).await;
+    let simulator = common::start_running(common::EVERY_KIND, "worker-1", common::EVERY_KIND_PODS).await;
     let store = simulator.store.clone();
     // An event written through events.k8s.io/v1 with only what that API requires, read back through both APIs.
     let v1 = json!({"metadata": {"name": "e"}, "regarding": {"kind": "Node", "name": "worker-0"}, "reason": "Cordoned", "note": "n",

@@ -5,6 +5,20 @@ use std::time::{Duration, Instant};
 use wasp_sim::resources;
 use wasp_sim::{Scenario, Simulator, SimulatorOptions};
 
+/// Running pods of a Deployment (with a PDB) and a StatefulSet, a cordoned and a failed node: every kind the
+/// scenarios make. Makes `EVERY_KIND_PODS` pods.
+pub const EVERY_KIND: &str = r#"
+kubelet: {readyDelay: 10ms, terminationDelay: 10ms}
+nodeGroups: [{name: worker, count: 3, cpu: '4', memory: 16Gi, zones: [a, b]}]
+workloads:
+- {name: web, replicas: 3, schedulerName: wasp, cpu: 100m, memory: 64Mi, pdb: {minAvailable: 1}}
+- {name: db, kind: StatefulSet, replicas: 1, schedulerName: wasp, cpu: 100m, memory: 64Mi}
+events:
+- {at: 0s, action: cordon, node: worker-0}
+- {at: 0s, action: fail-node, node: worker-2}
+"#;
+pub const EVERY_KIND_PODS: usize = 4;
+
 /// Starts `scenario`, binds every pod to `node` as a scheduler would, and waits until the simulated kubelet has
 /// started all `pods` of them.
 pub async fn start_running(scenario: &str, node: &str, pods: usize) -> Simulator {
