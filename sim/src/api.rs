@@ -228,7 +228,7 @@ async fn route(
         (Method::DELETE, Target::Collection { resource, namespace }) => {
             let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
             let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?;
-            let page = store.list(events::storage(resource), namespace.as_deref(), 0, None, |object| labels.matches(object) && fields.matches(object))?;
+            let page = store.list(events::storage(resource), namespace.as_deref(), 0, None, |object| selected(resource, &labels, &fields, object))?;
             let grace = grace_period(query, &body);
             for object in &page.items {
                 let namespace = (!namespace_of(object).is_empty()).then(|| namespace_of(object));
@@ -421,7 +421,7 @@ fn list(
         None => 0,
     };
     let page = store.list(events::storage(resource), namespace, limit, query.get("continue").map(String::as_str), |object| {
-        labels.matches(object) && fields.matches(object)
+        selected(resource, &labels, &fields, object)
     })?;
     if let Some(version) = tables::requested(headers) {
         let include = tables::Include::from_query(query.get("includeObject").map(String::as_str));
@@ -432,7 +432,17 @@ fn list(
     Ok(json_response(StatusCode::OK, &list_body(resource, page.items, page.revision, page.continue_token)))
 }
 
+/// Selectors see the object as the request's resource shows it (`regarding.name` for events.k8s.io/v1).
+fn selected(resource: &ResourceType, labels: &LabelSelector, fields: &FieldSelector, stored: &Value) -> bool {
+    if events::is_events_v1(resource) {
+        let view = events::to_events_v1(stored);
+        return labels.matches(&view) && fields.matches(&view);
+    }
+    labels.matches(stored) && fields.matches(stored)
+}
+
 struct WatchFilter {
+    resource: &'static ResourceType,
     namespace: Option<String>,
     labels: LabelSelector,
     fields: FieldSelector,
@@ -441,8 +451,7 @@ struct WatchFilter {
 impl WatchFilter {
     fn matches(&self, object: &Value) -> bool {
         self.namespace.as_deref().is_none_or(|namespace| namespace_of(object) == namespace)
-            && self.labels.matches(object)
-            && self.fields.matches(object)
+            && selected(self.resource, &self.labels, &self.fields, object)
     }
 
     /// How an event looks through this watch's selectors: an object entering them is ADDED, one leaving them
@@ -499,6 +508,7 @@ fn watch(
     };
     let stored = events::storage(resource);
     let filter = WatchFilter {
+        resource,
         namespace,
         labels: LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?,
         fields: FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))?,

@@ -204,6 +204,8 @@ async fn events_are_served_by_both_apis() {
     assert_eq!(notes, [("core-made", "assigned to worker-0"), ("v1-made", "cordoned by test")]);
     let core_view: Value = serde_json::from_str(&cluster.ok(&["get", "events", "v1-made", "-o", "json"]).await).unwrap();
     assert_eq!((core_view["message"].as_str(), core_view["involvedObject"]["name"].as_str()), (Some("cordoned by test"), Some("worker-0")));
+    let selected = cluster.ok(&["get", "events.v1.events.k8s.io", "--field-selector", "regarding.kind=Node", "-o", "name"]).await;
+    assert_eq!(selected.trim(), "event.events.k8s.io/v1-made");
     let table = cluster.ok(&["get", "events.v1.events.k8s.io"]).await;
     assert_eq!(table.lines().next().unwrap().split_whitespace().collect::<Vec<_>>(), ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]);
     assert!(table.lines().any(|line| line.contains("Warning") && line.contains("Cordoned") && line.contains("node/worker-0")), "{table}");
