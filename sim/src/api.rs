@@ -204,6 +204,19 @@ async fn route(
         }
         (Method::PATCH, Target::Object { resource, namespace, name }) => {
             let patch = PatchBody::parse(headers, &body)?;
+            let applying = headers.get("content-type").and_then(|value| value.to_str().ok()).is_some_and(|value| value.starts_with("application/apply-patch"));
+            // Server-side apply of an object that does not exist creates it (`kubectl apply --server-side`).
+            if applying && store.get(events::storage(resource), namespace.as_deref(), &name).is_err_and(|error| error.code == 404) {
+                let PatchBody::Merge(object) = &patch else { unreachable!("apply patches are merge patches") };
+                let (mut object, warnings) = checked_fields(resource, object.clone(), query)?;
+                if !object.get("metadata").is_some_and(Value::is_object) {
+                    object["metadata"] = json!({});
+                }
+                object["metadata"]["name"] = json!(name);
+                let object = if events::is_events_v1(resource) { events::to_core(&object) } else { object };
+                let created = store.create(events::storage(resource), namespace.as_deref(), object)?;
+                return Ok(with_warnings(json_response(StatusCode::CREATED, &events::view(resource, &created)), &warnings));
+            }
             let updated = store.mutate(events::storage(resource), namespace.as_deref(), &name, |object| {
                 let status_before = object.get("status").cloned();
                 if events::is_events_v1(resource) {

@@ -129,6 +129,9 @@ async fn create_and_apply_validate_against_the_servers_openapi() {
     let scaled = cluster.file("deploy.yaml", &std::fs::read_to_string(&deployment).unwrap().replace("replicas: 1", "replicas: 2"));
     assert_eq!(cluster.ok(&["apply", "-f", &scaled]).await.trim(), "deployment.apps/web configured");
     cluster.until(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"], |replicas| replicas == "2").await;
+    let server_side = cluster.file("ssa.yaml", &std::fs::read_to_string(&deployment).unwrap().replace("name: web}", "name: ssa}"));
+    assert_eq!(cluster.ok(&["apply", "--server-side", "-f", &server_side]).await.trim(), "deployment.apps/ssa serverside-applied");
+    assert_eq!(cluster.ok(&["apply", "--server-side", "-f", &server_side]).await.trim(), "deployment.apps/ssa serverside-applied");
     // Unknown fields: the server validates (strict by default in kubectl), as it says in its OpenAPI.
     let typo = cluster.file("typo.yaml", &POD.replace("name: solo}", "name: typo}\nspecc: {}"));
     let error = cluster.fails(&["create", "-f", &typo]).await;
