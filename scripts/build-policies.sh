@@ -26,4 +26,7 @@ cp "$built/misbehaving.wasm" target/wasm-fixtures/misbehaving.wasm
 cp "$built/zone_pin.wasm" target/wasm-fixtures/zone-pin-east.wasm
 cargo build --quiet --target wasm32-wasip2 --profile policy -p zone-pin --features west
 cp "$built/zone_pin.wasm" target/wasm-fixtures/zone-pin-west.wasm
+# A version of it that is a score, not a filter: refused where a profile uses it as a filter.
+cargo build --quiet --target wasm32-wasip2 --profile policy -p zone-pin --features score-instead
+cp "$built/zone_pin.wasm" target/wasm-fixtures/zone-pin-score.wasm
 ls -l plugins/out/*.wasm | awk '{printf "  %-45s %7d bytes\n", $9, $5}'

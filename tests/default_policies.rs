@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use wasp::runtime::bindings::types::{Metric, PodMetric, PolicyKind, ScaleRequest, ViewScope};
+use wasp::contract::types::{Metric, PodMetric, PolicyKind, ScaleRequest, ViewScope};
 
 #[test]
 fn every_default_policy_describes_itself() {

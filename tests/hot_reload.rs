@@ -13,12 +13,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use wasp::config::HostConfig;
+use wasp::host::Host;
+use wasp::kube::{ApiClient, HostIdentity, ObjectRef};
 use wasp::registry::watch::{PolicyWatcher, WatchOptions};
-use wasp::registry::PolicyRegistry;
+use wasp::registry::{PolicyRegistry, RefusalReason};
 use wasp::runtime::Runtime;
-use wasp::scheduler::config::SchedulerConfig;
-use wasp::scheduler::writer::ObjectRef;
-use wasp::scheduler::Scheduler;
 use wasp_sim::{Scenario, Simulator};
 
 /// Two zones of ten nodes, room for 500 pods each.
@@ -50,10 +50,11 @@ struct PolicyVolume {
 }
 
 const CONFIG: &str = r#"
-profiles:
-- schedulerName: wasp
-  filters: [resources-fit, zone-pin]
-  scores: [{policy: least-allocated, weight: 1}]
+scheduler:
+  profiles:
+  - schedulerName: wasp
+    filters: [resources-fit, zone-pin]
+    scores: [{policy: least-allocated, weight: 1}]
 "#;
 
 impl PolicyVolume {
@@ -91,7 +92,7 @@ impl PolicyVolume {
     }
 
     fn registry(&self) -> Arc<PolicyRegistry> {
-        let config = SchedulerConfig::load(&self.config_path()).unwrap();
+        let config = HostConfig::load(&self.config_path()).unwrap();
         Arc::new(PolicyRegistry::new(&Runtime::new(None).unwrap(), config, Some(self.config_path())).unwrap())
     }
 }
@@ -104,15 +105,6 @@ fn serving_digest(registry: &PolicyRegistry, policy: &str) -> String {
     registry.current().policies[policy].digest.clone()
 }
 
-/// Polls `condition` for up to 10 s.
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 fn last_error(registry: &PolicyRegistry, policy: &str) -> Option<String> {
     registry.status().policies.into_iter().find(|status| status.name == policy).and_then(|status| status.last_error)
 }
@@ -120,7 +112,7 @@ fn last_error(registry: &PolicyRegistry, policy: &str) -> Option<String> {
 struct Cluster {
     _simulator: Simulator,
     client: Client,
-    scheduler: Arc<Scheduler>,
+    host: Arc<Host>,
     _watcher: PolicyWatcher,
     _worker: tokio::task::JoinHandle<()>,
 }
@@ -128,14 +120,12 @@ struct Cluster {
 async fn start_cluster(volume: &PolicyVolume) -> Cluster {
     let scenario = Scenario::parse(TWO_ZONES).unwrap();
     let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let mut kube_config = kube::Config::new(simulator.url().parse().unwrap());
-    kube_config.default_retry = false;
-    let client = Client::try_from(kube_config).unwrap();
-    let scheduler = Scheduler::with_registry(volume.registry(), client.clone());
-    scheduler.report_events_on(ObjectRef { kind: "Pod".into(), namespace: "default".into(), name: "wasp-host".into(), uid: String::new() });
-    let watcher = scheduler.watch_policies(fast_watch()).unwrap();
-    let worker = tokio::spawn(scheduler.clone().run());
-    Cluster { _simulator: simulator, client, scheduler, _watcher: watcher, _worker: worker }
+    let api = ApiClient::from_config(kube::Config::new(simulator.url().parse().unwrap())).unwrap();
+    let host_pod = ObjectRef::pod("default", "wasp-host", "");
+    let host = Host::new(api.clone(), volume.registry(), HostIdentity::named("wasp-host", Some(host_pod)));
+    let watcher = host.watch_policies(fast_watch()).unwrap();
+    let worker = tokio::spawn(host.clone().run_loops());
+    Cluster { _simulator: simulator, client: api.client, host, _watcher: watcher, _worker: worker }
 }
 
 impl Cluster {
@@ -177,7 +167,7 @@ impl Cluster {
 async fn fifty_swaps_while_placing_2000_pods_lose_no_decision() {
     let mut volume = PolicyVolume::new(east());
     let cluster = start_cluster(&volume).await;
-    let registry = cluster.scheduler.policies().clone();
+    let registry = cluster.host.policies.clone();
     let versions = [("east", east()), ("west", west())];
     for round in 0..50 {
         let (zone, bytes) = &versions[(round + 1) % 2];
@@ -185,7 +175,7 @@ async fn fifty_swaps_while_placing_2000_pods_lose_no_decision() {
         // These race the swap: either version may place them.
         cluster.create_pods(&format!("r{round}-racing"), 20, "wasp").await;
         let digest = sha256(bytes);
-        eventually(&format!("round {round}: zone-pin {zone} serving"), || serving_digest(&registry, "zone-pin") == digest).await;
+        common::eventually(&format!("round {round}: zone-pin {zone} serving"), || serving_digest(&registry, "zone-pin") == digest).await;
         // These are queued after the swap: the new version must place them.
         cluster.create_pods(&format!("r{round}-after-{zone}"), 20, "wasp").await;
     }
@@ -197,8 +187,9 @@ async fn fifty_swaps_while_placing_2000_pods_lose_no_decision() {
             assert!(node.starts_with(zone), "{pod} was queued after zone-pin {zone} served, but went to {node}");
         }
     }
-    let stats = &cluster.scheduler.stats;
-    assert_eq!(common::settled(&stats.scheduled, 2000).await, 2000, "every pod bound exactly once");
+    let stats = &cluster.host.scheduler.stats;
+    assert_eq!(common::settled(&stats.scheduled, 2000).await, 2000);
+    assert_eq!(stats.bind_requests.load(Ordering::Relaxed), 2000, "the host sent one binding per pod: none bound twice");
     assert_eq!(stats.bind_errors.load(Ordering::Relaxed), 0, "no binding conflicted");
     assert_eq!(stats.unschedulable.load(Ordering::Relaxed), 0, "no cycle failed");
     assert_eq!(registry.current().number, 51, "one generation per swap");
@@ -208,11 +199,11 @@ async fn fifty_swaps_while_placing_2000_pods_lose_no_decision() {
 async fn a_bad_update_keeps_the_old_policy_with_an_event_and_a_fixed_one_is_picked_up() {
     let mut volume = PolicyVolume::new(east());
     let cluster = start_cluster(&volume).await;
-    let registry = cluster.scheduler.policies().clone();
+    let registry = cluster.host.policies.clone();
     let east_digest = sha256(&east());
 
     volume.set("zone-pin.wasm", Some(b"\0asm\x0d\0\x01\0 truncated component".to_vec()));
-    eventually("the corrupt update to be refused", || last_error(&registry, "zone-pin").is_some()).await;
+    common::eventually("the corrupt update to be refused", || last_error(&registry, "zone-pin").is_some()).await;
     let error = last_error(&registry, "zone-pin").unwrap();
     assert!(error.contains("zone-pin.wasm: does not compile"), "{error}");
     assert!(error.contains("keeps serving"), "{error}");
@@ -222,7 +213,7 @@ async fn a_bad_update_keeps_the_old_policy_with_an_event_and_a_fixed_one_is_pick
 
     // Another policy's component under this name: refused by name.
     volume.set("zone-pin.wasm", Some(fixture_wasm("misbehaving").1));
-    eventually("the misnamed update to be refused", || last_error(&registry, "zone-pin").is_some_and(|error| error.contains("calls itself"))).await;
+    common::eventually("the misnamed update to be refused", || last_error(&registry, "zone-pin").is_some_and(|error| error.contains("calls itself"))).await;
     assert_eq!(serving_digest(&registry, "zone-pin"), east_digest);
 
     let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
@@ -239,7 +230,7 @@ async fn a_bad_update_keeps_the_old_policy_with_an_event_and_a_fixed_one_is_pick
     assert!(reload_events.iter().any(|event| event.message.as_deref().unwrap_or("").contains("does not compile")));
 
     volume.set("zone-pin.wasm", Some(west()));
-    eventually("the fixed update to serve", || serving_digest(&registry, "zone-pin") == sha256(&west())).await;
+    common::eventually("the fixed update to serve", || serving_digest(&registry, "zone-pin") == sha256(&west())).await;
     assert_eq!(last_error(&registry, "zone-pin"), None, "the error clears once a good version serves");
     cluster.create_pods("after-fix", 10, "wasp").await;
     let placed = cluster.bound(20).await;
@@ -258,7 +249,7 @@ async fn rapid_updates_coalesce_into_one_reload() {
         volume.set("zone-pin.wasm", Some(bytes));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    eventually("the last update to serve", || serving_digest(&registry, "zone-pin") == sha256(&west())).await;
+    common::eventually("the last update to serve", || serving_digest(&registry, "zone-pin") == sha256(&west())).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(registry.current().number, 2, "five writes within the quiet time make one swap");
 }
@@ -273,63 +264,124 @@ fn deleting_a_policy_in_use_is_refused_and_unchanged_files_do_nothing() {
     volume.set("zone-pin.wasm", None);
     let report = registry.reload();
     assert_eq!(report.errors.len(), 1, "{report:?}");
-    assert!(report.errors[0].starts_with("policy zone-pin: "), "{}", report.errors[0]);
-    assert!(report.errors[0].ends_with("/zone-pin.wasm was removed, but profile wasp uses it; the loaded version keeps serving"), "{}", report.errors[0]);
+    let error = &report.errors[0];
+    assert_eq!(error.reason, RefusalReason::Missing);
+    assert!(error.message.starts_with("policy zone-pin: "), "{}", error.message);
+    assert!(error.message.ends_with("/zone-pin.wasm was removed, but profile wasp (as filter) uses it; the loaded version keeps serving"), "{}", error.message);
     assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&east()), "the loaded version keeps serving");
     assert_eq!(registry.current().number, 1);
 
     // Once no profile uses it, the configuration that drops it is taken.
-    volume.write_config("profiles: [{schedulerName: wasp, filters: [resources-fit]}]");
+    volume.write_config("scheduler: {profiles: [{schedulerName: wasp, filters: [resources-fit]}]}");
     let report = registry.reload();
     assert!(report.errors.is_empty() && report.config_swapped, "{report:?}");
     assert!(!registry.current().policies.contains_key("zone-pin"));
 }
 
 #[test]
+fn a_new_version_that_no_longer_implements_what_its_users_need_is_refused() {
+    let mut volume = PolicyVolume::new(east());
+    let registry = volume.registry();
+    volume.set("zone-pin.wasm", Some(fixture_wasm("zone-pin-score").1));
+    let report = registry.reload();
+    assert_eq!(report.errors.len(), 1, "{report:?}");
+    let error = &report.errors[0];
+    assert_eq!(error.reason, RefusalReason::Kinds);
+    assert!(error.message.contains("zone-pin.wasm: it implements [score], but profile wasp (as filter) needs filter"), "{}", error.message);
+    assert!(error.message.ends_with("keeps serving"), "{}", error.message);
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&east()), "the last good version serves");
+    assert_eq!(registry.current().number, 1);
+    let status = registry.status();
+    let zone_pin = status.policies.iter().find(|policy| policy.name == "zone-pin").unwrap();
+    assert_eq!(zone_pin.last_error.as_deref(), Some(error.message.as_str()), "/policies shows it");
+    assert_eq!(zone_pin.used_by, ["profile wasp (as filter)"]);
+
+    // Used as a score instead, the same file serves.
+    volume.write_config("scheduler: {profiles: [{schedulerName: wasp, filters: [resources-fit], scores: [{policy: zone-pin}]}]}");
+    let report = registry.reload();
+    assert!(report.errors.is_empty() && report.config_swapped, "{report:?}");
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&fixture_wasm("zone-pin-score").1));
+}
+
+#[test]
+fn the_rescheduler_and_autoscaler_sections_load_canary_and_name_their_policies() {
+    let mut volume = PolicyVolume::new(east());
+    for name in ["hpa", "remove-pods-violating-node-taints"] {
+        volume.set(&format!("{name}.wasm"), Some(policy_wasm(name).1));
+    }
+    let registry = volume.registry();
+    volume.write_config(&format!("{CONFIG}rescheduler: {{strategies: [{{policy: remove-pods-violating-node-taints}}]}}\nautoscaler: {{policies: [hpa]}}\n"));
+    let report = registry.reload();
+    assert!(report.errors.is_empty() && report.config_swapped, "the shipped hpa passes its canary: {report:?}");
+    let generation = registry.current();
+    assert_eq!(generation.plans.eviction.len(), 1);
+    assert!(generation.plans.scaling.contains_key("hpa"));
+    assert_eq!(registry.status().autoscaler_policies, ["hpa"]);
+
+    // Removing a file the rescheduler uses is refused, naming it.
+    volume.set("remove-pods-violating-node-taints.wasm", None);
+    let report = registry.reload();
+    assert_eq!(report.errors.len(), 1, "{report:?}");
+    assert!(report.errors[0].message.contains("was removed, but the rescheduler (as evict) uses it"), "{}", report.errors[0].message);
+
+    // A score policy named as a scale policy is refused as a whole configuration.
+    volume.set("remove-pods-violating-node-taints.wasm", Some(policy_wasm("remove-pods-violating-node-taints").1));
+    volume.write_config(&format!("{CONFIG}autoscaler: {{policies: [least-allocated]}}\n"));
+    let report = registry.reload();
+    assert!(!report.config_swapped);
+    assert!(report.error_messages().contains("it implements [score], but the autoscaler (as scale) needs scale"), "{report:?}");
+}
+
+#[test]
 fn a_configuration_swaps_or_is_refused_as_a_whole() {
     let mut volume = PolicyVolume::new(east());
     let registry = volume.registry();
-    let refused = |report: &wasp::registry::ReloadReport, reason: &str| {
+    let refused = |report: &wasp::registry::ReloadReport, reason: RefusalReason, message: &str| {
         assert_eq!(report.errors.len(), 1, "{report:?}");
-        assert!(report.errors[0].contains("refused, the previous one keeps serving") && report.errors[0].contains(reason), "{}", report.errors[0]);
+        let error = &report.errors[0];
+        assert_eq!(error.reason, reason, "{}", error.message);
+        assert!(error.message.contains("refused, the previous one keeps serving") && error.message.contains(message), "{}", error.message);
         assert!(!report.config_swapped);
-        assert_eq!(registry.status().config_error.as_deref(), Some(report.errors[0].as_str()));
+        assert_eq!(registry.status().config_error.as_deref(), Some(error.message.as_str()));
     };
 
     // Names a policy that is not in the directory.
-    volume.write_config("profiles: [{schedulerName: wasp, filters: [resources-fit, ghost]}]");
-    refused(&registry.reload(), "ghost.wasm does not exist (used by profile wasp)");
+    volume.write_config("scheduler: {profiles: [{schedulerName: wasp, filters: [resources-fit, ghost]}]}");
+    refused(&registry.reload(), RefusalReason::Missing, "ghost.wasm does not exist (used by profile wasp (as filter))");
     // Settings the policy rejects.
-    volume.write_config("profiles: [{schedulerName: wasp, filters: [misbehaving]}]\npolicies: {misbehaving: {settings: {reject-settings: true}}}");
-    refused(&registry.reload(), "misbehaving.wasm: settings rejected: invalid settings for misbehaving: reject-settings: asked to reject");
+    volume.write_config("scheduler: {profiles: [{schedulerName: wasp, filters: [misbehaving]}]}\npolicies: {misbehaving: {settings: {reject-settings: true}}}");
+    refused(&registry.reload(), RefusalReason::InvalidPolicy, "misbehaving.wasm: settings rejected: invalid settings for misbehaving: reject-settings: asked to reject");
     // A policy that traps in the canary.
-    volume.write_config("profiles: [{schedulerName: wasp, filters: [misbehaving]}]\npolicies: {misbehaving: {settings: {filter: trap}}}");
-    refused(&registry.reload(), "canary filter call failed");
+    volume.write_config("scheduler: {profiles: [{schedulerName: wasp, filters: [misbehaving]}]}\npolicies: {misbehaving: {settings: {filter: trap}}}");
+    refused(&registry.reload(), RefusalReason::Canary, "canary filter call failed");
     // Malformed YAML.
-    volume.write_config("profiles: [{schedulerName: wasp, filters: [");
-    refused(&registry.reload(), "config.yaml refused");
+    volume.write_config("scheduler: {profiles: [{schedulerName: wasp, filters: [");
+    refused(&registry.reload(), RefusalReason::Config, "config.yaml refused");
+    // Out of range.
+    volume.write_config(&format!("{CONFIG}policies: {{resources-fit: {{deadline: 0s}}}}"));
+    refused(&registry.reload(), RefusalReason::Config, "policies.resources-fit.deadline: 0s is outside 1ms..=1m");
     assert_eq!(registry.current().number, 1, "nothing swapped");
-    assert_eq!(registry.current().config.profiles[0].filters, ["resources-fit", "zone-pin"]);
+    assert_eq!(registry.current().config.scheduler.profiles[0].filters, ["resources-fit", "zone-pin"]);
 
     // A policy update refused, then the file restored together with a new configuration: no error remains.
     volume.set("zone-pin.wasm", Some(b"not wasm".to_vec()));
     let report = registry.reload();
-    assert!(report.errors.iter().any(|error| error.contains("zone-pin.wasm: not a WebAssembly binary")), "{report:?}");
+    assert!(report.errors.iter().any(|error| error.message.contains("zone-pin.wasm: not a WebAssembly binary")), "{report:?}");
     assert!(last_error(&registry, "zone-pin").is_some());
     volume.set("zone-pin.wasm", Some(east()));
 
     // A good one: new weights, a second profile, new settings for a loaded policy.
     volume.write_config(
-        "profiles:\n- {schedulerName: wasp, filters: [resources-fit, zone-pin], scores: [{policy: least-allocated, weight: 5}]}\n\
-         - {schedulerName: other, filters: [misbehaving]}\npolicies: {misbehaving: {settings: {filter: ok}}}",
+        "scheduler:\n  profiles:\n  - {schedulerName: wasp, filters: [resources-fit, zone-pin], scores: [{policy: least-allocated, weight: 5}]}\n\
+         \x20 - {schedulerName: other, filters: [misbehaving]}\npolicies: {misbehaving: {settings: {filter: ok}}}",
     );
     let report = registry.reload();
     assert!(report.errors.is_empty() && report.config_swapped, "{report:?}");
     assert_eq!(report.swapped, ["misbehaving"]);
     let generation = registry.current();
     assert_eq!(generation.number, 2);
-    assert_eq!(generation.profiles["wasp"].scores[0].1, 5);
-    assert!(generation.profiles.contains_key("other"));
+    assert_eq!(generation.plans.scheduling["wasp"].scores[0].1, 5);
+    assert!(generation.plans.scheduling.contains_key("other"));
     assert_eq!(registry.status().config_error, None);
     assert_eq!(last_error(&registry, "zone-pin"), None);
 }
@@ -339,11 +391,12 @@ async fn a_profile_added_by_configuration_takes_pods_that_were_waiting_for_it() 
     let volume = PolicyVolume::new(west());
     let cluster = start_cluster(&volume).await;
     cluster.create_pods("early", 5, "batch").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = || cluster.host.cluster.pending_pods().iter().filter(|pod| pod.scheduler_name == "batch").count();
+    common::eventually("the informer to see the five pods", || waiting() == 5).await;
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
     let unbound = pods.list(&ListParams::default()).await.unwrap().items.iter().filter(|pod| pod.spec.as_ref().unwrap().node_name.is_none()).count();
     assert_eq!(unbound, 5, "no profile is called batch yet");
-    volume.write_config(&format!("{CONFIG}- {{schedulerName: batch, filters: [resources-fit, zone-pin]}}\n"));
+    volume.write_config(&format!("{CONFIG}  - {{schedulerName: batch, filters: [resources-fit, zone-pin]}}\n"));
     let placed = cluster.bound(5).await;
     assert!(placed.values().all(|node| node.starts_with("west")));
     let body = get_policies(&cluster).await;
@@ -352,7 +405,7 @@ async fn a_profile_added_by_configuration_takes_pods_that_were_waiting_for_it() 
 
 /// `/policies` as a user's HTTP client sees it.
 async fn get_policies(cluster: &Cluster) -> serde_json::Value {
-    let address = wasp::scheduler::http::serve(cluster.scheduler.clone(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let address = cluster.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let (status, body) = common::http_get(address, "/policies").await;
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap()

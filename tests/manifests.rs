@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use wasp::scheduler::config::SchedulerConfig;
+use wasp::config::HostConfig;
 
 /// Every document of every YAML file under manifests/, by kind.
 fn documents() -> BTreeMap<String, Vec<serde_yaml::Value>> {
@@ -66,7 +66,7 @@ fn the_install_is_consistent() {
     let config_map = config_maps.iter().find(|map| map.metadata.name.as_deref() == Some(config_map_name.as_str())).unwrap();
     let (key, text) = config_map.data.as_ref().unwrap().iter().next().unwrap();
     assert_eq!(config_arg, &format!("{}/{key}", mount_of("config")));
-    let config = SchedulerConfig::parse(text).unwrap();
+    let config = HostConfig::parse(text).unwrap();
     assert_eq!(config.policy_dir.to_str().unwrap(), mount_of("policies"));
 
     // The policies volume gathers the ConfigMaps `wasp configmap --split` prints, and the default set fits in them.
@@ -93,7 +93,7 @@ fn the_install_is_consistent() {
     assert!(role_rules.iter().filter_map(|rule| rule.resource_names.as_ref()).flatten().all(|name| *name == config.leader_election.lease_name));
 
     // The examples ask for a profile of this configuration.
-    let profiles: Vec<&str> = config.profiles.iter().map(|profile| profile.scheduler_name.as_str()).collect();
+    let profiles: Vec<&str> = config.scheduler.profiles.iter().map(|profile| profile.scheduler_name.as_str()).collect();
     let mut example_scheduler_names = Vec::new();
     for deployment in documents["Deployment"].iter().filter(|d| d["metadata"]["name"] != "wasp-scheduler") {
         let deployment: Deployment = typed(deployment);

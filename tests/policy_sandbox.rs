@@ -65,7 +65,7 @@ fn settings_that_fail_validation_are_refused_with_the_reason() {
 fn misbehaving(settings: &str, failure_mode: FailureMode) -> LoadedPolicy {
     let runtime = runtime();
     let (source, wasm) = fixture_wasm("misbehaving");
-    let limits = Limits { deadline: Duration::from_millis(50), memory_bytes: 32 << 20 };
+    let limits = Limits::uniform(Duration::from_millis(50), 32 << 20);
     LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions { settings: settings.into(), limits, failure_mode })
         .unwrap_or_else(|error| panic!("{error}"))
 }
@@ -113,6 +113,30 @@ fn a_trap_is_reported_and_the_next_instance_is_fresh() {
         other => panic!("expected a trap, got {other:?}"),
     }
     assert!(error.poisons_instance());
+    assert_eq!(policy.idle_instances(), 0, "the trapped instance was discarded, not pooled");
+    // The next call runs on a fresh instance, which traps the same way instead of reporting a poisoned one.
+    let again = policy.filter(&cluster, &simple_pod("p", "100m", ""), &ids).unwrap_err();
+    assert!(matches!(&again, CallError::Trap { message, .. } if message.contains("unreachable")), "{again:?}");
+}
+
+#[test]
+fn a_policy_that_sleeps_is_refused_at_once_not_waited_for() {
+    let policy = misbehaving(r#"{"filter": "sleep"}"#, FailureMode::FailClosed);
+    let (cluster, ids) = two_node_cluster();
+    let started = Instant::now();
+    let error = policy.filter(&cluster, &simple_pod("p", "100m", ""), &ids).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "the 60 s sleep was not waited for: {:?}", started.elapsed());
+    match &error {
+        CallError::Trap { operation: "filter", message } => assert!(message.contains("policies may not wait"), "{message}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Sleeping before answering `configure` fails the load, naming the file, instead of hanging it.
+    let (source, wasm) = fixture_wasm("misbehaving");
+    let started = Instant::now();
+    let options = PolicyOptions { settings: r#"{"sleep-in-configure": true}"#.into(), ..Default::default() };
+    let error = LoadedPolicy::load(&runtime(), &source, &wasm, options).err().unwrap().to_string();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(error.contains("misbehaving.wasm") && error.contains("policies may not wait"), "{error}");
 }
 
 #[test]
@@ -127,6 +151,8 @@ fn malformed_answers_are_rejected_without_poisoning() {
     assert_eq!(short.idle_instances(), 1, "a malformed answer does not make the instance suspect");
     let bad_code = misbehaving(r#"{"filter": "bad-code"}"#, FailureMode::FailClosed);
     assert!(bad_code.filter(&cluster, &pod, &ids).unwrap_err().to_string().contains("names a rejection that does not exist"));
+    let empty = misbehaving(r#"{"filter": "empty-reason"}"#, FailureMode::FailClosed);
+    assert_eq!(empty.filter(&cluster, &pod, &ids).unwrap_err().to_string(), "malformed answer from filter: an empty rejection reason");
     let scores = misbehaving(r#"{"score": "short"}"#, FailureMode::FailClosed);
     assert_eq!(scores.score(&cluster, &pod, &ids).unwrap_err().to_string(), "malformed answer from score: 3 scores for 2 candidate nodes");
     let range = misbehaving(r#"{"score": "out-of-range"}"#, FailureMode::FailClosed);
@@ -138,7 +164,7 @@ fn malformed_answers_are_rejected_without_poisoning() {
 fn a_well_behaved_call_after_many_failures_still_works() {
     let runtime = runtime();
     let (source, wasm) = fixture_wasm("misbehaving");
-    let limits = Limits { deadline: Duration::from_millis(20), memory_bytes: 16 << 20 };
+    let limits = Limits::uniform(Duration::from_millis(20), 16 << 20);
     let bad = LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions { settings: r#"{"filter": "trap"}"#.into(), limits, ..Default::default() }).unwrap();
     let good = LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions { settings: r#"{"print": 3}"#.into(), limits, ..Default::default() }).unwrap();
     let (cluster, ids) = two_node_cluster();
@@ -192,6 +218,33 @@ fn compiled_artifacts_are_reused_from_disk_and_rebuilt_when_corrupt() {
     let first = LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions::default()).unwrap();
     let second = LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions::default()).unwrap();
     assert_eq!((first.cache, second.cache), (CacheOutcome::Disk, CacheOutcome::Memory));
+    // Two versions that differ only in settings share the component: dropping one keeps it for the other.
+    drop(first);
+    let third = LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions::default()).unwrap();
+    assert_eq!(third.cache, CacheOutcome::Memory, "still in memory while `second` serves");
+    drop((second, third));
+    let fourth = LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions::default()).unwrap();
+    assert_eq!(fourth.cache, CacheOutcome::Disk, "the last user gone, memory let it go");
+}
+
+#[test]
+fn one_pool_answers_on_the_live_state_and_a_what_if_fork_alternately() {
+    let policy = load(&runtime(), "resources-fit", "");
+    let mut live = cluster_of(vec![simple_node("n", "4", "8Gi", "")]);
+    live.upsert_pod(simple_pod("busy", "3", ""), "n");
+    let mut without_busy = live.fork();
+    without_busy.remove_pod("uid-busy");
+    let pod = simple_pod("p", "2", "");
+    let ids = live.node_ids();
+    for round in 0..3 {
+        let on_live = policy.filter(&live, &pod, &ids).unwrap();
+        assert_eq!(reasons(&on_live), ["Insufficient cpu"], "round {round}: 3 of 4 CPU are taken on the live state");
+        let on_fork = policy.filter(&without_busy, &pod, &ids).unwrap();
+        assert_eq!(reasons(&on_fork), [""], "round {round}: the fork has room");
+        // The live state moves on between questions.
+        live.upsert_pod(simple_pod(&format!("tiny-{round}"), "10m", ""), "n");
+    }
+    assert_eq!(policy.idle_instances(), 1, "one instance answered every call, resynced when the state changed");
 }
 
 fn policy_digest(wasm: &[u8]) -> String {

@@ -12,34 +12,39 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use wasp::config::HostConfig;
+use wasp::host::Host;
+use wasp::kube::ApiClient;
 use wasp::registry::PolicyRegistry;
 use wasp::runtime::Runtime;
-use wasp::scheduler::config::{SchedulerConfig, DEFAULT_CONFIG};
 use wasp::scheduler::Scheduler;
 use wasp_sim::{Scenario, Simulator};
 
 struct Harness {
     simulator: Simulator,
     client: Client,
+    host: Arc<Host>,
     scheduler: Arc<Scheduler>,
     _worker: tokio::task::JoinHandle<()>,
 }
 
-fn default_config() -> SchedulerConfig {
-    let mut config = SchedulerConfig::parse(DEFAULT_CONFIG).unwrap();
+fn default_config() -> HostConfig {
+    let mut config = HostConfig::built_in();
     config.policy_dir = repo_root().join("plugins/out");
     config
 }
 
-async fn start(scenario: &str, config: SchedulerConfig) -> Harness {
+fn api_of(simulator: &Simulator) -> ApiClient {
+    ApiClient::from_config(kube::Config::new(simulator.url().parse().unwrap())).unwrap()
+}
+
+async fn start(scenario: &str, config: HostConfig) -> Harness {
     let scenario = Scenario::parse(scenario).unwrap();
     let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let mut kube_config = kube::Config::new(simulator.url().parse().unwrap());
-    kube_config.default_retry = false;
-    let client = Client::try_from(kube_config).unwrap();
-    let scheduler = Scheduler::new(&config, &Runtime::new(None).unwrap(), client.clone()).unwrap();
-    let worker = tokio::spawn(scheduler.clone().run());
-    Harness { simulator, client, scheduler, _worker: worker }
+    let api = api_of(&simulator);
+    let host = Host::with_config(&config, &Runtime::new(None).unwrap(), api.clone()).unwrap();
+    let worker = tokio::spawn(host.clone().run_loops());
+    Harness { simulator, client: api.client, scheduler: host.scheduler.clone(), host, _worker: worker }
 }
 
 impl Harness {
@@ -192,7 +197,7 @@ async fn node_affinity_selectors_and_topology_spread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_profiles_in_one_process_and_foreign_pods() {
     let mut config = default_config();
-    config.profiles.push(serde_yaml::from_str("{schedulerName: lenient, filters: [node-unschedulable]}").unwrap());
+    config.scheduler.profiles.push(serde_yaml::from_str("{schedulerName: lenient, filters: [node-unschedulable]}").unwrap());
     let scenario = r#"
 kubelet: {readyDelay: 10ms}
 nodeGroups: [{name: n, count: 3, cpu: "4", memory: 16Gi}]
@@ -207,14 +212,20 @@ workloads:
     let (_, event) = harness.failed_scheduling("strict").await;
     assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 Insufficient cpu."));
     assert_eq!(event.source.unwrap().component.as_deref(), Some("wasp"), "events name the profile");
+    let events: Api<Event> = Api::namespaced(harness.client.clone(), "default");
+    let loose = events.list(&ListParams::default()).await.unwrap().items.into_iter().find(|event| event.involved_object.name.as_deref() == Some("loose-0")).unwrap();
+    assert_eq!(loose.source.unwrap().component.as_deref(), Some("lenient"), "each profile reports under its own name");
+    assert_eq!(loose.reporting_component.as_deref(), Some("lenient"));
+    assert_eq!(loose.reporting_instance.as_deref(), Some(harness.host.identity.instance.as_str()), "the instance is the host's identity");
 
     // A pod for another scheduler stays pending, but once someone binds it, its requests count.
     let other = harness.pods().get("other-0").await.unwrap();
-    assert!(other.spec.unwrap().node_name.is_none());
+    assert!(other.spec.as_ref().unwrap().node_name.is_none());
     let free: Vec<String> = ["n-0", "n-1", "n-2"].iter().map(|node| node.to_string()).filter(|node| *node != loose_node).collect();
     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "other-0"}, "target": {"kind": "Node", "name": free[0]}});
     harness.pods().create_subresource::<_, serde_json::Value>("binding", "other-0", &PostParams::default(), &binding).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let uid = other.metadata.uid.clone().unwrap();
+    common::eventually("the informer sees the foreign binding", || harness.host.cluster.read().pod(&uid).is_some()).await;
     let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "late", "labels": {"app": "late"}}, "spec": {"schedulerName": "wasp", "containers": [{"name": "a", "resources": {"requests": {"cpu": "1500m"}}}]}})).unwrap();
     harness.pods().create(&PostParams::default(), &pod).await.unwrap();
     assert_eq!(harness.placements("app=late", 1).await["late"], free[1], "the foreign pod left only 1 CPU on {}", free[0]);
@@ -224,7 +235,7 @@ workloads:
 async fn injected_binding_errors_are_retried_and_every_pod_is_bound_once() {
     let scenario = r#"
 kubelet: {readyDelay: 10ms}
-faults: {rules: [{verbs: [create], resources: [pods/binding], errorRate: 0.25, status: 500}]}
+faults: {seed: 42, rules: [{verbs: [create], resources: [pods/binding], errorRate: 0.25, status: 500}]}
 nodeGroups: [{name: n, count: 4, cpu: "16", memory: 64Gi}]
 workloads: [{name: many, kind: Pods, replicas: 20, schedulerName: wasp, cpu: 100m}]
 "#;
@@ -232,16 +243,22 @@ workloads: [{name: many, kind: Pods, replicas: 20, schedulerName: wasp, cpu: 100
     // Four failures in a row (0.25^4) are rare but take 1+2+4+8 s of backoff: allow a minute.
     let placed = harness.placements_within("app=many", 20, Duration::from_secs(60)).await;
     assert_eq!(placed.len(), 20);
-    assert!(harness.scheduler.stats.bind_errors.load(Ordering::Relaxed) > 0, "some bindings failed and were retried");
-    assert_eq!(common::settled(&harness.scheduler.stats.scheduled, 20).await, 20, "each pod bound exactly once");
+    let stats = &harness.scheduler.stats;
+    assert_eq!(common::settled(&stats.scheduled, 20).await, 20);
+    // Counted where the requests arrived: every binding the host sent either met an injected error or bound a
+    // pod, so a pod bound twice would show as a 21st request that was not injected.
+    let (sent, injected) = harness.simulator.state.faults.counts(0);
+    assert!(injected > 0, "seed 42 injects errors into some of the first bindings");
+    assert_eq!(sent - injected, 20, "{sent} binding requests, {injected} failed on purpose: each pod bound exactly once");
+    assert_eq!(stats.bind_requests.load(Ordering::Relaxed), sent, "the host counts what it sent");
 }
 
-fn config_with_misbehaving(failure_mode: &str) -> (tempfile::TempDir, SchedulerConfig) {
+fn config_with_misbehaving(failure_mode: &str) -> (tempfile::TempDir, HostConfig) {
     let directory = tempfile::tempdir().unwrap();
     std::fs::write(directory.path().join("resources-fit.wasm"), policy_wasm("resources-fit").1).unwrap();
     std::fs::write(directory.path().join("misbehaving.wasm"), fixture_wasm("misbehaving").1).unwrap();
-    let config = SchedulerConfig::parse(&format!(
-        "policyDir: {}\nprofiles: [{{schedulerName: wasp, filters: [misbehaving, resources-fit]}}]\npolicies: {{misbehaving: {{settings: {{filter: trap, only-with-label: app}}, failureMode: {failure_mode}}}}}",
+    let config = HostConfig::parse(&format!(
+        "policyDir: {}\nscheduler: {{profiles: [{{schedulerName: wasp, filters: [misbehaving, resources-fit]}}]}}\npolicies: {{misbehaving: {{settings: {{filter: trap, only-with-label: app}}, failureMode: {failure_mode}}}}}",
         directory.path().display()
     ))
     .unwrap();
@@ -266,12 +283,15 @@ async fn a_trapping_policy_fails_open_or_closed_and_the_scheduler_goes_on() {
 fn configuration_errors_name_the_policy() {
     let runtime = Runtime::new(None).unwrap();
     let mut config = default_config();
-    config.profiles[0].filters.push("least-allocated".into());
+    config.scheduler.profiles[0].filters.push("least-allocated".into());
     let error = PolicyRegistry::new(&runtime, config.clone(), None).err().unwrap();
-    assert_eq!(error.to_string(), "profiles[0].filters: policy least-allocated does not implement filter");
-    config.profiles[0].filters.push("missing-policy".into());
+    assert!(
+        format!("{error:#}").ends_with("least-allocated.wasm: it implements [score], but profile wasp (as filter) needs filter"),
+        "{error:#}"
+    );
+    config.scheduler.profiles[0].filters.push("missing-policy".into());
     let error = PolicyRegistry::new(&runtime, config, None).err().unwrap();
-    assert!(format!("{error:#}").ends_with("/plugins/out/missing-policy.wasm does not exist (used by profile wasp)"), "{error:#}");
+    assert!(format!("{error:#}").ends_with("/plugins/out/missing-policy.wasm does not exist (used by profile wasp (as filter))"), "{error:#}");
 }
 
 async fn create_pods(client: &Client, prefix: &str, count: usize) {
@@ -287,11 +307,13 @@ async fn create_pods(client: &Client, prefix: &str, count: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_takes_over_when_the_leader_stops_and_no_pod_is_bound_twice() {
-    use wasp::scheduler::leader::{Candidate, LeaderElection};
+async fn a_warm_standby_is_ready_and_takes_over_within_the_lease_and_no_pod_is_bound_twice() {
+    use wasp::kube::leader::LeaderElection;
+    use wasp::kube::HostIdentity;
     let mut config = default_config();
+    let lease_duration = Duration::from_secs(2);
     config.leader_election = LeaderElection {
-        lease_duration: Duration::from_millis(1500),
+        lease_duration,
         renew_deadline: Duration::from_millis(1000),
         retry_period: Duration::from_millis(200),
         ..LeaderElection::default()
@@ -299,62 +321,80 @@ async fn a_standby_takes_over_when_the_leader_stops_and_no_pod_is_bound_twice() 
     let harness_scenario = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 3, cpu: '16', memory: 64Gi}]\n";
     let scenario = Scenario::parse(harness_scenario).unwrap();
     let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let client = || {
-        let mut kube_config = kube::Config::new(simulator.url().parse().unwrap());
-        kube_config.default_retry = false;
-        Client::try_from(kube_config).unwrap()
-    };
     let runtime = Runtime::new(None).unwrap();
-    let first = Scheduler::new(&config, &runtime, client()).unwrap();
-    let second = Scheduler::new(&config, &runtime, client()).unwrap();
-    let leader = tokio::spawn(first.clone().run_as_leader(Candidate::new(client(), config.leader_election.clone(), "first")));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _standby = tokio::spawn(second.clone().run_as_leader(Candidate::new(client(), config.leader_election.clone(), "second")));
+    let host = |name: &str| {
+        let policies = PolicyRegistry::new(&runtime, config.clone(), None).unwrap();
+        Host::new(api_of(&simulator), Arc::new(policies), HostIdentity::named(name, None))
+    };
+    let (first, second) = (host("first"), host("second"));
+    let leader = tokio::spawn(first.clone().run_as_leader(config.leader_election.clone()));
+    let lease: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(api_of(&simulator).client, "kube-system");
+    let holder = async || lease.get_opt("wasp").await.unwrap().and_then(|lease| lease.spec?.holder_identity);
+    for _ in 0..400 {
+        if holder().await.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(holder().await.as_deref(), Some(first.identity.instance.as_str()), "the first host leads");
+    let _standby = tokio::spawn(second.clone().run_as_leader(config.leader_election.clone()));
+    let address = second.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    second.cluster.wait_until_ready().await;
+    assert_eq!(common::http_get(address, "/readyz").await.0, 200, "the standby is synced and Ready");
 
-    let harness_client = client();
+    let harness_client = api_of(&simulator).client;
     create_pods(&harness_client, "before", 10).await;
     let pods: Api<Pod> = Api::namespaced(harness_client.clone(), "default");
     let bound = async |batch: &str| {
         pods.list(&ListParams::default().labels(&format!("batch={batch}"))).await.unwrap().items.iter().filter(|pod| pod.spec.as_ref().unwrap().node_name.is_some()).count()
     };
-    for _ in 0..200 {
+    for _ in 0..400 {
         if bound("before").await == 10 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert_eq!(bound("before").await, 10);
-    assert_eq!(common::settled(&first.stats.scheduled, 10).await, 10, "the leader scheduled");
-    assert_eq!(second.stats.scheduled.load(Ordering::Relaxed), 0, "the standby waited");
+    assert_eq!(common::settled(&first.scheduler.stats.scheduled, 10).await, 10, "the leader scheduled");
+    assert_eq!(second.scheduler.stats.bind_requests.load(Ordering::Relaxed), 0, "the standby sent no binding");
 
     leader.abort();
+    let stopped = std::time::Instant::now();
     create_pods(&harness_client, "after", 10).await;
-    for _ in 0..400 {
+    let mut took_over = None;
+    for _ in 0..800 {
+        if took_over.is_none() && second.scheduler.stats.bind_requests.load(Ordering::Relaxed) > 0 {
+            took_over = Some(stopped.elapsed());
+        }
         if bound("after").await == 10 {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(bound("after").await, 10, "the standby took over");
-    assert_eq!(common::settled(&second.stats.scheduled, 10).await, 10);
-    let events: Api<Event> = Api::namespaced(harness_client.clone(), "default");
-    let scheduled = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("Scheduled")).count();
-    assert_eq!(scheduled, 20, "one Scheduled event per pod: nothing bound twice");
-    let lease: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(harness_client, "kube-system");
-    let spec = lease.get("wasp-scheduler").await.unwrap().spec.unwrap();
-    assert_eq!(spec.holder_identity.as_deref(), Some("second"));
+    let took_over = took_over.unwrap_or_else(|| stopped.elapsed());
+    // Expiry is judged from when the standby last saw the Lease change, plus a retry period to notice.
+    assert!(took_over < lease_duration + Duration::from_millis(1000), "the standby bound its first pod {took_over:?} after the leader stopped");
+    assert_eq!(common::settled(&second.scheduler.stats.scheduled, 10).await, 10);
+    // Counted from what each host sent: twenty pods, twenty binding requests, none refused.
+    let sent = |host: &Host| host.scheduler.stats.bind_requests.load(Ordering::Relaxed);
+    let refused = |host: &Host| host.scheduler.stats.bind_errors.load(Ordering::Relaxed);
+    assert_eq!((sent(&first), sent(&second)), (10, 10), "no pod was bound twice");
+    assert_eq!((refused(&first), refused(&second)), (0, 0));
+    let spec = lease.get("wasp").await.unwrap().spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(second.identity.instance.as_str()));
     assert_eq!(spec.lease_transitions, Some(1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_health_and_readiness_endpoints() {
     let harness = start(TWO_PODS, default_config()).await;
-    let address = wasp::scheduler::http::serve(harness.scheduler.clone(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let address = harness.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     harness.placements("app=app", 2).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    common::settled(&harness.scheduler.stats.scheduled, 2).await;
     let get = |path: &'static str| common::http_get(address, path);
     assert_eq!(get("/healthz").await, (200, "ok".to_string()));
-    assert_eq!(get("/readyz").await.0, 200);
+    assert_eq!(get("/readyz").await, (200, "[+]informers ok\n[+]policies ok\nreadyz check passed\n".to_string()));
     let (status, metrics) = get("/metrics").await;
     assert_eq!(status, 200);
     assert!(metrics.contains(r#"wasp_schedule_attempts_total{profile="wasp",result="scheduled"} 2"#), "{metrics}");
@@ -365,13 +405,26 @@ async fn metrics_health_and_readiness_endpoints() {
     assert!(metrics.contains("wasp_policy_generation 1"), "{metrics}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_names_the_check_that_fails() {
+    let simulator = Simulator::start(&Scenario::parse(TWO_PODS).unwrap(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let host = Host::with_config(&default_config(), &Runtime::new(None).unwrap(), api_of(&simulator)).unwrap();
+    let address = host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let (status, body) = common::http_get(address, "/readyz").await;
+    assert_eq!(status, 503, "informers not started yet");
+    assert!(body.starts_with("[-]informers failed: waiting for the first list (nodes listed: false, pods listed: false)\n[+]policies ok\n"), "{body}");
+    host.start_informers();
+    host.cluster.wait_until_ready().await;
+    assert_eq!(common::http_get(address, "/readyz").await.0, 200);
+}
+
 #[test]
 fn large_clusters_are_filtered_in_parallel_with_the_same_verdicts() {
-    use wasp::scheduler::cycle::{schedule, Cursor, Decision};
+    use wasp::scheduler::cycle::{best_node, feasible_nodes, schedule, Cursor, Decision};
     let runtime = Runtime::new(None).unwrap();
     let config = default_config();
     let generation = PolicyRegistry::new(&runtime, config, None).unwrap().current();
-    let profile = &generation.profiles["wasp"];
+    let profile = &generation.plans.scheduling["wasp"];
     // 600 nodes: every third has room for the pod, the others are 1-CPU nodes.
     let mut cluster = wasp::cluster::ClusterState::new();
     for index in 0..600 {
@@ -386,9 +439,81 @@ fn large_clusters_are_filtered_in_parallel_with_the_same_verdicts() {
         }
         other => panic!("expected a binding, got {other:?}"),
     }
+    // The rescheduler's question: where else could it go?
+    let (elsewhere, rejections) = feasible_nodes(profile, &cluster, &pod, &["n0", "n3"]);
+    assert_eq!(elsewhere.len(), 198, "every roomy node but the two excluded");
+    assert!(elsewhere.iter().all(|id| !["n0", "n3"].contains(&cluster.node_name(*id).unwrap())));
+    assert_eq!(rejections.reasons.get("Insufficient cpu"), Some(&400));
+    let best = best_node(profile, &cluster, &pod, &elsewhere).unwrap();
+    assert!(elsewhere.contains(&best));
     let huge = common::simple_pod("huge", "64", "");
     assert_eq!(
         schedule(profile, &cluster, &huge, &mut Cursor::default(), 0),
         Decision::Unschedulable { message: "0/600 nodes are available: 600 Insufficient cpu.".into(), waits_for_other_pods: false }
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_while_the_watch_was_down_leaves_no_phantom_usage() {
+    use kube::api::DeleteParams;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use wasp_sim::faults::{FaultRule, FaultSpec};
+    let scenario = "kubelet: {readyDelay: 10ms, terminationDelay: 10ms}\nfaults: {dropWatchesAfter: 200ms}\n\
+        nodeGroups: [{name: n, count: 1, cpu: '4', memory: 8Gi}]\n\
+        workloads: [{name: doomed, kind: Pods, replicas: 1, schedulerName: wasp, cpu: '3'}]\n";
+    // A short history, so the watch cannot resume across the gap and the informer must relist.
+    let options = wasp_sim::SimulatorOptions { history: 8, ..Default::default() };
+    let simulator = Simulator::start_with(&Scenario::parse(scenario).unwrap(), "127.0.0.1:0".parse().unwrap(), options).await.unwrap();
+    let host = Host::with_config(&default_config(), &Runtime::new(None).unwrap(), api_of(&simulator)).unwrap();
+    let _worker = tokio::spawn(host.clone().run_loops());
+    let client = api_of(&simulator).client;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let doomed = loop {
+        let pod = pods.get("doomed-0").await.unwrap();
+        if pod.spec.as_ref().unwrap().node_name.is_some() {
+            break pod.metadata.uid.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    common::eventually("the host to see doomed-0 bound", || host.cluster.read().pod(&doomed).is_some()).await;
+
+    // The pod watch goes down (the stream is cut every 200 ms and cannot be reopened) ...
+    let watch_down = FaultSpec {
+        rules: vec![FaultRule { verbs: vec!["watch".into()], resources: vec!["pods".into()], error_rate: 1.0, status: 500, latency: None }],
+        drop_watches_after: Some(Duration::from_millis(200)),
+        ..Default::default()
+    };
+    simulator.state.faults.replace(watch_down);
+    common::eventually("the pod watch to be refused", || simulator.state.faults.counts(0).1 > 0).await;
+    // ... while the pod is deleted and enough else happens that its deletion falls out of the history.
+    pods.delete("doomed-0", &DeleteParams::default().grace_period(0)).await.unwrap();
+    while pods.get_opt("doomed-0").await.unwrap().is_some() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for index in 0..20 {
+        let config_map: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("noise-{index}")}})).unwrap();
+        config_maps.create(&PostParams::default(), &config_map).await.unwrap();
+    }
+    simulator.state.faults.replace(FaultSpec { drop_watches_after: Some(Duration::from_millis(200)), ..Default::default() });
+
+    // The relist forgets the pod: its 3 CPU are free for the next one.
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "next", "labels": {"app": "next"}}, "spec": {"schedulerName": "wasp", "containers": [{"name": "a", "resources": {"requests": {"cpu": "3"}}}]}})).unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while pods.get("next").await.unwrap().spec.unwrap().node_name.is_none() {
+        assert!(std::time::Instant::now() < deadline, "next was never bound: the deleted pod still holds its CPU in the host's view");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(host.cluster.read().pod(&doomed).is_none());
+}
+
+/// A current-thread runtime (tokio's default in tests and small tools): guest calls must leave the async thread
+/// without `block_in_place`, which panics there.
+#[tokio::test]
+async fn the_host_schedules_on_a_current_thread_runtime_and_keeps_no_per_pod_history() {
+    let harness = start(TWO_PODS, default_config()).await;
+    harness.placements("app=app", 2).await;
+    assert_eq!(common::settled(&harness.scheduler.stats.scheduled, 2).await, 2);
+    assert!(harness.scheduler.stats.report().is_none(), "nothing per pod is kept for the life of the host unless a report is asked for");
 }

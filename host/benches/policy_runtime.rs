@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasp::cluster::ClusterState;
 use wasp::policy::{LoadedPolicy, PolicyOptions};
-use wasp::runtime::bindings::types as host;
+use wasp::contract::types as host;
 use wasp::runtime::Runtime;
 use wasp_sdk::testing::{NodeBuilder, PodBuilder};
 use wasp_sdk::{Filter, Policy};

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use wasp::registry::watch::{PolicyWatcher, WatchOptions};
 use wasp::registry::PolicyRegistry;
 use wasp::runtime::Runtime;
-use wasp::scheduler::config::{SchedulerConfig, DEFAULT_CONFIG};
-use wasp::scheduler::Scheduler;
+use wasp::config::HostConfig;
+use wasp::host::Host;
+use wasp::kube::HostIdentity;
 
 const SWAPS: usize = 20;
 const SWAP_EVERY: Duration = Duration::from_millis(100);
@@ -64,7 +65,7 @@ impl Volume {
             .map(|entry| (entry.file_name().to_string_lossy().into_owned(), std::fs::read(entry.path()).unwrap()))
             .collect();
         writer.write(&files);
-        let mut config = SchedulerConfig::parse(DEFAULT_CONFIG).unwrap();
+        let mut config = HostConfig::built_in();
         config.policy_dir = writer.path().to_path_buf();
         let runtime = Runtime::new(Some(root.path().join("cache"))).unwrap();
         let registry = Arc::new(PolicyRegistry::new(&runtime, config, None).unwrap());
@@ -126,12 +127,13 @@ async fn swap_latency(cold: bool) -> (Vec<Duration>, Vec<Duration>) {
 /// Pods per second for `pods` pods on `nodes` nodes while a new resources-fit version (cold or cached) is
 /// written at the given interval (or never), and the files written and generations swapped meanwhile.
 async fn throughput(nodes: u32, pods: u32, reloads: Option<(bool, Duration)>) -> (f64, u32, u64) {
-    let (_simulator, client) = support::pending_pods_cluster(nodes, pods).await;
+    let (_simulator, api) = support::pending_pods_cluster(nodes, pods).await;
 
     let mut volume = Volume::new();
     let registry = volume.registry.clone();
-    let scheduler = Scheduler::with_registry(registry.clone(), client);
-    let _watcher = scheduler.watch_policies(WatchOptions::default()).unwrap();
+    let host = Host::new(api, registry.clone(), HostIdentity::named("bench", None));
+    let scheduler = host.scheduler.clone();
+    let _watcher = host.watch_policies(WatchOptions::default()).unwrap();
     let generation_before = registry.current().number;
     let done = Arc::new(AtomicBool::new(false));
     let swapper = {
@@ -147,7 +149,7 @@ async fn throughput(nodes: u32, pods: u32, reloads: Option<(bool, Duration)>) ->
         })
     };
     let started = Instant::now();
-    let worker = tokio::spawn(scheduler.clone().run());
+    let worker = tokio::spawn(host.clone().run_loops());
     while scheduler.stats.scheduled.load(Ordering::Relaxed) < pods as u64 && started.elapsed() < Duration::from_secs(600) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasp::registry::PolicyRegistry;
 use wasp::runtime::Runtime;
-use wasp::scheduler::config::{SchedulerConfig, DEFAULT_CONFIG};
-use wasp::scheduler::Scheduler;
+use wasp::config::HostConfig;
+use wasp::host::Host;
+use wasp::kube::{ApiClient, HostIdentity};
 
 /// `wasp sim serve` in its own process, stopped on drop.
 struct SimulatorProcess {
@@ -63,8 +64,8 @@ enum Build {
     Native,
 }
 
-fn config() -> SchedulerConfig {
-    let mut config = SchedulerConfig::parse(DEFAULT_CONFIG).unwrap();
+fn config() -> HostConfig {
+    let mut config = HostConfig::built_in();
     config.policy_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/out");
     config
 }
@@ -72,17 +73,16 @@ fn config() -> SchedulerConfig {
 /// Pods per second, and the process's resident memory at the end.
 async fn run(nodes: u32, pods: u32, build: Build) -> (f64, f64) {
     let simulator = SimulatorProcess::start(nodes, pods);
-    let mut kube_config = kube::Config::new(simulator.url.parse().unwrap());
-    kube_config.default_retry = false;
-    let client = kube::Client::try_from(kube_config).unwrap();
+    let api = ApiClient::from_config(kube::Config::new(simulator.url.parse().unwrap())).unwrap();
     let runtime = Runtime::new(None).unwrap();
     let registry = match build {
         Build::Wasm => PolicyRegistry::new(&runtime, config(), None).unwrap(),
-        Build::Native => PolicyRegistry::with_profiles(&runtime, config(), support::native::native_profiles(&config())),
+        Build::Native => PolicyRegistry::with_plans(&runtime, config(), support::native::native_plans(&config())),
     };
-    let scheduler = Scheduler::with_registry(Arc::new(registry), client);
+    let host = Host::new(api, Arc::new(registry), HostIdentity::named("bench", None));
+    let scheduler = host.scheduler.clone();
     let started = Instant::now();
-    let worker = tokio::spawn(scheduler.clone().run());
+    let worker = tokio::spawn(host.run_loops());
     while scheduler.stats.scheduled.load(Ordering::Relaxed) < pods as u64 && started.elapsed() < Duration::from_secs(900) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

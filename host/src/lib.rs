@@ -1,15 +1,26 @@
 //! wasp: a WebAssembly policy host for Kubernetes.
 //!
+//! - [`contract`]: the ABI's types (generated from `wit/policy.wit`) and their names.
 //! - [`runtime`]: the wasmtime engine, sandbox limits and policy instances.
 //! - [`policy`]: loading and validating policy components, and calling them with their failure mode.
-//! - [`registry`]: which policy versions and profiles serve now; reloads and swaps them when files change.
-//! - [`cluster`]: the host's view of nodes and pods, and the deltas that keep every policy instance current.
+//! - [`config`]: the host's configuration file, validated as a whole.
+//! - [`registry`]: which policy versions and plans serve every loop now; reloads and swaps them when files change.
+//! - [`cluster`]: the shared view of nodes and pods, its informers and events, and the deltas that keep every
+//!   policy instance current.
+//! - [`kube`]: the API client, identity, event recorders and leader election every loop shares.
+//! - [`serve`]: `/metrics`, `/healthz`, `/readyz`, `/policies`.
 //! - [`scheduler`]: named scheduler profiles driven by filter and score policies.
+//! - [`host`]: the loops on their shared ground, as `wasp run` starts them.
 //! - [`cli`]: the `wasp` command line.
 
 pub mod cli;
 pub mod cluster;
+pub mod config;
+pub mod contract;
+pub mod host;
+pub mod kube;
 pub mod policy;
 pub mod registry;
 pub mod runtime;
 pub mod scheduler;
+pub mod serve;

@@ -21,12 +21,16 @@ pub struct ResourceVector {
 }
 
 impl ResourceVector {
+    /// Adds `other`, saturating: requests come from pod specs (four pods of `memory: 4Ei` sum past `u64`), and a
+    /// total that wrapped would make a full node look empty. A saturated total stays huge after removals: the node
+    /// looks full, the safe side.
     pub fn add(&mut self, other: &ResourceVector) {
-        self.cpu_millis += other.cpu_millis;
-        self.memory_bytes += other.memory_bytes;
-        self.ephemeral_storage_bytes += other.ephemeral_storage_bytes;
+        self.cpu_millis = self.cpu_millis.saturating_add(other.cpu_millis);
+        self.memory_bytes = self.memory_bytes.saturating_add(other.memory_bytes);
+        self.ephemeral_storage_bytes = self.ephemeral_storage_bytes.saturating_add(other.ephemeral_storage_bytes);
         for (name, value) in &other.scalar {
-            *self.scalar.entry(name.clone()).or_default() += value;
+            let entry = self.scalar.entry(name.clone()).or_default();
+            *entry = entry.saturating_add(*value);
         }
     }
 
@@ -252,6 +256,17 @@ mod tests {
         let total = effective_requests([cpu(0), cpu(300)], [], &cpu(0), true);
         assert_eq!(total.cpu_millis, 400);
         assert_eq!(total.memory_bytes, 2 * DEFAULT_MEMORY_REQUEST);
+    }
+
+    #[test]
+    fn huge_requests_saturate_instead_of_wrapping() {
+        let four_exbibytes = ResourceVector { memory_bytes: 4 << 60, scalar: [("gpu".to_string(), u64::MAX / 2)].into(), ..Default::default() };
+        let mut node = ResourceVector::default();
+        for _ in 0..4 {
+            node.add(&four_exbibytes);
+        }
+        assert_eq!(node.memory_bytes, u64::MAX, "four pods of 4Ei fill the node instead of wrapping to a small total");
+        assert_eq!(node.get("gpu"), u64::MAX);
     }
 
     #[test]

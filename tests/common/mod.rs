@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use wasp::cluster::{convert, ClusterState};
 use wasp::policy::{LoadedPolicy, PolicyOptions};
-use wasp::runtime::bindings::types::Pod;
+use wasp::contract::types::Pod;
 use wasp::runtime::Runtime;
 
 pub fn repo_root() -> PathBuf {
@@ -42,7 +42,7 @@ pub fn load(runtime: &Arc<Runtime>, name: &str, settings: &str) -> LoadedPolicy 
     LoadedPolicy::load(runtime, &source, &wasm, options).unwrap_or_else(|error| panic!("{error}"))
 }
 
-pub fn node(yaml: &str) -> wasp::runtime::bindings::types::Node {
+pub fn node(yaml: &str) -> wasp::contract::types::Node {
     let source: core::Node = serde_yaml::from_str(yaml).unwrap();
     convert::node(&source).unwrap()
 }
@@ -53,7 +53,7 @@ pub fn pod(yaml: &str) -> Pod {
 }
 
 /// A Ready node with the given CPU, memory and labels (`k=v,k2=v2`).
-pub fn simple_node(name: &str, cpu: &str, memory: &str, labels: &str) -> wasp::runtime::bindings::types::Node {
+pub fn simple_node(name: &str, cpu: &str, memory: &str, labels: &str) -> wasp::contract::types::Node {
     let labels: Vec<String> =
         labels.split(',').filter(|pair| !pair.is_empty()).map(|pair| pair.replacen('=', ": ", 1)).collect();
     node(&format!(
@@ -72,7 +72,7 @@ pub fn simple_pod(name: &str, cpu: &str, labels: &str) -> Pod {
     ))
 }
 
-pub fn cluster_of(nodes: Vec<wasp::runtime::bindings::types::Node>) -> ClusterState {
+pub fn cluster_of(nodes: Vec<wasp::contract::types::Node>) -> ClusterState {
     let mut cluster = ClusterState::new();
     for node in nodes {
         cluster.upsert_node(node);
@@ -81,7 +81,7 @@ pub fn cluster_of(nodes: Vec<wasp::runtime::bindings::types::Node>) -> ClusterSt
 }
 
 /// Rejection reasons per candidate ("" for a pass), resolving the compact filter result.
-pub fn reasons(result: &wasp::runtime::bindings::types::FilterResult) -> Vec<String> {
+pub fn reasons(result: &wasp::contract::types::FilterResult) -> Vec<String> {
     result
         .verdicts
         .iter()
@@ -101,13 +101,21 @@ pub async fn http_get(address: std::net::SocketAddr, path: &str) -> (u16, String
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
-/// A counter's value once it has reached `expected` (or after 10 s), and 100 ms more to catch any excess: the
-/// API shows a binding a moment before the scheduler counts it.
+/// Polls `condition` for up to 10 s; fails the test naming `what` if it never holds.
+pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !condition() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// A counter's value once it has reached `expected` (or after 10 s): the API shows a binding a moment before
+/// the scheduler counts it. Callers that must see no excess compare the counter with what the server received.
 pub async fn settled(counter: &std::sync::atomic::AtomicU64, expected: u64) -> u64 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while counter.load(std::sync::atomic::Ordering::Relaxed) < expected && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     counter.load(std::sync::atomic::Ordering::Relaxed)
 }

@@ -4,7 +4,7 @@
 #[allow(dead_code)] // only the scheduling benchmark runs native policies
 pub mod native;
 
-use kube::Client;
+use wasp::kube::ApiClient;
 use wasp_sim::{Scenario, Simulator};
 
 /// `nodes` nodes over three zones and `pods` pending pods for the `wasp` profile.
@@ -16,13 +16,11 @@ pub fn pending_pods_scenario(nodes: u32, pods: u32) -> String {
 
 /// [`pending_pods_scenario`] served over HTTP in this process.
 #[allow(dead_code)] // not every benchmark runs the simulator in process
-pub async fn pending_pods_cluster(nodes: u32, pods: u32) -> (Simulator, Client) {
+pub async fn pending_pods_cluster(nodes: u32, pods: u32) -> (Simulator, ApiClient) {
     let scenario = Scenario::parse(&pending_pods_scenario(nodes, pods)).unwrap();
     let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let mut kube_config = kube::Config::new(simulator.url().parse().unwrap());
-    kube_config.default_retry = false;
-    let client = Client::try_from(kube_config).unwrap();
-    (simulator, client)
+    let api = ApiClient::from_config(kube::Config::new(simulator.url().parse().unwrap())).unwrap();
+    (simulator, api)
 }
 
 /// The process's resident memory.

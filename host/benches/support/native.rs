@@ -7,11 +7,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use wasp::cluster::{ClusterState, DeltaSink};
-use wasp::runtime::bindings::types::{ClusterDelta, FilterResult, NodeId, Pod, ViewScope};
+use wasp::cluster::{ClusterState, DeltaSink, SyncPoint};
+use wasp::contract::types::{ClusterDelta, FilterResult, NodeId, Pod, ViewScope};
 use wasp::runtime::CallError;
-use wasp::scheduler::config::SchedulerConfig;
-use wasp::scheduler::cycle::{ProfilePolicies, SchedulingPolicy};
+use wasp::config::HostConfig;
+use wasp::policy::SchedulingPolicy;
+use wasp::registry::{Plans, ProfilePolicies};
 use wasp_sdk::guest::GuestState;
 use wasp_sdk::Policy;
 
@@ -21,16 +22,18 @@ fn to_sdk<T: Serialize, U: DeserializeOwned>(value: &T) -> U {
 
 struct NativeInstance<P: Policy> {
     state: GuestState<P>,
-    synced_to: Option<u64>,
+    synced_to: Option<SyncPoint>,
 }
 
 impl<P: Policy> DeltaSink for NativeInstance<P> {
-    fn synced_to(&self) -> Option<u64> {
+    type Error = CallError;
+
+    fn synced_to(&self) -> Option<SyncPoint> {
         self.synced_to
     }
 
-    fn set_synced_to(&mut self, position: u64) {
-        self.synced_to = Some(position);
+    fn set_synced_to(&mut self, point: SyncPoint) {
+        self.synced_to = Some(point);
     }
 
     fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError> {
@@ -99,23 +102,20 @@ fn native(name: &str, settings: String) -> Arc<dyn SchedulingPolicy> {
     }
 }
 
-/// The configuration's profiles with every policy compiled natively.
-pub fn native_profiles(config: &SchedulerConfig) -> HashMap<String, Arc<ProfilePolicies>> {
+/// The configuration's scheduling plan with every policy compiled natively.
+pub fn native_plans(config: &HostConfig) -> Plans {
     let mut policies: HashMap<String, Arc<dyn SchedulingPolicy>> = HashMap::new();
     for name in config.policy_names() {
         let settings = config.policies.get(&name).map(|policy| policy.settings_json()).unwrap_or_default();
         policies.insert(name.clone(), native(&name, settings));
     }
-    config
+    let scheduling = config
+        .scheduler
         .profiles
         .iter()
         .map(|profile| {
             let resolved = ProfilePolicies {
                 scheduler_name: profile.scheduler_name.clone(),
-                filters: profile.filters.iter().map(|name| policies[name].clone()).collect(),
-                scores: profile.scores.iter().map(|score| (policies[&score.policy].clone(), score.weight)).collect(),
-            };
-            (profile.scheduler_name.clone(), Arc::new(resolved))
-        })
-        .collect()
+                filters: profile.filters.iter().map(|name| policies[name].clone()).collect();
+    Plans { scheduling, ..Plans::default() }
 }

@@ -1,12 +1,13 @@
 //! The `wasp` command line: one subcommand module per area.
 
 mod configmap;
+mod manifests;
 mod policy;
 mod run;
+#[cfg(feature = "sim")]
 mod sim;
+#[cfg(feature = "sim")]
 mod simulate;
-
-pub use policy::kind_name;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,13 +25,15 @@ enum Command {
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
     /// Run a simulated Kubernetes API server from a scenario.
+    #[cfg(feature = "sim")]
     #[command(subcommand)]
     Sim(sim::SimCommand),
     /// Print a ConfigMap holding a directory's policy components (binaryData), for kubectl.
     Configmap(configmap::ConfigMapArgs),
-    /// Run the scheduler against a cluster (kubeconfig or in-cluster service account).
+    /// Run the host (scheduler) against a cluster (kubeconfig or in-cluster service account).
     Run(run::RunArgs),
     /// Schedule a scenario's workloads on a simulated cluster with the policies, and report what happened.
+    #[cfg(feature = "sim")]
     Simulate(simulate::SimulateArgs),
 }
 
@@ -38,7 +41,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_level = match cli.command {
         Command::Policy(_) => "warn",
+        #[cfg(feature = "sim")]
         Command::Sim(_) => "info",
+        #[cfg(feature = "sim")]
         Command::Simulate(_) => "warn",
         Command::Run(_) => "info",
         Command::Configmap(_) => "warn",
@@ -46,7 +51,9 @@ pub fn main() -> ExitCode {
     init_logging(default_level);
     let result = match cli.command {
         Command::Policy(command) => policy::run(command),
+        #[cfg(feature = "sim")]
         Command::Sim(command) => sim::run(command),
+        #[cfg(feature = "sim")]
         Command::Simulate(args) => simulate::run(args),
         Command::Run(args) => run::run(args),
         Command::Configmap(args) => configmap::run(args),

@@ -1,8 +1,9 @@
 //! `wasp policy inspect` and `wasp policy eval`: look inside a component and run it on Kubernetes YAML.
 
-use crate::cluster::{convert, manifests, ClusterState};
+use super::manifests;
+use crate::cluster::{convert, ClusterState};
 use crate::policy::{LoadedPolicy, PolicyOptions};
-use crate::runtime::bindings::types::{PolicyKind, ViewScope};
+use crate::contract::types::PolicyKind;
 use crate::runtime::Runtime;
 use anyhow::Context;
 use clap::Subcommand;
@@ -52,33 +53,17 @@ fn load(file: &Path, settings: String) -> anyhow::Result<LoadedPolicy> {
     Ok(LoadedPolicy::load(&runtime, &file.display().to_string(), &wasm, options)?)
 }
 
-pub fn kind_name(kind: PolicyKind) -> &'static str {
-    match kind {
-        PolicyKind::Filter => "filter",
-        PolicyKind::Score => "score",
-        PolicyKind::Evict => "evict",
-        PolicyKind::Scale => "scale",
-    }
-}
-
-fn view_name(view: ViewScope) -> &'static str {
-    match view {
-        ViewScope::Nodes => "nodes",
-        ViewScope::NodesAndPods => "nodes-and-pods",
-    }
-}
-
 fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
     let policy = load(file, String::new())?;
     let descriptor = &policy.descriptor;
-    let kinds: Vec<&str> = descriptor.kinds.iter().map(|kind| kind_name(*kind)).collect();
+    let kinds: Vec<&str> = descriptor.kinds.iter().map(|kind| kind.as_str()).collect();
     let defaults: serde_json::Value = serde_json::from_str(&descriptor.default_settings)?;
     if json {
         let report = serde_json::json!({
             "name": descriptor.name,
             "version": descriptor.version,
             "kinds": kinds,
-            "view": view_name(descriptor.view),
+            "view": descriptor.view.as_str(),
             "contract": format!("wasp:policy@{}", policy.contract_version),
             "size": policy.size,
             "sha256": policy.digest,
@@ -91,7 +76,7 @@ fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
     println!("name       {}", descriptor.name);
     println!("version    {}", descriptor.version);
     println!("kinds      {}", kinds.join(", "));
-    println!("view       {}", view_name(descriptor.view));
+    println!("view       {}", descriptor.view.as_str());
     println!("contract   wasp:policy@{}", policy.contract_version);
     println!("size       {} bytes", policy.size);
     println!("sha256     {}", policy.digest);

@@ -1,10 +1,11 @@
 //! `wasp simulate`: a scenario on the simulated API server, scheduled by the host over HTTP exactly as against
 //! a real cluster, then a report: pods per node, what could not be placed and why, timings.
 
+use crate::config::HostConfig;
+use crate::host::Host;
+use crate::kube::ApiClient;
 use crate::runtime::Runtime;
-use crate::scheduler::config::{SchedulerConfig, DEFAULT_CONFIG};
 use crate::scheduler::Scheduler;
-use anyhow::Context;
 use clap::Args;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::ListParams;
@@ -20,7 +21,7 @@ pub struct SimulateArgs {
     /// The scenario (see sim/scenarios/).
     #[arg(long, default_value = "sim/scenarios/small.yaml")]
     scenario: PathBuf,
-    /// Scheduler configuration; the built-in default uses the policies in plugins/out.
+    /// Host configuration; the built-in default uses the policies in plugins/out.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Give up waiting after this long.
@@ -31,29 +32,30 @@ pub struct SimulateArgs {
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let scenario = Scenario::load(&args.scenario)?;
     let config = match &args.config {
-        Some(path) => SchedulerConfig::load(path)?,
-        None => SchedulerConfig::parse(DEFAULT_CONFIG).context("built-in scheduler config")?,
+        Some(path) => HostConfig::load(path)?,
+        None => HostConfig::built_in(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(simulate(&scenario, &config, args.timeout))
 }
 
-/// A kube client for a simulator. kube's own retries are off: the scheduler backs off by itself.
-pub fn sim_client(simulator: &Simulator) -> anyhow::Result<Client> {
-    let mut config = kube::Config::new(simulator.url().parse()?);
-    config.default_retry = false;
-    Ok(Client::try_from(config)?)
+/// An API client for a simulator. kube's own retries are off: the loops back off by themselves.
+pub fn sim_client(simulator: &Simulator) -> anyhow::Result<ApiClient> {
+    ApiClient::from_config(kube::Config::new(simulator.url().parse()?))
 }
 
-async fn simulate(scenario: &Scenario, config: &SchedulerConfig, timeout: Duration) -> anyhow::Result<()> {
+async fn simulate(scenario: &Scenario, config: &HostConfig, timeout: Duration) -> anyhow::Result<()> {
     let simulator = Simulator::start(scenario, "127.0.0.1:0".parse()?).await?;
-    let client = sim_client(&simulator)?;
+    let api = sim_client(&simulator)?;
+    let client = api.client.clone();
     let runtime = Runtime::new(None)?;
-    let scheduler = Scheduler::new(config, &runtime, client.clone())?;
+    let host = Host::with_config(config, &runtime, api)?;
+    let scheduler = host.scheduler.clone();
+    scheduler.keep_report();
     let profiles = scheduler.profile_names();
     println!("scenario {:?}: {} nodes; profiles {}; API server {}", scenario.name, scenario.node_names().len(), profiles.join(", "), simulator.url());
     let started = Instant::now();
-    let worker = tokio::spawn(scheduler.clone().run());
+    let worker = tokio::spawn(host.clone().run_loops());
     let pods: Api<Pod> = Api::all(client.clone());
     // Done when every pod for our profiles is bound or waiting as unschedulable, and that holds for a moment.
     let mut settled_since: Option<Instant> = None;
@@ -97,7 +99,8 @@ async fn report(client: &Client, scheduler: &Scheduler, profiles: &[String], ela
         names.sort();
         println!("{node:<12} {:>4}  {}", names.len(), names.join(" "));
     }
-    let failures = scheduler.stats.last_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+    let details = scheduler.stats.report().unwrap_or_default();
+    let failures = details.last_failure;
     if !failures.is_empty() {
         println!();
         println!("unschedulable:");
@@ -105,7 +108,7 @@ async fn report(client: &Client, scheduler: &Scheduler, profiles: &[String], ela
             println!("  {pod}: {message}");
         }
     }
-    let mut latencies = scheduler.stats.latencies.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+    let mut latencies = details.latencies;
     latencies.sort();
     let percentile = |p: f64| latencies.get(((latencies.len() as f64 - 1.0) * p).round() as usize).map_or(0.0, |d| d.as_secs_f64() * 1e3);
     let scheduled = scheduler.stats.scheduled.load(Ordering::Relaxed);

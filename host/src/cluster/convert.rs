@@ -1,7 +1,7 @@
 //! Kubernetes objects (k8s-openapi) into the contract's pod and node records. Every error names the object and
 //! the field, so a malformed manifest is easy to fix.
 
-use crate::runtime::bindings::types::{
+use crate::contract::types::{
     Condition, Container, InclusionPolicy, LabelSelector, Node, NodeAffinity, NodeSelectorTerm, Owner, Pod, PodPhase,
     PreferredTerm, Resources, SelectorOperator, SelectorRequirement, Taint, TaintEffect, Toleration,
     TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction,

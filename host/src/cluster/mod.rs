@@ -1,9 +1,12 @@
-//! The host's view of the cluster: Kubernetes objects converted to contract records ([`convert`]), nodes and bound
-//! pods with usage totals, and the delta log that keeps every policy instance's own view current
-//! ([`ClusterState`]).
+//! The host's view of the cluster, shared by every loop: Kubernetes objects converted to contract records
+//! ([`convert`]); nodes and bound pods with usage totals and the delta log that keeps every policy instance's
+//! own view current ([`ClusterState`], with what-if forks); the informers that keep it current ([`informer`]);
+//! and the shared handle loops read and subscribe to ([`SharedCluster`]).
 
 pub mod convert;
-pub mod manifests;
+pub mod informer;
+mod shared;
 mod state;
 
-pub use state::{ClusterState, DeltaSink};
+pub use shared::{ClusterEvent, SharedCluster, Synced};
+pub use state::{ClusterState, DeltaSink, PodChange, SyncPoint};

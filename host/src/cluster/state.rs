@@ -1,12 +1,40 @@
 //! [`ClusterState`]: nodes and the pods bound to them, with per-node usage totals, and an append-only log of
-//! [`ClusterDelta`]s. Each policy instance remembers the log position it has applied; [`ClusterState::sync`]
-//! sends it what it missed (only node deltas to instances whose view is nodes-only), or a full snapshot if it
-//! fell behind the retained part of the log.
+//! [`ClusterDelta`]s. Each policy instance remembers the log it follows (the state's epoch) and the position it
+//! has applied; [`ClusterState::sync`] sends it what it missed (only node deltas to instances whose view is
+//! nodes-only), or a full snapshot if it fell behind the retained part of the log or followed another log.
+//!
+//! [`ClusterState::fork`] makes a what-if copy with its own epoch: the rescheduler and preemption change it
+//! ("without these pods, would that one fit?") while the live state goes on, and a pooled instance used on both
+//! is never fed deltas from the wrong log.
 
-use crate::runtime::bindings::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, Resources, ViewScope};
-use crate::runtime::{CallError, PolicyInstance};
+use crate::contract::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, Resources, ViewScope};
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use wasp_sdk::resources::ResourceVector;
+
+/// Epochs are unique in the process: two states never share one, so a position is only ever read in its own log.
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+fn next_epoch() -> u64 {
+    NEXT_EPOCH.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Where a delta sink stands: the log it follows (a state's epoch) and the position it has applied up to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncPoint {
+    pub epoch: u64,
+    pub position: u64,
+}
+
+/// What [`ClusterState::upsert_pod`] changed, so loops can tell a binding from a status update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodChange {
+    Unchanged,
+    /// The pod is newly on this node (first seen bound, or moved).
+    Bound,
+    /// The pod stays where it is; something policies see changed (readiness, restarts, labels, ...).
+    Updated { labels_changed: bool, requests_changed: bool },
+}
 
 /// Deltas per `apply` call: bounds the time of one call so it stays well inside the policy's deadline.
 const SYNC_CHUNK: usize = 1024;
@@ -66,6 +94,7 @@ fn pod_requests(pod: &Pod) -> (ResourceVector, ResourceVector) {
 }
 
 /// A node name the state knows, from the node itself or from pods bound to it (informers deliver in any order).
+#[derive(Clone)]
 struct NodeSlot {
     id: NodeId,
     node: Option<Node>,
@@ -73,6 +102,7 @@ struct NodeSlot {
     pods: BTreeSet<String>,
 }
 
+#[derive(Clone)]
 struct BoundPod {
     id: PodId,
     node: String,
@@ -81,7 +111,6 @@ struct BoundPod {
     non_zero_requests: ResourceVector,
 }
 
-#[derive(Default)]
 pub struct ClusterState {
     slots: HashMap<String, NodeSlot>,
     /// Node names by id (ids are never reused).
@@ -89,15 +118,55 @@ pub struct ClusterState {
     /// Ids of the nodes present, kept ordered: every scheduling cycle asks for them.
     present: BTreeSet<NodeId>,
     pods: HashMap<String, BoundPod>,
+    /// Pod uids by id, for answers that name pods by id (evictions).
+    uids: HashMap<PodId, String>,
     next_pod_id: PodId,
+    /// Identifies this state's log among every state of the process.
+    epoch: u64,
     log: VecDeque<ClusterDelta>,
     /// Sequence number of `log[0]`.
     log_start: u64,
 }
 
+impl Default for ClusterState {
+    fn default() -> Self {
+        ClusterState {
+            slots: HashMap::new(),
+            names: Vec::new(),
+            present: BTreeSet::new(),
+            pods: HashMap::new(),
+            uids: HashMap::new(),
+            next_pod_id: 0,
+            epoch: next_epoch(),
+            log: VecDeque::new(),
+            log_start: 0,
+        }
+    }
+}
+
 impl ClusterState {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A what-if copy: the same nodes, pods and ids, its own epoch and an empty log. Changing it leaves this
+    /// state alone; an instance synced to this state gets a full snapshot when it is first used on the fork.
+    pub fn fork(&self) -> ClusterState {
+        ClusterState {
+            slots: self.slots.clone(),
+            names: self.names.clone(),
+            present: self.present.clone(),
+            pods: self.pods.clone(),
+            uids: self.uids.clone(),
+            next_pod_id: self.next_pod_id,
+            epoch: next_epoch(),
+            log: VecDeque::new(),
+            log_start: 0,
+        }
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// Sequence number the next delta will get: an instance synced to it is current.
@@ -120,7 +189,23 @@ impl ClusterState {
 
     /// The bound pod with this id and its node's name.
     pub fn pod_by_id(&self, id: PodId) -> Option<(&Pod, &str)> {
-        self.pods.values().find(|bound| bound.id == id).map(|bound| (&bound.pod, bound.node.as_str()))
+        let bound = self.pods.get(self.uids.get(&id)?)?;
+        Some((&bound.pod, bound.node.as_str()))
+    }
+
+    /// The bound pod with this uid and its node's name.
+    pub fn pod(&self, uid: &str) -> Option<(&Pod, &str)> {
+        self.pods.get(uid).map(|bound| (&bound.pod, bound.node.as_str()))
+    }
+
+    /// Uids of every bound pod.
+    pub fn pod_uids(&self) -> impl Iterator<Item = &str> {
+        self.pods.keys().map(String::as_str)
+    }
+
+    /// Names of the nodes present.
+    pub fn node_names(&self) -> impl Iterator<Item = &str> {
+        self.present.iter().filter_map(|id| self.node_name(*id))
     }
 
     fn slot(&mut self, name: &str) -> &mut NodeSlot {
@@ -174,17 +259,21 @@ impl ClusterState {
         }
     }
 
-    /// Adds or updates a pod bound to `node_name` (moving it if it was bound elsewhere); returns false, recording
-    /// nothing, when it is already there as it is.
-    pub fn upsert_pod(&mut self, pod: Pod, node_name: &str) -> bool {
+    /// Adds or updates a pod bound to `node_name` (moving it if it was bound elsewhere); records nothing when it
+    /// is already there as it is.
+    pub fn upsert_pod(&mut self, pod: Pod, node_name: &str) -> PodChange {
         if self.pods.get(&pod.uid).is_some_and(|bound| bound.node == node_name && bound.pod == pod) {
-            return false;
+            return PodChange::Unchanged;
         }
         let uid = pod.uid.clone();
         if self.pods.get(&uid).is_some_and(|bound| bound.node != node_name) {
             self.remove_pod(&uid);
         }
         let (requests, non_zero_requests) = pod_requests(&pod);
+        let change = match self.pods.get(&uid) {
+            None => PodChange::Bound,
+            Some(bound) => PodChange::Updated { labels_changed: bound.pod.labels != pod.labels, requests_changed: bound.requests != requests },
+        };
         let previous = self.pods.get(&uid).map(|bound| (bound.id, bound.requests.clone(), bound.non_zero_requests.clone()));
         let id = match previous {
             Some((id, old, old_non_zero)) => {
@@ -210,12 +299,15 @@ impl ClusterState {
             self.record(ClusterDelta::PodUpsert((id, node_id, pod.clone())));
         }
         let bound = BoundPod { id, node: node_name.to_string(), pod, requests, non_zero_requests };
+        self.uids.insert(id, uid.clone());
         self.pods.insert(uid, bound);
-        true
+        change
     }
 
-    pub fn remove_pod(&mut self, uid: &str) {
-        let Some(bound) = self.pods.remove(uid) else { return };
+    /// Removes a bound pod; returns whether it was there.
+    pub fn remove_pod(&mut self, uid: &str) -> bool {
+        let Some(bound) = self.pods.remove(uid) else { return false };
+        self.uids.remove(&bound.id);
         let slot = self.slot(&bound.node);
         slot.usage.requested.subtract(&bound.requests);
         slot.usage.non_zero_requested.subtract(&bound.non_zero_requests);
@@ -226,21 +318,23 @@ impl ClusterState {
             self.record(ClusterDelta::NodeUsageUpdate((node_id, usage)));
             self.record(ClusterDelta::PodRemove(bound.id));
         }
+        true
     }
 
-    /// Brings an instance up to [`head`](Self::head): the deltas it missed, or a full snapshot.
-    pub fn sync(&self, instance: &mut impl DeltaSink, scope: ViewScope) -> Result<(), CallError> {
+    /// Brings an instance up to [`head`](Self::head): the deltas it missed, or a full snapshot when it follows
+    /// another state's log or fell behind this one's retained part.
+    pub fn sync<S: DeltaSink>(&self, instance: &mut S, scope: ViewScope) -> Result<(), S::Error> {
         let head = self.head();
         match instance.synced_to() {
-            Some(position) if position == head => {}
-            Some(position) if position >= self.log_start => {
+            Some(SyncPoint { epoch, position }) if epoch == self.epoch && position == head => {}
+            Some(SyncPoint { epoch, position }) if epoch == self.epoch && position >= self.log_start && position <= head => {
                 let missed = self.log.range((position - self.log_start) as usize..);
                 let relevant = missed.filter(|delta| scope == ViewScope::NodesAndPods || !is_pod_delta(delta));
                 send_in_chunks(instance, relevant.cloned())?;
             }
             _ => send_in_chunks(instance, self.snapshot(scope))?,
         }
-        instance.set_synced_to(head);
+        instance.set_synced_to(SyncPoint { epoch: self.epoch, position: head });
         Ok(())
     }
 
@@ -260,29 +354,17 @@ fn is_pod_delta(delta: &ClusterDelta) -> bool {
     matches!(delta, ClusterDelta::PodUpsert(_) | ClusterDelta::PodRemove(_))
 }
 
-/// Keeps its own copy of the cluster, fed from the delta log: a policy instance, or a policy compiled natively.
+/// Keeps its own copy of the cluster, fed from a state's delta log: a policy instance, or a policy compiled
+/// natively.
 pub trait DeltaSink {
-    /// The position in the log it has applied up to; None before its first sync.
-    fn synced_to(&self) -> Option<u64>;
-    fn set_synced_to(&mut self, position: u64);
-    fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError>;
+    type Error;
+    /// The log and position it has applied up to; None before its first sync.
+    fn synced_to(&self) -> Option<SyncPoint>;
+    fn set_synced_to(&mut self, point: SyncPoint);
+    fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), Self::Error>;
 }
 
-impl DeltaSink for PolicyInstance {
-    fn synced_to(&self) -> Option<u64> {
-        self.synced_to
-    }
-
-    fn set_synced_to(&mut self, position: u64) {
-        self.synced_to = Some(position);
-    }
-
-    fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError> {
-        PolicyInstance::apply(self, deltas)
-    }
-}
-
-fn send_in_chunks(instance: &mut impl DeltaSink, deltas: impl Iterator<Item = ClusterDelta>) -> Result<(), CallError> {
+fn send_in_chunks<S: DeltaSink>(instance: &mut S, deltas: impl Iterator<Item = ClusterDelta>) -> Result<(), S::Error> {
     let mut chunk = Vec::with_capacity(SYNC_CHUNK);
     for delta in deltas {
         chunk.push(delta);
@@ -316,13 +398,77 @@ mod tests {
     fn identical_updates_record_nothing() {
         let mut cluster = ClusterState::new();
         assert!(cluster.upsert_node(node("4")));
-        assert!(cluster.upsert_pod(pod("a"), "n"));
+        assert_eq!(cluster.upsert_pod(pod("a"), "n"), PodChange::Bound);
         let head = cluster.head();
         assert!(!cluster.upsert_node(node("4")), "a heartbeat changes nothing policies see");
-        assert!(!cluster.upsert_pod(pod("a"), "n"));
+        assert_eq!(cluster.upsert_pod(pod("a"), "n"), PodChange::Unchanged);
         assert_eq!(cluster.head(), head);
         assert!(cluster.upsert_node(node("8")));
-        assert!(cluster.upsert_pod(pod("b"), "n"));
+        assert_eq!(cluster.upsert_pod(pod("b"), "n"), PodChange::Updated { labels_changed: true, requests_changed: false });
         assert!(cluster.head() > head);
+    }
+
+    /// Records every delta it is sent, like a guest's own view.
+    #[derive(Default)]
+    struct Recorder {
+        point: Option<SyncPoint>,
+        nodes: std::collections::BTreeMap<NodeId, u64>,
+        resets: usize,
+    }
+
+    impl DeltaSink for Recorder {
+        type Error = std::convert::Infallible;
+        fn synced_to(&self) -> Option<SyncPoint> {
+            self.point
+        }
+        fn set_synced_to(&mut self, point: SyncPoint) {
+            self.point = Some(point);
+        }
+        fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), Self::Error> {
+            for delta in deltas {
+                match delta {
+                    ClusterDelta::Reset => {
+                        self.resets += 1;
+                        self.nodes.clear();
+                    }
+                    ClusterDelta::NodeUpsert((id, _, usage)) | ClusterDelta::NodeUsageUpdate((id, usage)) => {
+                        self.nodes.insert(*id, usage.requested.cpu_millis);
+                    }
+                    ClusterDelta::NodeRemove(id) => {
+                        self.nodes.remove(id);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_sink_used_on_a_fork_and_the_live_state_alternately_always_sees_the_state_it_is_used_on() {
+        let mut live = ClusterState::new();
+        live.upsert_node(node("4"));
+        let busy = |name: &str, cpu: &str| {
+            let source = serde_json::json!({"metadata": {"name": name, "namespace": "d", "uid": name}, "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}});
+            convert::pod(&serde_json::from_value(source).unwrap()).unwrap()
+        };
+        live.upsert_pod(busy("a", "1"), "n");
+        live.upsert_pod(busy("b", "2"), "n");
+        let mut sink = Recorder::default();
+        live.sync(&mut sink, ViewScope::Nodes).unwrap();
+        assert_eq!(sink.nodes.values().copied().collect::<Vec<_>>(), [3000]);
+
+        let mut what_if = live.fork();
+        assert!(what_if.remove_pod("b"));
+        assert_ne!(what_if.epoch(), live.epoch());
+        for round in 0..3 {
+            what_if.sync(&mut sink, ViewScope::Nodes).unwrap();
+            assert_eq!(sink.nodes.values().copied().collect::<Vec<_>>(), [1000], "round {round}: the fork without b");
+            live.upsert_pod(busy(&format!("more-{round}"), "1"), "n");
+            live.sync(&mut sink, ViewScope::Nodes).unwrap();
+            assert_eq!(sink.nodes.values().copied().collect::<Vec<_>>(), [4000 + round * 1000], "round {round}: the live state");
+        }
+        assert_eq!(live.pod_by_id(1).map(|(pod, node)| (pod.name.as_str(), node)), Some(("b", "n")), "the fork left the live state alone");
+        assert!(what_if.pod_by_id(1).is_none());
     }
 }

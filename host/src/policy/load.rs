@@ -1,7 +1,7 @@
 //! Turning bytes into a validated, configured policy: each step says precisely what is wrong and with which file.
 
-use crate::runtime::bindings::types::Descriptor;
-use crate::runtime::bindings::{CONTRACT_VERSION, EXPORTED_INTERFACES};
+use crate::contract::types::Descriptor;
+use crate::contract::{CONTRACT_VERSION, EXPORTED_INTERFACES};
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::Component;
 use wasmtime::Engine;

@@ -5,17 +5,20 @@
 mod load;
 pub mod metrics;
 
-pub use load::{check_binary_kind, LoadError};
+mod scheduling;
 
-use crate::cluster::ClusterState;
-use crate::runtime::bindings::types::{
-    Descriptor, Eviction, FilterResult, Pod, PolicyKind, ScaleDecision, ScaleRequest,
+pub use load::{check_binary_kind, LoadError};
+pub use scheduling::SchedulingPolicy;
+
+use crate::cluster::{ClusterState, DeltaSink, SyncPoint};
+use crate::contract::types::{
+    ClusterDelta, Descriptor, Eviction, FilterResult, Pod, PolicyKind, ScaleDecision, ScaleRequest,
 };
-use crate::runtime::bindings::PolicyComponentPre;
+use crate::contract::PolicyComponentPre;
 use crate::runtime::{CacheOutcome, CallError, Limits, PolicyInstance, Runtime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Instant, SystemTime};
 
 /// What a caller sees when a policy call fails (trap, timeout, out of memory, error, malformed answer).
@@ -51,8 +54,50 @@ pub struct LoadedPolicy {
     name: Arc<str>,
     runtime: Arc<Runtime>,
     pre: PolicyComponentPre<crate::runtime::InstanceState>,
-    idle: Mutex<Vec<PolicyInstance>>,
+    pool: Mutex<Pool>,
+    /// Signalled when an instance goes back to the pool or is discarded.
+    returned: Condvar,
     metrics: OnceLock<Arc<metrics::PolicyMetrics>>,
+}
+
+/// A policy's instances: idle ones, and how many exist (idle or in a call), never more than
+/// [`max_instances`], so the host's worst-case memory is known from the configuration.
+struct Pool {
+    idle: Vec<SyncedInstance>,
+    live: usize,
+}
+
+/// Instances of one policy at once: one per filtering thread, and one each for the other loops.
+pub fn max_instances() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from) + 2
+}
+
+/// An instance and where its own view of the cluster stands: which state's log it follows, and how far.
+pub struct SyncedInstance {
+    pub instance: PolicyInstance,
+    synced_to: Option<SyncPoint>,
+}
+
+impl SyncedInstance {
+    fn new(instance: PolicyInstance) -> Self {
+        SyncedInstance { instance, synced_to: None }
+    }
+}
+
+impl DeltaSink for SyncedInstance {
+    type Error = CallError;
+
+    fn synced_to(&self) -> Option<SyncPoint> {
+        self.synced_to
+    }
+
+    fn set_synced_to(&mut self, point: SyncPoint) {
+        self.synced_to = Some(point);
+    }
+
+    fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError> {
+        self.instance.apply(deltas)
+    }
 }
 
 impl LoadedPolicy {
@@ -64,6 +109,20 @@ impl LoadedPolicy {
         let digest = hex::encode(Sha256::digest(wasm));
         let (component, cache) =
             runtime.compile(&digest, wasm).map_err(|error| fail(format!("does not compile: {error:#}")))?;
+        // From here the cache counts this load as a user of the component: a failure gives it back.
+        Self::configure_compiled(runtime, source, wasm, digest.clone(), component, cache, options).inspect_err(|_| runtime.release(&digest))
+    }
+
+    fn configure_compiled(
+        runtime: &Arc<Runtime>,
+        source: &str,
+        wasm: &[u8],
+        digest: String,
+        component: wasmtime::component::Component,
+        cache: CacheOutcome,
+        options: PolicyOptions,
+    ) -> Result<Self, LoadError> {
+        let fail = |reason: String| LoadError::new(source, reason);
         let contract_version = load::check_contract(runtime.engine(), &component).map_err(fail)?;
         let instance_pre = runtime
             .linker()
@@ -93,7 +152,8 @@ impl LoadedPolicy {
             name,
             runtime: runtime.clone(),
             pre,
-            idle: Mutex::new(vec![instance]),
+            pool: Mutex::new(Pool { idle: vec![SyncedInstance::new(instance)], live: 1 }),
+            returned: Condvar::new(),
             metrics: OnceLock::new(),
         })
     }
@@ -132,31 +192,67 @@ impl LoadedPolicy {
         cluster: &ClusterState,
         body: impl FnOnce(&mut PolicyInstance) -> Result<R, CallError>,
     ) -> Result<R, CallError> {
-        let pooled = self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
-        let mut instance = match pooled {
+        let mut instance = match self.take(cluster.epoch()) {
             Some(instance) => instance,
-            None => self.new_instance()?,
+            None => self.new_instance().inspect_err(|_| self.discard())?,
         };
-        let result = cluster.sync(&mut instance, self.descriptor.view).and_then(|()| body(&mut instance));
+        let result = cluster.sync(&mut instance, self.descriptor.view).and_then(|()| body(&mut instance.instance));
         match &result {
-            Err(error) if error.poisons_instance() || instance.is_poisoned() => {
+            Err(error) if error.poisons_instance() || instance.instance.is_poisoned() => {
                 tracing::warn!(policy = %self.name, %error, "discarding policy instance");
+                self.discard();
             }
-            _ => self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(instance),
+            _ => {
+                self.lock_pool().idle.push(instance);
+                self.returned.notify_one();
+            }
         }
         result
     }
 
-    /// A fresh configured instance, not yet synced with any cluster (the pool makes these on demand).
-    pub fn new_instance(&self) -> Result<PolicyInstance, CallError> {
+    fn lock_pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// An idle instance, preferring one that follows the state of `epoch` (it needs only the deltas it missed,
+    /// not a full snapshot); None when the caller may create one; waits when the pool is at its bound.
+    fn take(&self, epoch: u64) -> Option<SyncedInstance> {
+        let mut pool = self.lock_pool();
+        loop {
+            let following = pool.idle.iter().rposition(|instance| instance.synced_to.is_some_and(|point| point.epoch == epoch));
+            if let Some(instance) = following.map(|index| pool.idle.swap_remove(index)).or_else(|| pool.idle.pop()) {
+                return Some(instance);
+            }
+            if pool.live < max_instances() {
+                pool.live += 1;
+                return None;
+            }
+            pool = self.returned.wait(pool).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    /// An instance taken from the pool is gone (failed, or never created).
+    fn discard(&self) {
+        self.lock_pool().live -= 1;
+        self.returned.notify_one();
+    }
+
+    /// The most memory this policy's instances can take together.
+    pub fn worst_case_memory_bytes(&self) -> usize {
+        self.options.limits.memory_bytes.saturating_mul(max_instances())
+    }
+
+    /// A fresh configured instance, not yet synced with any cluster (the pool makes these on demand; one made
+    /// here is the caller's, outside the pool's bound).
+    pub fn new_instance(&self) -> Result<SyncedInstance, CallError> {
         let mut instance = PolicyInstance::instantiate(&self.runtime, &self.pre, &self.name, self.options.limits)?;
         instance.configure(&self.options.settings)?;
-        Ok(instance)
+        Ok(SyncedInstance::new(instance))
     }
 
     /// Instances currently idle in the pool.
     pub fn idle_instances(&self) -> usize {
-        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).len()
+        self.lock_pool().idle.len()
     }
 
     pub fn filter(&self, cluster: &ClusterState, pod: &Pod, candidates: &[u32]) -> Result<FilterResult, CallError> {
@@ -200,6 +296,6 @@ impl LoadedPolicy {
 
 impl Drop for LoadedPolicy {
     fn drop(&mut self) {
-        self.runtime.forget(&self.digest);
+        self.runtime.release(&self.digest);
     }
 }

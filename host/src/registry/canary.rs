@@ -1,57 +1,74 @@
-//! The canary: before a new policy version may serve, one fresh instance answers every call its kinds define
-//! over a small sample cluster. A version that traps, times out or answers malformed results here never sees
-//! a real decision.
+//! The canary: before a new policy version may serve, it answers every call its kinds define over a small sample
+//! cluster. A version that traps, times out, runs out of memory or answers malformed results here never sees a
+//! real decision. An error the policy itself returns is its opinion of the sample (an autoscaling policy may
+//! refuse a workload without the metric it wants), not a defect: it is logged, not refused.
+//!
+//! The canary runs on the policy's own pool, so `configure` runs once per new version; the pooled instance
+//! follows the sample's log afterwards and is resynced from the live cluster on its first real call (epochs).
 
 use crate::cluster::{convert, ClusterState};
+use crate::contract::types::{Metric, Pod, PodMetric, PolicyKind, ScaleRequest};
 use crate::policy::LoadedPolicy;
-use crate::runtime::bindings::types::{PolicyKind, ScaleRequest};
+use crate::runtime::CallError;
 use k8s_openapi::api::core::v1 as core;
 use serde_json::json;
 
-/// One Ready node with a bound pod, and a pending pod to place.
-fn sample() -> (ClusterState, crate::runtime::bindings::types::Pod) {
-    let node: core::Node = serde_json::from_value(json!({
-        "metadata": {"name": "canary-node", "labels": {"kubernetes.io/hostname": "canary-node", "topology.kubernetes.io/zone": "canary"}},
-        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}, "conditions": [{"type": "Ready", "status": "True"}]},
-    }))
-    .expect("static sample node");
+/// Two Ready nodes, a bound pod, and a pending pod to place.
+fn sample() -> (ClusterState, Pod) {
+    let node = |name: &str, zone: &str| -> core::Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone}},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .expect("static sample node")
+    };
     let pod = |name: &str| -> core::Pod {
         serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "canary", "uid": format!("canary-{name}"), "labels": {"name": name}},
+            "metadata": {"name": name, "namespace": "default", "uid": format!("sample-{name}"), "labels": {"app": "web"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d4f8", "uid": "sample-rs", "controller": true}]},
             "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
         }))
         .expect("static sample pod")
     };
     let mut cluster = ClusterState::new();
-    cluster.upsert_node(convert::node(&node).expect("sample node converts"));
-    cluster.upsert_pod(convert::pod(&pod("running")).expect("sample pod converts"), "canary-node");
-    (cluster, convert::pod(&pod("pending")).expect("sample pod converts"))
+    for (name, zone) in [("node-a", "zone-a"), ("node-b", "zone-b")] {
+        cluster.upsert_node(convert::node(&node(name, zone)).expect("sample node converts"));
+    }
+    cluster.upsert_pod(convert::pod(&pod("web-1")).expect("sample pod converts"), "node-a");
+    let mut pending = convert::pod(&pod("web-2")).expect("sample pod converts");
+    pending.phase = crate::contract::types::PodPhase::Pending;
+    (cluster, pending)
 }
 
-/// Runs each call of the policy's kinds once on a fresh instance, which is then dropped (it never joins the
-/// pool, whose instances follow the real cluster).
-pub fn smoke_test(policy: &LoadedPolicy) -> Result<(), String> {
+fn scale_sample() -> ScaleRequest {
+    let metric = Metric {
+        name: "cpu".into(),
+        target_average: 0.5,
+        pods: vec![PodMetric { pod: "default/web-1".into(), ready: true, value: Some(0.6) }],
+    };
+    ScaleRequest { workload: "default/Deployment/web".into(), current_replicas: 1, min_replicas: 1, max_replicas: 3, metrics: vec![metric] }
+}
+
+/// Calls each kind the policy declares once. Fails with the kind and the error on a trap, timeout, out of
+/// memory or malformed answer.
+pub fn check(policy: &LoadedPolicy) -> Result<(), (PolicyKind, CallError)> {
     let (cluster, pod) = sample();
-    let mut instance = policy.new_instance().map_err(|error| format!("canary instance: {error}"))?;
-    cluster.sync(&mut instance, policy.descriptor.view).map_err(|error| format!("canary sync: {error}"))?;
     let candidates = cluster.node_ids();
     for kind in &policy.descriptor.kinds {
         let result = match kind {
-            PolicyKind::Filter => instance.filter(&pod, &candidates).map(drop),
-            PolicyKind::Score => instance.score(&pod, &candidates).map(drop),
-            PolicyKind::Evict => instance.propose().map(drop),
-            PolicyKind::Scale => {
-                let request = ScaleRequest {
-                    workload: "canary/app".into(),
-                    current_replicas: 1,
-                    min_replicas: 1,
-                    max_replicas: 3,
-                    metrics: Vec::new(),
-                };
-                instance.recommend(&request).map(drop)
-            }
+            PolicyKind::Filter => policy.filter(&cluster, &pod, &candidates).map(drop),
+            PolicyKind::Score => policy.score(&cluster, &pod, &candidates).map(drop),
+            PolicyKind::Evict => policy.propose(&cluster).map(drop),
+            PolicyKind::Scale => policy.recommend(&cluster, &scale_sample()).map(drop),
         };
-        result.map_err(|error| format!("canary {} call failed: {error}", crate::cli::kind_name(*kind)))?;
+        match result {
+            Ok(()) => {}
+            Err(CallError::Guest(message)) => {
+                tracing::debug!(policy = policy.name(), %kind, %message, "the policy declined the canary's sample");
+            }
+            Err(error) => return Err((*kind, error)),
+        }
     }
     Ok(())
 }

@@ -20,6 +20,8 @@ pub struct PolicyInfoLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: String,
+    /// Why a failed reload was refused ([`super::RefusalReason`]); empty otherwise.
+    pub reason: String,
 }
 
 #[derive(Clone)]
@@ -47,14 +49,14 @@ impl Default for ReloadMetrics {
 impl ReloadMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register("wasp_policy_info", "The policy versions serving now (value 1)", self.info.clone());
-        registry.register("wasp_policy_reloads", "Reloads of the policy directory or configuration, by result (success, failure)", self.reloads.clone());
+        registry.register("wasp_policy_reloads", "Reloads of the policy directory or configuration, by result (success, failure) and, for failures, reason (once per kind of refusal)", self.reloads.clone());
         registry.register("wasp_policy_last_reload_timestamp_seconds", "When the last reload that found a change finished", self.last_reload.clone());
         registry.register("wasp_policy_reload_duration_seconds", "From reading the files to the new generation serving", self.duration.clone());
         registry.register("wasp_policy_generation", "Number of the policy generation serving now", self.generation.clone());
     }
 
     /// Replaces the info series with the versions that serve now.
-    pub fn serving<'a>(&self, generation: u64, versions: impl Iterator<Item = PolicyInfoLabels>) {
+    pub fn serving(&self, generation: u64, versions: impl Iterator<Item = PolicyInfoLabels>) {
         self.info.clear();
         for labels in versions {
             self.info.get_or_create(&labels).set(1);
@@ -62,8 +64,16 @@ impl ReloadMetrics {
         self.generation.set(generation as i64);
     }
 
-    pub fn reloaded(&self, result: &str, took: Duration) {
-        self.reloads.get_or_create(&ResultLabels { result: result.into() }).inc();
+    pub fn reloaded(&self, result: &str, reasons: &[&str], took: Duration) {
+        let mut distinct: Vec<&str> = reasons.to_vec();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.is_empty() {
+            distinct.push("");
+        }
+        for reason in distinct {
+            self.reloads.get_or_create(&ResultLabels { result: result.into(), reason: reason.into() }).inc();
+        }
         self.duration.observe(took.as_secs_f64());
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         self.last_reload.set(now.as_secs_f64());

@@ -1,43 +1,90 @@
-//! The policy registry: which policies and scheduler profiles serve now, and how that changes without a restart.
+//! The policy registry: which policies serve every loop now, and how that changes without a restart.
 //!
 //! A [`Generation`] is one consistent set: the configuration, every policy it names (loaded, configured and
-//! canary-tested) and the profiles resolved against them. Decisions read the current generation once and keep
-//! it to the end, so calls in flight finish on the versions they started with and an old version is dropped
-//! when its last call ends. [`PolicyRegistry::reload`] builds the next generation off the hot path and swaps it
-//! in atomically; [`watch`] calls it when the files change.
+//! canary-tested) and each loop's [`Plans`] resolved against them. Decisions read the current generation once
+//! and keep it to the end, so calls in flight finish on the versions they started with and an old version is
+//! dropped when its last call ends. [`PolicyRegistry::reload`] builds the next generation off the hot path and
+//! swaps it in atomically; [`watch`] calls it when the files change.
 //!
-//! What a bad update does: a policy that does not load or fails its canary keeps its last good version
-//! serving; a configuration is taken or refused as a whole; a policy file removed while a profile uses it is
-//! refused. Every refusal names the file and the reason, in the log, the metrics and [`PolicyRegistry::status`].
+//! What a bad update does: a policy that does not load, fails its canary or no longer implements what its users
+//! need keeps its last good version serving; a configuration is taken or refused as a whole; a policy file
+//! removed while something uses it is refused. Every refusal names the file, who uses it and the reason, in the
+//! log, the metrics (by [`RefusalReason`]) and [`PolicyRegistry::status`], which never waits for a reload.
 
 mod canary;
 pub mod metrics;
+mod plans;
 pub mod source;
 pub mod watch;
 
+pub use plans::{resolve, Plans, ProfilePolicies};
+
+use crate::config::{describe_users, HostConfig};
 use crate::policy::metrics::PolicyMetrics;
 use crate::policy::{LoadedPolicy, PolicyOptions};
-use crate::runtime::bindings::types::PolicyKind;
-use crate::runtime::Runtime;
-use crate::scheduler::config::SchedulerConfig;
-use crate::scheduler::cycle::{ProfilePolicies, SchedulingPolicy};
-use anyhow::{bail, Context};
+use crate::runtime::{off_async_worker, Runtime};
 use arc_swap::ArcSwap;
 use metrics::{PolicyInfoLabels, ReloadMetrics};
 use serde::Serialize;
-use source::{Fingerprint, SourceSnapshot};
-use std::collections::{BTreeMap, HashMap};
+use source::{Fingerprint, PolicyFile, SourceSnapshot};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
-/// One consistent set of configuration, policies and profiles.
+/// One consistent set of configuration, policies and plans.
 pub struct Generation {
     /// Starts at 1 and grows by one per swap.
     pub number: u64,
-    pub config: SchedulerConfig,
+    pub config: HostConfig,
     pub policies: BTreeMap<String, Arc<LoadedPolicy>>,
-    pub profiles: HashMap<String, Arc<ProfilePolicies>>,
+    pub plans: Plans,
+}
+
+/// Why an update was refused: the `reason` label of `wasp_policy_reloads_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalReason {
+    /// The file or directory could not be read.
+    Unreadable,
+    /// Not a valid component, wrong contract, bad descriptor, or rejected settings.
+    InvalidPolicy,
+    /// The component calls itself by another name than its file.
+    NameMismatch,
+    /// It trapped, timed out, ran out of memory or answered malformed results on the sample cluster.
+    Canary,
+    /// It no longer implements a kind its users need.
+    Kinds,
+    /// A policy something uses has no file.
+    Missing,
+    /// The configuration does not parse, is invalid, or names what cannot serve.
+    Config,
+}
+
+impl RefusalReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::Unreadable => "unreadable",
+            RefusalReason::InvalidPolicy => "invalid-policy",
+            RefusalReason::NameMismatch => "name-mismatch",
+            RefusalReason::Canary => "canary",
+            RefusalReason::Kinds => "kinds",
+            RefusalReason::Missing => "missing",
+            RefusalReason::Config => "config",
+        }
+    }
+}
+
+/// One refused update, with a message naming the file or policy, who uses it, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub reason: RefusalReason,
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(reason: RefusalReason, message: impl Into<String>) -> Refusal {
+        Refusal { reason, message: message.into() }
+    }
 }
 
 /// What one reload did.
@@ -51,8 +98,8 @@ pub struct ReloadReport {
     pub swapped: Vec<String>,
     /// Whether a new configuration now serves.
     pub config_swapped: bool,
-    /// Every refusal, naming the file or policy and the reason; what it concerned keeps its last good version.
-    pub errors: Vec<String>,
+    /// Every refusal; what it concerned keeps its last good version.
+    pub errors: Vec<Refusal>,
 }
 
 impl ReloadReport {
@@ -62,6 +109,11 @@ impl ReloadReport {
             (false, true) => "success",
             (false, false) => "failure",
         }
+    }
+
+    /// Every refusal's message, joined.
+    pub fn error_messages(&self) -> String {
+        self.errors.iter().map(|refusal| refusal.message.as_str()).collect::<Vec<_>>().join("; ")
     }
 }
 
@@ -76,6 +128,8 @@ pub struct RegistryStatus {
     pub last_reload: Option<String>,
     pub policies: Vec<PolicyStatus>,
     pub profiles: Vec<ProfileStatus>,
+    pub rescheduler_strategies: Vec<String>,
+    pub autoscaler_policies: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -87,6 +141,7 @@ pub struct PolicyStatus {
     pub size: usize,
     pub source: String,
     pub kinds: Vec<&'static str>,
+    pub used_by: Vec<String>,
     pub loaded_at: String,
     /// Why the last update of this policy was refused (its last good version serves).
     pub last_error: Option<String>,
@@ -100,117 +155,76 @@ pub struct ProfileStatus {
     pub scores: Vec<(String, u32)>,
 }
 
-#[derive(Default)]
-struct ReloadState {
-    fingerprint: Fingerprint,
-    /// Last refusal per policy name, and for the configuration under [`CONFIG_KEY`].
-    errors: BTreeMap<String, String>,
-    last_reload: Option<SystemTime>,
+/// What a refusal concerns.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Subject {
+    Config,
+    Policy(String),
 }
 
-const CONFIG_KEY: &str = "";
+/// Standing refusals and when the last reload ran: published at the end of each reload, so `/policies` reads
+/// them without waiting for one in progress.
+#[derive(Default, Clone)]
+struct Outcome {
+    errors: BTreeMap<Subject, String>,
+    last_reload: Option<SystemTime>,
+}
 
 pub struct PolicyRegistry {
     runtime: Arc<Runtime>,
     config_path: Option<PathBuf>,
     current: ArcSwap<Generation>,
-    /// Held for a whole reload, so reloads never interleave.
-    state: Mutex<ReloadState>,
+    outcome: ArcSwap<Outcome>,
+    /// What the files looked like at the last reload; held for a whole reload, so reloads never interleave.
+    fingerprint: Mutex<Fingerprint>,
     reload_metrics: ReloadMetrics,
     call_metrics: Arc<PolicyMetrics>,
 }
 
-/// Runs `work`, which calls into guests, where a guest's WASI calls (its stdout, say) can block: wasmtime-wasi
-/// blocks on the ambient tokio runtime, which panics on an async worker thread.
-fn off_async_worker<R: Send>(work: impl FnOnce() -> R + Send) -> R {
-    match tokio::runtime::Handle::try_current().map(|handle| handle.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        Ok(_) => std::thread::scope(|scope| scope.spawn(work).join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
-        Err(_) => work(),
-    }
-}
-
 /// How the configuration runs the policy called `name`.
-fn options_for(config: &SchedulerConfig, name: &str) -> PolicyOptions {
+fn options_for(config: &HostConfig, name: &str) -> PolicyOptions {
     let policy_config = config.policies.get(name).cloned().unwrap_or_default();
     PolicyOptions { settings: policy_config.settings_json(), limits: policy_config.limits(), failure_mode: policy_config.failure_mode }
 }
 
-/// The scheduler names of the profiles that use `policy`, for messages.
-fn users_of(config: &SchedulerConfig, policy: &str) -> Vec<String> {
-    config
-        .profiles
-        .iter()
-        .filter(|profile| profile.filters.iter().chain(profile.scores.iter().map(|score| &score.policy)).any(|name| name == policy))
-        .map(|profile| profile.scheduler_name.clone())
-        .collect()
-}
-
-/// Resolves the profiles against loaded policies, checking each is used as a kind it implements.
-pub fn resolve_profiles(
-    config: &SchedulerConfig,
-    policies: &BTreeMap<String, Arc<LoadedPolicy>>,
-) -> anyhow::Result<HashMap<String, Arc<ProfilePolicies>>> {
-    let mut profiles = HashMap::new();
-    for (index, profile) in config.profiles.iter().enumerate() {
-        let lookup = |name: &str, kind: PolicyKind, field: &str| -> anyhow::Result<Arc<dyn SchedulingPolicy>> {
-            let policy = policies.get(name).with_context(|| format!("profiles[{index}].{field}: policy {name} is not loaded"))?;
-            if !policy.implements(kind) {
-                bail!("profiles[{index}].{field}: policy {name} does not implement {}", crate::cli::kind_name(kind));
-            }
-            Ok(policy.clone())
-        };
-        let filters = profile.filters.iter().map(|name| lookup(name, PolicyKind::Filter, "filters")).collect::<anyhow::Result<_>>()?;
-        let scores = profile
-            .scores
-            .iter()
-            .map(|score| Ok((lookup(&score.policy, PolicyKind::Score, "scores")?, score.weight)))
-            .collect::<anyhow::Result<_>>()?;
-        let resolved = ProfilePolicies { scheduler_name: profile.scheduler_name.clone(), filters, scores };
-        profiles.insert(profile.scheduler_name.clone(), Arc::new(resolved));
-    }
-    Ok(profiles)
-}
+/// Policies, the names that got a new version, and the refusals by policy name.
+type BuiltPolicies = (BTreeMap<String, Arc<LoadedPolicy>>, Vec<String>, Vec<(String, Refusal)>);
 
 impl PolicyRegistry {
     /// Loads every policy `config` names from its policy directory. Any failure is an error: at start there is
     /// no last good version to keep. With `config_path`, reloads follow that file too.
-    pub fn new(runtime: &Arc<Runtime>, config: SchedulerConfig, config_path: Option<PathBuf>) -> anyhow::Result<PolicyRegistry> {
+    pub fn new(runtime: &Arc<Runtime>, config: HostConfig, config_path: Option<PathBuf>) -> anyhow::Result<PolicyRegistry> {
         off_async_worker(|| Self::load_first(runtime, config, config_path))
     }
 
-    fn load_first(runtime: &Arc<Runtime>, config: SchedulerConfig, config_path: Option<PathBuf>) -> anyhow::Result<PolicyRegistry> {
+    fn load_first(runtime: &Arc<Runtime>, config: HostConfig, config_path: Option<PathBuf>) -> anyhow::Result<PolicyRegistry> {
         let snapshot = SourceSnapshot::read(&config.policy_dir, config_path.as_deref());
-        let registry = Self::serving(runtime, &config, config_path, HashMap::new());
-        registry.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).fingerprint = snapshot.fingerprint();
+        let registry = Self::serving(runtime, &config, config_path, Plans::default());
+        *registry.fingerprint.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = snapshot.fingerprint();
         let (policies, _, errors) = registry.build_policies(&config, &snapshot, &registry.current.load());
-        if let Some((_, error)) = errors.into_iter().next() {
-            bail!(error);
+        if let Some((_, refusal)) = errors.into_iter().next() {
+            anyhow::bail!(refusal.message);
         }
-        let profiles = resolve_profiles(&config, &policies)?;
-        registry.publish(Generation { number: 1, config, policies, profiles });
+        let plans = resolve(&config, &policies)?;
+        registry.publish(Generation { number: 1, config, policies, plans });
         Ok(registry)
     }
 
-    /// A registry serving `profiles` as they are (policies compiled into the host, for the benchmark that runs
+    /// A registry serving `plans` as they are (policies compiled into the host, for the benchmark that runs
     /// them side by side with their components), under `config`. A reload replaces them with components.
-    pub fn with_profiles(runtime: &Arc<Runtime>, config: SchedulerConfig, profiles: HashMap<String, Arc<ProfilePolicies>>) -> PolicyRegistry {
-        Self::serving(runtime, &config, None, profiles)
+    pub fn with_plans(runtime: &Arc<Runtime>, config: HostConfig, plans: Plans) -> PolicyRegistry {
+        Self::serving(runtime, &config, None, plans)
     }
 
-    fn serving(
-        runtime: &Arc<Runtime>,
-        config: &SchedulerConfig,
-        config_path: Option<PathBuf>,
-        profiles: HashMap<String, Arc<ProfilePolicies>>,
-    ) -> PolicyRegistry {
-        let number = u64::from(!profiles.is_empty());
-        let generation = Generation { number, config: config.clone(), policies: BTreeMap::new(), profiles };
+    fn serving(runtime: &Arc<Runtime>, config: &HostConfig, config_path: Option<PathBuf>, plans: Plans) -> PolicyRegistry {
+        let number = u64::from(!plans.scheduling.is_empty());
+        let generation = Generation { number, config: config.clone(), policies: BTreeMap::new(), plans };
         PolicyRegistry {
             runtime: runtime.clone(),
             config_path,
             current: ArcSwap::from_pointee(generation),
-            state: Mutex::new(ReloadState::default()),
+            outcome: ArcSwap::from_pointee(Outcome::default()),
+            fingerprint: Mutex::new(Fingerprint::default()),
             reload_metrics: ReloadMetrics::default(),
             call_metrics: Arc::new(PolicyMetrics::default()),
         }
@@ -243,72 +257,88 @@ impl PolicyRegistry {
 
     fn reload_now(&self) -> ReloadReport {
         let started = Instant::now();
-        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut fingerprint = self.fingerprint.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let old = self.current();
         let snapshot = SourceSnapshot::read(&old.config.policy_dir, self.config_path.as_deref());
-        let fingerprint = snapshot.fingerprint();
-        if fingerprint == state.fingerprint {
+        let new_fingerprint = snapshot.fingerprint();
+        if new_fingerprint == *fingerprint {
             return ReloadReport { generation: old.number, unchanged: true, ..Default::default() };
         }
-        state.fingerprint = fingerprint;
-        let mut report = ReloadReport { generation: old.number, errors: snapshot.unreadable.clone(), ..Default::default() };
+        *fingerprint = new_fingerprint;
+        let mut outcome = Outcome::clone(&self.outcome.load());
+        let mut report = ReloadReport { generation: old.number, ..Default::default() };
+        report.errors.extend(snapshot.unreadable.iter().map(|message| Refusal::new(RefusalReason::Unreadable, message.clone())));
 
-        let mut next = None;
-        match self.changed_config(&snapshot, &old) {
+        let next = match self.changed_config(&snapshot, &old) {
             Ok(None) => {
-                state.errors.remove(CONFIG_KEY);
+                outcome.errors.remove(&Subject::Config);
+                None
             }
             Ok(Some(config)) => match self.build_generation(&config, &snapshot, &old) {
                 Ok((generation, swapped)) => {
                     // Every policy of the new configuration loaded: no refusal stands.
-                    state.errors.clear();
+                    outcome.errors.clear();
                     report.config_swapped = true;
                     report.swapped = swapped;
-                    next = Some(generation);
+                    Some(generation)
                 }
-                Err(error) => {
-                    let message = self.config_refused(error);
-                    state.errors.insert(CONFIG_KEY.into(), message.clone());
-                    report.errors.push(message);
+                Err(refusal) => {
+                    let refusal = Refusal::new(refusal.reason, self.config_refused(refusal.message));
+                    outcome.errors.insert(Subject::Config, refusal.message.clone());
+                    report.errors.push(refusal);
+                    None
                 }
             },
-            Err(message) => {
-                state.errors.insert(CONFIG_KEY.into(), message.clone());
-                report.errors.push(message);
+            Err(refusal) => {
+                outcome.errors.insert(Subject::Config, refusal.message.clone());
+                report.errors.push(refusal);
+                None
             }
-        }
-        let next = next.or_else(|| {
-            // The configuration stays; each policy whose file changed swaps alone or keeps its last good version.
-            let (policies, swapped, errors) = self.build_policies(&old.config, &snapshot, &old);
-            for name in old.config.policy_names() {
-                match errors.iter().find(|(refused, _)| *refused == name) {
-                    Some((_, error)) => state.errors.insert(name, error.clone()),
-                    None => state.errors.remove(&name),
-                };
-            }
-            report.errors.extend(errors.into_iter().map(|(_, error)| error));
-            if swapped.is_empty() {
-                return None;
-            }
-            let profiles = resolve_profiles(&old.config, &policies).expect("same configuration, policies of the same kinds");
-            report.swapped = swapped;
-            Some(Generation { number: old.number + 1, config: old.config.clone(), policies, profiles })
-        });
+        };
+        let next = next.or_else(|| self.swap_policies_alone(&snapshot, &old, &mut outcome, &mut report));
         if let Some(generation) = next {
             report.generation = generation.number;
             self.publish(generation);
         }
-        state.last_reload = Some(SystemTime::now());
+        outcome.last_reload = Some(SystemTime::now());
+        self.outcome.store(Arc::new(outcome));
         let took = started.elapsed();
-        self.reload_metrics.reloaded(report.result(), took);
+        let reasons: Vec<&str> = report.errors.iter().map(|refusal| refusal.reason.as_str()).collect();
+        self.reload_metrics.reloaded(report.result(), &reasons, took);
         if report.errors.is_empty() {
             tracing::info!(generation = report.generation, swapped = ?report.swapped, config_swapped = report.config_swapped, took_ms = took.as_secs_f64() * 1e3, "policies reloaded");
         } else {
-            for error in &report.errors {
-                tracing::warn!(generation = report.generation, %error, "reload refused; the last good version keeps serving");
+            for refusal in &report.errors {
+                tracing::warn!(generation = report.generation, reason = refusal.reason.as_str(), error = %refusal.message, "reload refused; the last good version keeps serving");
             }
         }
         report
+    }
+
+    /// The configuration stays; each policy whose file changed swaps alone or keeps its last good version.
+    fn swap_policies_alone(&self, snapshot: &SourceSnapshot, old: &Generation, outcome: &mut Outcome, report: &mut ReloadReport) -> Option<Generation> {
+        let (policies, swapped, errors) = self.build_policies(&old.config, snapshot, old);
+        for name in old.config.policy_names() {
+            match errors.iter().find(|(refused, _)| *refused == name) {
+                Some((_, refusal)) => outcome.errors.insert(Subject::Policy(name), refusal.message.clone()),
+                None => outcome.errors.remove(&Subject::Policy(name)),
+            };
+        }
+        report.errors.extend(errors.into_iter().map(|(_, refusal)| refusal));
+        if swapped.is_empty() {
+            return None;
+        }
+        // Every new version was checked to serve its users' kinds, so this only fails on a defect: refuse then.
+        match resolve(&old.config, &policies) {
+            Ok(plans) => {
+                report.swapped = swapped;
+                Some(Generation { number: old.number + 1, config: old.config.clone(), policies, plans })
+            }
+            Err(error) => {
+                report.errors.push(Refusal::new(RefusalReason::Kinds, format!("{error:#}; nothing swapped")));
+                None
+            }
+        }
     }
 
     fn config_refused(&self, reason: impl std::fmt::Display) -> String {
@@ -317,20 +347,21 @@ impl PolicyRegistry {
     }
 
     /// The configuration file's new contents, if they parse and differ from what serves.
-    fn changed_config(&self, snapshot: &SourceSnapshot, old: &Generation) -> Result<Option<SchedulerConfig>, String> {
+    fn changed_config(&self, snapshot: &SourceSnapshot, old: &Generation) -> Result<Option<HostConfig>, Refusal> {
         let Some(text) = &snapshot.config else { return Ok(None) };
-        let refused = |reason: String| self.config_refused(reason);
-        let text = text.clone().map_err(refused)?;
-        let config = SchedulerConfig::parse(&text).map_err(|error| refused(format!("{error:#}")))?;
+        let refused = |reason: RefusalReason, message: String| Refusal::new(reason, self.config_refused(message));
+        let text = text.clone().map_err(|message| refused(RefusalReason::Unreadable, message))?;
+        let config = HostConfig::parse(&text).map_err(|error| refused(RefusalReason::Config, format!("{error:#}")))?;
         if config == old.config {
             return Ok(None);
         }
         if config.policy_dir != old.config.policy_dir {
-            return Err(refused(format!(
+            let message = format!(
                 "policyDir changed from {} to {}: the policy directory is fixed at start; restart to change it",
                 old.config.policy_dir.display(),
                 config.policy_dir.display()
-            )));
+            );
+            return Err(refused(RefusalReason::Config, message));
         }
         if config.leader_election != old.config.leader_election {
             tracing::warn!("leaderElection changed: it takes effect at the next restart");
@@ -339,39 +370,37 @@ impl PolicyRegistry {
     }
 
     /// A generation for a new configuration, or the first refusal (then none of it serves).
-    fn build_generation(&self, config: &SchedulerConfig, snapshot: &SourceSnapshot, old: &Generation) -> anyhow::Result<(Generation, Vec<String>)> {
+    fn build_generation(&self, config: &HostConfig, snapshot: &SourceSnapshot, old: &Generation) -> Result<(Generation, Vec<String>), Refusal> {
         let (policies, swapped, errors) = self.build_policies(config, snapshot, old);
-        if !errors.is_empty() {
-            let messages: Vec<String> = errors.into_iter().map(|(_, error)| error).collect();
-            bail!(messages.join("; "));
+        if let Some((_, first)) = errors.first() {
+            let messages: Vec<&str> = errors.iter().map(|(_, refusal)| refusal.message.as_str()).collect();
+            return Err(Refusal::new(first.reason, messages.join("; ")));
         }
-        let profiles = resolve_profiles(config, &policies)?;
-        Ok((Generation { number: old.number + 1, config: config.clone(), policies, profiles }, swapped))
+        let plans = resolve(config, &policies).map_err(|error| Refusal::new(RefusalReason::Config, format!("{error:#}")))?;
+        Ok((Generation { number: old.number + 1, config: config.clone(), policies, plans }, swapped))
     }
 
     /// Every policy `config` names: the serving version when neither its file nor its options changed, else a
-    /// new load that passed the canary, else (with the refusal in the errors) the serving version if any.
-    /// Returns the policies, the names that got a new version, and the refusals by policy name.
-    fn build_policies(
-        &self,
-        config: &SchedulerConfig,
-        snapshot: &SourceSnapshot,
-        old: &Generation,
-    ) -> (BTreeMap<String, Arc<LoadedPolicy>>, Vec<String>, Vec<(String, String)>) {
+    /// new load that passed the canary and serves its users' kinds, else (with the refusal) the serving
+    /// version if any.
+    fn build_policies(&self, config: &HostConfig, snapshot: &SourceSnapshot, old: &Generation) -> BuiltPolicies {
         let (mut policies, mut swapped, mut errors) = (BTreeMap::new(), Vec::new(), Vec::new());
-        for name in config.policy_names() {
+        for (name, users) in config.policy_users() {
             let options = options_for(config, &name);
             let serving = old.policies.get(&name);
+            let used_by = describe_users(&users);
             let Some(file) = snapshot.policies.get(&name) else {
                 let path = config.policy_dir.join(format!("{name}.wasm"));
-                let used_by = users_of(config, &name).join(", ");
                 match serving {
                     Some(serving) => {
-                        let error = format!("policy {name}: {} was removed, but profile {used_by} uses it; the loaded version keeps serving", path.display());
-                        errors.push((name.clone(), error));
+                        let message = format!("policy {name}: {} was removed, but {used_by} uses it; the loaded version keeps serving", path.display());
+                        errors.push((name.clone(), Refusal::new(RefusalReason::Missing, message)));
                         policies.insert(name, serving.clone());
                     }
-                    None => errors.push((name.clone(), format!("policy {name}: {} does not exist (used by profile {used_by})", path.display()))),
+                    None => {
+                        let message = format!("policy {name}: {} does not exist (used by {used_by})", path.display());
+                        errors.push((name.clone(), Refusal::new(RefusalReason::Missing, message)));
+                    }
                 }
                 continue;
             };
@@ -379,33 +408,35 @@ impl PolicyRegistry {
                 policies.insert(name, serving.clone());
                 continue;
             }
-            match self.load_and_canary(&name, file, options) {
+            match self.load_and_canary(&name, file, options, &users) {
                 Ok(policy) => {
                     swapped.push(name.clone());
                     policies.insert(name, Arc::new(policy));
                 }
-                Err(error) => {
-                    let error = match serving {
-                        Some(serving) => format!("{error}; version {} ({}) keeps serving", serving.descriptor.version, &serving.digest[..12]),
-                        None => error,
-                    };
-                    errors.push((name.clone(), error));
+                Err(mut refusal) => {
                     if let Some(serving) = serving {
-                        policies.insert(name, serving.clone());
+                        refusal.message = format!("{}; version {} ({}) keeps serving", refusal.message, serving.descriptor.version, &serving.digest[..12]);
+                        policies.insert(name.clone(), serving.clone());
                     }
+                    errors.push((name, refusal));
                 }
             }
         }
         (policies, swapped, errors)
     }
 
-    fn load_and_canary(&self, name: &str, file: &source::PolicyFile, options: PolicyOptions) -> Result<LoadedPolicy, String> {
+    fn load_and_canary(&self, name: &str, file: &PolicyFile, options: PolicyOptions, users: &[crate::config::PolicyUser]) -> Result<LoadedPolicy, Refusal> {
         let source = file.path.display().to_string();
-        let policy = LoadedPolicy::load(&self.runtime, &source, &file.bytes, options).map_err(|error| error.to_string())?;
+        let policy = LoadedPolicy::load(&self.runtime, &source, &file.bytes, options)
+            .map_err(|error| Refusal::new(RefusalReason::InvalidPolicy, error.to_string()))?;
         if policy.name() != name {
-            return Err(format!("policy {source}: the component calls itself {:?}, but the file name loads it as {name:?}", policy.name()));
+            let message = format!("policy {source}: the component calls itself {:?}, but the file name loads it as {name:?}", policy.name());
+            return Err(Refusal::new(RefusalReason::NameMismatch, message));
         }
-        canary::smoke_test(&policy).map_err(|error| format!("policy {source}: {error}"))?;
+        if let Some(missing) = plans::kinds_missing(&policy, users) {
+            return Err(Refusal::new(RefusalReason::Kinds, format!("policy {source}: {missing}")));
+        }
+        canary::check(&policy).map_err(|(kind, error)| Refusal::new(RefusalReason::Canary, format!("policy {source}: canary {kind} call failed: {error}")))?;
         policy.report_to(self.call_metrics.clone());
         Ok(policy)
     }
@@ -417,20 +448,30 @@ impl PolicyRegistry {
             sha256: policy.digest.clone(),
         });
         self.reload_metrics.serving(generation.number, versions);
+        let worst_case: usize = generation.policies.values().map(|policy| policy.worst_case_memory_bytes()).sum();
+        tracing::info!(
+            generation = generation.number,
+            policies = generation.policies.len(),
+            instances_per_policy = crate::policy::max_instances(),
+            worst_case_mib = worst_case >> 20,
+            "policy sandboxes can take at most this much memory together (memoryMib x instances, over every policy)"
+        );
         self.current.store(Arc::new(generation));
     }
 
-    /// What serves, with the last refusal of each policy and of the configuration.
+    /// What serves, with the last refusal of each policy and of the configuration. Never waits for a reload in
+    /// progress: it shows the last finished one.
     pub fn status(&self) -> RegistryStatus {
         let generation = self.current();
-        let state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let outcome = self.outcome.load();
         let timestamp = |time: SystemTime| jiff::Timestamp::try_from(time).map(|t| t.to_string()).unwrap_or_default();
+        let config = &generation.config;
         RegistryStatus {
             generation: generation.number,
-            policy_dir: generation.config.policy_dir.display().to_string(),
+            policy_dir: config.policy_dir.display().to_string(),
             config_file: self.config_path.as_ref().map(|path| path.display().to_string()),
-            config_error: state.errors.get(CONFIG_KEY).cloned(),
-            last_reload: state.last_reload.map(timestamp),
+            config_error: outcome.errors.get(&Subject::Config).cloned(),
+            last_reload: outcome.last_reload.map(timestamp),
             policies: generation
                 .policies
                 .values()
@@ -440,13 +481,14 @@ impl PolicyRegistry {
                     sha256: policy.digest.clone(),
                     size: policy.size,
                     source: policy.source.clone(),
-                    kinds: policy.descriptor.kinds.iter().map(|kind| crate::cli::kind_name(*kind)).collect(),
+                    kinds: policy.descriptor.kinds.iter().map(|kind| kind.as_str()).collect(),
+                    used_by: config.users_of(policy.name()).iter().map(ToString::to_string).collect(),
                     loaded_at: timestamp(policy.loaded_at),
-                    last_error: state.errors.get(policy.name()).cloned(),
+                    last_error: outcome.errors.get(&Subject::Policy(policy.name().to_string())).cloned(),
                 })
                 .collect(),
-            profiles: generation
-                .config
+            profiles: config
+                .scheduler
                 .profiles
                 .iter()
                 .map(|profile| ProfileStatus {
@@ -455,6 +497,8 @@ impl PolicyRegistry {
                     scores: profile.scores.iter().map(|score| (score.policy.clone(), score.weight)).collect(),
                 })
                 .collect(),
+            rescheduler_strategies: config.rescheduler.iter().flat_map(|section| section.strategies.iter().map(|strategy| strategy.policy.clone())).collect(),
+            autoscaler_policies: config.autoscaler.iter().flat_map(|section| section.policies.clone()).collect(),
         }
     }
 }

@@ -6,7 +6,31 @@
 
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
+
+/// Larger than any policy a ConfigMap (1 MiB) can deliver, with room for other volume types; bounds what one file
+/// can make the host read (a symlink to `/dev/zero` would otherwise be read until the host is out of memory).
+pub const MAX_POLICY_BYTES: u64 = 16 << 20;
+
+/// Reads a policy file if it is a regular file (after following symlinks) of at most [`MAX_POLICY_BYTES`]: a FIFO
+/// or a device would block the reload thread or never end.
+fn read_policy(path: &Path) -> std::io::Result<Vec<u8>> {
+    let invalid = |message: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, message);
+    let metadata = std::fs::metadata(path)?;
+    if !metadata.is_file() {
+        return Err(invalid(format!("not a regular file ({:?}); only regular files are read", metadata.file_type())));
+    }
+    if metadata.len() > MAX_POLICY_BYTES {
+        return Err(invalid(format!("{} bytes is more than the {MAX_POLICY_BYTES} a policy may have", metadata.len())));
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    std::fs::File::open(path)?.take(MAX_POLICY_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_POLICY_BYTES {
+        return Err(invalid(format!("grew past the {MAX_POLICY_BYTES} bytes a policy may have while being read")));
+    }
+    Ok(bytes)
+}
 
 /// One `<name>.wasm` file.
 pub struct PolicyFile {
@@ -49,7 +73,7 @@ impl SourceSnapshot {
                         continue;
                     }
                     let path = entry.path();
-                    match std::fs::read(&path) {
+                    match read_policy(&path) {
                         Ok(bytes) => {
                             let digest = sha256_hex(&bytes);
                             snapshot.policies.insert(name.to_string(), PolicyFile { path, bytes, digest });
@@ -99,5 +123,24 @@ mod tests {
         assert_eq!(before, SourceSnapshot::read(dir.path(), None).fingerprint(), "same contents, same fingerprint");
         std::fs::write(data.join("a.wasm"), b"second").unwrap();
         assert_ne!(before, SourceSnapshot::read(dir.path(), None).fingerprint());
+    }
+
+    #[test]
+    fn only_regular_files_of_bounded_size_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = std::ffi::CString::new(dir.path().join("fifo.wasm").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates a file system entry.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.wasm")).unwrap();
+        std::fs::write(dir.path().join("big.wasm"), vec![0u8; MAX_POLICY_BYTES as usize + 1]).unwrap();
+        std::fs::write(dir.path().join("fine.wasm"), b"bytes").unwrap();
+        let snapshot = SourceSnapshot::read(dir.path(), None);
+        assert_eq!(snapshot.policies.keys().collect::<Vec<_>>(), ["fine"]);
+        let mut errors = snapshot.unreadable.clone();
+        errors.sort();
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(errors[0].ends_with("big.wasm: 16777217 bytes is more than the 16777216 a policy may have"), "{}", errors[0]);
+        assert!(errors[1].contains("fifo.wasm: not a regular file"), "{}", errors[1]);
+        assert!(errors[2].contains("zero.wasm: not a regular file"), "{}", errors[2]);
     }
 }

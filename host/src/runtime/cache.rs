@@ -7,12 +7,15 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
 pub struct ArtifactCache {
-    in_memory: Mutex<HashMap<String, Component>>,
+    /// Components by digest, with how many loaded policies use each: two versions of a policy that differ only
+    /// in settings share one component, and the first to go must not drop it for the other.
+    in_memory: Mutex<HashMap<String, (Component, usize)>>,
     directory: Option<PathBuf>,
     compatibility: String,
 }
@@ -42,17 +45,29 @@ impl ArtifactCache {
         digest: &str,
         wasm: &[u8],
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
-        if let Some(component) = self.in_memory.lock().unwrap().get(digest) {
+        if let Some((component, users)) = self.lock().get_mut(digest) {
+            *users += 1;
             return Ok((component.clone(), CacheOutcome::Memory));
         }
         let (component, outcome) = self.load_from_disk_or_compile(engine, digest, wasm)?;
-        self.in_memory.lock().unwrap().insert(digest.to_string(), component.clone());
+        self.lock().entry(digest.to_string()).or_insert_with(|| (component.clone(), 0)).1 += 1;
         Ok((component, outcome))
     }
 
-    /// Drops a version no longer in use from memory (the disk copy stays for the next start).
-    pub fn forget(&self, digest: &str) {
-        self.in_memory.lock().unwrap().remove(digest);
+    /// One user is done with a component; the last one drops it from memory (the disk copy stays for the next
+    /// start).
+    pub fn release(&self, digest: &str) {
+        let mut in_memory = self.lock();
+        if let Some((_, users)) = in_memory.get_mut(digest) {
+            *users = users.saturating_sub(1);
+            if *users == 0 {
+                in_memory.remove(digest);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Component, usize)>> {
+        self.in_memory.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn load_from_disk_or_compile(
@@ -87,7 +102,9 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let temporary = path.with_extension(format!("tmp{}", std::process::id()));
+    // Unique per write: two threads compiling the same digest must not write one temporary file.
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let temporary = path.with_extension(format!("tmp{}-{}", std::process::id(), WRITES.fetch_add(1, Ordering::Relaxed)));
     std::fs::write(&temporary, bytes)?;
     std::fs::rename(&temporary, path)
 }

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, Linker, Resource};
+use wasmtime_wasi::p2::DynPollable;
 use wasmtime::{Config, Engine};
 
 /// Granularity of call deadlines. Epoch interruption costs ~10% of guest speed whatever the tick; the tick only
@@ -33,6 +34,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|error| anyhow::anyhow!("linking WASI: {error}"))?;
+        refuse_waiting(&mut linker).map_err(|error| anyhow::anyhow!("linking WASI: {error}"))?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone())?;
         let cache = ArtifactCache::new(&engine, cache_directory);
@@ -47,13 +49,15 @@ impl Runtime {
         &self.linker
     }
 
-    /// Compiles a component, or takes it from the artifact cache. `digest` is the sha256 of `wasm`.
+    /// Compiles a component, or takes it from the artifact cache. `digest` is the sha256 of `wasm`. The caller
+    /// becomes a user of the cached component until it calls [`release`](Self::release).
     pub fn compile(&self, digest: &str, wasm: &[u8]) -> wasmtime::Result<(Component, CacheOutcome)> {
         self.cache.get_or_compile(&self.engine, digest, wasm)
     }
 
-    pub fn forget(&self, digest: &str) {
-        self.cache.forget(digest);
+    /// One user of the component is done with it; the last one drops it from memory.
+    pub fn release(&self, digest: &str) {
+        self.cache.release(digest);
     }
 
     /// Epoch ticks that cover `deadline`, rounded up, at least one.
@@ -66,6 +70,26 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.ticker_stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// The WASI version whose clock functions are replaced; wasmtime-wasi links every 0.2.x import to it.
+const WASI_CLOCKS: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+/// Replaces the WASI calls that wait (a sleep is `subscribe-duration` then `poll`) with a refusal: the wait would
+/// happen in the host, where the epoch deadline cannot interrupt it, and one sleeping filter would stall every
+/// profile. The call fails at once as a trap naming the call; the instance is discarded like any trapped one.
+fn refuse_waiting(linker: &mut Linker<InstanceState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(WASI_CLOCKS)?;
+    for function in ["subscribe-duration", "subscribe-instant"] {
+        clock.func_wrap(function, move |_store, (_time,): (u64,)| -> wasmtime::Result<(Resource<DynPollable>,)> {
+            Err(wasmtime::Error::msg(format!(
+                "policies may not wait: {WASI_CLOCKS}.{function} (a sleep or timer) is refused; a call must compute its answer and return"
+            )))
+        })?;
+    }
+    linker.allow_shadowing(false);
+    Ok(())
 }
 
 fn spawn_epoch_ticker(engine: Engine, stop: Arc<AtomicBool>) -> anyhow::Result<()> {

@@ -2,21 +2,70 @@
 //! capabilities. A call that traps, runs out of time or out of memory poisons the instance: its state is suspect,
 //! so it is thrown away and the caller builds a fresh one.
 
-use super::bindings::types::{
+use crate::contract::types::{
     ClusterDelta, Descriptor, Eviction, FilterResult, Pod, ScaleDecision, ScaleRequest,
 };
-use super::bindings::{PolicyComponent, PolicyComponentPre};
+use crate::contract::{PolicyComponent, PolicyComponentPre};
 use super::guest_output::GuestOutput;
 use super::{Limits, Runtime};
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
-use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime::{ResourceLimiter, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 pub struct InstanceState {
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    budget: MemoryBudget,
+}
+
+/// What a table element costs the host (a function reference is a pointer).
+const TABLE_ELEMENT_BYTES: usize = 8;
+
+/// One cap over all of an instance's linear memories and tables together: a component may declare several
+/// memories and grow tables, and a cap per memory would let it take many times `memoryMib`.
+struct MemoryBudget {
+    limit: usize,
+    used: usize,
+    /// Set when a growth was refused, so the failure is reported as out of memory whatever the guest does next.
+    exhausted: bool,
+}
+
+impl MemoryBudget {
+    fn grow(&mut self, bytes: usize) -> wasmtime::Result<bool> {
+        match self.used.checked_add(bytes).filter(|total| *total <= self.limit) {
+            Some(total) => {
+                self.used = total;
+                Ok(true)
+            }
+            None => {
+                self.exhausted = true;
+                Err(wasmtime::Error::msg(format!("out of memory: growing by {bytes} bytes would pass the instance's cap of {} bytes", self.limit)))
+            }
+        }
+    }
+}
+
+impl ResourceLimiter for MemoryBudget {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        self.grow(desired.saturating_sub(current))
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        self.grow(desired.saturating_sub(current).saturating_mul(TABLE_ELEMENT_BYTES))
+    }
+
+    fn instances(&self) -> usize {
+        64
+    }
+
+    fn tables(&self) -> usize {
+        64
+    }
+
+    fn memories(&self) -> usize {
+        16
+    }
 }
 
 impl WasiView for InstanceState {
@@ -55,8 +104,6 @@ pub struct PolicyInstance {
     bindings: PolicyComponent,
     limits: Limits,
     poisoned: bool,
-    /// Sequence number of the last cluster delta this instance applied; None before its first sync.
-    pub synced_to: Option<u64>,
 }
 
 impl PolicyInstance {
@@ -70,24 +117,17 @@ impl PolicyInstance {
             .stdout(GuestOutput::new(policy.clone(), "stdout"))
             .stderr(GuestOutput::new(policy.clone(), "stderr"))
             .build();
-        let store_limits = StoreLimitsBuilder::new()
-            .memory_size(limits.memory_bytes)
-            .instances(64)
-            .tables(64)
-            .memories(16)
-            .trap_on_grow_failure(true)
-            .build();
-        let mut store =
-            Store::new(runtime.engine(), InstanceState { wasi, table: ResourceTable::new(), limits: store_limits });
-        store.limiter(|state| &mut state.limits);
-        store.set_epoch_deadline(Runtime::deadline_ticks(limits.deadline));
+        let budget = MemoryBudget { limit: limits.memory_bytes, used: 0, exhausted: false };
+        let mut store = Store::new(runtime.engine(), InstanceState { wasi, table: ResourceTable::new(), budget });
+        store.limiter(|state| &mut state.budget);
+        store.set_epoch_deadline(Runtime::deadline_ticks(limits.deadline_of("instantiate")));
         let bindings = pre
             .instantiate(&mut store)
-            .map_err(|error| match classify("instantiate", &limits, error) {
+            .map_err(|error| match classify("instantiate", &limits, store.data().budget.exhausted, error) {
                 CallError::Trap { message, .. } => CallError::Instantiate(message),
                 other => other,
             })?;
-        Ok(PolicyInstance { store, bindings, limits, poisoned: false, synced_to: None })
+        Ok(PolicyInstance { store, bindings, limits, poisoned: false })
     }
 
     pub fn is_poisoned(&self) -> bool {
@@ -102,10 +142,10 @@ impl PolicyInstance {
         if self.poisoned {
             return Err(CallError::Trap { operation, message: "instance was poisoned by an earlier failure".into() });
         }
-        self.store.set_epoch_deadline(Runtime::deadline_ticks(self.limits.deadline));
+        self.store.set_epoch_deadline(Runtime::deadline_ticks(self.limits.deadline_of(operation)));
         body(&self.bindings, &mut self.store).map_err(|error| {
             self.poisoned = true;
-            classify(operation, &self.limits, error)
+            classify(operation, &self.limits, self.store.data().budget.exhausted, error)
         })
     }
 
@@ -149,12 +189,11 @@ impl PolicyInstance {
     }
 }
 
-fn classify(operation: &'static str, limits: &Limits, error: wasmtime::Error) -> CallError {
+fn classify(operation: &'static str, limits: &Limits, out_of_memory: bool, error: wasmtime::Error) -> CallError {
     if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-        return CallError::Timeout { operation, deadline_ms: limits.deadline.as_millis() };
+        return CallError::Timeout { operation, deadline_ms: limits.deadline_of(operation).as_millis() };
     }
-    let chain = format!("{error:?}");
-    if chain.contains("forcing trap when growing memory") || chain.contains("forcing a memory growth failure") {
+    if out_of_memory {
         return CallError::OutOfMemory { operation, limit_mib: limits.memory_bytes >> 20 };
     }
     let message = match error.downcast_ref::<Trap>() {
@@ -175,6 +214,10 @@ fn validate_filter_result(result: &FilterResult, candidates: usize) -> Result<()
     if result.rejections.iter().any(Vec::is_empty) {
         return malformed("a rejection without a reason".into());
     }
+    // An empty reason would read `0/6 nodes are available: 6 .` to the pod's owner.
+    if result.rejections.iter().flatten().any(|reason| reason.trim().is_empty()) {
+        return malformed("an empty rejection reason".into());
+    }
     Ok(())
 }
 
@@ -187,4 +230,42 @@ fn validate_scores(scores: &[u32], candidates: usize) -> Result<(), CallError> {
         return malformed(format!("score {score} is outside 0..=100"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instantiate(wat: &str, limit: usize) -> (wasmtime::Result<()>, bool) {
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, wat::parse_str(wat).unwrap()).unwrap();
+        let mut store = Store::new(&engine, MemoryBudget { limit, used: 0, exhausted: false });
+        store.limiter(|budget| budget);
+        let result = wasmtime::Instance::new(&mut store, &module, &[]).and_then(|instance| {
+            match instance.get_func(&mut store, "grow") {
+                Some(grow) => grow.call(&mut store, &[], &mut []),
+                None => Ok(()),
+            }
+        });
+        (result, store.data().exhausted)
+    }
+
+    #[test]
+    fn the_cap_covers_every_memory_together() {
+        // Two memories of 20 MiB each: either fits a 32 MiB cap alone, both do not.
+        let (result, exhausted) = instantiate("(module (memory 320) (memory 320))", 32 << 20);
+        assert!(result.is_err() && exhausted);
+        let (result, exhausted) = instantiate("(module (memory 320))", 32 << 20);
+        assert!(result.is_ok() && !exhausted);
+    }
+
+    #[test]
+    fn table_growth_counts_against_the_cap_and_fails_at_once() {
+        let wat = r#"(module (table 1 funcref)
+            (func (export "grow") (drop (table.grow 0 (ref.null func) (i32.const 536870912)))))"#;
+        let started = std::time::Instant::now();
+        let (result, exhausted) = instantiate(wat, 32 << 20);
+        assert!(result.is_err() && exhausted, "2^29 elements (4 GiB) are refused");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1), "refused before anything is allocated");
+    }
 }

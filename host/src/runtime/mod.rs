@@ -2,7 +2,6 @@
 //! memory and on disk, and [`PolicyInstance`]s that each run under a deadline and a memory cap with an empty WASI
 //! context (no files, network, environment or sockets).
 
-pub mod bindings;
 mod cache;
 mod engine;
 mod guest_output;
@@ -13,3 +12,15 @@ pub use cache::CacheOutcome;
 pub use engine::Runtime;
 pub use instance::{CallError, InstanceState, PolicyInstance};
 pub use limits::Limits;
+
+/// Runs `work`, which calls into guests, off the async worker threads: a guest's WASI calls (its stdout, say)
+/// block on the ambient tokio runtime, which panics on an async worker thread. On a multi-threaded runtime the
+/// worker hands its other tasks over (`block_in_place`); on a current-thread runtime, where that panics, the work
+/// runs on a scoped thread.
+pub fn off_async_worker<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    match tokio::runtime::Handle::try_current().map(|handle| handle.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        Ok(_) => std::thread::scope(|scope| scope.spawn(work).join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
+        Err(_) => work(),
+    }
+}

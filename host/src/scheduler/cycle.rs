@@ -3,46 +3,9 @@
 //! and the `0/N nodes are available: ...` message when nothing fits. Pure logic over a [`ClusterState`].
 
 use crate::cluster::ClusterState;
-use crate::policy::LoadedPolicy;
-use crate::runtime::bindings::types::{FilterResult, NodeId, Pod, ViewScope};
+use crate::contract::types::{FilterResult, NodeId, Pod, ViewScope};
+use crate::registry::ProfilePolicies;
 use std::collections::BTreeMap;
-use std::sync::Arc;
-
-/// What a scheduling decision needs of a policy: verdicts and scores that never fail (the policy's failure mode
-/// applies inside). Implemented by sandboxed components ([`LoadedPolicy`]); the scheduling benchmark implements
-/// it with the same policy crates compiled natively, for its side-by-side run.
-pub trait SchedulingPolicy: Send + Sync {
-    fn name(&self) -> &str;
-    /// Whether it sees bound pods (then a pod bound elsewhere may change its verdicts).
-    fn view(&self) -> ViewScope;
-    fn filter_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> FilterResult;
-    fn score_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> Vec<u32>;
-}
-
-impl SchedulingPolicy for LoadedPolicy {
-    fn name(&self) -> &str {
-        LoadedPolicy::name(self)
-    }
-
-    fn view(&self) -> ViewScope {
-        self.descriptor.view
-    }
-
-    fn filter_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> FilterResult {
-        LoadedPolicy::filter_or_failure_mode(self, cluster, pod, candidates)
-    }
-
-    fn score_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> Vec<u32> {
-        LoadedPolicy::score_or_failure_mode(self, cluster, pod, candidates)
-    }
-}
-
-/// A profile's policies, resolved.
-pub struct ProfilePolicies {
-    pub scheduler_name: String,
-    pub filters: Vec<Arc<dyn SchedulingPolicy>>,
-    pub scores: Vec<(Arc<dyn SchedulingPolicy>, u32)>,
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
@@ -93,6 +56,12 @@ pub struct Cursor(usize);
 /// Candidates per thread below which splitting the filter work costs more than it saves.
 const MIN_NODES_PER_THREAD: usize = 128;
 
+/// Threads to filter with; asked once (std reads cgroup quota files on every call).
+fn parallelism() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
 /// Runs the filter chain over `candidates` split across threads (each call takes its own pooled policy
 /// instance), like kube-scheduler's parallel Filter. Survivors keep their order.
 fn filter_in_parallel(
@@ -102,7 +71,7 @@ fn filter_in_parallel(
     candidates: &[NodeId],
     rejections: &mut Rejections,
 ) -> Vec<NodeId> {
-    let threads = std::thread::available_parallelism().map_or(1, usize::from).min(candidates.len() / MIN_NODES_PER_THREAD).max(1);
+    let threads = parallelism().min(candidates.len() / MIN_NODES_PER_THREAD).max(1);
     if threads == 1 {
         return filter_chain(profile, cluster, pod, candidates.to_vec(), rejections);
     }
@@ -157,6 +126,26 @@ fn filter_chain(
     candidates
 }
 
+/// Every node that can take `pod` under `profile`, except the `excluded` ones (its own node, for the
+/// rescheduler's "would it land elsewhere?"), with why the others cannot. Unlike [`schedule`], the search
+/// does not stop at `numFeasibleNodesToFind`.
+pub fn feasible_nodes(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, excluded: &[&str]) -> (Vec<NodeId>, Rejections) {
+    let candidates: Vec<NodeId> =
+        cluster.node_ids().into_iter().filter(|id| cluster.node_name(*id).is_none_or(|name| !excluded.contains(&name))).collect();
+    let mut rejections = Rejections::default();
+    let feasible = filter_in_parallel(profile, cluster, pod, &candidates, &mut rejections);
+    (feasible, rejections)
+}
+
+/// The node `profile` would choose for `pod` among the feasible ones (weighted scores, random tie-break).
+pub fn best_node(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, feasible: &[NodeId]) -> Option<NodeId> {
+    match feasible {
+        [] => None,
+        [only] => Some(*only),
+        _ => Some(best_scored(profile, cluster, pod, feasible)),
+    }
+}
+
 pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, cursor: &mut Cursor, percentage: u32) -> Decision {
     let nodes = cluster.node_ids();
     if nodes.is_empty() {
@@ -187,11 +176,10 @@ pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, cu
         }
     }
     cursor.0 = (start + evaluated) % nodes.len();
-    if feasible.is_empty() {
+    let Some(chosen) = best_node(profile, cluster, pod, &feasible) else {
         let message = unschedulable_message(nodes.len(), &rejections.reasons);
         return Decision::Unschedulable { message, waits_for_other_pods: rejections.by_policy_seeing_pods };
-    }
-    let chosen = if feasible.len() == 1 { feasible[0] } else { best_scored(profile, cluster, pod, &feasible) };
+    };
     Decision::Bind { node: cluster.node_name(chosen).unwrap_or_default().to_string(), feasible: feasible.len(), evaluated }
 }
 

@@ -1,134 +1,96 @@
-//! The scheduler: several named profiles in one process, each a chain of WASM filter and score policies.
+//! The scheduler loop: several named profiles in one process, each a chain of WASM filter and score policies.
 //!
-//! - [`config`]: profiles and per-policy settings, validated as a whole.
 //! - [`queue`]: activeQ, backoff and unschedulable pods.
-//! - [`cycle`]: one decision with kube-scheduler's semantics.
-//! - [`writer`]: bindings, events and conditions written to the API server.
-//! - [`leader`]: leader election on a Lease; [`http`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`cycle`]: one decision with kube-scheduler's semantics, and the fit check other loops reuse.
+//! - [`binder`]: bindings, events and conditions written to the API server.
+//! - [`metrics`]: the scheduler's metric families.
 //!
 //! Profiles come from the [`PolicyRegistry`]: each decision reads its current generation once, so policies
 //! and configuration swap between decisions, never during one.
 //!
-//! Informers (kube-rs watchers) keep a [`ClusterState`] of nodes and bound pods (whichever scheduler placed
-//! them) and feed pending pods of our profiles to the queue. A decision assumes the pod on its node at once and
-//! binds asynchronously; a failed binding forgets the assumption and retries with backoff.
+//! The scheduler reads the host's [`SharedCluster`] and follows its events: pending pods of its profiles enter
+//! the queue; pods bound or removed elsewhere retry the unschedulable pods they may help. A decision assumes the
+//! pod on its node at once and binds asynchronously; a failed binding forgets the assumption and retries with
+//! backoff.
 
-pub mod config;
+pub mod binder;
 pub mod cycle;
-pub mod http;
-pub mod leader;
+pub mod metrics;
 pub mod queue;
-pub mod writer;
 
-use crate::cluster::{convert, ClusterState};
-use crate::registry::{watch, PolicyRegistry};
-use crate::runtime::bindings::types::Pod;
-use crate::runtime::Runtime;
-use config::SchedulerConfig;
+use crate::cluster::{ClusterEvent, SharedCluster};
+use crate::contract::types::Pod;
+use crate::registry::PolicyRegistry;
+use binder::Binder;
 use cycle::{Cursor, Decision};
-use futures::TryStreamExt;
-use k8s_openapi::api::core::v1::{Node as KubeNode, Pod as KubePod};
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
-use kube::{Api, Client};
-use queue::{ClusterEvent, QueuedPod, SchedulingQueue};
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use queue::{Change, QueuedPod, SchedulingQueue};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use writer::ApiWriter;
+use tokio::sync::broadcast::error::RecvError;
 
-/// Counters and latencies, for `/metrics` and `wasp simulate`'s report.
+/// Counters, and what `wasp simulate` reports when asked to keep it.
 #[derive(Default)]
 pub struct Stats {
     pub scheduled: AtomicU64,
     pub unschedulable: AtomicU64,
     pub bind_errors: AtomicU64,
+    /// Binding requests sent, successful or not: a pod bound twice shows here, whatever the API server does.
+    pub bind_requests: AtomicU64,
+    /// Kept only when [`Scheduler::keep_report`] asked for it: a long-running host must not grow with every pod.
+    report: Mutex<Option<Report>>,
+}
+
+/// What `wasp simulate` prints at the end of a run.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
     /// From first queued to bound, per pod.
-    pub latencies: Mutex<Vec<Duration>>,
-    /// The last unschedulable message per pod (`namespace/name`).
-    pub last_failure: Mutex<BTreeMap<String, String>>,
+    pub latencies: Vec<Duration>,
+    /// The last unschedulable message per pod (`namespace/name`), while the pod still waits.
+    pub last_failure: BTreeMap<String, String>,
+}
+
+impl Stats {
+    fn with_report(&self, update: impl FnOnce(&mut Report)) {
+        if let Some(report) = self.report.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).as_mut() {
+            update(report);
+        }
+    }
+
+    pub fn report(&self) -> Option<Report> {
+        self.report.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
 }
 
 pub struct Scheduler {
     policies: Arc<PolicyRegistry>,
-    cluster: Arc<RwLock<ClusterState>>,
+    cluster: Arc<SharedCluster>,
     queue: Arc<SchedulingQueue>,
-    /// Pending pods that name no profile of ours, by uid: a configuration reload may add their profile.
-    foreign_pending: Mutex<HashMap<String, Pod>>,
-    writer: Arc<ApiWriter>,
-    client: Client,
+    binder: Arc<Binder>,
     pub stats: Arc<Stats>,
-    metrics: http::SchedulerMetrics,
-    registry: prometheus_client::registry::Registry,
-    synced: AtomicBool,
-    pods_synced: AtomicBool,
-    /// Signalled when an informer finishes its first list.
-    informer_synced: tokio::sync::Notify,
+    metrics: metrics::SchedulerMetrics,
+}
+
+fn key_of(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace, pod.name)
 }
 
 impl Scheduler {
-    /// A scheduler with a fixed configuration (policy files still reload when watched).
-    pub fn new(config: &SchedulerConfig, runtime: &Arc<Runtime>, client: Client) -> anyhow::Result<Arc<Scheduler>> {
-        Ok(Scheduler::with_registry(Arc::new(PolicyRegistry::new(runtime, config.clone(), None)?), client))
-    }
-
-    pub fn with_registry(policies: Arc<PolicyRegistry>, client: Client) -> Arc<Scheduler> {
-        let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = http::SchedulerMetrics::register(&mut registry);
-        policies.register_metrics(&mut registry);
+    pub fn new(policies: Arc<PolicyRegistry>, cluster: Arc<SharedCluster>, binder: Binder, metrics: metrics::SchedulerMetrics) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             policies,
-            cluster: Arc::new(RwLock::new(ClusterState::new())),
+            cluster,
             queue: Arc::new(SchedulingQueue::default()),
-            foreign_pending: Mutex::new(HashMap::new()),
-            writer: Arc::new(ApiWriter::new(client.clone(), "wasp")),
-            client,
+            binder: Arc::new(binder),
             stats: Arc::new(Stats::default()),
             metrics,
-            registry,
-            synced: AtomicBool::new(false),
-            pods_synced: AtomicBool::new(false),
-            informer_synced: tokio::sync::Notify::new(),
         })
     }
 
-    pub fn policies(&self) -> &Arc<PolicyRegistry> {
-        &self.policies
-    }
-
-    /// Where the scheduler reports events about itself, such as a refused policy reload (the host's own Pod,
-    /// from the downward API, in a cluster).
-    pub fn report_events_on(&self, object: writer::ObjectRef) {
-        self.writer.set_host_object(object);
-    }
-
-    /// Reloads policies and configuration whenever their files change: a refusal is logged, counted and
-    /// recorded as a Warning event; pods waiting for a profile that a new configuration adds are queued.
-    pub fn watch_policies(self: &Arc<Self>, options: watch::WatchOptions) -> anyhow::Result<watch::PolicyWatcher> {
-        let scheduler = Arc::downgrade(self);
-        watch::PolicyWatcher::spawn(self.policies.clone(), options, move |report| {
-            let Some(scheduler) = scheduler.upgrade() else { return };
-            if report.config_swapped {
-                scheduler.admit_foreign_pending();
-            }
-            if !report.errors.is_empty() {
-                let writer = scheduler.writer.clone();
-                let message = report.errors.join("; ");
-                tokio::spawn(async move { writer.host_event("Warning", "PolicyReloadFailed", &message).await });
-            }
-        })
-    }
-
-    fn admit_foreign_pending(&self) {
-        let generation = self.policies.current();
-        let mut foreign = self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let ours: Vec<String> = foreign.iter().filter(|(_, pod)| generation.profiles.contains_key(&pod.scheduler_name)).map(|(uid, _)| uid.clone()).collect();
-        for uid in ours {
-            if let Some(pod) = foreign.remove(&uid) {
-                self.queue.upsert(pod);
-            }
-        }
+    /// Keeps per-pod latencies and failure messages for a final report (`wasp simulate`).
+    pub fn keep_report(&self) {
+        *self.stats.report.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Report::default());
     }
 
     pub fn queue(&self) -> &SchedulingQueue {
@@ -136,96 +98,113 @@ impl Scheduler {
     }
 
     pub fn profile_names(&self) -> Vec<String> {
-        self.policies.current().profiles.keys().cloned().collect()
+        let mut names: Vec<String> = self.policies.current().plans.scheduling.keys().cloned().collect();
+        names.sort();
+        names
     }
 
-    /// Whether the node and pod informers have both listed the cluster at least once.
-    pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Relaxed) && self.pods_synced.load(Ordering::Relaxed)
+    /// Brings scrape-time gauges up to date.
+    pub fn update_metrics(&self) {
+        self.metrics.queue_sizes(self.queue.sizes());
     }
 
-    /// Schedules only while holding the lease: waits to acquire it, schedules, and returns when it is lost (the
-    /// caller should exit, as kube-scheduler does, so a restart starts from a clean state).
-    pub async fn run_as_leader(self: Arc<Self>, candidate: leader::Candidate) {
-        candidate.acquire().await;
-        tokio::select! {
-            _ = self.clone().run() => {}
-            _ = candidate.hold() => {}
-        }
-    }
-
-    /// Watches nodes and pods and schedules until the task is dropped.
-    pub async fn run(self: Arc<Self>) {
-        // Dropping the set (when this task ends or is aborted) stops the informers too.
-        let mut informers = tokio::task::JoinSet::new();
-        informers.spawn(self.clone().watch_nodes());
-        informers.spawn(self.clone().watch_pods());
-        // Like kube-scheduler's WaitForCacheSync: deciding on a partial view would overcommit nodes.
-        loop {
-            let synced = self.informer_synced.notified();
-            if self.is_synced() {
-                break;
+    /// Queues the pending pods of our profiles: at start, after falling behind the events, and when a new
+    /// configuration may have added profiles.
+    pub fn admit_pending(&self) {
+        let generation = self.policies.current();
+        for pod in self.cluster.pending_pods() {
+            if generation.plans.scheduling.contains_key(&pod.scheduler_name) {
+                self.queue.upsert(pod);
             }
-            synced.await;
         }
+    }
+
+    /// New policy versions serve: pods that failed (a policy trapped, say) get another attempt now rather than
+    /// after the 5-minute flush.
+    pub fn policies_changed(&self) {
+        self.queue.cluster_changed(Change::NodeChanged);
+    }
+
+    /// Schedules until the task is dropped: waits for the informers' first list, then follows the cluster.
+    pub async fn run(self: Arc<Self>) {
+        let events = self.cluster.subscribe();
+        self.cluster.wait_until_ready().await;
+        self.admit_pending();
+        let follower = tokio::spawn(self.clone().follow(events));
+        // Stop following when scheduling stops (the task is aborted when the lease is lost).
+        struct AbortOnDrop(tokio::task::JoinHandle<()>);
+        impl Drop for AbortOnDrop {
+            fn drop(&mut self) {
+                self.0.abort();
+            }
+        }
+        let _follower = AbortOnDrop(follower);
         let mut cursor = Cursor::default();
         loop {
             let queued = self.queue.pop().await;
-            // One generation for the whole decision: a reload meanwhile affects the next pod, not this one.
-            let generation = self.policies.current();
-            let Some(profile) = generation.profiles.get(&queued.pod.scheduler_name).cloned() else {
-                // Its profile was removed by a configuration reload.
-                self.queue.remove(&queued.pod.uid);
-                self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(queued.pod.uid.clone(), queued.pod);
-                continue;
-            };
-            let percentage = generation.config.percentage_of_nodes_to_score;
-            let decision = tokio::task::block_in_place(|| {
-                let cluster = self.cluster.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-                cycle::schedule(&profile, &cluster, &queued.pod, &mut cursor, percentage)
-            });
-            match decision {
-                Decision::Bind { node, feasible, evaluated } => {
-                    tracing::debug!(pod = %format!("{}/{}", queued.pod.namespace, queued.pod.name), %node, feasible, evaluated, "decided");
-                    self.assume_and_bind(queued, node, profile.scheduler_name.clone())
-                }
-                Decision::Unschedulable { message, waits_for_other_pods } => {
-                    self.metrics.attempt(&profile.scheduler_name, "unschedulable");
-                    let key = format!("{}/{}", queued.pod.namespace, queued.pod.name);
-                    tracing::info!(pod = %key, profile = %profile.scheduler_name, %message, "unschedulable");
-                    self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
-                    self.stats.last_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(key, message.clone());
-                    let (writer, pod) = (self.writer.clone(), queued.pod.clone());
-                    self.queue.unschedulable(QueuedPod { waits_for_other_pods, ..queued });
-                    tokio::spawn(async move { writer.unschedulable(&pod, &message, &profile.scheduler_name).await });
-                }
+            self.schedule_one(queued, &mut cursor);
+        }
+    }
+
+    fn schedule_one(self: &Arc<Self>, queued: QueuedPod, cursor: &mut Cursor) {
+        // One generation for the whole decision: a reload meanwhile affects the next pod, not this one.
+        let generation = self.policies.current();
+        let Some(profile) = generation.plans.scheduling.get(&queued.pod.scheduler_name).cloned() else {
+            // Its profile was removed by a configuration reload; a later one may bring it back (admit_pending).
+            self.queue.remove(&queued.pod.uid);
+            return;
+        };
+        let percentage = generation.config.scheduler.percentage_of_nodes_to_score;
+        let decision = crate::runtime::off_async_worker(|| {
+            let cluster = self.cluster.read();
+            cycle::schedule(&profile, &cluster, &queued.pod, cursor, percentage)
+        });
+        match decision {
+            Decision::Bind { node, feasible, evaluated } => {
+                tracing::debug!(pod = %key_of(&queued.pod), %node, feasible, evaluated, "decided");
+                self.assume_and_bind(queued, node, profile.scheduler_name.clone())
+            }
+            Decision::Unschedulable { message, waits_for_other_pods } => {
+                self.metrics.attempt(&profile.scheduler_name, "unschedulable");
+                let key = key_of(&queued.pod);
+                tracing::info!(pod = %key, profile = %profile.scheduler_name, %message, "unschedulable");
+                self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+                self.stats.with_report(|report| {
+                    report.last_failure.insert(key, message.clone());
+                });
+                let (binder, pod) = (self.binder.clone(), queued.pod.clone());
+                self.queue.unschedulable(QueuedPod { waits_for_other_pods, ..queued });
+                tokio::spawn(async move { binder.unschedulable(&pod, &message, &profile.scheduler_name).await });
             }
         }
     }
 
     fn assume_and_bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String) {
-        self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner()).upsert_pod(queued.pod.clone(), &node);
-        self.queue.cluster_changed(ClusterEvent::PodAdded);
+        self.cluster.write().upsert_pod(queued.pod.clone(), &node);
+        self.queue.cluster_changed(Change::PodAdded);
         let scheduler = self.clone();
         tokio::spawn(async move {
             let pod = &queued.pod;
-            let key = format!("{}/{}", pod.namespace, pod.name);
-            match scheduler.writer.bind(pod, &node).await {
+            let key = key_of(pod);
+            scheduler.stats.bind_requests.fetch_add(1, Ordering::Relaxed);
+            match scheduler.binder.bind(pod, &node).await {
                 Ok(()) => {
                     tracing::debug!(pod = %key, %node, %profile, "bound");
                     scheduler.stats.scheduled.fetch_add(1, Ordering::Relaxed);
                     scheduler.metrics.attempt(&profile, "scheduled");
                     scheduler.metrics.bound(&profile, queued.first_queued.elapsed());
-                    scheduler.stats.latencies.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(queued.first_queued.elapsed());
-                    scheduler.stats.last_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&key);
+                    scheduler.stats.with_report(|report| {
+                        report.latencies.push(queued.first_queued.elapsed());
+                        report.last_failure.remove(&key);
+                    });
                     scheduler.queue.remove(&pod.uid);
-                    scheduler.writer.scheduled(pod, &node, &profile).await;
+                    scheduler.binder.scheduled(pod, &node, &profile).await;
                 }
                 Err(error) => {
                     tracing::warn!(pod = %key, %node, %error, "binding failed; forgetting the assumed pod");
                     scheduler.stats.bind_errors.fetch_add(1, Ordering::Relaxed);
                     scheduler.metrics.attempt(&profile, "error");
-                    scheduler.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner()).remove_pod(&pod.uid);
+                    scheduler.cluster.write().remove_pod(&pod.uid);
                     match error {
                         // Bound by someone else, or gone: the informer brings the truth.
                         kube::Error::Api(status) if status.code == 409 || status.code == 404 => scheduler.queue.remove(&pod.uid),
@@ -236,113 +215,68 @@ impl Scheduler {
         });
     }
 
-    async fn watch_nodes(self: Arc<Self>) {
-        let api: Api<KubeNode> = Api::all(self.client.clone());
-        let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
-        let mut relisted = HashSet::new();
+    /// Feeds the queue from the cluster's events.
+    async fn follow(self: Arc<Self>, mut events: tokio::sync::broadcast::Receiver<ClusterEvent>) {
         loop {
-            let event = match stream.try_next().await {
-                Ok(Some(event)) => event,
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::warn!(%error, "node watch failed; retrying");
-                    continue;
+            match events.recv().await {
+                Ok(event) => self.on_cluster_event(event),
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "fell behind the cluster's events; requeueing from the pending pods");
+                    self.admit_pending();
+                    self.queue.cluster_changed(Change::NodeChanged);
                 }
-            };
-            let mut cluster = self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-            // Only a node added or changed in what policies see can help a waiting pod.
-            let mut changed = false;
-            match event {
-                Event::Init => relisted.clear(),
-                Event::InitApply(node) | Event::Apply(node) => {
-                    let name = node.metadata.name.clone().unwrap_or_default();
-                    relisted.insert(name);
-                    match convert::node(&node) {
-                        Ok(node) => changed = cluster.upsert_node(node),
-                        Err(error) => tracing::warn!(%error, "ignoring node"),
-                    }
-                }
-                Event::Delete(node) => cluster.remove_node(node.metadata.name.as_deref().unwrap_or("")),
-                Event::InitDone => {
-                    self.synced.store(true, Ordering::Relaxed);
-                    self.informer_synced.notify_waiters();
-                    let gone: Vec<String> = cluster.node_ids().into_iter().filter_map(|id| cluster.node_name(id).map(str::to_string)).filter(|name| !relisted.contains(name)).collect();
-                    for name in gone {
-                        cluster.remove_node(&name);
-                    }
-                }
-            }
-            drop(cluster);
-            if changed {
-                self.queue.cluster_changed(ClusterEvent::NodeChanged);
+                Err(RecvError::Closed) => return,
             }
         }
     }
 
-    async fn watch_pods(self: Arc<Self>) {
-        let api: Api<KubePod> = Api::all(self.client.clone());
-        let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
-        loop {
-            match stream.try_next().await {
-                Ok(Some(Event::InitApply(pod) | Event::Apply(pod))) => self.observe_pod(&pod),
-                Ok(Some(Event::Delete(pod))) => {
-                    let uid = pod.metadata.uid.clone().unwrap_or_default();
-                    self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner()).remove_pod(&uid);
-                    self.queue.remove(&uid);
-                    self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&uid);
-                    self.queue.cluster_changed(ClusterEvent::PodRemoved);
-                }
-                Ok(Some(Event::InitDone)) => {
-                    self.pods_synced.store(true, Ordering::Relaxed);
-                    self.informer_synced.notify_waiters();
-                }
-                Ok(Some(Event::Init)) => {}
-                Ok(None) => return,
-                Err(error) => tracing::warn!(%error, "pod watch failed; retrying"),
-            }
-        }
-    }
-
-    fn observe_pod(&self, source: &KubePod) {
-        let pod: Pod = match convert::pod(source) {
-            Ok(pod) => pod,
-            Err(error) => {
-                tracing::warn!(%error, "ignoring pod");
-                return;
-            }
-        };
-        let node = source.spec.as_ref().and_then(|spec| spec.node_name.clone()).filter(|node| !node.is_empty());
-        let finished = matches!(pod.phase, crate::runtime::bindings::types::PodPhase::Succeeded | crate::runtime::bindings::types::PodPhase::Failed);
-        match node {
-            Some(node) => {
-                let mut cluster = self.cluster.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-                let event = if finished {
-                    cluster.remove_pod(&pod.uid);
-                    Some(ClusterEvent::PodRemoved)
-                } else {
-                    cluster.upsert_pod(pod.clone(), &node).then_some(ClusterEvent::PodAdded)
-                };
-                drop(cluster);
-                self.queue.remove(&pod.uid);
-                self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&pod.uid);
-                if let Some(event) = event {
-                    self.queue.cluster_changed(event);
-                }
-            }
-            None if !pod.terminating && !finished => {
-                let mut foreign = self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                if self.policies.current().profiles.contains_key(&pod.scheduler_name) {
-                    foreign.remove(&pod.uid);
-                    self.queue.upsert(pod);
+    fn on_cluster_event(&self, event: ClusterEvent) {
+        match event {
+            ClusterEvent::PodPending(pod) => {
+                if self.policies.current().plans.scheduling.contains_key(&pod.scheduler_name) {
+                    self.queue.upsert(Arc::unwrap_or_clone(pod));
                 } else {
                     self.queue.remove(&pod.uid);
-                    foreign.insert(pod.uid.clone(), pod);
                 }
             }
-            None => {
-                self.queue.remove(&pod.uid);
-                self.foreign_pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&pod.uid);
+            ClusterEvent::PendingGone { uid } => self.queue.remove(&uid),
+            other => {
+                if let Some(change) = requeue_hint(&other) {
+                    self.queue.cluster_changed(change);
+                }
             }
         }
+    }
+}
+
+/// Which unschedulable pods a change of the cluster may help, if any (kube-scheduler's queueing hints, coarsely).
+fn requeue_hint(event: &ClusterEvent) -> Option<Change> {
+    match event {
+        ClusterEvent::NodeChanged { .. } => Some(Change::NodeChanged),
+        ClusterEvent::PodRemoved { .. } => Some(Change::PodRemoved),
+        ClusterEvent::PodBound { .. } => Some(Change::PodAdded),
+        // Smaller requests free room; new labels may matter to spread and affinity; readiness flips and restart
+        // counts help no waiting pod.
+        ClusterEvent::PodUpdated { requests_changed: true, .. } => Some(Change::PodRemoved),
+        ClusterEvent::PodUpdated { labels_changed: true, .. } => Some(Change::PodAdded),
+        ClusterEvent::PodUpdated { .. } => None,
+        // Fewer nodes never make room.
+        ClusterEvent::NodeRemoved { .. } => None,
+        ClusterEvent::PodPending(_) | ClusterEvent::PendingGone { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_updates_of_running_pods_requeue_nothing() {
+        let updated = |labels_changed, requests_changed| ClusterEvent::PodUpdated { uid: "u".into(), labels_changed, requests_changed };
+        assert_eq!(requeue_hint(&updated(false, false)), None, "readiness and restarts");
+        assert_eq!(requeue_hint(&updated(true, false)), Some(Change::PodAdded), "only pods waiting for other pods");
+        assert_eq!(requeue_hint(&updated(false, true)), Some(Change::PodRemoved));
+        assert_eq!(requeue_hint(&ClusterEvent::NodeRemoved { name: "n".into() }), None);
+        assert_eq!(requeue_hint(&ClusterEvent::PodBound { uid: "u".into() }), Some(Change::PodAdded));
     }
 }

@@ -2,7 +2,7 @@
 //! error (1 s doubling to 10 s), or among the unschedulable until a cluster change (or at most 5 minutes) makes
 //! another attempt worthwhile. Pods deleted or bound by someone else leave the queue.
 
-use crate::runtime::bindings::types::Pod;
+use crate::contract::types::Pod;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -28,7 +28,7 @@ pub struct QueuedPod {
 /// What changed in the cluster, to retry only the unschedulable pods it may help (kube-scheduler's queueing
 /// hints, coarsely).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClusterEvent {
+pub enum Change {
     /// A node was added, or changed in what policies see.
     NodeChanged,
     /// A pod stopped using a node: its resources are free.
@@ -232,9 +232,9 @@ impl SchedulingQueue {
 
     /// Something changed that may let unschedulable pods fit: those it can help get another attempt, after
     /// their backoff.
-    pub fn cluster_changed(&self, event: ClusterEvent) {
+    pub fn cluster_changed(&self, event: Change) {
         let mut inner = self.lock();
-        let helped = |uid: &String| event != ClusterEvent::PodAdded || inner.places.get(uid).is_some_and(|(_, queued)| queued.waits_for_other_pods);
+        let helped = |uid: &String| event != Change::PodAdded || inner.places.get(uid).is_some_and(|(_, queued)| queued.waits_for_other_pods);
         let waiting: Vec<String> = inner.unschedulable.iter().filter(|uid| helped(uid)).cloned().collect();
         let moved = !waiting.is_empty();
         for uid in waiting {
@@ -302,7 +302,7 @@ mod tests {
         queue.backoff(second);
         assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 0, unschedulable: 1 });
         assert!(queue.try_pop().is_none());
-        queue.cluster_changed(ClusterEvent::NodeChanged);
+        queue.cluster_changed(Change::NodeChanged);
         assert_eq!(queue.sizes().backoff, 1);
         let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
         assert_eq!(again.pod.name, "a");
@@ -318,10 +318,10 @@ mod tests {
         let needs_spread = queue.pop().await;
         queue.unschedulable(needs_room);
         queue.unschedulable(QueuedPod { waits_for_other_pods: true, ..needs_spread });
-        queue.cluster_changed(ClusterEvent::PodAdded);
+        queue.cluster_changed(Change::PodAdded);
         assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 1 });
         assert_eq!(tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap().pod.name, "needs-spread");
-        queue.cluster_changed(ClusterEvent::PodRemoved);
+        queue.cluster_changed(Change::PodRemoved);
         assert_eq!(tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap().pod.name, "needs-room");
     }
 

@@ -1,6 +1,10 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, with kube-scheduler's defaults (lease 15 s, renew
-//! deadline 10 s, retry 2 s). Only the holder schedules; a standby takes over once the lease expires. Writes use
-//! the Lease's resourceVersion, so two candidates can never both win the same term.
+//! deadline 10 s, retry 2 s). Only the holder runs the loops; a standby (already synced and Ready) takes over
+//! once the lease expires. Writes use the Lease's resourceVersion, so two candidates can never both win the same
+//! term.
+//!
+//! Expiry is judged as client-go judges it: by when *this* process last saw the record change, plus the lease
+//! duration, never by comparing the holder's `renewTime` with the local clock (the nodes' clocks may differ).
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -9,10 +13,13 @@ use kube::{Api, Client};
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 
+/// Below this, candidates would write the Lease many times a second.
+const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LeaderElection {
-    /// The Lease's name; give each scheduler deployment its own.
+    /// The Lease's name; give each wasp deployment its own.
     #[serde(default = "default_name")]
     pub lease_name: String,
     #[serde(default = "default_namespace")]
@@ -26,7 +33,7 @@ pub struct LeaderElection {
 }
 
 fn default_name() -> String {
-    "wasp-scheduler".into()
+    "wasp".into()
 }
 fn default_namespace() -> String {
     "kube-system".into()
@@ -55,6 +62,16 @@ impl Default for LeaderElection {
 
 impl LeaderElection {
     pub fn validate(&self) -> anyhow::Result<()> {
+        if self.retry_period < MIN_RETRY_PERIOD {
+            anyhow::bail!(
+                "leaderElection.retryPeriod: {} is shorter than {}",
+                humantime::format_duration(self.retry_period),
+                humantime::format_duration(MIN_RETRY_PERIOD)
+            );
+        }
+        if self.lease_name.is_empty() || self.lease_namespace.is_empty() {
+            anyhow::bail!("leaderElection.leaseName and leaseNamespace must not be empty");
+        }
         if self.renew_deadline >= self.lease_duration {
             anyhow::bail!("leaderElection.renewDeadline must be shorter than leaderElection.leaseDuration");
         }
@@ -70,6 +87,8 @@ pub struct Candidate {
     api: Api<Lease>,
     settings: LeaderElection,
     identity: String,
+    /// The record as last seen, and when this process saw it change.
+    observed: Option<(LeaseSpec, Instant)>,
 }
 
 enum Attempt {
@@ -79,7 +98,23 @@ enum Attempt {
 
 impl Candidate {
     pub fn new(client: Client, settings: LeaderElection, identity: &str) -> Self {
-        Candidate { api: Api::namespaced(client, &settings.lease_namespace), settings, identity: identity.to_string() }
+        Candidate { api: Api::namespaced(client, &settings.lease_namespace), settings, identity: identity.to_string(), observed: None }
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// Notes the record as read now; returns whether it has not changed for longer than its lease duration.
+    fn observe_expired(&mut self, spec: &LeaseSpec) -> bool {
+        let now = Instant::now();
+        match &self.observed {
+            Some((seen, _)) if seen == spec => {}
+            _ => self.observed = Some((spec.clone(), now)),
+        }
+        let seen_at = self.observed.as_ref().map_or(now, |(_, at)| *at);
+        let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(15).max(1) as u64);
+        now.duration_since(seen_at) > duration
     }
 
     fn spec(&self, previous: Option<&LeaseSpec>) -> LeaseSpec {
@@ -96,14 +131,8 @@ impl Candidate {
         }
     }
 
-    fn expired(spec: &LeaseSpec) -> bool {
-        let Some(renewed) = spec.renew_time.as_ref() else { return true };
-        let duration = jiff::SignedDuration::from_secs(spec.lease_duration_seconds.unwrap_or(15) as i64);
-        renewed.0.checked_add(duration).map_or(true, |expiry| expiry < jiff::Timestamp::now())
-    }
-
-    async fn try_acquire_or_renew(&self) -> Result<Attempt, kube::Error> {
-        let name = &self.settings.lease_name;
+    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
+        let name = &self.settings.lease_name.clone();
         match self.api.get_opt(name).await? {
             None => {
                 let lease = Lease {
@@ -116,7 +145,8 @@ impl Candidate {
             Some(mut lease) => {
                 let spec = lease.spec.clone().unwrap_or_default();
                 let holder = spec.holder_identity.clone().unwrap_or_default();
-                if holder != self.identity && !holder.is_empty() && !Self::expired(&spec) {
+                let expired = self.observe_expired(&spec);
+                if holder != self.identity && !holder.is_empty() && !expired {
                     return Ok(Attempt::HeldByOther(holder));
                 }
                 // The resourceVersion in `lease` makes this a compare-and-swap.
@@ -128,7 +158,7 @@ impl Candidate {
     }
 
     /// Waits until this candidate holds the lease.
-    pub async fn acquire(&self) {
+    pub async fn acquire(&mut self) {
         let mut last_holder = String::new();
         loop {
             match self.try_acquire_or_renew().await {
@@ -150,7 +180,7 @@ impl Candidate {
 
     /// Renews the lease every retry period; returns when it could not be renewed within the renew deadline,
     /// or someone else took it. The caller must stop acting as leader then.
-    pub async fn hold(&self) {
+    pub async fn hold(&mut self) {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(self.settings.retry_period).await;

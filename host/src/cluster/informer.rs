@@ -1,0 +1,220 @@
+//! Informers: kube-rs watchers on nodes and pods that keep the [`SharedCluster`] current and publish what
+//! changed. After every (re)list, objects the list no longer holds are removed: a pod or node deleted while the
+//! watch was disconnected does not linger as phantom usage.
+
+use super::shared::{ClusterEvent, SharedCluster};
+use super::{convert, PodChange};
+use crate::contract::types::PodPhase;
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod as KubePod};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// The running informers; dropping this stops them.
+pub struct Informers {
+    _tasks: tokio::task::JoinSet<()>,
+}
+
+/// Starts the node and pod informers on `cluster`.
+pub fn spawn(client: Client, cluster: Arc<SharedCluster>) -> Informers {
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(watch_nodes(client.clone(), cluster.clone()));
+    tasks.spawn(watch_pods(client, cluster));
+    Informers { _tasks: tasks }
+}
+
+async fn watch_nodes(client: Client, cluster: Arc<SharedCluster>) {
+    let api: Api<KubeNode> = Api::all(client);
+    let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+    let mut relisted = HashSet::new();
+    loop {
+        let event = match stream.try_next().await {
+            Ok(Some(event)) => event,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%error, "node watch failed; retrying");
+                continue;
+            }
+        };
+        let listed = matches!(event, Event::InitDone);
+        let changes = apply_node_event(&cluster, event, &mut relisted);
+        for change in changes {
+            cluster.publish(change);
+        }
+        if listed {
+            cluster.mark_synced(|synced| synced.nodes = true);
+        }
+    }
+}
+
+fn apply_node_event(cluster: &SharedCluster, event: Event<KubeNode>, relisted: &mut HashSet<String>) -> Vec<ClusterEvent> {
+    let mut state = cluster.write();
+    match event {
+        Event::Init => {
+            relisted.clear();
+            Vec::new()
+        }
+        Event::InitApply(node) | Event::Apply(node) => {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            relisted.insert(name.clone());
+            match convert::node(&node) {
+                Ok(node) => match state.upsert_node(node) {
+                    true => vec![ClusterEvent::NodeChanged { name }],
+                    false => Vec::new(),
+                },
+                Err(error) => {
+                    tracing::warn!(node = %name, %error, "ignoring node");
+                    Vec::new()
+                }
+            }
+        }
+        Event::Delete(node) => {
+            let name = node.metadata.name.unwrap_or_default();
+            state.remove_node(&name);
+            vec![ClusterEvent::NodeRemoved { name }]
+        }
+        Event::InitDone => {
+            let gone: Vec<String> = state.node_names().filter(|name| !relisted.contains(*name)).map(str::to_string).collect();
+            gone.into_iter()
+                .map(|name| {
+                    state.remove_node(&name);
+                    ClusterEvent::NodeRemoved { name }
+                })
+                .collect()
+        }
+    }
+}
+
+async fn watch_pods(client: Client, cluster: Arc<SharedCluster>) {
+    let api: Api<KubePod> = Api::all(client);
+    let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+    let mut relisted = HashSet::new();
+    loop {
+        let event = match stream.try_next().await {
+            Ok(Some(event)) => event,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%error, "pod watch failed; retrying");
+                continue;
+            }
+        };
+        let changes = match event {
+            Event::Init => {
+                relisted.clear();
+                Vec::new()
+            }
+            Event::InitApply(pod) => {
+                relisted.insert(pod.metadata.uid.clone().unwrap_or_default());
+                observe_pod(&cluster, &pod)
+            }
+            Event::Apply(pod) => observe_pod(&cluster, &pod),
+            Event::Delete(pod) => forget_pod(&cluster, pod.metadata.uid.as_deref().unwrap_or_default()),
+            Event::InitDone => {
+                let mut changes = Vec::new();
+                for uid in known_pods(&cluster).into_iter().filter(|uid| !relisted.contains(uid)) {
+                    changes.extend(forget_pod(&cluster, &uid));
+                }
+                cluster.mark_synced(|synced| synced.pods = true);
+                changes
+            }
+        };
+        for change in changes {
+            cluster.publish(change);
+        }
+    }
+}
+
+/// Uids of every pod the view holds, bound or pending.
+fn known_pods(cluster: &SharedCluster) -> Vec<String> {
+    let mut uids: Vec<String> = cluster.read().pod_uids().map(str::to_string).collect();
+    uids.extend(cluster.pending().keys().cloned());
+    uids
+}
+
+fn forget_pod(cluster: &SharedCluster, uid: &str) -> Vec<ClusterEvent> {
+    let mut changes = Vec::new();
+    if cluster.write().remove_pod(uid) {
+        changes.push(ClusterEvent::PodRemoved { uid: uid.to_string() });
+    }
+    if cluster.pending().remove(uid).is_some() {
+        changes.push(ClusterEvent::PendingGone { uid: uid.to_string() });
+    }
+    changes
+}
+
+fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
+    let pod = match convert::pod(source) {
+        Ok(pod) => pod,
+        Err(error) => {
+            tracing::warn!(pod = %convert::pod_key(source), %error, "ignoring pod");
+            return Vec::new();
+        }
+    };
+    let uid = pod.uid.clone();
+    let node = source.spec.as_ref().and_then(|spec| spec.node_name.clone()).filter(|node| !node.is_empty());
+    let finished = matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed);
+    let mut changes = Vec::new();
+    let was_pending = cluster.pending().remove(&uid).is_some();
+    match node {
+        // A finished pod frees its node.
+        Some(_) if finished => changes.extend(forget_pod(cluster, &uid)),
+        Some(node) => match cluster.write().upsert_pod(pod, &node) {
+            PodChange::Unchanged => {}
+            PodChange::Bound => changes.push(ClusterEvent::PodBound { uid: uid.clone() }),
+            PodChange::Updated { labels_changed, requests_changed } => {
+                changes.push(ClusterEvent::PodUpdated { uid: uid.clone(), labels_changed, requests_changed })
+            }
+        },
+        None if !pod.terminating && !finished => {
+            cluster.pending().insert(uid.clone(), pod.clone());
+            changes.push(ClusterEvent::PodPending(Arc::new(pod)));
+            return changes;
+        }
+        None => {}
+    }
+    if was_pending {
+        changes.insert(0, ClusterEvent::PendingGone { uid });
+    }
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(node: Option<&str>, ready: bool, labels: serde_json::Value) -> KubePod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "d", "uid": "u1", "labels": labels},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": if node.is_some() { "Running" } else { "Pending" }, "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pods_life_reads_as_pending_bound_updated_and_removed() {
+        let cluster = SharedCluster::default();
+        let labels = json!({"app": "web"});
+        let events = observe_pod(&cluster, &pod(None, false, labels.clone()));
+        assert!(matches!(events.as_slice(), [ClusterEvent::PodPending(pod)] if pod.uid == "u1"), "{events:?}");
+        assert_eq!(cluster.pending_pods().len(), 1);
+
+        let events = observe_pod(&cluster, &pod(Some("n"), false, labels.clone()));
+        assert_eq!(events, [ClusterEvent::PendingGone { uid: "u1".into() }, ClusterEvent::PodBound { uid: "u1".into() }]);
+        assert!(cluster.pending_pods().is_empty());
+
+        let events = observe_pod(&cluster, &pod(Some("n"), true, labels.clone()));
+        assert_eq!(events, [ClusterEvent::PodUpdated { uid: "u1".into(), labels_changed: false, requests_changed: false }], "readiness");
+        assert_eq!(observe_pod(&cluster, &pod(Some("n"), true, labels)), [], "nothing changed");
+        let events = observe_pod(&cluster, &pod(Some("n"), true, json!({"app": "web", "tier": "front"})));
+        assert_eq!(events, [ClusterEvent::PodUpdated { uid: "u1".into(), labels_changed: true, requests_changed: false }]);
+
+        assert_eq!(known_pods(&cluster), ["u1"]);
+        assert_eq!(forget_pod(&cluster, "u1"), [ClusterEvent::PodRemoved { uid: "u1".into() }]);
+        assert!(cluster.read().pod("u1").is_none());
+    }
+}

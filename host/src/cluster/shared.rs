@@ -1,0 +1,112 @@
+//! [`SharedCluster`]: the one view of the cluster every loop of the host reads. The informers write it; loops
+//! read the [`ClusterState`], the pending pods, wait on its readiness, and subscribe to its [`ClusterEvent`]s
+//! instead of being called by the informers.
+
+use crate::contract::types::Pod;
+use super::ClusterState;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use tokio::sync::{broadcast, watch};
+
+/// Events a subscriber may fall behind by before it gets `Lagged` (and resynchronizes from the pending pods).
+const EVENT_BUFFER: usize = 1 << 16;
+
+/// What changed in the cluster, as loops care about it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClusterEvent {
+    /// A node was added, or changed in what policies see (not a status heartbeat).
+    NodeChanged { name: String },
+    NodeRemoved { name: String },
+    /// A pod is newly on a node (bound by anyone, or first seen bound).
+    PodBound { uid: String },
+    /// A bound pod changed in place: readiness, restarts, labels. Only a change of labels or requests can
+    /// matter to a pod waiting for room.
+    PodUpdated { uid: String, labels_changed: bool, requests_changed: bool },
+    /// A pod stopped using its node: deleted, finished, or gone when the informer relisted.
+    PodRemoved { uid: String },
+    /// A pod waiting for a scheduler (of any name) was added or changed. Shared: the channel preallocates its
+    /// slots, and a pod record inline would make each of them as large as a pod.
+    PodPending(Arc<Pod>),
+    /// A pending pod was bound, deleted or stopped.
+    PendingGone { uid: String },
+}
+
+/// Whether the node and pod informers have each listed the cluster at least once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Synced {
+    pub nodes: bool,
+    pub pods: bool,
+}
+
+impl Synced {
+    pub fn all(self) -> bool {
+        self.nodes && self.pods
+    }
+}
+
+pub struct SharedCluster {
+    state: RwLock<ClusterState>,
+    /// Unbound, live pods of every scheduler, by uid: loops that subscribe late, lag, or gain a profile read them.
+    pending: Mutex<HashMap<String, Pod>>,
+    events: broadcast::Sender<ClusterEvent>,
+    synced: watch::Sender<Synced>,
+}
+
+impl Default for SharedCluster {
+    fn default() -> Self {
+        SharedCluster {
+            state: RwLock::new(ClusterState::new()),
+            pending: Mutex::new(HashMap::new()),
+            events: broadcast::channel(EVENT_BUFFER).0,
+            synced: watch::channel(Synced::default()).0,
+        }
+    }
+}
+
+impl SharedCluster {
+    pub fn read(&self) -> RwLockReadGuard<'_, ClusterState> {
+        self.state.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, ClusterState> {
+        self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Events from now on. Subscribe, then read [`pending_pods`](Self::pending_pods): nothing falls between.
+    pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
+        self.events.subscribe()
+    }
+
+    pub(super) fn publish(&self, event: ClusterEvent) {
+        // No subscriber (a standby with no loop running yet) is fine: loops read the state when they start.
+        let _ = self.events.send(event);
+    }
+
+    pub fn pending_pods(&self) -> Vec<Pod> {
+        self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).values().cloned().collect()
+    }
+
+    pub(super) fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pod>> {
+        self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn synced(&self) -> Synced {
+        *self.synced.borrow()
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.synced().all()
+    }
+
+    pub(super) fn mark_synced(&self, update: impl FnOnce(&mut Synced)) {
+        self.synced.send_modify(update);
+    }
+
+    /// Waits until both informers have listed the cluster: deciding on a partial view would overcommit nodes
+    /// (kube-scheduler's WaitForCacheSync).
+    pub async fn wait_until_ready(&self) {
+        let mut receiver = self.synced.subscribe();
+        // The sender lives as long as `self`, so this only ends when ready.
+        let _ = receiver.wait_for(|synced| synced.all()).await;
+    }
+}

@@ -1,0 +1,280 @@
+//! The host's configuration file: where policies live and how each runs ([`PolicyConfig`]), the scheduler's
+//! profiles, the policies the rescheduler and autoscaler may use, and leader election. Validated as a whole,
+//! with errors that name the field; out-of-range values are errors, not surprises at run time.
+
+mod policy;
+
+pub use policy::{OperationDeadlines, PolicyConfig};
+
+use crate::contract::types::PolicyKind;
+use crate::kube::leader::LeaderElection;
+use anyhow::bail;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Works out of the box with the default policy set in `plugins/out`.
+pub const DEFAULT_CONFIG: &str = include_str!("default-config.yaml");
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HostConfig {
+    /// Directory with the policy components (`<name>.wasm`).
+    pub policy_dir: PathBuf,
+    /// Per-policy settings and limits; policies not listed run with their defaults.
+    #[serde(default)]
+    pub policies: BTreeMap<String, PolicyConfig>,
+    pub scheduler: SchedulerSection,
+    /// Present: the rescheduler's evict policies are loaded and kept current.
+    #[serde(default)]
+    pub rescheduler: Option<ReschedulerSection>,
+    /// Present: the scale policies that autoscaling targets may name are loaded and kept current.
+    #[serde(default)]
+    pub autoscaler: Option<AutoscalerSection>,
+    /// Leader election for `wasp run`: the holder of the Lease runs every loop; the others stand by, warm.
+    #[serde(default)]
+    pub leader_election: LeaderElection,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SchedulerSection {
+    pub profiles: Vec<Profile>,
+    /// Share of nodes to find feasible before scoring, 0 for kube-scheduler's adaptive rule.
+    #[serde(default)]
+    pub percentage_of_nodes_to_score: u32,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Profile {
+    pub scheduler_name: String,
+    #[serde(default)]
+    pub filters: Vec<String>,
+    #[serde(default)]
+    pub scores: Vec<WeightedPolicy>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedPolicy {
+    pub policy: String,
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReschedulerSection {
+    /// Evict policies, each proposing candidates for one strategy.
+    pub strategies: Vec<Strategy>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Strategy {
+    pub policy: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AutoscalerSection {
+    /// Scale policies that autoscaling targets may name.
+    pub policies: Vec<String>,
+}
+
+/// Who uses a policy, and as what kind: for messages and for checking a new version still serves its users.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyUser {
+    Profile { scheduler_name: String, kind: PolicyKind },
+    Rescheduler,
+    Autoscaler,
+}
+
+impl PolicyUser {
+    pub fn kind(&self) -> PolicyKind {
+        match self {
+            PolicyUser::Profile { kind, .. } => *kind,
+            PolicyUser::Rescheduler => PolicyKind::Evict,
+            PolicyUser::Autoscaler => PolicyKind::Scale,
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyUser {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicyUser::Profile { scheduler_name, kind } => write!(formatter, "profile {scheduler_name} (as {kind})"),
+            PolicyUser::Rescheduler => formatter.write_str("the rescheduler (as evict)"),
+            PolicyUser::Autoscaler => formatter.write_str("the autoscaler (as scale)"),
+        }
+    }
+}
+
+/// Users joined for a message: `profile wasp (as filter), the rescheduler (as evict)`.
+pub fn describe_users(users: &[PolicyUser]) -> String {
+    users.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+impl HostConfig {
+    pub fn parse(text: &str) -> anyhow::Result<HostConfig> {
+        let config: HostConfig = serde_yaml::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn load(path: &Path) -> anyhow::Result<HostConfig> {
+        use anyhow::Context;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("configuration {}", path.display()))
+    }
+
+    /// The built-in configuration (the default policy set in `plugins/out`).
+    pub fn built_in() -> HostConfig {
+        Self::parse(DEFAULT_CONFIG).expect("the built-in configuration is valid (tested)")
+    }
+
+    /// Every policy something uses, with its users, in order of first use.
+    pub fn policy_users(&self) -> Vec<(String, Vec<PolicyUser>)> {
+        let mut users: Vec<(String, Vec<PolicyUser>)> = Vec::new();
+        let mut add = |name: &str, user: PolicyUser| match users.iter_mut().find(|(known, _)| known == name) {
+            Some((_, list)) if !list.contains(&user) => list.push(user),
+            Some(_) => {}
+            None => users.push((name.to_string(), vec![user])),
+        };
+        for profile in &self.scheduler.profiles {
+            let of = |kind| PolicyUser::Profile { scheduler_name: profile.scheduler_name.clone(), kind };
+            for name in &profile.filters {
+                add(name, of(PolicyKind::Filter));
+            }
+            for score in &profile.scores {
+                add(&score.policy, of(PolicyKind::Score));
+            }
+        }
+        for strategy in self.rescheduler.iter().flat_map(|section| &section.strategies) {
+            add(&strategy.policy, PolicyUser::Rescheduler);
+        }
+        for name in self.autoscaler.iter().flat_map(|section| &section.policies) {
+            add(name, PolicyUser::Autoscaler);
+        }
+        users
+    }
+
+    /// Every policy something uses, once.
+    pub fn policy_names(&self) -> Vec<String> {
+        self.policy_users().into_iter().map(|(name, _)| name).collect()
+    }
+
+    /// Who uses `policy`.
+    pub fn users_of(&self, policy: &str) -> Vec<PolicyUser> {
+        self.policy_users().into_iter().find(|(name, _)| name == policy).map(|(_, users)| users).unwrap_or_default()
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        self.leader_election.validate()?;
+        let scheduler = &self.scheduler;
+        if scheduler.profiles.is_empty() {
+            bail!("scheduler.profiles: at least one profile is needed");
+        }
+        if scheduler.percentage_of_nodes_to_score > 100 {
+            bail!("scheduler.percentageOfNodesToScore: {} is more than 100", scheduler.percentage_of_nodes_to_score);
+        }
+        for (index, profile) in scheduler.profiles.iter().enumerate() {
+            let field = format!("scheduler.profiles[{index}]");
+            if profile.scheduler_name.is_empty() {
+                bail!("{field}.schedulerName: must not be empty");
+            }
+            if scheduler.profiles[..index].iter().any(|earlier| earlier.scheduler_name == profile.scheduler_name) {
+                bail!("{field}.schedulerName: {:?} is used by two profiles", profile.scheduler_name);
+            }
+            for (position, score) in profile.scores.iter().enumerate() {
+                if !(1..=100).contains(&score.weight) {
+                    bail!("{field}.scores[{position}].weight: {} is outside 1..100", score.weight);
+                }
+            }
+        }
+        if let Some(section) = &self.rescheduler {
+            if section.strategies.is_empty() {
+                bail!("rescheduler.strategies: at least one strategy is needed (or leave the rescheduler section out)");
+            }
+        }
+        if let Some(section) = &self.autoscaler {
+            if section.policies.is_empty() {
+                bail!("autoscaler.policies: at least one policy is needed (or leave the autoscaler section out)");
+            }
+        }
+        for (name, policy) in &self.policies {
+            policy.validate(&format!("policies.{name}"))?;
+        }
+        let used = self.policy_names();
+        if let Some(unused) = self.policies.keys().find(|name| !used.contains(name)) {
+            bail!("policies.{unused}: nothing uses this policy (no profile, rescheduler strategy or autoscaler entry names it)");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_error(text: &str) -> String {
+        format!("{:#}", HostConfig::parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn the_built_in_configuration_is_valid() {
+        let config = HostConfig::built_in();
+        assert_eq!(config.scheduler.profiles[0].scheduler_name, "wasp");
+        assert!(config.policy_names().contains(&"resources-fit".to_string()));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let error = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a, scores: [{policy: p, weight: 0}]}]}");
+        assert_eq!(error, "scheduler.profiles[0].scores[0].weight: 0 is outside 1..100");
+        let error = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a}, {schedulerName: a}]}");
+        assert!(error.contains("scheduler.profiles[1].schedulerName: \"a\" is used by two profiles"), "{error}");
+        let error = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a, filtres: []}]}");
+        assert!(error.contains("unknown field `filtres`"), "{error}");
+        let error = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a}]}\npolicies: {ghost: {}}");
+        assert!(error.starts_with("policies.ghost: nothing uses this policy"), "{error}");
+        let error = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a}]}\nrescheduler: {strategies: []}");
+        assert!(error.starts_with("rescheduler.strategies: at least one"), "{error}");
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        let base = "policyDir: x\nscheduler: {profiles: [{schedulerName: a, filters: [p]}]}\n";
+        for (policy, expected) in [
+            ("{memoryMib: 0}", "policies.p.memoryMib: 0 is outside 1..=4096"),
+            ("{memoryMib: 100000}", "policies.p.memoryMib: 100000 is outside 1..=4096"),
+            ("{deadline: 0s}", "policies.p.deadline: 0s is outside 1ms..=1m"),
+            ("{deadline: 2h}", "policies.p.deadline: 2h is outside 1ms..=1m"),
+            ("{deadlines: {evict: 0s}}", "policies.p.deadlines.evict: 0s is outside 1ms..=1m"),
+        ] {
+            assert_eq!(parse_error(&format!("{base}policies: {{p: {policy}}}")), expected, "{policy}");
+        }
+        let error = parse_error(&format!("{base}leaderElection: {{retryPeriod: 0s}}"));
+        assert!(error.starts_with("leaderElection.retryPeriod: 0s is shorter than 100ms"), "{error}");
+    }
+
+    #[test]
+    fn every_loop_section_names_policies_and_users_are_typed() {
+        let config = HostConfig::parse(
+            "policyDir: x\nscheduler: {profiles: [{schedulerName: a, filters: [p], scores: [{policy: p}]}]}\n\
+             rescheduler: {strategies: [{policy: e}, {policy: p}]}\nautoscaler: {policies: [hpa]}\npolicies: {hpa: {}, e: {}}",
+        )
+        .unwrap();
+        assert_eq!(config.policy_names(), ["p", "e", "hpa"]);
+        assert_eq!(
+            describe_users(&config.users_of("p")),
+            "profile a (as filter), profile a (as score), the rescheduler (as evict)"
+        );
+        assert_eq!(config.users_of("hpa"), [PolicyUser::Autoscaler]);
+    }
+}

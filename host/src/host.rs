@@ -1,0 +1,133 @@
+//! What `wasp run` is made of: the shared ground (API client, identity, cluster informers, policy registry,
+//! event recorder, HTTP endpoints, leader election) and the loops that stand on it.
+//!
+//! Order matters for high availability: informers start and sync before the host campaigns for the Lease, so a
+//! standby is warm and Ready (a rolling update of the 2-replica Deployment can finish), and a failover starts
+//! deciding at once on a full view. Only the holder of the Lease runs the loops.
+//!
+//! Today the scheduler is the only loop; the configuration's rescheduler and autoscaler sections are validated,
+//! and their policies loaded, canaried and hot-swapped, for the loops that come next.
+
+use crate::cluster::{informer, SharedCluster};
+use crate::config::HostConfig;
+use crate::kube::leader::{Candidate, LeaderElection};
+use crate::kube::{ApiClient, EventRecorder, HostIdentity};
+use crate::registry::watch::{PolicyWatcher, WatchOptions};
+use crate::registry::PolicyRegistry;
+use crate::runtime::Runtime;
+use crate::scheduler::binder::Binder;
+use crate::scheduler::metrics::SchedulerMetrics;
+use crate::scheduler::Scheduler;
+use crate::serve::Endpoints;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+/// The reporting component of events about the host itself (a refused reload, say).
+pub const COMPONENT: &str = "wasp";
+
+pub struct Host {
+    pub api: ApiClient,
+    pub identity: Arc<HostIdentity>,
+    pub cluster: Arc<SharedCluster>,
+    pub policies: Arc<PolicyRegistry>,
+    pub events: EventRecorder,
+    pub scheduler: Arc<Scheduler>,
+    pub endpoints: Arc<Endpoints>,
+    informers: Mutex<Option<informer::Informers>>,
+}
+
+impl Host {
+    pub fn new(api: ApiClient, policies: Arc<PolicyRegistry>, identity: HostIdentity) -> Arc<Host> {
+        let identity = Arc::new(identity);
+        let cluster = Arc::new(SharedCluster::default());
+        let events = EventRecorder::new(api.clone(), COMPONENT, identity.clone());
+        let mut endpoints = Endpoints::new(policies.clone());
+        let scheduler_metrics = SchedulerMetrics::register(&mut endpoints.metrics);
+        let scheduler = Scheduler::new(policies.clone(), cluster.clone(), Binder::new(api.clone(), events.clone()), scheduler_metrics);
+        let scraped = scheduler.clone();
+        endpoints.on_scrape(Box::new(move || scraped.update_metrics()));
+        let informed = cluster.clone();
+        endpoints.readiness_check(
+            "informers",
+            Box::new(move || {
+                let synced = informed.synced();
+                match (synced.nodes, synced.pods) {
+                    (true, true) => Ok(()),
+                    (nodes, pods) => Err(format!("waiting for the first list (nodes listed: {nodes}, pods listed: {pods})")),
+                }
+            }),
+        );
+        let registry = policies.clone();
+        endpoints.readiness_check(
+            "policies",
+            Box::new(move || match registry.current().number {
+                0 => Err("no policy generation serves yet".into()),
+                _ => Ok(()),
+            }),
+        );
+        Arc::new(Host { api, identity, cluster, policies, events, scheduler, endpoints: Arc::new(endpoints), informers: Mutex::new(None) })
+    }
+
+    /// A host on `api` with `config` (policy files still reload when watched, the configuration does not).
+    pub fn with_config(config: &HostConfig, runtime: &Arc<Runtime>, api: ApiClient) -> anyhow::Result<Arc<Host>> {
+        let policies = PolicyRegistry::new(runtime, config.clone(), None)?;
+        Ok(Host::new(api, Arc::new(policies), HostIdentity::named("wasp", None)))
+    }
+
+    /// Starts the informers (once); loops and `/readyz` wait for their first list.
+    pub fn start_informers(&self) {
+        let mut informers = self.informers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if informers.is_none() {
+            *informers = Some(informer::spawn(self.api.client.clone(), self.cluster.clone()));
+        }
+    }
+
+    /// Serves `/metrics`, `/healthz`, `/readyz` and `/policies` on `address`; returns the bound address.
+    pub async fn serve(&self, address: SocketAddr) -> anyhow::Result<SocketAddr> {
+        crate::serve::serve(self.endpoints.clone(), address).await
+    }
+
+    /// Reloads policies and configuration whenever their files change: a refusal is logged, counted and
+    /// recorded as a Warning event on the host's Pod; loops hear of what now serves.
+    pub fn watch_policies(self: &Arc<Self>, options: WatchOptions) -> anyhow::Result<PolicyWatcher> {
+        let host = Arc::downgrade(self);
+        PolicyWatcher::spawn(self.policies.clone(), options, move |report| {
+            let Some(host) = host.upgrade() else { return };
+            if report.config_swapped {
+                host.scheduler.admit_pending();
+            }
+            if report.config_swapped || !report.swapped.is_empty() {
+                host.scheduler.policies_changed();
+            }
+            if !report.errors.is_empty() {
+                let (events, message) = (host.events.clone(), report.error_messages());
+                tokio::spawn(async move { events.host_event("Warning", "PolicyReloadFailed", &message).await });
+            }
+        })
+    }
+
+    /// Runs the loops the configuration enables until the task is dropped (no leader election: one replica).
+    pub async fn run_loops(self: Arc<Self>) {
+        self.start_informers();
+        let generation = self.policies.current();
+        for (section, present) in [("rescheduler", generation.config.rescheduler.is_some()), ("autoscaler", generation.config.autoscaler.is_some())] {
+            if present {
+                tracing::warn!(section, "its policies are loaded and kept current, but this version has no {section} loop yet");
+            }
+        }
+        self.scheduler.clone().run().await;
+    }
+
+    /// Syncs the informers, then runs the loops only while holding the Lease; returns when the Lease is lost
+    /// (the caller should exit, as kube-scheduler does, so a restart begins from a clean state).
+    pub async fn run_as_leader(self: Arc<Self>, settings: LeaderElection) {
+        self.start_informers();
+        self.cluster.wait_until_ready().await;
+        let mut candidate = Candidate::new(self.api.client.clone(), settings, &self.identity.instance);
+        candidate.acquire().await;
+        tokio::select! {
+            _ = self.clone().run_loops() => {}
+            _ = candidate.hold() => {}
+        }
+    }
+}

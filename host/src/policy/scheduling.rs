@@ -1,0 +1,34 @@
+//! The scheduler's view of a policy: verdicts and scores that never fail, with the failure mode applied.
+
+use crate::cluster::ClusterState;
+use crate::contract::types::{FilterResult, NodeId, Pod, ViewScope};
+use super::LoadedPolicy;
+
+/// What a scheduling decision needs of a policy: verdicts and scores that never fail (the policy's failure mode
+/// applies inside). Implemented by sandboxed components ([`LoadedPolicy`]); the scheduling benchmark implements
+/// it with the same policy crates compiled natively, for its side-by-side run.
+pub trait SchedulingPolicy: Send + Sync {
+    fn name(&self) -> &str;
+    /// Whether it sees bound pods (then a pod bound elsewhere may change its verdicts).
+    fn view(&self) -> ViewScope;
+    fn filter_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> FilterResult;
+    fn score_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> Vec<u32>;
+}
+
+impl SchedulingPolicy for LoadedPolicy {
+    fn name(&self) -> &str {
+        LoadedPolicy::name(self)
+    }
+
+    fn view(&self) -> ViewScope {
+        self.descriptor.view
+    }
+
+    fn filter_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> FilterResult {
+        LoadedPolicy::filter_or_failure_mode(self, cluster, pod, candidates)
+    }
+
+    fn score_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> Vec<u32> {
+        LoadedPolicy::score_or_failure_mode(self, cluster, pod, candidates)
+    }
+}

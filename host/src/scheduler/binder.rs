@@ -1,0 +1,57 @@
+//! What the scheduler writes to the API server: bindings, `Scheduled`/`FailedScheduling` events (under the
+//! profile's name, as kube-scheduler reports per profile) and the `PodScheduled=False` condition.
+
+use crate::contract::types::Pod;
+use crate::kube::{ApiClient, EventRecorder, ObjectRef};
+use k8s_openapi::api::core::v1::Pod as KubePod;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::Api;
+use serde_json::json;
+
+pub struct Binder {
+    api: ApiClient,
+    events: EventRecorder,
+}
+
+fn now() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn object_of(pod: &Pod) -> ObjectRef {
+    ObjectRef::pod(&pod.namespace, &pod.name, &pod.uid)
+}
+
+impl Binder {
+    pub fn new(api: ApiClient, events: EventRecorder) -> Binder {
+        Binder { api, events }
+    }
+
+    pub async fn bind(&self, pod: &Pod, node: &str) -> Result<(), kube::Error> {
+        let _permit = self.api.permit().await;
+        let pods: Api<KubePod> = Api::namespaced(self.api.client.clone(), &pod.namespace);
+        let binding = json!({
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        pods.create_subresource::<_, serde_json::Value>("binding", &pod.name, &PostParams::default(), &binding).await.map(drop)
+    }
+
+    pub async fn scheduled(&self, pod: &Pod, node: &str, profile: &str) {
+        let message = format!("Successfully assigned {}/{} to {node}", pod.namespace, pod.name);
+        self.events.for_component(profile).event(&object_of(pod), "Normal", "Scheduled", &message).await;
+    }
+
+    /// The Warning event and the condition kubectl shows for a pod that does not fit.
+    pub async fn unschedulable(&self, pod: &Pod, message: &str, profile: &str) {
+        self.events.for_component(profile).event(&object_of(pod), "Warning", "FailedScheduling", message).await;
+        let pods: Api<KubePod> = Api::namespaced(self.api.client.clone(), &pod.namespace);
+        let _permit = self.api.permit().await;
+        let condition = json!({"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now(),
+        }]}});
+        if let Err(error) = pods.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(condition)).await {
+            tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), %error, "could not set PodScheduled=False");
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! The scheduler's metric families, registered on the host's one Prometheus registry.
+
+use super::queue::QueueSizes;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    profile: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProfileLabels {
+    profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    queue: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 1 ms to ~4 min.
+    Histogram::new(exponential_buckets(1e-3, 2.0, 18))
+}
+
+#[derive(Clone)]
+pub struct SchedulerMetrics {
+    attempts: Family<AttemptLabels, Counter>,
+    e2e: Family<ProfileLabels, Histogram, fn() -> Histogram>,
+    pending: Family<QueueLabels, Gauge>,
+}
+
+impl SchedulerMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = SchedulerMetrics {
+            attempts: Family::default(),
+            e2e: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            pending: Family::default(),
+        };
+        registry.register("wasp_schedule_attempts", "Scheduling attempts by profile and result (scheduled, unschedulable, error)", metrics.attempts.clone());
+        registry.register("wasp_scheduling_e2e_duration_seconds", "From first queued to bound", metrics.e2e.clone());
+        registry.register("wasp_pending_pods", "Pods waiting, by queue (active, backoff, unschedulable)", metrics.pending.clone());
+        metrics
+    }
+
+    pub fn attempt(&self, profile: &str, result: &str) {
+        self.attempts.get_or_create(&AttemptLabels { profile: profile.into(), result: result.into() }).inc();
+    }
+
+    pub fn bound(&self, profile: &str, latency: Duration) {
+        self.e2e.get_or_create(&ProfileLabels { profile: profile.into() }).observe(latency.as_secs_f64());
+    }
+
+    pub fn queue_sizes(&self, sizes: QueueSizes) {
+        for (queue, count) in [("active", sizes.active), ("backoff", sizes.backoff), ("unschedulable", sizes.unschedulable)] {
+            self.pending.get_or_create(&QueueLabels { queue: queue.into() }).set(count as i64);
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The host's HTTP endpoints, shared by every loop: Prometheus `/metrics` (one registry; each loop registers
+//! its families), `/healthz`, `/readyz` with a named check per part of the host (kube-apiserver's format:
+//! `[+]informers ok`), and `/policies` (what the policy registry serves, with digests and last errors).
+
+use crate::registry::PolicyRegistry;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// A readiness check: `Ok` when ready, else why not.
+pub type ReadinessCheck = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Brings scrape-time gauges (queue sizes, say) up to date before `/metrics` encodes them.
+pub type ScrapeHook = Box<dyn Fn() + Send + Sync>;
+
+/// What the endpoints serve; built once, before serving.
+pub struct Endpoints {
+    pub metrics: Registry,
+    scrape_hooks: Vec<ScrapeHook>,
+    checks: Vec<(String, ReadinessCheck)>,
+    policies: Arc<PolicyRegistry>,
+}
+
+impl Endpoints {
+    pub fn new(policies: Arc<PolicyRegistry>) -> Endpoints {
+        let mut metrics = Registry::default();
+        policies.register_metrics(&mut metrics);
+        Endpoints { metrics, scrape_hooks: Vec::new(), checks: Vec::new(), policies }
+    }
+
+    pub fn on_scrape(&mut self, hook: ScrapeHook) {
+        self.scrape_hooks.push(hook);
+    }
+
+    pub fn readiness_check(&mut self, name: &str, check: ReadinessCheck) {
+        self.checks.push((name.to_string(), check));
+    }
+
+    /// Each check's verdict, in order, and whether all passed.
+    pub fn readiness(&self) -> (bool, String) {
+        let mut body = String::new();
+        let mut ready = true;
+        for (name, check) in &self.checks {
+            match check() {
+                Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
+                Err(reason) => {
+                    ready = false;
+                    body.push_str(&format!("[-]{name} failed: {reason}\n"));
+                }
+            }
+        }
+        body.push_str(if ready { "readyz check passed\n" } else { "readyz check failed\n" });
+        (ready, body)
+    }
+}
+
+async fn metrics(State(endpoints): State<Arc<Endpoints>>) -> impl IntoResponse {
+    for hook in &endpoints.scrape_hooks {
+        hook();
+    }
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &endpoints.metrics) {
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], error.to_string()),
+    }
+}
+
+async fn ready(State(endpoints): State<Arc<Endpoints>>) -> impl IntoResponse {
+    let (ready, body) = endpoints.readiness();
+    (if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
+}
+
+async fn policies(State(endpoints): State<Arc<Endpoints>>) -> impl IntoResponse {
+    axum::Json(endpoints.policies.status())
+}
+
+/// Serves `/metrics`, `/healthz`, `/readyz` and `/policies` on `address` (port 0 picks one); returns the bound
+/// address.
+pub async fn serve(endpoints: Arc<Endpoints>, address: SocketAddr) -> anyhow::Result<SocketAddr> {
+    let router = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .route("/policies", get(policies))
+        .with_state(endpoints);
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, router).await {
+            tracing::error!(%error, "HTTP endpoints stopped");
+        }
+    });
+    Ok(bound)
+}
