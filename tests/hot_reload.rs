@@ -329,7 +329,8 @@ fn the_rescheduler_and_autoscaler_sections_load_canary_and_name_their_policies()
     volume.write_config(&format!("{CONFIG}autoscaler: {{policies: [least-allocated]}}\n"));
     let report = registry.reload();
     assert!(!report.config_swapped);
-    assert!(report.error_messages().contains("it implements [score], but the autoscaler (as scale) needs scale"), "{report:?}");
+    // least-allocated already serves (as a score): the configuration's resolution names the field.
+    assert!(report.error_messages().contains("autoscaler.policies[0]: policy least-allocated does not implement scale"), "{report:?}");
 }
 
 #[test]

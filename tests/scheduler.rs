@@ -289,6 +289,7 @@ fn configuration_errors_name_the_policy() {
         format!("{error:#}").ends_with("least-allocated.wasm: it implements [score], but profile wasp (as filter) needs filter"),
         "{error:#}"
     );
+    config.scheduler.profiles[0].filters.pop();
     config.scheduler.profiles[0].filters.push("missing-policy".into());
     let error = PolicyRegistry::new(&runtime, config, None).err().unwrap();
     assert!(format!("{error:#}").ends_with("/plugins/out/missing-policy.wasm does not exist (used by profile wasp (as filter))"), "{error:#}");
@@ -329,7 +330,7 @@ async fn a_warm_standby_is_ready_and_takes_over_within_the_lease_and_no_pod_is_b
     let (first, second) = (host("first"), host("second"));
     let leader = tokio::spawn(first.clone().run_as_leader(config.leader_election.clone()));
     let lease: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(api_of(&simulator).client, "kube-system");
-    let holder = async || lease.get_opt("wasp").await.unwrap().and_then(|lease| lease.spec?.holder_identity);
+    let holder = async || lease.get_opt("wasp-scheduler").await.unwrap().and_then(|lease| lease.spec?.holder_identity);
     for _ in 0..400 {
         if holder().await.is_some() {
             break;
@@ -381,7 +382,7 @@ async fn a_warm_standby_is_ready_and_takes_over_within_the_lease_and_no_pod_is_b
     let refused = |host: &Host| host.scheduler.stats.bind_errors.load(Ordering::Relaxed);
     assert_eq!((sent(&first), sent(&second)), (10, 10), "no pod was bound twice");
     assert_eq!((refused(&first), refused(&second)), (0, 0));
-    let spec = lease.get("wasp").await.unwrap().spec.unwrap();
+    let spec = lease.get("wasp-scheduler").await.unwrap().spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some(second.identity.instance.as_str()));
     assert_eq!(spec.lease_transitions, Some(1));
 }

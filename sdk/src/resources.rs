@@ -22,8 +22,8 @@ pub struct ResourceVector {
 
 impl ResourceVector {
     /// Adds `other`, saturating: requests come from pod specs (four pods of `memory: 4Ei` sum past `u64`), and a
-    /// total that wrapped would make a full node look empty. A saturated total stays huge after removals: the node
-    /// looks full, the safe side.
+    /// total that wrapped would make a full node look empty. Subtracting from a saturated total does not restore
+    /// it: the host sums a node's pods again when that happens.
     pub fn add(&mut self, other: &ResourceVector) {
         self.cpu_millis = self.cpu_millis.saturating_add(other.cpu_millis);
         self.memory_bytes = self.memory_bytes.saturating_add(other.memory_bytes);

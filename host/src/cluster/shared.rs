@@ -82,6 +82,27 @@ impl SharedCluster {
         let _ = self.events.send(event);
     }
 
+    /// A loop placed `pod` on `node` before the API confirms it (the scheduler's assume step): recorded and
+    /// published as bound, so every loop counts its requests at once.
+    pub fn assume(&self, pod: Pod, node: &str) {
+        let uid = pod.uid.clone();
+        self.write().upsert_pod(pod, node);
+        self.publish(ClusterEvent::PodBound { uid });
+    }
+
+    /// Takes back an assumption whose binding failed.
+    pub fn forget(&self, uid: &str) {
+        if self.write().remove_pod(uid) {
+            self.publish(ClusterEvent::PodRemoved { uid: uid.to_string() });
+        }
+    }
+
+    /// Whether the pod still waits for a scheduler: known, unbound and not assumed on a node.
+    pub fn is_pending(&self, uid: &str) -> bool {
+        let waiting = self.pending().contains_key(uid);
+        waiting && self.read().pod(uid).is_none()
+    }
+
     pub fn pending_pods(&self) -> Vec<Pod> {
         self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).values().cloned().collect()
     }

@@ -50,6 +50,15 @@ struct Usage {
 }
 
 impl Usage {
+    /// Whether a total reached the ceiling (absurd requests saturate, they do not wrap): subtraction can then no
+    /// longer restore the true total, so the node's pods are summed again instead.
+    fn saturated(&self) -> bool {
+        [&self.requested, &self.non_zero_requested].into_iter().any(|total| {
+            [total.cpu_millis, total.memory_bytes, total.ephemeral_storage_bytes].contains(&u64::MAX)
+                || total.scalar.values().any(|value| *value == u64::MAX)
+        })
+    }
+
     fn to_contract(&self) -> NodeUsage {
         NodeUsage {
             requested: to_resources(&self.requested),
@@ -275,6 +284,7 @@ impl ClusterState {
             Some(bound) => PodChange::Updated { labels_changed: bound.pod.labels != pod.labels, requests_changed: bound.requests != requests },
         };
         let previous = self.pods.get(&uid).map(|bound| (bound.id, bound.requests.clone(), bound.non_zero_requests.clone()));
+        let saturated = self.slot(node_name).usage.saturated();
         let id = match previous {
             Some((id, old, old_non_zero)) => {
                 let usage = &mut self.slot(node_name).usage;
@@ -293,15 +303,32 @@ impl ClusterState {
         slot.usage.non_zero_requested.add(&non_zero_requests);
         slot.usage.pod_count += 1;
         slot.pods.insert(uid.clone());
-        let (node_id, node_present, usage) = (slot.id, slot.node.is_some(), slot.usage.to_contract());
-        if node_present {
-            self.record(ClusterDelta::NodeUsageUpdate((node_id, usage)));
-            self.record(ClusterDelta::PodUpsert((id, node_id, pod.clone())));
-        }
+        let delta = ClusterDelta::PodUpsert((id, slot.id, pod.clone()));
         let bound = BoundPod { id, node: node_name.to_string(), pod, requests, non_zero_requests };
         self.uids.insert(id, uid.clone());
         self.pods.insert(uid, bound);
+        if saturated {
+            self.sum_usage_again(node_name);
+        }
+        let slot = self.slot(node_name);
+        let (node_id, node_present, usage) = (slot.id, slot.node.is_some(), slot.usage.to_contract());
+        if node_present {
+            self.record(ClusterDelta::NodeUsageUpdate((node_id, usage)));
+            self.record(delta);
+        }
         change
+    }
+
+    /// The node's usage as the sum of its pods' requests.
+    fn sum_usage_again(&mut self, node_name: &str) {
+        let Some(slot) = self.slots.get_mut(node_name) else { return };
+        let mut usage = Usage::default();
+        for bound in slot.pods.iter().filter_map(|uid| self.pods.get(uid)) {
+            usage.requested.add(&bound.requests);
+            usage.non_zero_requested.add(&bound.non_zero_requests);
+            usage.pod_count += 1;
+        }
+        slot.usage = usage;
     }
 
     /// Removes a bound pod; returns whether it was there.
@@ -309,10 +336,15 @@ impl ClusterState {
         let Some(bound) = self.pods.remove(uid) else { return false };
         self.uids.remove(&bound.id);
         let slot = self.slot(&bound.node);
+        let saturated = slot.usage.saturated();
         slot.usage.requested.subtract(&bound.requests);
         slot.usage.non_zero_requested.subtract(&bound.non_zero_requests);
         slot.usage.pod_count -= 1;
         slot.pods.remove(uid);
+        if saturated {
+            self.sum_usage_again(&bound.node);
+        }
+        let slot = self.slot(&bound.node);
         let (node_id, node_present, usage) = (slot.id, slot.node.is_some(), slot.usage.to_contract());
         if node_present {
             self.record(ClusterDelta::NodeUsageUpdate((node_id, usage)));
@@ -406,6 +438,26 @@ mod tests {
         assert!(cluster.upsert_node(node("8")));
         assert_eq!(cluster.upsert_pod(pod("b"), "n"), PodChange::Updated { labels_changed: true, requests_changed: false });
         assert!(cluster.head() > head);
+    }
+
+    #[test]
+    fn a_saturated_total_is_summed_again_when_pods_leave() {
+        let mut cluster = ClusterState::new();
+        cluster.upsert_node(node("4"));
+        let with_memory = |uid: &str, memory: &str| {
+            let source = serde_json::json!({"metadata": {"name": uid, "namespace": "d", "uid": uid}, "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": memory}}}]}});
+            convert::pod(&serde_json::from_value(source).unwrap()).unwrap()
+        };
+        cluster.upsert_pod(with_memory("real", "1Gi"), "n");
+        for index in 0..4 {
+            cluster.upsert_pod(with_memory(&format!("huge-{index}"), "4Ei"), "n");
+        }
+        let memory = |cluster: &ClusterState| cluster.slots["n"].usage.requested.memory_bytes;
+        assert_eq!(memory(&cluster), u64::MAX, "saturated, not wrapped");
+        for index in 0..4 {
+            cluster.remove_pod(&format!("huge-{index}"));
+        }
+        assert_eq!(memory(&cluster), 1 << 30, "the pod still running keeps its gigabyte");
     }
 
     /// Records every delta it is sent, like a guest's own view.

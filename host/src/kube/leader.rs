@@ -32,8 +32,10 @@ pub struct LeaderElection {
     pub retry_period: Duration,
 }
 
+/// The name wasp has always used: replicas of different versions must contend for the same Lease during a
+/// rolling update, or two would lead at once.
 fn default_name() -> String {
-    "wasp".into()
+    "wasp-scheduler".into()
 }
 fn default_namespace() -> String {
     "kube-system".into()
@@ -89,6 +91,10 @@ pub struct Candidate {
     identity: String,
     /// The record as last seen, and when this process saw it change.
     observed: Option<(LeaseSpec, Instant)>,
+}
+
+fn timed_out() -> kube::Error {
+    kube::Error::Service("the Lease request did not answer within the renew deadline".into())
 }
 
 enum Attempt {
@@ -161,7 +167,8 @@ impl Candidate {
     pub async fn acquire(&mut self) {
         let mut last_holder = String::new();
         loop {
-            match self.try_acquire_or_renew().await {
+            let attempt = tokio::time::timeout(self.settings.renew_deadline, self.try_acquire_or_renew()).await;
+            match attempt.unwrap_or_else(|_| Err(timed_out())) {
                 Ok(Attempt::Won) => {
                     tracing::info!(lease = %self.settings.lease_name, identity = %self.identity, "became leader");
                     return;
@@ -184,7 +191,11 @@ impl Candidate {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(self.settings.retry_period).await;
-            match self.try_acquire_or_renew().await {
+            // A request that hangs must not outlive the deadline: by then a standby may lead (client-go bounds
+            // each renewal the same way).
+            let left = self.settings.renew_deadline.saturating_sub(renewed.elapsed());
+            let attempt = tokio::time::timeout(left, self.try_acquire_or_renew()).await;
+            match attempt.unwrap_or_else(|_| Err(timed_out())) {
                 Ok(Attempt::Won) => renewed = Instant::now(),
                 Ok(Attempt::HeldByOther(holder)) => {
                     tracing::error!(lease = %self.settings.lease_name, %holder, "lost the lease to another holder");

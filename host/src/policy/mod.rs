@@ -67,6 +67,17 @@ struct Pool {
     live: usize,
 }
 
+/// A place in a policy's pool held by a call; given back when dropped (the instance failed or the call panicked).
+struct Slot<'a> {
+    policy: &'a LoadedPolicy,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.policy.discard();
+    }
+}
+
 /// Instances of one policy at once: one per filtering thread, and one each for the other loops.
 pub fn max_instances() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from) + 2
@@ -192,17 +203,21 @@ impl LoadedPolicy {
         cluster: &ClusterState,
         body: impl FnOnce(&mut PolicyInstance) -> Result<R, CallError>,
     ) -> Result<R, CallError> {
-        let mut instance = match self.take(cluster.epoch()) {
+        let taken = self.take(cluster.epoch());
+        // Until the instance is back in the pool, it counts as live; if this call fails, panics or the instance
+        // cannot be made, the guard gives its place back.
+        let slot = Slot { policy: self };
+        let mut instance = match taken {
             Some(instance) => instance,
-            None => self.new_instance().inspect_err(|_| self.discard())?,
+            None => self.new_instance()?,
         };
         let result = cluster.sync(&mut instance, self.descriptor.view).and_then(|()| body(&mut instance.instance));
         match &result {
             Err(error) if error.poisons_instance() || instance.instance.is_poisoned() => {
                 tracing::warn!(policy = %self.name, %error, "discarding policy instance");
-                self.discard();
             }
             _ => {
+                std::mem::forget(slot);
                 self.lock_pool().idle.push(instance);
                 self.returned.notify_one();
             }

@@ -24,7 +24,7 @@ fn sample() -> (ClusterState, Pod) {
     };
     let pod = |name: &str| -> core::Pod {
         serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "default", "uid": format!("sample-{name}"), "labels": {"app": "web"},
+            "metadata": {"name": name, "namespace": "default", "uid": format!("sample-{name}"), "labels": {"app.kubernetes.io/name": "web"},
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d4f8", "uid": "sample-rs", "controller": true}]},
             "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},

@@ -296,12 +296,13 @@ impl PolicyRegistry {
             }
         };
         let next = next.or_else(|| self.swap_policies_alone(&snapshot, &old, &mut outcome, &mut report));
+        outcome.last_reload = Some(SystemTime::now());
+        // Refusals first: a reader never sees a new version next to the refusal it replaced.
+        self.outcome.store(Arc::new(outcome));
         if let Some(generation) = next {
             report.generation = generation.number;
             self.publish(generation);
         }
-        outcome.last_reload = Some(SystemTime::now());
-        self.outcome.store(Arc::new(outcome));
         let took = started.elapsed();
         let reasons: Vec<&str> = report.errors.iter().map(|refusal| refusal.reason.as_str()).collect();
         self.reload_metrics.reloaded(report.result(), &reasons, took);
@@ -335,7 +336,11 @@ impl PolicyRegistry {
                 Some(Generation { number: old.number + 1, config: old.config.clone(), policies, plans })
             }
             Err(error) => {
-                report.errors.push(Refusal::new(RefusalReason::Kinds, format!("{error:#}; nothing swapped")));
+                let refusal = Refusal::new(RefusalReason::Kinds, format!("{error:#}; nothing swapped"));
+                for name in swapped {
+                    outcome.errors.insert(Subject::Policy(name), refusal.message.clone());
+                }
+                report.errors.push(refusal);
                 None
             }
         }

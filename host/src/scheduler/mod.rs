@@ -25,7 +25,7 @@ use binder::Binder;
 use cycle::{Cursor, Decision};
 use queue::{Change, QueuedPod, SchedulingQueue};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
@@ -70,6 +70,8 @@ pub struct Scheduler {
     binder: Arc<Binder>,
     pub stats: Arc<Stats>,
     metrics: metrics::SchedulerMetrics,
+    /// Whether the loop runs (this host leads): a standby keeps no queue, it reads the pending pods when it starts.
+    running: AtomicBool,
 }
 
 fn key_of(pod: &Pod) -> String {
@@ -85,6 +87,7 @@ impl Scheduler {
             binder: Arc::new(binder),
             stats: Arc::new(Stats::default()),
             metrics,
+            running: AtomicBool::new(false),
         })
     }
 
@@ -108,12 +111,17 @@ impl Scheduler {
         self.metrics.queue_sizes(self.queue.sizes());
     }
 
-    /// Queues the pending pods of our profiles: at start, after falling behind the events, and when a new
-    /// configuration may have added profiles.
+    /// Queues the pending pods of our profiles, and drops queued pods that no longer wait (bound or deleted while
+    /// events were missed): at start, after falling behind the events, and when a new configuration may have
+    /// added profiles. Nothing while the loop does not run.
     pub fn admit_pending(&self) {
+        if !self.running.load(Ordering::Relaxed) {
+            return;
+        }
         let generation = self.policies.current();
+        self.queue.retain(|uid| self.cluster.is_pending(uid));
         for pod in self.cluster.pending_pods() {
-            if generation.plans.scheduling.contains_key(&pod.scheduler_name) {
+            if generation.plans.scheduling.contains_key(&pod.scheduler_name) && self.cluster.is_pending(&pod.uid) {
                 self.queue.upsert(pod);
             }
         }
@@ -125,20 +133,26 @@ impl Scheduler {
         self.queue.cluster_changed(Change::NodeChanged);
     }
 
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::Relaxed)
+    }
+
     /// Schedules until the task is dropped: waits for the informers' first list, then follows the cluster.
     pub async fn run(self: Arc<Self>) {
         let events = self.cluster.subscribe();
         self.cluster.wait_until_ready().await;
+        self.running.store(true, Ordering::Relaxed);
         self.admit_pending();
         let follower = tokio::spawn(self.clone().follow(events));
-        // Stop following when scheduling stops (the task is aborted when the lease is lost).
-        struct AbortOnDrop(tokio::task::JoinHandle<()>);
-        impl Drop for AbortOnDrop {
+        // Stop following and admitting when scheduling stops (the task is aborted when the lease is lost).
+        struct Stopped<'a>(tokio::task::JoinHandle<()>, &'a AtomicBool);
+        impl Drop for Stopped<'_> {
             fn drop(&mut self) {
                 self.0.abort();
+                self.1.store(false, Ordering::Relaxed);
             }
         }
-        let _follower = AbortOnDrop(follower);
+        let _stopped = Stopped(follower, &self.running);
         let mut cursor = Cursor::default();
         loop {
             let queued = self.queue.pop().await;
@@ -147,6 +161,11 @@ impl Scheduler {
     }
 
     fn schedule_one(self: &Arc<Self>, queued: QueuedPod, cursor: &mut Cursor) {
+        if !self.cluster.is_pending(&queued.pod.uid) {
+            // Bound (by us, already assumed, or by anyone) or deleted since it was queued.
+            self.queue.remove(&queued.pod.uid);
+            return;
+        }
         // One generation for the whole decision: a reload meanwhile affects the next pod, not this one.
         let generation = self.policies.current();
         let Some(profile) = generation.plans.scheduling.get(&queued.pod.scheduler_name).cloned() else {
@@ -180,8 +199,7 @@ impl Scheduler {
     }
 
     fn assume_and_bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String) {
-        self.cluster.write().upsert_pod(queued.pod.clone(), &node);
-        self.queue.cluster_changed(Change::PodAdded);
+        self.cluster.assume(queued.pod.clone(), &node);
         let scheduler = self.clone();
         tokio::spawn(async move {
             let pod = &queued.pod;
@@ -204,11 +222,18 @@ impl Scheduler {
                     tracing::warn!(pod = %key, %node, %error, "binding failed; forgetting the assumed pod");
                     scheduler.stats.bind_errors.fetch_add(1, Ordering::Relaxed);
                     scheduler.metrics.attempt(&profile, "error");
-                    scheduler.cluster.write().remove_pod(&pod.uid);
                     match error {
-                        // Bound by someone else, or gone: the informer brings the truth.
-                        kube::Error::Api(status) if status.code == 409 || status.code == 404 => scheduler.queue.remove(&pod.uid),
-                        _ => scheduler.queue.backoff(queued),
+                        // Already bound (by someone else, or a binding of ours that answered late): the informer
+                        // brings the truth, and may have already; forgetting here could erase real usage.
+                        kube::Error::Api(status) if status.code == 409 => scheduler.queue.remove(&pod.uid),
+                        kube::Error::Api(status) if status.code == 404 => {
+                            scheduler.cluster.forget(&pod.uid);
+                            scheduler.queue.remove(&pod.uid);
+                        }
+                        _ => {
+                            scheduler.cluster.forget(&pod.uid);
+                            scheduler.queue.backoff(queued);
+                        }
                     }
                 }
             }

@@ -169,6 +169,16 @@ impl SchedulingQueue {
         inner.unschedulable.remove(uid);
     }
 
+    /// Drops every waiting pod (not one being scheduled now) for which `keep` is false.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut inner = self.lock();
+        let gone: Vec<String> = inner.places.iter().filter(|(uid, (place, _))| *place != Place::InFlight && !keep(uid)).map(|(uid, _)| uid.clone()).collect();
+        for uid in gone {
+            inner.places.remove(&uid);
+            inner.unschedulable.remove(&uid);
+        }
+    }
+
     /// Waits for the next pod to schedule.
     pub async fn pop(&self) -> QueuedPod {
         loop {
