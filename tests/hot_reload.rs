@@ -141,6 +141,20 @@ impl Cluster {
         }
     }
 
+    /// Waits until the `count` pods created as `batch` are bound.
+    async fn bound_batch(&self, batch: &str, count: usize) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let listed = pods.list(&ListParams::default().labels(&format!("batch={batch}"))).await.unwrap().items;
+            if listed.iter().filter(|pod| pod.spec.as_ref().is_some_and(|spec| spec.node_name.is_some())).count() >= count {
+                return;
+            }
+            assert!(Instant::now() < deadline, "batch {batch} was not bound");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Pod name -> node name, once all `count` pods are bound.
     async fn bound(&self, count: usize) -> BTreeMap<String, String> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
@@ -176,8 +190,10 @@ async fn fifty_swaps_while_placing_2000_pods_lose_no_decision() {
         cluster.create_pods(&format!("r{round}-racing"), 20, "wasp").await;
         let digest = sha256(bytes);
         common::eventually(&format!("round {round}: zone-pin {zone} serving"), || serving_digest(&registry, "zone-pin") == digest).await;
-        // These are queued after the swap: the new version must place them.
-        cluster.create_pods(&format!("r{round}-after-{zone}"), 20, "wasp").await;
+        // These are queued after the swap: the new version must place them, so they are placed before the next.
+        let after = format!("r{round}-after-{zone}");
+        cluster.create_pods(&after, 20, "wasp").await;
+        cluster.bound_batch(&after, 20).await;
     }
     let placed = cluster.bound(2000).await;
     assert_eq!(placed.len(), 2000);

@@ -96,6 +96,25 @@ fn compatible_range() -> String {
 
 /// Checks what a component says about itself.
 pub fn check_descriptor(descriptor: &Descriptor) -> Result<(), String> {
+    // A descriptor is read once and kept for the life of the version: bound what a component can make the host
+    // keep (a 50 MB descriptor, a million kinds).
+    const MAX_NAME: usize = 63;
+    const MAX_VERSION: usize = 64;
+    const MAX_TEXT: usize = 64 << 10;
+    if descriptor.name.len() > MAX_NAME {
+        return Err(format!("describe returned a name of {} bytes: at most {MAX_NAME}", descriptor.name.len()));
+    }
+    if descriptor.version.len() > MAX_VERSION {
+        return Err(format!("describe returned a version of {} bytes: at most {MAX_VERSION}", descriptor.version.len()));
+    }
+    if descriptor.kinds.len() > crate::contract::types::PolicyKind::ALL.len() {
+        return Err(format!("describe lists {} kinds: there are {}", descriptor.kinds.len(), crate::contract::types::PolicyKind::ALL.len()));
+    }
+    for (field, text) in [("default settings", &descriptor.default_settings), ("settings documentation", &descriptor.settings_doc)] {
+        if text.len() > MAX_TEXT {
+            return Err(format!("describe returned {} bytes of {field}: at most {MAX_TEXT}", text.len()));
+        }
+    }
     let valid_name = !descriptor.name.is_empty()
         && descriptor.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if !valid_name {

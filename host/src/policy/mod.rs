@@ -57,6 +57,9 @@ pub struct LoadedPolicy {
     pool: Mutex<Pool>,
     /// Signalled when an instance goes back to the pool or is discarded.
     returned: Condvar,
+    /// The last failure logged at warning level: a policy failing the same way on every pod is logged once,
+    /// then at debug level until the failure changes.
+    last_failure: Mutex<String>,
     metrics: OnceLock<Arc<metrics::PolicyMetrics>>,
 }
 
@@ -165,6 +168,7 @@ impl LoadedPolicy {
             pre,
             pool: Mutex::new(Pool { idle: vec![SyncedInstance::new(instance)], live: 1 }),
             returned: Condvar::new(),
+            last_failure: Mutex::new(String::new()),
             metrics: OnceLock::new(),
         })
     }
@@ -214,7 +218,7 @@ impl LoadedPolicy {
         let result = cluster.sync(&mut instance, self.descriptor.view).and_then(|()| body(&mut instance.instance));
         match &result {
             Err(error) if error.poisons_instance() || instance.instance.is_poisoned() => {
-                tracing::warn!(policy = %self.name, %error, "discarding policy instance");
+                tracing::debug!(policy = %self.name, %error, "discarding policy instance");
             }
             _ => {
                 std::mem::forget(slot);
@@ -243,6 +247,18 @@ impl LoadedPolicy {
                 return None;
             }
             pool = self.returned.wait(pool).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    fn log_failure(&self, operation: &str, pod: &Pod, error: &CallError) {
+        let pod = format!("{}/{}", pod.namespace, pod.name);
+        let message = error.to_string();
+        let mut last = self.last_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if *last == message {
+            tracing::debug!(policy = %self.name, %pod, error = %message, operation, "policy failed again");
+        } else {
+            tracing::warn!(policy = %self.name, %pod, error = %message, operation, mode = ?self.options.failure_mode, "policy failed; its failure mode decides");
+            *last = message;
         }
     }
 
@@ -277,7 +293,7 @@ impl LoadedPolicy {
     /// Filter verdicts with the failure mode applied: never fails.
     pub fn filter_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[u32]) -> FilterResult {
         self.filter(cluster, pod, candidates).unwrap_or_else(|error| {
-            tracing::warn!(policy = %self.name, pod = %format!("{}/{}", pod.namespace, pod.name), %error, mode = ?self.options.failure_mode, "filter failed");
+            self.log_failure("filter", pod, &error);
             match self.options.failure_mode {
                 FailureMode::FailOpen => FilterResult { verdicts: vec![0; candidates.len()], rejections: Vec::new() },
                 FailureMode::FailClosed => FilterResult {
@@ -295,7 +311,7 @@ impl LoadedPolicy {
     /// Scores with the failure mode applied: a failed score policy contributes nothing.
     pub fn score_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[u32]) -> Vec<u32> {
         self.score(cluster, pod, candidates).unwrap_or_else(|error| {
-            tracing::warn!(policy = %self.name, pod = %format!("{}/{}", pod.namespace, pod.name), %error, "score failed; skipping");
+            self.log_failure("score", pod, &error);
             vec![0; candidates.len()]
         })
     }

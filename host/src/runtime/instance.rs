@@ -155,7 +155,7 @@ impl PolicyInstance {
 
     pub fn configure(&mut self, settings: &str) -> Result<(), CallError> {
         self.call("configure", |bindings, store| bindings.wasp_policy_policy().call_configure(store, settings))?
-            .map_err(CallError::Guest)
+            .map_err(guest_error)
     }
 
     pub fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError> {
@@ -165,7 +165,7 @@ impl PolicyInstance {
     pub fn filter(&mut self, pod: &Pod, candidates: &[u32]) -> Result<FilterResult, CallError> {
         let result = self
             .call("filter", |bindings, store| bindings.wasp_policy_filter().call_filter(store, pod, candidates))?
-            .map_err(CallError::Guest)?;
+            .map_err(guest_error)?;
         validate_filter_result(&result, candidates.len())?;
         Ok(result)
     }
@@ -173,19 +173,23 @@ impl PolicyInstance {
     pub fn score(&mut self, pod: &Pod, candidates: &[u32]) -> Result<Vec<u32>, CallError> {
         let scores = self
             .call("score", |bindings, store| bindings.wasp_policy_score().call_score(store, pod, candidates))?
-            .map_err(CallError::Guest)?;
+            .map_err(guest_error)?;
         validate_scores(&scores, candidates.len())?;
         Ok(scores)
     }
 
     pub fn propose(&mut self) -> Result<Vec<Eviction>, CallError> {
-        self.call("propose", |bindings, store| bindings.wasp_policy_evict().call_propose(store))?
-            .map_err(CallError::Guest)
+        let evictions = self.call("propose", |bindings, store| bindings.wasp_policy_evict().call_propose(store))?
+            .map_err(guest_error)?;
+        check_texts("propose", evictions.iter().map(|eviction| eviction.reason.as_str()))?;
+        Ok(evictions)
     }
 
     pub fn recommend(&mut self, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
-        self.call("recommend", |bindings, store| bindings.wasp_policy_scale().call_recommend(store, request))?
-            .map_err(CallError::Guest)
+        let decision = self.call("recommend", |bindings, store| bindings.wasp_policy_scale().call_recommend(store, request))?
+            .map_err(guest_error)?;
+        check_texts("recommend", std::iter::once(decision.reason.as_str()))?;
+        Ok(decision)
     }
 }
 
@@ -203,6 +207,46 @@ fn classify(operation: &'static str, limits: &Limits, out_of_memory: bool, error
     CallError::Trap { operation, message }
 }
 
+/// Longest reason (a rejection, an eviction, a scale decision) the host passes on: it ends up in events and
+/// conditions, which the API server bounds too.
+pub const MAX_REASON_BYTES: usize = 1024;
+/// All reasons of one answer together.
+pub const MAX_ANSWER_TEXT_BYTES: usize = 64 << 10;
+
+/// A policy's own error, shortened to what a log line or an event can carry.
+fn guest_error(message: String) -> CallError {
+    CallError::Guest(truncate(message, MAX_REASON_BYTES))
+}
+
+fn truncate(mut text: String, limit: usize) -> String {
+    if text.len() > limit {
+        let total = text.len();
+        let mut end = limit;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str(&format!("… ({total} bytes, truncated)"));
+    }
+    text
+}
+
+/// Reasons must be short enough for events and conditions, and all of them together bounded.
+fn check_texts<'a>(operation: &'static str, texts: impl Iterator<Item = &'a str>) -> Result<(), CallError> {
+    let malformed = |message: String| Err(CallError::Malformed { operation, message });
+    let mut total = 0usize;
+    for text in texts {
+        if text.len() > MAX_REASON_BYTES {
+            return malformed(format!("a reason of {} bytes (at most {MAX_REASON_BYTES})", text.len()));
+        }
+        total += text.len();
+        if total > MAX_ANSWER_TEXT_BYTES {
+            return malformed(format!("more than {MAX_ANSWER_TEXT_BYTES} bytes of reasons in one answer"));
+        }
+    }
+    Ok(())
+}
+
 fn validate_filter_result(result: &FilterResult, candidates: usize) -> Result<(), CallError> {
     let malformed = |message: String| Err(CallError::Malformed { operation: "filter", message });
     if result.verdicts.len() != candidates {
@@ -218,6 +262,10 @@ fn validate_filter_result(result: &FilterResult, candidates: usize) -> Result<()
     if result.rejections.iter().flatten().any(|reason| reason.trim().is_empty()) {
         return malformed("an empty rejection reason".into());
     }
+    if result.rejections.len() > candidates {
+        return malformed(format!("{} rejections for {candidates} candidate nodes", result.rejections.len()));
+    }
+    check_texts("filter", result.rejections.iter().flatten().map(String::as_str))?;
     Ok(())
 }
 
@@ -235,6 +283,18 @@ fn validate_scores(scores: &[u32], candidates: usize) -> Result<(), CallError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_answers_are_malformed_and_long_errors_truncated() {
+        let reason = "x".repeat(MAX_REASON_BYTES + 1);
+        let result = FilterResult { verdicts: vec![1], rejections: vec![vec![reason]] };
+        let error = validate_filter_result(&result, 1).unwrap_err();
+        assert_eq!(error.to_string(), "malformed answer from filter: a reason of 1025 bytes (at most 1024)");
+        let many = FilterResult { verdicts: vec![1; 100], rejections: (0..100).map(|_| vec!["y".repeat(1000)]).collect() };
+        assert!(validate_filter_result(&many, 100).unwrap_err().to_string().contains("more than 65536 bytes of reasons"));
+        let CallError::Guest(message) = guest_error("é".repeat(10_000)) else { panic!() };
+        assert!(message.len() < MAX_REASON_BYTES + 40 && message.ends_with("(20000 bytes, truncated)"), "{message}");
+    }
 
     fn instantiate(wat: &str, limit: usize) -> (wasmtime::Result<()>, bool) {
         let engine = wasmtime::Engine::default();
