@@ -427,3 +427,29 @@ async fn get_policies(cluster: &Cluster) -> serde_json::Value {
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_a_broken_policy_failed_are_placed_as_soon_as_a_fixed_version_serves() {
+    let volume = PolicyVolume::new(east());
+    let broken = "scheduler: {profiles: [{schedulerName: wasp, filters: [resources-fit, misbehaving]}]}\n\
+                  policies: {misbehaving: {failureMode: fail-closed, settings: {filter: trap, only-with-label: batch}}}";
+    volume.write_config(broken);
+    let cluster = start_cluster(&volume).await;
+    cluster.create_pods("waiting", 3, "wasp").await;
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let failed = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| {
+            event.reason.as_deref() == Some("FailedScheduling") && event.message.as_deref().is_some_and(|message| message.contains("policy misbehaving failed"))
+        });
+        if failed.count() == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the broken policy should fail the three pods first");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fixed_at = Instant::now();
+    volume.write_config(&broken.replace("filter: trap", "filter: ok"));
+    cluster.bound_batch("waiting", 3).await;
+    assert!(fixed_at.elapsed() < Duration::from_secs(30), "placed {:?} after the fix, not after the 5-minute flush", fixed_at.elapsed());
+}

@@ -518,3 +518,30 @@ async fn the_host_schedules_on_a_current_thread_runtime_and_keeps_no_per_pod_his
     assert_eq!(common::settled(&harness.scheduler.stats.scheduled, 2).await, 2);
     assert!(harness.scheduler.stats.report().is_none(), "nothing per pod is kept for the life of the host unless a report is asked for");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_the_host_cannot_read_is_told_why_instead_of_waiting_silently() {
+    let harness = start(TWO_PODS, default_config()).await;
+    harness.placements("app=app", 2).await;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "absurd", "labels": {"app": "absurd"}},
+        "spec": {"schedulerName": "wasp", "containers": [{"name": "a", "resources": {"requests": {"cpu": "1e30"}}}]}
+    }))
+    .unwrap();
+    harness.pods().create(&PostParams::default(), &pod).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let condition = loop {
+        let pod = harness.pods().get("absurd").await.unwrap();
+        let condition = pod.status.and_then(|status| status.conditions).unwrap_or_default().into_iter().find(|c| c.type_ == "PodScheduled");
+        if let Some(condition) = condition {
+            break condition;
+        }
+        assert!(std::time::Instant::now() < deadline, "no PodScheduled condition on a pod the host cannot read");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!((condition.status.as_str(), condition.reason.as_deref()), ("False", Some("SchedulerError")));
+    let message = condition.message.unwrap();
+    assert!(message.starts_with("the pod cannot be scheduled: ") && message.contains("1e30"), "{message}");
+    let (_, event) = harness.failed_scheduling("absurd").await;
+    assert_eq!(event.message.as_deref(), Some(message.as_str()));
+}

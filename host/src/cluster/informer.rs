@@ -2,7 +2,7 @@
 //! changed. After every (re)list, objects the list no longer holds are removed: a pod or node deleted while the
 //! watch was disconnected does not linger as phantom usage.
 
-use super::shared::{ClusterEvent, SharedCluster};
+use super::shared::{ClusterEvent, SharedCluster, UnreadablePod};
 use super::{convert, PodChange};
 use crate::contract::types::PodPhase;
 use futures::TryStreamExt;
@@ -127,6 +127,25 @@ async fn watch_pods(client: Client, cluster: Arc<SharedCluster>) {
     }
 }
 
+/// A pod that does not convert: forgotten, and if it waits for a scheduler, reported so its owner learns why.
+fn unreadable(cluster: &SharedCluster, source: &KubePod, error: String) -> Vec<ClusterEvent> {
+    tracing::warn!(pod = %convert::pod_key(source), %error, "cannot read pod");
+    let uid = source.metadata.uid.clone().unwrap_or_default();
+    let mut changes = forget_pod(cluster, &uid);
+    let spec = source.spec.as_ref();
+    let waiting = spec.is_some_and(|spec| spec.node_name.as_deref().unwrap_or("").is_empty()) && source.metadata.deletion_timestamp.is_none();
+    if waiting {
+        changes.push(ClusterEvent::PodUnreadable(Arc::new(UnreadablePod {
+            namespace: source.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: source.metadata.name.clone().unwrap_or_default(),
+            uid,
+            scheduler_name: spec.and_then(|spec| spec.scheduler_name.clone()).unwrap_or_else(|| "default-scheduler".into()),
+            error,
+        })));
+    }
+    changes
+}
+
 /// Uids of every pod the view holds, bound or pending.
 fn known_pods(cluster: &SharedCluster) -> Vec<String> {
     let mut uids: Vec<String> = cluster.read().pod_uids().map(str::to_string).collect();
@@ -148,10 +167,7 @@ fn forget_pod(cluster: &SharedCluster, uid: &str) -> Vec<ClusterEvent> {
 fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
     let pod = match convert::pod(source) {
         Ok(pod) => pod,
-        Err(error) => {
-            tracing::warn!(pod = %convert::pod_key(source), %error, "ignoring pod");
-            return Vec::new();
-        }
+        Err(error) => return unreadable(cluster, source, error.to_string()),
     };
     let uid = pod.uid.clone();
     let node = source.spec.as_ref().and_then(|spec| spec.node_name.clone()).filter(|node| !node.is_empty());

@@ -8,5 +8,5 @@ pub mod informer;
 mod shared;
 mod state;
 
-pub use shared::{ClusterEvent, SharedCluster, Synced};
+pub use shared::{ClusterEvent, SharedCluster, Synced, UnreadablePod};
 pub use state::{ClusterState, DeltaSink, PodChange, SyncPoint};

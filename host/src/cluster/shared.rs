@@ -29,6 +29,18 @@ pub enum ClusterEvent {
     PodPending(Arc<Pod>),
     /// A pending pod was bound, deleted or stopped.
     PendingGone { uid: String },
+    /// A pending pod the host cannot read (a quantity it cannot parse, say): no scheduler will place it, and its
+    /// owner must be told why.
+    PodUnreadable(Arc<UnreadablePod>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnreadablePod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub scheduler_name: String,
+    pub error: String,
 }
 
 /// Whether the node and pod informers have each listed the cluster at least once.

@@ -44,11 +44,17 @@ impl Binder {
 
     /// The Warning event and the condition kubectl shows for a pod that does not fit.
     pub async fn unschedulable(&self, pod: &Pod, message: &str, profile: &str) {
-        self.events.for_component(profile).event(&object_of(pod), "Warning", "FailedScheduling", message).await;
+        self.not_scheduled(&object_of(pod), "Unschedulable", message, profile).await;
+    }
+
+    /// A `FailedScheduling` Warning event and `PodScheduled=False` with `reason` (kube-scheduler's
+    /// `Unschedulable`, or `SchedulerError` when the pod cannot be considered at all).
+    pub async fn not_scheduled(&self, pod: &ObjectRef, reason: &str, message: &str, profile: &str) {
+        self.events.for_component(profile).event(pod, "Warning", "FailedScheduling", message).await;
         let pods: Api<KubePod> = Api::namespaced(self.api.client.clone(), &pod.namespace);
         let _permit = self.api.permit().await;
         let condition = json!({"status": {"conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now(),
+            "type": "PodScheduled", "status": "False", "reason": reason, "message": message, "lastTransitionTime": now(),
         }]}});
         if let Err(error) = pods.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(condition)).await {
             tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), %error, "could not set PodScheduled=False");

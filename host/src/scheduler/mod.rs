@@ -265,6 +265,14 @@ impl Scheduler {
                 }
             }
             ClusterEvent::PendingGone { uid } => self.queue.remove(&uid),
+            ClusterEvent::PodUnreadable(pod) => {
+                self.queue.remove(&pod.uid);
+                if self.policies.current().plans.scheduling.contains_key(&pod.scheduler_name) {
+                    let (binder, object) = (self.binder.clone(), crate::kube::ObjectRef::pod(&pod.namespace, &pod.name, &pod.uid));
+                    let message = format!("the pod cannot be scheduled: {}", pod.error);
+                    tokio::spawn(async move { binder.not_scheduled(&object, "SchedulerError", &message, &pod.scheduler_name).await });
+                }
+            }
             other => {
                 if let Some(change) = requeue_hint(&other) {
                     self.queue.cluster_changed(change);
@@ -287,7 +295,7 @@ fn requeue_hint(event: &ClusterEvent) -> Option<Change> {
         ClusterEvent::PodUpdated { .. } => None,
         // Fewer nodes never make room.
         ClusterEvent::NodeRemoved { .. } => None,
-        ClusterEvent::PodPending(_) | ClusterEvent::PendingGone { .. } => None,
+        ClusterEvent::PodPending(_) | ClusterEvent::PendingGone { .. } | ClusterEvent::PodUnreadable(_) => None,
     }
 }
 
