@@ -13,6 +13,11 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// A configuration larger than a ConfigMap can hold is not one.
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+/// Deeper nesting than any real configuration needs; parsing deep nesting is quadratic, so it is refused before.
+pub const MAX_NESTING: usize = 64;
+
 /// Works out of the box with the default policy set in `plugins/out`.
 pub const DEFAULT_CONFIG: &str = include_str!("default-config.yaml");
 
@@ -120,8 +125,39 @@ pub fn describe_users(users: &[PolicyUser]) -> String {
     users.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
 
+/// Refuses flow collections (`[`, `{`) nested deeper than [`MAX_NESTING`], counting outside quoted strings.
+/// Block nesting is bounded by the size limit: each level costs a line of indentation.
+fn check_nesting(text: &str) -> anyhow::Result<()> {
+    let (mut depth, mut quote) = (0usize, None);
+    for (line, content) in text.lines().enumerate() {
+        let mut previous = ' ';
+        for character in content.chars() {
+            match (quote, character) {
+                (Some(open), close) if close == open && previous != '\\' => quote = None,
+                (Some(_), _) => {}
+                (None, '#') if previous.is_whitespace() => break,
+                (None, '"' | '\'') => quote = Some(character),
+                (None, '[' | '{') => {
+                    depth += 1;
+                    if depth > MAX_NESTING {
+                        bail!("line {}: nested deeper than {MAX_NESTING} levels", line + 1);
+                    }
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            previous = character;
+        }
+    }
+    Ok(())
+}
+
 impl HostConfig {
     pub fn parse(text: &str) -> anyhow::Result<HostConfig> {
+        if text.len() > MAX_CONFIG_BYTES {
+            bail!("the configuration is {} bytes, more than the {MAX_CONFIG_BYTES} a ConfigMap holds", text.len());
+        }
+        check_nesting(text)?;
         let config: HostConfig = serde_yaml::from_str(text)?;
         config.validate()?;
         Ok(config)
@@ -259,6 +295,13 @@ mod tests {
         ] {
             assert_eq!(parse_error(&format!("{base}policies: {{p: {policy}}}")), expected, "{policy}");
         }
+        let deep = format!("{base}policies: {{p: {{settings: {{a: {}{}}}}}}}", "[".repeat(100_000), "]".repeat(100_000));
+        let started = std::time::Instant::now();
+        assert_eq!(parse_error(&deep), "line 3: nested deeper than 64 levels");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        assert!(HostConfig::parse(&format!("{base}policies: {{p: {{settings: {{a: \"[[[[\"}}}}}}")).is_ok(), "brackets in strings are text");
+        let huge = format!("{base}# {}", "x".repeat(MAX_CONFIG_BYTES));
+        assert!(parse_error(&huge).contains("more than the 1048576 a ConfigMap holds"));
         let error = parse_error(&format!("{base}leaderElection: {{retryPeriod: 0s}}"));
         assert!(error.starts_with("leaderElection.retryPeriod: 0s is shorter than 100ms"), "{error}");
     }

@@ -16,18 +16,22 @@ pub const MAX_POLICY_BYTES: u64 = 16 << 20;
 /// Reads a policy file if it is a regular file (after following symlinks) of at most [`MAX_POLICY_BYTES`]: a FIFO
 /// or a device would block the reload thread or never end.
 fn read_policy(path: &Path) -> std::io::Result<Vec<u8>> {
+    read_regular(path, MAX_POLICY_BYTES)
+}
+
+fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     let invalid = |message: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, message);
     let metadata = std::fs::metadata(path)?;
     if !metadata.is_file() {
         return Err(invalid(format!("not a regular file ({:?}); only regular files are read", metadata.file_type())));
     }
-    if metadata.len() > MAX_POLICY_BYTES {
-        return Err(invalid(format!("{} bytes is more than the {MAX_POLICY_BYTES} a policy may have", metadata.len())));
+    if metadata.len() > limit {
+        return Err(invalid(format!("{} bytes is more than the {limit} a file here may have", metadata.len())));
     }
     let mut bytes = Vec::with_capacity(metadata.len() as usize);
-    std::fs::File::open(path)?.take(MAX_POLICY_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_POLICY_BYTES {
-        return Err(invalid(format!("grew past the {MAX_POLICY_BYTES} bytes a policy may have while being read")));
+    std::fs::File::open(path)?.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(invalid(format!("grew past the {limit} bytes a file here may have while being read")));
     }
     Ok(bytes)
 }
@@ -87,7 +91,8 @@ impl SourceSnapshot {
             Err(error) => snapshot.unreadable.push(format!("policy directory {}: {error}", policy_dir.display())),
         }
         snapshot.config = config_path.map(|path| {
-            std::fs::read_to_string(path).map_err(|error| format!("reading {}: {error}", path.display()))
+            let bytes = read_regular(path, crate::config::MAX_CONFIG_BYTES as u64).map_err(|error| format!("reading {}: {error}", path.display()))?;
+            String::from_utf8(bytes).map_err(|_| format!("reading {}: not UTF-8 text", path.display()))
         });
         snapshot
     }
@@ -139,7 +144,7 @@ mod tests {
         let mut errors = snapshot.unreadable.clone();
         errors.sort();
         assert_eq!(errors.len(), 3, "{errors:?}");
-        assert!(errors[0].ends_with("big.wasm: 16777217 bytes is more than the 16777216 a policy may have"), "{}", errors[0]);
+        assert!(errors[0].ends_with("big.wasm: 16777217 bytes is more than the 16777216 a file here may have"), "{}", errors[0]);
         assert!(errors[1].contains("fifo.wasm: not a regular file"), "{}", errors[1]);
         assert!(errors[2].contains("zero.wasm: not a regular file"), "{}", errors[2]);
     }

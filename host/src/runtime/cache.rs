@@ -12,6 +12,11 @@ use std::sync::Mutex;
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
+/// Artifacts kept on disk: enough for every policy of a large set plus recent versions. A reload storm of new
+/// versions would otherwise fill the directory (128 files, 84 MB seen).
+const MAX_DISK_ARTIFACTS: usize = 64;
+const MAX_DISK_BYTES: u64 = 256 << 20;
+
 pub struct ArtifactCache {
     /// Components by digest, with how many loaded policies use each: two versions of a policy that differ only
     /// in settings share one component, and the first to go must not drop it for the other.
@@ -92,10 +97,43 @@ impl ArtifactCache {
         if let Err(error) = write_atomically(&path, &artifact) {
             tracing::warn!(path = %path.display(), %error, "could not write artifact cache");
         }
+        let in_use: Vec<String> = self.lock().keys().cloned().chain([digest.to_string()]).collect();
+        if let Err(error) = prune(directory, &in_use, MAX_DISK_ARTIFACTS, MAX_DISK_BYTES) {
+            tracing::warn!(directory = %directory.display(), %error, "could not prune the artifact cache");
+        }
         // SAFETY: the bytes were produced just now by this engine.
         let component = unsafe { Component::deserialize(engine, &artifact)? };
         Ok((component, CacheOutcome::Compiled))
     }
+}
+
+/// Deletes the oldest artifacts (by modification time) beyond `max_files` or `max_bytes`, never one whose digest
+/// is `in_use`.
+fn prune(directory: &std::path::Path, in_use: &[String], max_files: usize, max_bytes: u64) -> std::io::Result<()> {
+    let mut artifacts = Vec::new();
+    for entry in std::fs::read_dir(directory)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".cwasm") {
+            continue;
+        }
+        let metadata = entry.metadata()?;
+        artifacts.push((metadata.modified()?, metadata.len(), name, entry.path()));
+    }
+    artifacts.sort();
+    let mut files = artifacts.len();
+    let mut bytes: u64 = artifacts.iter().map(|(_, size, _, _)| size).sum();
+    for (_, size, name, path) in artifacts {
+        if files <= max_files && bytes <= max_bytes {
+            break;
+        }
+        if in_use.iter().any(|digest| name.starts_with(digest.as_str())) {
+            continue;
+        }
+        std::fs::remove_file(&path)?;
+        files -= 1;
+        bytes -= size;
+    }
+    Ok(())
 }
 
 fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -107,4 +145,27 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
     let temporary = path.with_extension(format!("tmp{}-{}", std::process::id(), WRITES.fetch_add(1, Ordering::Relaxed)));
     std::fs::write(&temporary, bytes)?;
     std::fs::rename(&temporary, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oldest_artifacts_not_in_use_are_pruned() {
+        let directory = tempfile::tempdir().unwrap();
+        for (index, digest) in ["aaa", "bbb", "ccc", "ddd"].iter().enumerate() {
+            let path = directory.path().join(format!("{digest}-compat.cwasm"));
+            std::fs::write(&path, vec![0u8; 100]).unwrap();
+            let modified = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000 + index as u64);
+            std::fs::File::options().write(true).open(&path).unwrap().set_modified(modified).unwrap();
+        }
+        std::fs::write(directory.path().join("notes.txt"), b"left alone").unwrap();
+        prune(directory.path(), &["aaa".to_string()], 2, u64::MAX).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(directory.path()).unwrap().map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        assert_eq!(left, ["aaa-compat.cwasm", "ddd-compat.cwasm", "notes.txt"], "the oldest in use stays, the next oldest go");
+        prune(directory.path(), &[], 10, 150).unwrap();
+        assert_eq!(std::fs::read_dir(directory.path()).unwrap().count(), 2, "over the byte budget, the oldest goes");
+    }
 }
