@@ -453,3 +453,21 @@ async fn pods_a_broken_policy_failed_are_placed_as_soon_as_a_fixed_version_serve
     cluster.bound_batch("waiting", 3).await;
     assert!(fixed_at.elapsed() < Duration::from_secs(30), "placed {:?} after the fix, not after the 5-minute flush", fixed_at.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_canary_runs_on_the_live_cluster_so_a_policy_cannot_tell_it_apart() {
+    let volume = PolicyVolume::new(east());
+    let cluster = start_cluster(&volume).await;
+    cluster.create_pods("live", 2, "wasp").await;
+    cluster.bound_batch("live", 2).await;
+    // Misbehaves only on pods labelled `batch`, as every pod of this cluster is: the built-in sample has no such
+    // pod, the live cluster does.
+    let registry = cluster.host.policies.clone();
+    volume.write_config(
+        "scheduler: {profiles: [{schedulerName: wasp, filters: [resources-fit, zone-pin, misbehaving]}]}\n\
+         policies: {misbehaving: {settings: {filter: trap, only-with-label: batch}}}",
+    );
+    common::eventually("the configuration to be refused", || registry.status().config_error.is_some()).await;
+    let error = registry.status().config_error.unwrap();
+    assert!(error.contains("canary filter call failed: filter trapped"), "{error}");
+}

@@ -185,11 +185,15 @@ fn settings_rejected_by_the_guest_name_the_policy() {
 }
 
 #[test]
-fn the_guest_has_no_environment_filesystem_or_network() {
+fn the_guest_has_no_environment_filesystem_network_clock_or_randomness() {
     let policy = misbehaving(r#"{"filter": "probe-sandbox"}"#, FailureMode::FailClosed);
     let (cluster, ids) = two_node_cluster();
     let result = policy.filter(&cluster, &simple_pod("p", "100m", ""), &ids).unwrap();
-    assert_eq!(reasons(&result)[0], "env=0 fs=denied net=denied");
+    let report = reasons(&result)[0].clone();
+    assert!(report.starts_with("env=0 fs=denied net=denied clock=0 waited=0 hash="), "{report}");
+    // A fresh instance of another load sees the same: nothing but its input varies.
+    let again = misbehaving(r#"{"filter": "probe-sandbox"}"#, FailureMode::FailOpen);
+    assert_eq!(reasons(&again.filter(&cluster, &simple_pod("p", "100m", ""), &ids).unwrap())[0], report);
 }
 
 #[test]

@@ -40,6 +40,7 @@ impl Host {
     pub fn new(api: ApiClient, policies: Arc<PolicyRegistry>, identity: HostIdentity) -> Arc<Host> {
         let identity = Arc::new(identity);
         let cluster = Arc::new(SharedCluster::default());
+        policies.canary_on(cluster.clone());
         let events = EventRecorder::new(api.clone(), COMPONENT, identity.clone());
         let mut endpoints = Endpoints::new(policies.clone());
         let scheduler_metrics = SchedulerMetrics::register(&mut endpoints.metrics);

@@ -3,15 +3,35 @@
 //! real decision. An error the policy itself returns is its opinion of the sample (an autoscaling policy may
 //! refuse a workload without the metric it wants), not a defect: it is logged, not refused.
 //!
+//! The sample is the live cluster when the host has one (a what-if fork of it, with one of its pending pods, or
+//! a copy of a running one): a policy cannot tell its canary from real traffic by names. Before the informers
+//! have listed anything (at start, in `wasp policy` commands) a small built-in sample stands in.
+//!
 //! The canary runs on the policy's own pool, so `configure` runs once per new version; the pooled instance
 //! follows the sample's log afterwards and is resynced from the live cluster on its first real call (epochs).
 
-use crate::cluster::{convert, ClusterState};
+use crate::cluster::{convert, ClusterState, SharedCluster};
 use crate::contract::types::{Metric, Pod, PodMetric, PolicyKind, ScaleRequest};
 use crate::policy::LoadedPolicy;
 use crate::runtime::CallError;
 use k8s_openapi::api::core::v1 as core;
 use serde_json::json;
+
+/// A fork of the live cluster and a pod to place: one that waits, else a copy of one that runs.
+fn live_sample(live: &SharedCluster) -> Option<(ClusterState, Pod)> {
+    let state = live.read();
+    if state.node_ids().is_empty() {
+        return None;
+    }
+    let pod = live.pending_pods().into_iter().next().or_else(|| {
+        let uid = state.pod_uids().next()?;
+        let mut copy = state.pod(uid)?.0.clone();
+        copy.phase = crate::contract::types::PodPhase::Pending;
+        copy.uid = format!("{}-next", copy.uid);
+        Some(copy)
+    })?;
+    Some((state.fork(), pod))
+}
 
 /// Two Ready nodes, a bound pod, and a pending pod to place.
 fn sample() -> (ClusterState, Pod) {
@@ -52,8 +72,8 @@ fn scale_sample() -> ScaleRequest {
 
 /// Calls each kind the policy declares once. Fails with the kind and the error on a trap, timeout, out of
 /// memory or malformed answer.
-pub fn check(policy: &LoadedPolicy) -> Result<(), (PolicyKind, CallError)> {
-    let (cluster, pod) = sample();
+pub fn check(policy: &LoadedPolicy, live: Option<&SharedCluster>) -> Result<(), (PolicyKind, CallError)> {
+    let (cluster, pod) = live.and_then(live_sample).unwrap_or_else(sample);
     let candidates = cluster.node_ids();
     for kind in &policy.descriptor.kinds {
         let result = match kind {

@@ -179,6 +179,8 @@ pub struct PolicyRegistry {
     fingerprint: Mutex<Fingerprint>,
     reload_metrics: ReloadMetrics,
     call_metrics: Arc<PolicyMetrics>,
+    /// The cluster canaries sample, once the host has one.
+    live: std::sync::OnceLock<Arc<crate::cluster::SharedCluster>>,
 }
 
 /// How the configuration runs the policy called `name`.
@@ -227,7 +229,13 @@ impl PolicyRegistry {
             fingerprint: Mutex::new(Fingerprint::default()),
             reload_metrics: ReloadMetrics::default(),
             call_metrics: Arc::new(PolicyMetrics::default()),
+            live: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Canaries of later versions run on a fork of this cluster.
+    pub fn canary_on(&self, cluster: Arc<crate::cluster::SharedCluster>) {
+        let _ = self.live.set(cluster);
     }
 
     /// The generation serving now. Hold it for a whole decision.
@@ -441,7 +449,7 @@ impl PolicyRegistry {
         if let Some(missing) = plans::kinds_missing(&policy, users) {
             return Err(Refusal::new(RefusalReason::Kinds, format!("policy {source}: {missing}")));
         }
-        canary::check(&policy).map_err(|(kind, error)| Refusal::new(RefusalReason::Canary, format!("policy {source}: canary {kind} call failed: {error}")))?;
+        canary::check(&policy, self.live.get().map(|live| &**live)).map_err(|(kind, error)| Refusal::new(RefusalReason::Canary, format!("policy {source}: canary {kind} call failed: {error}")))?;
         policy.report_to(self.call_metrics.clone());
         Ok(policy)
     }

@@ -13,6 +13,34 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+/// What a guest may observe is its input, nothing else: a policy that read the time or real randomness could pass
+/// its canary and decide differently afterwards, or differently on every call. Guests see clocks stopped at the
+/// Unix epoch (wall) and at zero (monotonic), and random numbers from a fixed seed. The time a decision needs
+/// belongs in the call's input.
+struct StoppedClock;
+
+impl wasmtime_wasi::HostWallClock for StoppedClock {
+    fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(1)
+    }
+
+    fn now(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+}
+
+impl wasmtime_wasi::HostMonotonicClock for StoppedClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+const RANDOM_SEED: u64 = 0x7761_7370;
+
 pub struct InstanceState {
     wasi: WasiCtx,
     table: ResourceTable,
@@ -116,6 +144,11 @@ impl PolicyInstance {
         let wasi = WasiCtxBuilder::new()
             .stdout(GuestOutput::new(policy.clone(), "stdout"))
             .stderr(GuestOutput::new(policy.clone(), "stderr"))
+            .wall_clock(StoppedClock)
+            .monotonic_clock(StoppedClock)
+            .secure_random(<rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(RANDOM_SEED))
+            .insecure_random(<rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(RANDOM_SEED))
+            .insecure_random_seed(u128::from(RANDOM_SEED))
             .build();
         let budget = MemoryBudget { limit: limits.memory_bytes, used: 0, exhausted: false };
         let mut store = Store::new(runtime.engine(), InstanceState { wasi, table: ResourceTable::new(), budget });
