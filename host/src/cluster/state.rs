@@ -36,11 +36,36 @@ pub enum PodChange {
     Updated { labels_changed: bool, requests_changed: bool },
 }
 
-/// Deltas per `apply` call: bounds the time of one call so it stays well inside the policy's deadline.
+/// Deltas per `apply` call, and their approximate bytes: bounds the time of one call (it stays well inside the
+/// policy's deadline) and what one call copies into the guest, whatever the size of each pod.
 const SYNC_CHUNK: usize = 1024;
-/// Deltas kept for lagging instances; one further behind gets a full resync. Pod deltas carry whole pods, so
-/// a long log costs as much memory as the pods themselves: keep it to a few seconds of binding traffic.
+const SYNC_CHUNK_BYTES: usize = 4 << 20;
+/// Deltas kept for lagging instances, by count and by approximate bytes; one further behind gets a full resync.
+/// Pod deltas carry whole pods, so a long log costs as much memory as the pods themselves: a few seconds of
+/// binding traffic, and never more than the byte budget (tenants' pods with big label sets made 16k deltas weigh
+/// hundreds of megabytes, kept after the pods were gone).
 const RETAINED_DELTAS: usize = 16_384;
+const RETAINED_BYTES: usize = 32 << 20;
+
+/// Roughly what a delta costs in memory and to copy: its strings and a fixed share per record.
+fn delta_bytes(delta: &ClusterDelta) -> usize {
+    const RECORD: usize = 64;
+    let pairs = |pairs: &[(String, String)]| pairs.iter().map(|(key, value)| key.len() + value.len() + RECORD).sum::<usize>();
+    match delta {
+        ClusterDelta::PodUpsert((_, _, pod)) => {
+            RECORD * 8
+                + pod.namespace.len()
+                + pod.name.len()
+                + pod.uid.len()
+                + pairs(&pod.labels)
+                + pairs(&pod.node_selector)
+                + (pod.containers.len() + pod.init_containers.len()) * RECORD * 4
+                + (pod.tolerations.len() + pod.topology_spread.len()) * RECORD * 2
+        }
+        ClusterDelta::NodeUpsert((_, node, _)) => RECORD * 8 + node.name.len() + pairs(&node.labels) + node.taints.len() * RECORD * 2,
+        _ => RECORD,
+    }
+}
 
 #[derive(Default, Clone)]
 struct Usage {
@@ -133,6 +158,8 @@ pub struct ClusterState {
     /// Identifies this state's log among every state of the process.
     epoch: u64,
     log: VecDeque<ClusterDelta>,
+    /// Approximate bytes of `log`.
+    log_bytes: usize,
     /// Sequence number of `log[0]`.
     log_start: u64,
 }
@@ -148,6 +175,7 @@ impl Default for ClusterState {
             next_pod_id: 0,
             epoch: next_epoch(),
             log: VecDeque::new(),
+            log_bytes: 0,
             log_start: 0,
         }
     }
@@ -170,6 +198,7 @@ impl ClusterState {
             next_pod_id: self.next_pod_id,
             epoch: next_epoch(),
             log: VecDeque::new(),
+            log_bytes: 0,
             log_start: 0,
         }
     }
@@ -228,12 +257,20 @@ impl ClusterState {
     }
 
     fn record(&mut self, delta: ClusterDelta) {
+        self.log_bytes += delta_bytes(&delta);
         self.log.push_back(delta);
-        if self.log.len() > RETAINED_DELTAS {
-            self.log.pop_front();
+        while self.log.len() > RETAINED_DELTAS || (self.log_bytes > RETAINED_BYTES && self.log.len() > 1) {
+            let Some(oldest) = self.log.pop_front() else { break };
+            self.log_bytes -= delta_bytes(&oldest);
             self.log_start += 1;
         }
     }
+
+    /// Approximate bytes the retained log holds.
+    pub fn log_bytes(&self) -> usize {
+        self.log_bytes
+    }
+
 
     /// Adds or updates a node; returns false, recording nothing, when nothing a policy sees changed (a status
     /// heartbeat, say).
@@ -398,11 +435,14 @@ pub trait DeltaSink {
 
 fn send_in_chunks<S: DeltaSink>(instance: &mut S, deltas: impl Iterator<Item = ClusterDelta>) -> Result<(), S::Error> {
     let mut chunk = Vec::with_capacity(SYNC_CHUNK);
+    let mut bytes = 0;
     for delta in deltas {
+        bytes += delta_bytes(&delta);
         chunk.push(delta);
-        if chunk.len() == SYNC_CHUNK {
+        if chunk.len() == SYNC_CHUNK || bytes >= SYNC_CHUNK_BYTES {
             instance.apply(&chunk)?;
             chunk.clear();
+            bytes = 0;
         }
     }
     if !chunk.is_empty() {
@@ -438,6 +478,27 @@ mod tests {
         assert!(cluster.upsert_node(node("8")));
         assert_eq!(cluster.upsert_pod(pod("b"), "n"), PodChange::Updated { labels_changed: true, requests_changed: false });
         assert!(cluster.head() > head);
+    }
+
+    #[test]
+    fn the_log_is_bounded_in_bytes_and_a_sink_behind_it_gets_a_snapshot() {
+        let mut cluster = ClusterState::new();
+        cluster.upsert_node(node("4"));
+        let mut sink = Recorder::default();
+        cluster.sync(&mut sink, ViewScope::Nodes).unwrap();
+        // Pods with label sets near the API server's limits: each delta weighs about 250 KB.
+        let labels: serde_json::Map<String, serde_json::Value> =
+            (0..1000).map(|index| (format!("tenant.example.com/key-{index:04}-{}", "k".repeat(40)), serde_json::json!("v".repeat(63)))).collect();
+        for index in 0..400 {
+            let uid = format!("big-{index}");
+            let source = serde_json::json!({"metadata": {"name": uid, "namespace": "d", "uid": uid, "labels": labels}, "spec": {"containers": []}});
+            cluster.upsert_pod(convert::pod(&serde_json::from_value(source).unwrap()).unwrap(), "n");
+            cluster.remove_pod(&uid);
+        }
+        assert!(cluster.log_bytes() <= RETAINED_BYTES, "{} bytes retained", cluster.log_bytes());
+        assert!(cluster.log.len() < 800, "old deltas were dropped by bytes, not only by count");
+        cluster.sync(&mut sink, ViewScope::Nodes).unwrap();
+        assert_eq!(sink.resets, 2, "the sink fell behind the retained log: a full snapshot brought it back");
     }
 
     #[test]
