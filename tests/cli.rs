@@ -108,3 +108,31 @@ fn configmap_carries_the_components_and_refuses_more_than_a_mebibyte() {
         .collect();
     assert_eq!(seen, expected);
 }
+
+#[test]
+fn simulate_summarizes_a_large_cluster_and_lists_a_small_one() {
+    let directory = tempfile::tempdir().unwrap();
+    let scenario = directory.path().join("thirty.yaml");
+    std::fs::write(
+        &scenario,
+        "name: thirty\nkubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 30, cpu: '4', memory: 16Gi, zones: [a, b, c]}]\n\
+         workloads: [{name: web, kind: Pods, replicas: 60, schedulerName: wasp, cpu: 500m, memory: 1Gi}]\n",
+    )
+    .unwrap();
+    let scenario = scenario.to_str().unwrap();
+    let (ok, stdout, stderr) = wasp(&["simulate", "--scenario", scenario, "--timeout", "30s"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("30 nodes (--full lists each)"), "{stdout}");
+    let pods_row = stdout.lines().find(|line| line.starts_with("pods ")).unwrap();
+    let quantiles: Vec<f64> = pods_row.split_whitespace().skip(1).map(|value| value.parse().unwrap()).collect();
+    assert_eq!(quantiles.len(), 5, "{pods_row}");
+    assert!(quantiles[4] <= 3.0 && quantiles[0] >= 1.0, "least-allocated spreads 60 pods over 30 nodes: {pods_row}");
+    let zones: Vec<&str> = stdout.lines().skip_while(|line| !line.starts_with("ZONE")).skip(1).take(3).collect();
+    assert!(zones.iter().all(|line| line.split_whitespace().nth(1) == Some("10")), "ten nodes per zone: {zones:?}");
+    assert!(stdout.contains("most loaded:") && !stdout.contains("NODE         "), "{stdout}");
+    assert!(stdout.contains("60 bound"), "{stdout}");
+
+    let (ok, stdout, _) = wasp(&["simulate", "--scenario", scenario, "--timeout", "30s", "--full"]);
+    assert!(ok);
+    assert_eq!(stdout.lines().filter(|line| line.starts_with("n-")).count(), 30, "{stdout}");
+}

@@ -116,6 +116,11 @@ pub fn native_plans(config: &HostConfig) -> Plans {
         .map(|profile| {
             let resolved = ProfilePolicies {
                 scheduler_name: profile.scheduler_name.clone(),
-                filters: profile.filters.iter().map(|name| policies[name].clone()).collect();
+                filters: profile.filters.iter().map(|name| policies[name].clone()).collect(),
+                scores: profile.scores.iter().map(|score| (policies[&score.policy].clone(), score.weight)).collect(),
+            };
+            (profile.scheduler_name.clone(), Arc::new(resolved))
+        })
+        .collect();
     Plans { scheduling, ..Plans::default() }
 }

@@ -1,6 +1,7 @@
 //! `wasp simulate`: a scenario on the simulated API server, scheduled by the host over HTTP exactly as against
 //! a real cluster, then a report: pods per node, what could not be placed and why, timings.
 
+use crate::cluster::ClusterState;
 use crate::config::HostConfig;
 use crate::host::Host;
 use crate::kube::ApiClient;
@@ -16,6 +17,78 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use wasp_sim::{Scenario, Simulator};
 
+/// One node's load as the host sees it.
+struct NodeLoad {
+    name: String,
+    zone: String,
+    pods: usize,
+    cpu: f64,
+    memory: f64,
+}
+
+/// Pods and requested CPU and memory per node as distributions, per zone, and the least and most loaded nodes:
+/// readable at 5000 nodes, where a listing is not.
+fn summary(cluster: &ClusterState, per_node: &BTreeMap<String, Vec<String>>) -> String {
+    let share = |used: u64, total: u64| if total == 0 { 0.0 } else { used as f64 * 100.0 / total as f64 };
+    let loads: Vec<NodeLoad> = cluster
+        .node_ids()
+        .into_iter()
+        .filter_map(|id| {
+            let (node, usage) = cluster.node(id)?;
+            let zone = node.labels.iter().find(|(key, _)| key == "topology.kubernetes.io/zone").map_or("-", |(_, zone)| zone.as_str());
+            Some(NodeLoad {
+                name: node.name.clone(),
+                zone: zone.to_string(),
+                pods: per_node.get(&node.name).map_or(0, Vec::len),
+                cpu: share(usage.requested.cpu_millis, node.allocatable.cpu_millis),
+                memory: share(usage.requested.memory_bytes, node.allocatable.memory_bytes),
+            })
+        })
+        .collect();
+    let mut out = String::new();
+    let quantiles = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        let at = |share: f64| values.get(((values.len().max(1) - 1) as f64 * share).round() as usize).copied().unwrap_or(0.0);
+        format!("{:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>7.1}", at(0.0), at(0.1), at(0.5), at(0.9), at(1.0))
+    };
+    out.push_str(&format!("{} nodes (--full lists each)
+", loads.len()));
+    out.push_str(&format!("{:<22} {:>7} {:>7} {:>7} {:>7} {:>7}
+", "per node", "min", "p10", "p50", "p90", "max"));
+    out.push_str(&format!("{:<22} {}
+", "pods", quantiles(loads.iter().map(|load| load.pods as f64).collect())));
+    out.push_str(&format!("{:<22} {}
+", "requested cpu %", quantiles(loads.iter().map(|load| load.cpu).collect())));
+    out.push_str(&format!("{:<22} {}
+", "requested memory %", quantiles(loads.iter().map(|load| load.memory).collect())));
+    let mut zones: BTreeMap<&str, (usize, usize, f64)> = BTreeMap::new();
+    for load in &loads {
+        let zone = zones.entry(load.zone.as_str()).or_default();
+        zone.0 += 1;
+        zone.1 += load.pods;
+        zone.2 += load.cpu;
+    }
+    out.push_str(&format!("
+{:<12} {:>6} {:>7} {:>15}
+", "ZONE", "NODES", "PODS", "MEAN CPU REQ %"));
+    for (zone, (nodes, pods, cpu)) in &zones {
+        out.push_str(&format!("{zone:<12} {nodes:>6} {pods:>7} {:>15.1}
+", cpu / *nodes as f64));
+    }
+    let mut by_cpu: Vec<&NodeLoad> = loads.iter().collect();
+    by_cpu.sort_by(|a, b| a.cpu.total_cmp(&b.cpu).then(a.name.cmp(&b.name)));
+    let line = |load: &NodeLoad| format!("  {:<16} {:>4} pods  cpu {:>5.1}%  memory {:>5.1}%
+", load.name, load.pods, load.cpu, load.memory);
+    out.push_str("
+least loaded (requested cpu):
+");
+    by_cpu.iter().take(3).for_each(|load| out.push_str(&line(load)));
+    out.push_str("most loaded:
+");
+    by_cpu.iter().rev().take(3).for_each(|load| out.push_str(&line(load)));
+    out
+}
+
 #[derive(Args)]
 pub struct SimulateArgs {
     /// The scenario (see sim/scenarios/).
@@ -27,7 +100,13 @@ pub struct SimulateArgs {
     /// Give up waiting after this long.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// List every node's pods, however many nodes (by default clusters of more than 20 nodes get a summary).
+    #[arg(long)]
+    full: bool,
 }
+
+/// Above this many nodes, the report summarizes instead of listing every node.
+const LISTED_NODES: usize = 20;
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let scenario = Scenario::load(&args.scenario)?;
@@ -36,7 +115,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         None => HostConfig::built_in(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(simulate(&scenario, &config, args.timeout))
+    runtime.block_on(simulate(&scenario, &config, args.timeout, args.full))
 }
 
 /// An API client for a simulator. kube's own retries are off: the loops back off by themselves.
@@ -44,7 +123,7 @@ pub fn sim_client(simulator: &Simulator) -> anyhow::Result<ApiClient> {
     ApiClient::from_config(kube::Config::new(simulator.url().parse()?))
 }
 
-async fn simulate(scenario: &Scenario, config: &HostConfig, timeout: Duration) -> anyhow::Result<()> {
+async fn simulate(scenario: &Scenario, config: &HostConfig, timeout: Duration, full: bool) -> anyhow::Result<()> {
     let simulator = Simulator::start(scenario, "127.0.0.1:0".parse()?).await?;
     let api = sim_client(&simulator)?;
     let client = api.client.clone();
@@ -80,10 +159,11 @@ async fn simulate(scenario: &Scenario, config: &HostConfig, timeout: Duration) -
     }
     let elapsed = started.elapsed();
     worker.abort();
-    report(&client, &scheduler, &profiles, elapsed).await
+    report(&client, &host, &profiles, elapsed, full).await
 }
 
-async fn report(client: &Client, scheduler: &Scheduler, profiles: &[String], elapsed: Duration) -> anyhow::Result<()> {
+async fn report(client: &Client, host: &Host, profiles: &[String], elapsed: Duration, full: bool) -> anyhow::Result<()> {
+    let scheduler: &Scheduler = &host.scheduler;
     let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await?.items;
     let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?.items;
     let mut per_node: BTreeMap<String, Vec<String>> = nodes.iter().map(|node| (node.metadata.name.clone().unwrap_or_default(), Vec::new())).collect();
@@ -93,11 +173,15 @@ async fn report(client: &Client, scheduler: &Scheduler, profiles: &[String], ela
         }
     }
     println!();
-    println!("{:<12} {:>4}  PODS", "NODE", "N");
-    for (node, names) in &per_node {
-        let mut names = names.clone();
-        names.sort();
-        println!("{node:<12} {:>4}  {}", names.len(), names.join(" "));
+    if full || per_node.len() <= LISTED_NODES {
+        println!("{:<12} {:>4}  PODS", "NODE", "N");
+        for (node, names) in &per_node {
+            let mut names = names.clone();
+            names.sort();
+            println!("{node:<12} {:>4}  {}", names.len(), names.join(" "));
+        }
+    } else {
+        print!("{}", summary(&host.cluster.read(), &per_node));
     }
     let details = scheduler.stats.report().unwrap_or_default();
     let failures = details.last_failure;

@@ -2,7 +2,7 @@
 //! changed. After every (re)list, objects the list no longer holds are removed: a pod or node deleted while the
 //! watch was disconnected does not linger as phantom usage.
 
-use super::shared::{ClusterEvent, SharedCluster, UnreadablePod};
+use super::shared::{ClusterEvent, SharedCluster, Synced, UnreadablePod};
 use super::{convert, PodChange};
 use crate::contract::types::PodPhase;
 use futures::TryStreamExt;
@@ -21,13 +21,23 @@ pub struct Informers {
 /// Starts the node and pod informers on `cluster`.
 pub fn spawn(client: Client, cluster: Arc<SharedCluster>) -> Informers {
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(watch_nodes(client.clone(), cluster.clone()));
-    tasks.spawn(watch_pods(client, cluster));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "nodes", apply_node_event, |synced| synced.nodes = true));
+    tasks.spawn(follow(client, cluster, "pods", apply_pod_event, |synced| synced.pods = true));
     Informers { _tasks: tasks }
 }
 
-async fn watch_nodes(client: Client, cluster: Arc<SharedCluster>) {
-    let api: Api<KubeNode> = Api::all(client);
+/// Follows a watcher on every `K` until the stream ends: `apply` turns each event into cluster changes (with the
+/// names listed since the last relist), which are published; `listed` marks the first full list.
+async fn follow<K>(
+    client: Client,
+    cluster: Arc<SharedCluster>,
+    kind: &'static str,
+    mut apply: impl FnMut(&SharedCluster, Event<K>, &mut HashSet<String>) -> Vec<ClusterEvent>,
+    listed: fn(&mut Synced),
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let api: Api<K> = Api::all(client);
     let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
     let mut relisted = HashSet::new();
     loop {
@@ -35,17 +45,16 @@ async fn watch_nodes(client: Client, cluster: Arc<SharedCluster>) {
             Ok(Some(event)) => event,
             Ok(None) => return,
             Err(error) => {
-                tracing::warn!(%error, "node watch failed; retrying");
+                tracing::warn!(kind, %error, "watch failed; retrying");
                 continue;
             }
         };
-        let listed = matches!(event, Event::InitDone);
-        let changes = apply_node_event(&cluster, event, &mut relisted);
-        for change in changes {
+        let done = matches!(event, Event::InitDone);
+        for change in apply(&cluster, event, &mut relisted) {
             cluster.publish(change);
         }
-        if listed {
-            cluster.mark_synced(|synced| synced.nodes = true);
+        if done {
+            cluster.mark_synced(listed);
         }
     }
 }
@@ -88,42 +97,19 @@ fn apply_node_event(cluster: &SharedCluster, event: Event<KubeNode>, relisted: &
     }
 }
 
-async fn watch_pods(client: Client, cluster: Arc<SharedCluster>) {
-    let api: Api<KubePod> = Api::all(client);
-    let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
-    let mut relisted = HashSet::new();
-    loop {
-        let event = match stream.try_next().await {
-            Ok(Some(event)) => event,
-            Ok(None) => return,
-            Err(error) => {
-                tracing::warn!(%error, "pod watch failed; retrying");
-                continue;
-            }
-        };
-        let changes = match event {
-            Event::Init => {
-                relisted.clear();
-                Vec::new()
-            }
-            Event::InitApply(pod) => {
-                relisted.insert(pod.metadata.uid.clone().unwrap_or_default());
-                observe_pod(&cluster, &pod)
-            }
-            Event::Apply(pod) => observe_pod(&cluster, &pod),
-            Event::Delete(pod) => forget_pod(&cluster, pod.metadata.uid.as_deref().unwrap_or_default()),
-            Event::InitDone => {
-                let mut changes = Vec::new();
-                for uid in known_pods(&cluster).into_iter().filter(|uid| !relisted.contains(uid)) {
-                    changes.extend(forget_pod(&cluster, &uid));
-                }
-                cluster.mark_synced(|synced| synced.pods = true);
-                changes
-            }
-        };
-        for change in changes {
-            cluster.publish(change);
+fn apply_pod_event(cluster: &SharedCluster, event: Event<KubePod>, relisted: &mut HashSet<String>) -> Vec<ClusterEvent> {
+    match event {
+        Event::Init => {
+            relisted.clear();
+            Vec::new()
         }
+        Event::InitApply(pod) => {
+            relisted.insert(pod.metadata.uid.clone().unwrap_or_default());
+            observe_pod(cluster, &pod)
+        }
+        Event::Apply(pod) => observe_pod(cluster, &pod),
+        Event::Delete(pod) => forget_pod(cluster, pod.metadata.uid.as_deref().unwrap_or_default()),
+        Event::InitDone => known_pods(cluster).into_iter().filter(|uid| !relisted.contains(uid)).flat_map(|uid| forget_pod(cluster, &uid)).collect(),
     }
 }
 

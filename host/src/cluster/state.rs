@@ -225,6 +225,12 @@ impl ClusterState {
         self.names.get(id as usize).map(String::as_str)
     }
 
+    /// A node present, and what is placed on it.
+    pub fn node(&self, id: NodeId) -> Option<(&Node, NodeUsage)> {
+        let slot = self.slots.get(self.node_name(id)?)?;
+        Some((slot.node.as_ref()?, slot.usage.to_contract()))
+    }
+
     /// The bound pod with this id and its node's name.
     pub fn pod_by_id(&self, id: PodId) -> Option<(&Pod, &str)> {
         let bound = self.pods.get(self.uids.get(&id)?)?;
