@@ -124,7 +124,9 @@ async fn deployment_bindings(nodes: u32, pods: u32, deployments: u32) {
     ))
     .unwrap();
     let started = Instant::now();
-    let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let history = std::env::var("WASP_SIM_HISTORY").ok().and_then(|text| text.parse().ok()).unwrap_or(SimulatorOptions::default().history);
+    let options = SimulatorOptions { history, ..Default::default() };
+    let simulator = Simulator::start_with(&scenario, "127.0.0.1:0".parse().unwrap(), options).await.unwrap();
     let pods_api: Api<Pod> = Api::namespaced(client(&simulator), "default");
     let pending = pods_api.watch(&WatchParams::default().fields("spec.nodeName=").timeout(290), "0").await.unwrap();
     let peak = Arc::new(std::sync::Mutex::new(0f64));
@@ -141,6 +143,18 @@ async fn deployment_bindings(nodes: u32, pods: u32, deployments: u32) {
             }
         })
     };
+    let monitor = std::env::var("WASP_SIM_BENCH_TRACE").is_ok().then(|| {
+        let store = simulator.store.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let all = store.all(resources::pods());
+                let bound = all.iter().filter(|pod| pod.pointer("/spec/nodeName").is_some()).count();
+                let running = all.iter().filter(|pod| pod.pointer("/status/phase").and_then(|phase| phase.as_str()) == Some("Running")).count();
+                eprintln!("{:>5.1}s pods {} bound {bound} running {running} rss {:.0} MiB revision {}", started.elapsed().as_secs_f64(), all.len(), resident_mib(), store.revision());
+            }
+        })
+    });
     let total = pods as usize;
     let bound = pending
         .filter_map(|event| async move {
@@ -165,6 +179,9 @@ async fn deployment_bindings(nodes: u32, pods: u32, deployments: u32) {
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = process_cpu_seconds() - cpu_before;
     sampler.abort();
+    if let Some(monitor) = monitor {
+        monitor.abort();
+    }
     let peak = *peak.lock().unwrap() - before;
     let rate = bound as f64 / elapsed;
     println!(
@@ -184,7 +201,7 @@ fn process_cpu_seconds() -> f64 {
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    // WASP_SIM_BENCH=deployments[:nodes:pods:deployments] runs only the Deployment case.
+    // WASP_SIM_BENCH=deployments[:nodes:pods:deployments] runs only the Deployment case, =bindings only bare pods.
     let only = std::env::var("WASP_SIM_BENCH").unwrap_or_default();
     runtime.block_on(async {
         if let Some(rest) = only.strip_prefix("deployments") {
@@ -194,6 +211,10 @@ fn main() {
                 _ => (5000, 50_000, 5),
             };
             deployment_bindings(nodes, pods, deployments).await;
+            return;
+        }
+        if only == "bindings" {
+            bindings_per_second().await;
             return;
         }
         memory_at_scale().await;
