@@ -110,11 +110,116 @@ async fn memory_at_scale() {
     );
 }
 
+/// Pods made by Deployments (the ReplicaSet controller creating them, the kubelet-less lifecycle, status
+/// updates), bound by a client that watches pending pods and binds each as soon as it sees it.
+async fn deployment_bindings(nodes: u32, pods: u32, deployments: u32) {
+    const IN_FLIGHT: usize = 64;
+    let before = resident_mib();
+    let cpu_before = process_cpu_seconds();
+    let workloads: String = (0..deployments)
+        .map(|index| format!("{{name: d{index}, replicas: {}, schedulerName: wasp, cpu: 10m}},", pods / deployments))
+        .collect();
+    let scenario = Scenario::parse(&format!(
+        "kubelet: {{readyDelay: 100ms}}\nnodeGroups: [{{name: n, count: {nodes}, cpu: '64', memory: 256Gi, pods: 200}}]\nworkloads: [{workloads}]\n"
+    ))
+    .unwrap();
+    let started = Instant::now();
+    let history = std::env::var("WASP_SIM_HISTORY").ok().and_then(|text| text.parse().ok()).unwrap_or(SimulatorOptions::default().history);
+    let options = SimulatorOptions { history, ..Default::default() };
+    let simulator = Simulator::start_with(&scenario, "127.0.0.1:0".parse().unwrap(), options).await.unwrap();
+    let pods_api: Api<Pod> = Api::namespaced(client(&simulator), "default");
+    let pending = pods_api.watch(&WatchParams::default().fields("spec.nodeName=").timeout(290), "0").await.unwrap();
+    let peak = Arc::new(std::sync::Mutex::new(0f64));
+    let sampler = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                {
+                    let now = resident_mib();
+                    let mut peak = peak.lock().unwrap();
+                    *peak = peak.max(now);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let monitor = std::env::var("WASP_SIM_BENCH_TRACE").is_ok().then(|| {
+        let store = simulator.store.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let all = store.all(resources::pods());
+                let bound = all.iter().filter(|pod| pod.pointer("/spec/nodeName").is_some()).count();
+                let running = all.iter().filter(|pod| pod.pointer("/status/phase").and_then(|phase| phase.as_str()) == Some("Running")).count();
+                eprintln!("{:>5.1}s pods {} bound {bound} running {running} rss {:.0} MiB revision {}", started.elapsed().as_secs_f64(), all.len(), resident_mib(), store.revision());
+            }
+        })
+    });
+    let total = pods as usize;
+    let bound = pending
+        .filter_map(|event| async move {
+            match event {
+                Ok(WatchEvent::Added(pod)) => pod.metadata.name,
+                _ => None,
+            }
+        })
+        .enumerate()
+        .map(|(index, name)| {
+            let pods_api = pods_api.clone();
+            async move {
+                let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"kind": "Node", "name": format!("n-{}", index as u32 % nodes)}});
+                pods_api.create_subresource::<_, serde_json::Value>("binding", &name, &PostParams::default(), &binding).await.is_ok()
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .filter(|ok| futures::future::ready(*ok))
+        .take(total)
+        .count();
+    let bound = tokio::time::timeout(Duration::from_secs(600), bound).await.unwrap_or(0);
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds() - cpu_before;
+    sampler.abort();
+    if let Some(monitor) = monitor {
+        monitor.abort();
+    }
+    let peak = *peak.lock().unwrap() - before;
+    let rate = bound as f64 / elapsed;
+    println!(
+        "deployments: {deployments} x {} replicas on {nodes} nodes, bound {bound} in {elapsed:.1}s  {rate:>9.0}/s   target 5000/s   {:.2}x (process CPU {cpu:.1}s, peak {peak:.0} MiB, target 500 MiB)",
+        pods / deployments,
+        rate / 5000.0
+    );
+}
+
+/// User plus system CPU seconds of this process (simulator and client together).
+fn process_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |index: usize| fields.get(index).and_then(|field| field.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    // WASP_SIM_BENCH=deployments[:nodes:pods:deployments] runs only the Deployment case, =bindings only bare pods.
+    let only = std::env::var("WASP_SIM_BENCH").unwrap_or_default();
     runtime.block_on(async {
+        if let Some(rest) = only.strip_prefix("deployments") {
+            let numbers: Vec<u32> = rest.split(':').filter_map(|part| part.parse().ok()).collect();
+            let (nodes, pods, deployments) = match numbers[..] {
+                [nodes, pods, deployments] => (nodes, pods, deployments),
+                _ => (5000, 50_000, 5),
+            };
+            deployment_bindings(nodes, pods, deployments).await;
+            return;
+        }
+        if only == "bindings" {
+            bindings_per_second().await;
+            return;
+        }
         memory_at_scale().await;
         bindings_per_second().await;
         watch_fan_out().await;
+        deployment_bindings(5000, 50_000, 5).await;
     });
 }

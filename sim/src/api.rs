@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +27,8 @@ pub struct ServerState {
     pub faults: FaultPlan,
     pub load: Arc<LoadModel>,
     pub bookmark_interval: Duration,
+    /// Refuse requests without a token (401); by default they are allowed, as the admin.
+    pub require_auth: bool,
 }
 
 pub fn router(state: Arc<ServerState>) -> Router {
@@ -142,6 +144,19 @@ async fn route(
 ) -> Result<Response, ApiError> {
     let target = parse_path(uri.path())?;
     let verb = verb(method, &target, query);
+    let authorization = headers.get("authorization").and_then(|value| value.to_str().ok());
+    let user = crate::auth::authenticate(&state.store, authorization, state.require_auth)?;
+    if let Target::Collection { resource, namespace } | Target::Object { resource, namespace, .. } | Target::Subresource { resource, namespace, .. } = &target {
+        let (name, subresource) = match &target {
+            Target::Object { name, .. } => (name.as_str(), ""),
+            Target::Subresource { name, sub, .. } => (name.as_str(), sub.as_str()),
+            _ => ("", ""),
+        };
+        let attributes = crate::auth::Attributes { verb, resource, subresource, namespace: namespace.as_deref(), name };
+        if !crate::auth::allowed(&state.store, &user, &attributes) {
+            return Err(crate::auth::forbidden(&user, &attributes));
+        }
+    }
     if let Some(fault) = state.faults.decide(verb, &fault_resource(&target)) {
         if !fault.delay.is_zero() {
             tokio::time::sleep(fault.delay).await;
@@ -484,10 +499,22 @@ impl WatchFilter {
 }
 
 fn watch_line(kind: &str, object: &Value) -> Result<Bytes, Infallible> {
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-    line.push(b'\n');
+    // Written directly: `json!` would copy the whole object first.
+    let mut line = Vec::with_capacity(2048);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    if serde_json::to_writer(&mut line, object).is_err() {
+        line.extend_from_slice(b"null");
+    }
+    line.extend_from_slice(b"}\n");
     Ok(Bytes::from(line))
 }
+
+/// Events a watch holds for a client that reads slower than the store changes, before it is cut off (it then
+/// resumes or relists). The watch keeps reading the store's stream meanwhile, so a slow client holds only the
+/// objects its selectors let through, never every change since it fell behind.
+const WATCH_QUEUE_LIMIT: usize = 200_000;
 
 /// How a watch shows each object: the resource's view, as a one-row Table if the client asked for tables.
 struct WatchView {
@@ -548,13 +575,9 @@ fn watch(
     let store = state.store.clone();
     let bookmark_interval = state.bookmark_interval;
     tokio::spawn(async move {
-        for event in backlog {
-            if let Some(kind) = filter.view(&event) {
-                if sender.send(view.line(kind.as_str(), &event.object)).await.is_err() {
-                    return;
-                }
-            }
-        }
+        let mut queue: VecDeque<(EventKind, Arc<Value>)> =
+            backlog.iter().filter_map(|event| filter.view(event).map(|kind| (kind, event.object.clone()))).collect();
+        drop(backlog);
         let deadline = tokio::time::sleep(lifetime);
         tokio::pin!(deadline);
         let mut bookmark = tokio::time::interval(bookmark_interval);
@@ -563,24 +586,30 @@ fn watch(
             tokio::select! {
                 _ = &mut deadline => return,
                 _ = sender.closed() => return,
-                _ = bookmark.tick(), if bookmarks => {
-                    let marker = json!({"kind": resource.kind, "apiVersion": resource.api_version(), "metadata": {"resourceVersion": store.revision().to_string()}});
-                    if sender.send(watch_line("BOOKMARK", &marker)).await.is_err() {
-                        return;
-                    }
-                }
                 received = live.recv() => match received {
                     Ok(event) if std::ptr::eq(event.resource, stored) => {
                         if let Some(kind) = filter.view(&event) {
-                            if sender.send(view.line(kind.as_str(), &event.object)).await.is_err() {
+                            if queue.len() >= WATCH_QUEUE_LIMIT {
                                 return;
                             }
+                            queue.push_back((kind, event.object.clone()));
                         }
                     }
                     Ok(_) => {}
                     // A watcher that fell this far behind is cut off; it resumes or relists, as with etcd.
                     Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return,
                 },
+                permit = sender.reserve(), if !queue.is_empty() => {
+                    let Ok(permit) = permit else { return };
+                    let (kind, object) = queue.pop_front().expect("not empty");
+                    permit.send(view.line(kind.as_str(), &object));
+                }
+                _ = bookmark.tick(), if bookmarks && queue.is_empty() => {
+                    let marker = json!({"kind": resource.kind, "apiVersion": resource.api_version(), "metadata": {"resourceVersion": store.revision().to_string()}});
+                    if sender.send(watch_line("BOOKMARK", &marker)).await.is_err() {
+                        return;
+                    }
+                }
             }
         }
     });

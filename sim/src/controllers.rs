@@ -137,14 +137,17 @@ fn observe(store: &Arc<Store>, event: &crate::store::Event, dirty: &mut Dirty, k
 fn run_kubelet(store: &Arc<Store>, pod: &Value, settings: &KubeletSettings) {
     let bound = pod.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|node| !node.is_empty());
     let (namespace, name) = (namespace_of(pod).to_string(), name_of(pod).to_string());
+    // Timers act on this pod only, never on a pod created later under the same name (every event of a
+    // terminating pod, and every full pass, starts another timer).
+    let uid = pod.pointer("/metadata/uid").cloned().unwrap_or(Value::Null);
     let store = store.clone();
     if pod.pointer("/metadata/deletionTimestamp").is_some() {
         let grace = pod.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_u64).unwrap_or(30);
         let delay = Duration::from_secs(grace).min(settings.termination_delay);
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            // Gone already is fine.
-            let _ = store.remove(resources::pods(), Some(&namespace), &name);
+            // Gone already, or another pod of that name now, is fine.
+            let _ = store.remove_if(resources::pods(), Some(&namespace), &name, |current| current["metadata"]["uid"] == uid);
         });
         return;
     }
@@ -165,7 +168,10 @@ fn run_kubelet(store: &Arc<Store>, pod: &Value, settings: &KubeletSettings) {
             })
             .unwrap_or_else(|| "192.0.2.1".into());
         let started = store.mutate(resources::pods(), Some(&namespace), &name, |pod| {
-            if pod.pointer("/status/phase").and_then(Value::as_str) != Some("Pending") || pod.pointer("/metadata/deletionTimestamp").is_some() {
+            if pod["metadata"]["uid"] != uid
+                || pod.pointer("/status/phase").and_then(Value::as_str) != Some("Pending")
+                || pod.pointer("/metadata/deletionTimestamp").is_some()
+            {
                 return Ok(());
             }
             let now = now_rfc3339();
@@ -211,12 +217,16 @@ fn reconcile(store: &Store, dirty: Dirty) {
             Err(error) => tracing::warn!(kind = plural, namespace, name, %error, "reconcile failed"),
         }
     }
-    let pods = store.all(resources::pods());
     for namespace in dirty.pdb_namespaces {
-        for pdb in store.all(pdbs()).iter().filter(|pdb| namespace_of(pdb) == namespace) {
-            let budget = pdb::budget(pdb, pods.iter().map(|pod| pod.as_ref()));
+        let budgets = store.all_in(pdbs(), &namespace);
+        if budgets.is_empty() {
+            continue;
+        }
+        let pods = store.all_in(resources::pods(), &namespace);
+        for pdb in budgets {
+            let budget = pdb::budget(&pdb, pods.iter().map(|pod| pod.as_ref()));
             let status = pdb::status_of(&budget, &pdb.pointer("/metadata/generation").cloned().unwrap_or(json!(1)));
-            let _ = store.mutate(pdbs(), Some(&namespace), name_of(pdb), |pdb| {
+            let _ = store.mutate(pdbs(), Some(&namespace), name_of(&pdb), |pdb| {
                 pdb["status"] = status;
                 Ok(())
             });
@@ -238,15 +248,8 @@ fn replicas(object: &Value) -> i64 {
     object.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
 }
 
-fn owned_by<'a>(objects: &'a [Arc<Value>], owner: &Value) -> Vec<&'a Arc<Value>> {
-    let uid = &owner["metadata"]["uid"];
-    objects
-        .iter()
-        .filter(|object| namespace_of(object) == namespace_of(owner))
-        .filter(|object| {
-            object.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|owners| owners.iter().any(|reference| reference["uid"] == *uid))
-        })
-        .collect()
+fn uid_of(object: &Value) -> &str {
+    object.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("")
 }
 
 fn set_status(store: &Store, resource: &'static ResourceType, owner: &Value, status: Value) -> Result<(), ApiError> {
@@ -260,8 +263,7 @@ fn set_status(store: &Store, resource: &'static ResourceType, owner: &Value, sta
 fn reconcile_deployment(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
     let deployment = store.get(apps("deployments"), Some(namespace), name)?;
     let hash = template_hash(&deployment["spec"]["template"]);
-    let replica_sets = store.all(apps("replicasets"));
-    let owned = owned_by(&replica_sets, &deployment);
+    let owned = store.owned(apps("replicasets"), uid_of(&deployment));
     let current_name = format!("{name}-{hash}");
     let wanted = replicas(&deployment);
     if !owned.iter().any(|rs| name_of(rs) == current_name) {
@@ -313,37 +315,39 @@ fn pod_from_template(owner_kind: &str, owner: &Value, name: Option<String>) -> V
     json!({"metadata": metadata, "spec": template["spec"]})
 }
 
-fn workload_status(owner: &Value, pods: &[&Arc<Value>]) -> Value {
-    let ready = pods.iter().filter(|pod| pdb::is_ready(pod)).count();
+fn workload_status(owner: &Value, pods: usize, ready: usize) -> Value {
     json!({
-        "observedGeneration": owner["metadata"]["generation"], "replicas": pods.len(), "fullyLabeledReplicas": pods.len(),
-        "readyReplicas": ready, "availableReplicas": ready, "currentReplicas": pods.len(),
+        "observedGeneration": owner["metadata"]["generation"], "replicas": pods, "fullyLabeledReplicas": pods,
+        "readyReplicas": ready, "availableReplicas": ready, "currentReplicas": pods,
     })
 }
 
+/// Keeps the pod count from the owner index's counts: no pod is looked at unless some must go.
 fn reconcile_replica_set(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
     let replica_set = store.get(apps("replicasets"), Some(namespace), name)?;
-    let all_pods = store.all(resources::pods());
-    let mut pods: Vec<&Arc<Value>> =
-        owned_by(&all_pods, &replica_set).into_iter().filter(|pod| pod.pointer("/metadata/deletionTimestamp").is_none()).collect();
+    let counts = store.owned_counts(resources::pods(), uid_of(&replica_set));
     let wanted = replicas(&replica_set).max(0) as usize;
-    if pods.len() < wanted {
-        for _ in pods.len()..wanted {
+    let (mut live, mut ready) = (counts.live, counts.ready);
+    if live < wanted {
+        for _ in live..wanted {
             store.create(resources::pods(), Some(namespace), pod_from_template("ReplicaSet", &replica_set, None))?;
         }
-    } else if pods.len() > wanted {
+    } else if live > wanted {
+        let mut pods: Vec<Arc<Value>> =
+            store.owned(resources::pods(), uid_of(&replica_set)).into_iter().filter(|pod| pod.pointer("/metadata/deletionTimestamp").is_none()).collect();
         pods.sort_by_key(|pod| deletion_order(pod));
-        for pod in pods.drain(..pods.len() - wanted) {
-            let _ = crate::subresources::delete(store, resources::pods(), Some(namespace), name_of(pod), None);
+        for pod in pods.drain(..pods.len().saturating_sub(wanted)) {
+            let _ = crate::subresources::delete(store, resources::pods(), Some(namespace), name_of(&pod), None);
         }
+        live = pods.len();
+        ready = pods.iter().filter(|pod| pdb::is_ready(pod)).count();
     }
-    set_status(store, apps("replicasets"), &replica_set, workload_status(&replica_set, &pods))
+    set_status(store, apps("replicasets"), &replica_set, workload_status(&replica_set, live, ready))
 }
 
 fn reconcile_stateful_set(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
     let stateful_set = store.get(apps("statefulsets"), Some(namespace), name)?;
-    let all_pods = store.all(resources::pods());
-    let pods: Vec<&Arc<Value>> = owned_by(&all_pods, &stateful_set);
+    let pods = store.owned(resources::pods(), uid_of(&stateful_set));
     let wanted = replicas(&stateful_set).max(0) as usize;
     let ordinal = |pod: &Value| name_of(pod).rsplit_once('-').and_then(|(_, index)| index.parse::<usize>().ok());
     for index in 0..wanted {
@@ -355,6 +359,7 @@ fn reconcile_stateful_set(store: &Store, namespace: &str, name: &str) -> Result<
     for pod in pods.iter().filter(|pod| ordinal(pod).is_some_and(|index| index >= wanted)) {
         let _ = crate::subresources::delete(store, resources::pods(), Some(namespace), name_of(pod), None);
     }
-    let live: Vec<&Arc<Value>> = pods.into_iter().filter(|pod| pod.pointer("/metadata/deletionTimestamp").is_none()).collect();
-    set_status(store, apps("statefulsets"), &stateful_set, workload_status(&stateful_set, &live))
+    let live: Vec<&Arc<Value>> = pods.iter().filter(|pod| pod.pointer("/metadata/deletionTimestamp").is_none()).collect();
+    let ready = live.iter().filter(|pod| pdb::is_ready(pod)).count();
+    set_status(store, apps("statefulsets"), &stateful_set, workload_status(&stateful_set, live.len(), ready))
 }

@@ -11,6 +11,7 @@
 //! - [`server`]: running it all on a loopback port, with a kubeconfig.
 
 pub mod api;
+pub mod auth;
 pub mod controllers;
 mod defaults;
 pub mod error;

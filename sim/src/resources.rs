@@ -56,7 +56,7 @@ pub static RESOURCES: &[ResourceType] = &[
     resource!("", "v1", "Event", "events", "event", true, ["ev"], [], false),
     resource!("", "v1", "ConfigMap", "configmaps", "configmap", true, ["cm"], [], false),
     resource!("", "v1", "Secret", "secrets", "secret", true, [], [], false),
-    resource!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true, ["sa"], [], false),
+    resource!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true, ["sa"], ["token"], false),
     resource!("", "v1", "Service", "services", "service", true, ["svc"], ["status"], false),
     resource!("events.k8s.io", "v1", "Event", "events", "event", true, ["ev"], [], false),
     resource!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true, [], [], false),

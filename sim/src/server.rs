@@ -18,11 +18,13 @@ pub struct SimulatorOptions {
     /// Changes kept for resuming watches; older resource versions get 410 Gone.
     pub history: usize,
     pub bookmark_interval: Duration,
+    /// Refuse requests without a bearer token (401). Off by default: tools that send no token act as the admin.
+    pub require_auth: bool,
 }
 
 impl Default for SimulatorOptions {
     fn default() -> Self {
-        SimulatorOptions { history: crate::store::DEFAULT_HISTORY, bookmark_interval: Duration::from_secs(5) }
+        SimulatorOptions { history: crate::store::DEFAULT_HISTORY, bookmark_interval: Duration::from_secs(5), require_auth: false }
     }
 }
 
@@ -51,6 +53,7 @@ impl Simulator {
             faults: FaultPlan::new(scenario.faults.clone()),
             load: load.clone(),
             bookmark_interval: options.bookmark_interval,
+            require_auth: options.require_auth,
         });
         let background = vec![
             crate::controllers::spawn(store.clone(), scenario.kubelet.clone()).abort_handle(),
@@ -81,6 +84,19 @@ impl Simulator {
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: wasp-sim\n  cluster:\n    server: {}\ncontexts:\n- name: wasp-sim\n  context:\n    cluster: wasp-sim\n    user: wasp-sim\n    namespace: default\ncurrent-context: wasp-sim\nusers:\n- name: wasp-sim\n  user:\n    token: wasp-sim\n",
             self.url()
+        )
+    }
+
+    /// The token of a ServiceAccount (which must exist), as `POST .../serviceaccounts/{name}/token` returns it.
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> anyhow::Result<String> {
+        crate::auth::service_account_token(&self.store, namespace, name).map_err(|error| anyhow::anyhow!("{}", error.message))
+    }
+
+    /// A kubeconfig like [`Simulator::kubeconfig`] whose user presents `token` (say, a ServiceAccount's).
+    pub fn kubeconfig_with_token(&self, token: &str, namespace: &str) -> String {
+        self.kubeconfig().replace("    namespace: default\n", &format!("    namespace: {namespace}\n")).replace(
+            &format!("    token: {}\n", crate::auth::ADMIN_TOKEN),
+            &format!("    token: {token}\n"),
         )
     }
 

@@ -4,10 +4,12 @@
 use crate::error::ApiError;
 use crate::resources::ResourceType;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
+/// Names tried for one `generateName` before a 409.
+const GENERATE_NAME_ATTEMPTS: usize = 8;
 /// Changes kept by default for watches that resume from a resource version; older ones get `410 Gone`.
 pub const DEFAULT_HISTORY: usize = 100_000;
 /// Events buffered per watcher before a slow one is cut off (it then resumes or relists).
@@ -45,8 +47,69 @@ type Key = (String, String);
 struct State {
     revision: u64,
     objects: HashMap<String, BTreeMap<Key, Arc<Value>>>,
+    /// Objects by the uid of each of their owners (resource id, owner uid), so that controllers find their pods
+    /// without scanning every pod.
+    owned: HashMap<(String, String), Owned>,
     history: VecDeque<Arc<Event>>,
     history_limit: usize,
+}
+
+/// What an owner owns, with counts kept current on every write.
+#[derive(Default)]
+struct Owned {
+    keys: BTreeSet<Key>,
+    counts: OwnedCounts,
+}
+
+/// Counts of the objects one owner owns.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OwnedCounts {
+    pub total: usize,
+    /// Not terminating (no `deletionTimestamp`).
+    pub live: usize,
+    /// Live and Ready (pods).
+    pub ready: usize,
+}
+
+impl OwnedCounts {
+    fn of(object: &Value) -> OwnedCounts {
+        let live = object.pointer("/metadata/deletionTimestamp").is_none();
+        OwnedCounts { total: 1, live: live as usize, ready: (live && crate::pdb::is_ready(object)) as usize }
+    }
+}
+
+fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
+    object.pointer("/metadata/ownerReferences").and_then(Value::as_array).into_iter().flatten().filter_map(|owner| owner["uid"].as_str())
+}
+
+impl State {
+    fn unindex(&mut self, resource_id: &str, key: &Key, object: &Value) {
+        let counts = OwnedCounts::of(object);
+        for uid in owner_uids(object) {
+            let entry_key = (resource_id.to_string(), uid.to_string());
+            if let Some(owned) = self.owned.get_mut(&entry_key) {
+                owned.keys.remove(key);
+                owned.counts.total -= counts.total;
+                owned.counts.live -= counts.live;
+                owned.counts.ready -= counts.ready;
+                if owned.keys.is_empty() {
+                    self.owned.remove(&entry_key);
+                }
+            }
+        }
+    }
+
+    fn index(&mut self, resource_id: &str, key: &Key, object: &Value) {
+        let counts = OwnedCounts::of(object);
+        for uid in owner_uids(object) {
+            let owned = self.owned.entry((resource_id.to_string(), uid.to_string())).or_default();
+            if owned.keys.insert(key.clone()) {
+                owned.counts.total += counts.total;
+                owned.counts.live += counts.live;
+                owned.counts.ready += counts.ready;
+            }
+        }
+    }
 }
 
 pub struct Store {
@@ -111,7 +174,7 @@ impl Store {
     /// A store that keeps `limit` changes for resuming watches.
     pub fn with_history(limit: usize) -> Self {
         let (events, _) = broadcast::channel(FAN_OUT_BUFFER);
-        let state = State { revision: 1, objects: HashMap::new(), history: VecDeque::new(), history_limit: limit.max(1) };
+        let state = State { revision: 1, objects: HashMap::new(), owned: HashMap::new(), history: VecDeque::new(), history_limit: limit.max(1) };
         Store { state: Mutex::new(state), events }
     }
 
@@ -137,11 +200,14 @@ impl Store {
         let revision = state.revision;
         object["metadata"]["resourceVersion"] = json!(revision.to_string());
         let object = Arc::new(object);
-        let table = state.objects.entry(resource.id()).or_default();
-        if kind == EventKind::Deleted {
-            table.remove(&key);
-        } else {
-            table.insert(key, object.clone());
+        let resource_id = resource.id();
+        let table = state.objects.entry(resource_id.clone()).or_default();
+        let replaced = if kind == EventKind::Deleted { table.remove(&key) } else { table.insert(key.clone(), object.clone()) };
+        if let Some(replaced) = replaced {
+            state.unindex(&resource_id, &key, &replaced);
+        }
+        if kind != EventKind::Deleted {
+            state.index(&resource_id, &key, &object);
         }
         let event = Arc::new(Event { resource, kind, object: object.clone(), previous, revision });
         state.history.push_back(event.clone());
@@ -236,10 +302,24 @@ impl Store {
                 return Err(ApiError::not_found("namespaces", "", namespace));
             }
         }
+        let taken = |state: &State, name: &str| {
+            state.objects.get(&resource.id()).is_some_and(|table| table.contains_key(&key(resource, namespace.as_deref(), name)))
+        };
         let name = match object.pointer("/metadata/name").and_then(Value::as_str) {
             Some(name) if !name.is_empty() => name.to_string(),
             _ => match object.pointer("/metadata/generateName").and_then(Value::as_str) {
-                Some(prefix) if !prefix.is_empty() => format!("{prefix}{}", random_suffix()),
+                // A generated name that is taken is generated again, as kube-apiserver does since 1.32
+                // (RetryGenerateName, 8 attempts); only then is it a 409.
+                Some(prefix) if !prefix.is_empty() => {
+                    let mut name = format!("{prefix}{}", random_suffix());
+                    for _ in 1..GENERATE_NAME_ATTEMPTS {
+                        if !taken(&state, &name) {
+                            break;
+                        }
+                        name = format!("{prefix}{}", random_suffix());
+                    }
+                    name
+                }
                 _ => {
                     return Err(ApiError::invalid(resource.kind, "", "metadata.name", "Required value: name or generateName is required"))
                 }
@@ -247,7 +327,7 @@ impl Store {
         };
         validate_name(resource, &name)?;
         let object_key = key(resource, namespace.as_deref(), &name);
-        if state.objects.get(&resource.id()).is_some_and(|table| table.contains_key(&object_key)) {
+        if taken(&state, &name) {
             return Err(ApiError::already_exists(resource.plural, resource.group, &name));
         }
         crate::defaults::apply(resource, &mut object)?;
@@ -310,6 +390,25 @@ impl Store {
         Ok(self.commit(&mut state, resource, object_key, EventKind::Deleted, object, Some(current)))
     }
 
+    /// Removes an object now if `precondition` holds for the stored one (say, its uid is the one a timer was
+    /// started for: a pod deleted and created again under the same name is another pod). `Ok(None)`: it did not.
+    pub fn remove_if(
+        &self,
+        resource: &'static ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        precondition: impl FnOnce(&Value) -> bool,
+    ) -> Result<Option<Arc<Value>>, ApiError> {
+        let mut state = self.lock();
+        let object_key = key(resource, namespace, name);
+        let current = stored(&state, resource, &object_key)?;
+        if !precondition(&current) {
+            return Ok(None);
+        }
+        let object = (*current).clone();
+        Ok(Some(self.commit(&mut state, resource, object_key, EventKind::Deleted, object, Some(current))))
+    }
+
     /// Starts a watch: the changes after `since` still in history (or, without `since`, every existing object as
     /// ADDED), then a live stream. Too old a `since` is `410 Gone`, and the client relists.
     pub fn watch(
@@ -356,6 +455,28 @@ impl Store {
     /// Objects of a resource (all namespaces), for controllers.
     pub fn all(&self, resource: &ResourceType) -> Vec<Arc<Value>> {
         self.lock().objects.get(&resource.id()).map(|table| table.values().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Objects of a resource in one namespace, in name order.
+    pub fn all_in(&self, resource: &ResourceType, namespace: &str) -> Vec<Arc<Value>> {
+        let state = self.lock();
+        let Some(table) = state.objects.get(&resource.id()) else { return Vec::new() };
+        let start = (namespace.to_string(), String::new());
+        table.range(start..).take_while(|(entry_key, _)| entry_key.0 == namespace).map(|(_, object)| object.clone()).collect()
+    }
+
+    /// Objects of a resource with an owner reference to `owner_uid`, in key order.
+    pub fn owned(&self, resource: &ResourceType, owner_uid: &str) -> Vec<Arc<Value>> {
+        let state = self.lock();
+        let (Some(owned), Some(table)) = (state.owned.get(&(resource.id(), owner_uid.to_string())), state.objects.get(&resource.id())) else {
+            return Vec::new();
+        };
+        owned.keys.iter().filter_map(|owned_key| table.get(owned_key).cloned()).collect()
+    }
+
+    /// How many objects of a resource `owner_uid` owns, how many are live and how many ready, without a scan.
+    pub fn owned_counts(&self, resource: &ResourceType, owner_uid: &str) -> OwnedCounts {
+        self.lock().owned.get(&(resource.id(), owner_uid.to_string())).map(|owned| owned.counts).unwrap_or_default()
     }
 
     pub fn count(&self, resource: &ResourceType) -> usize {

@@ -60,6 +60,10 @@ pub fn serve(
     }
     match (method.clone(), sub) {
         (Method::POST, "binding") => bind(store, namespace, name, parse_body(body)?),
+        (Method::POST, "token") => {
+            let answer = crate::auth::token_request(store, namespace.unwrap_or("default"), name, &parse_body(body)?)?;
+            Ok(json_response(StatusCode::CREATED, &answer))
+        }
         (Method::POST, "eviction") => evict(store, namespace, name, body),
         (Method::GET, "log") | (Method::GET | Method::POST, "exec") => Err(no_containers(store, namespace, name, query)),
         (Method::GET, "status") => store.get(resource, namespace, name).map(|object| json_response(StatusCode::OK, &object)),

@@ -369,3 +369,24 @@ async fn bookmarks_carry_the_current_version() {
         other => panic!("expected a bookmark, got {other:?}"),
     }
 }
+
+/// The vanished pod: a bound pod deleted (graceful, so only marked) gets a removal timer from each event seen
+/// while it terminates. The first timer removes it; a pod created again under its name must not be removed by
+/// a later timer of the old pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_created_again_under_a_deleted_ones_name_is_not_removed_by_its_timers() {
+    let (_simulator, client) = start(&format!("kubelet: {{readyDelay: 10ms, terminationDelay: 300ms}}\n{QUIET}")).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("p0")).await.unwrap();
+    bind(&client, "p0", "worker-0").await;
+    pods.delete("p0", &DeleteParams::default()).await.unwrap();
+    // Another event of the terminating pod: a second removal timer, due 150ms after the first.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    pods.patch("p0", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
+    eventually("the old p0 gone", async || pods.get_opt("p0").await.unwrap().is_none().then_some(())).await;
+    let again = pods.create(&PostParams::default(), &pod("p0")).await.unwrap();
+    bind(&client, "p0", "worker-1").await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let current = pods.get_opt("p0").await.unwrap().expect("the new p0 still exists");
+    assert_eq!(current.metadata.uid, again.metadata.uid);
+}
