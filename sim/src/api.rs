@@ -200,7 +200,7 @@ async fn route(
                 Some(version) => {
                     let metadata = json!({"resourceVersion": object.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))});
                     let include = tables::Include::from_query(query.get("includeObject").map(String::as_str));
-                    json_response(StatusCode::OK, &tables::table(resource, [&object], metadata, include, version))
+                    json_response(StatusCode::OK, &tables::table(resource, [&*object], metadata, include, version))
                 }
                 None => json_response(StatusCode::OK, &object),
             })
@@ -235,7 +235,7 @@ async fn route(
             let updated = store.mutate(events::storage(resource), namespace.as_deref(), &name, |object| {
                 let status_before = object.get("status").cloned();
                 if events::is_events_v1(resource) {
-                    let mut view = events::view(resource, object);
+                    let mut view = events::view(resource, object).into_owned();
                     patch.apply(&mut view)?;
                     *object = events::to_core(&view);
                 } else {
@@ -432,7 +432,7 @@ fn items_ref(items: &[Arc<Value>]) -> Vec<&Value> {
 }
 
 fn items_of(resource: &ResourceType, items: &[&Value]) -> Vec<Value> {
-    items.iter().map(|item| events::view(resource, item)).collect()
+    items.iter().map(|item| events::view(resource, item).into_owned()).collect()
 }
 
 fn list(
@@ -528,7 +528,7 @@ impl WatchView {
         match self.table {
             Some((version, include)) => {
                 let metadata = json!({"resourceVersion": object.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))});
-                watch_line(kind, &tables::table(self.resource, [&object], metadata, include, version))
+                watch_line(kind, &tables::table(self.resource, [&*object], metadata, include, version))
             }
             None => watch_line(kind, &object),
         }

@@ -81,8 +81,11 @@ fn micro_time(time: &str) -> String {
 }
 
 /// How `resource` shows a stored object.
-pub fn view(resource: &ResourceType, stored: &Value) -> Value {
-    if is_events_v1(resource) { to_events_v1(stored) } else { stored.clone() }
+/// The object as `resource` shows it: borrowed as stored, except for events.k8s.io/v1 (a converted copy). Every
+/// watch line and response goes through here: a copy of every pod per watcher would cost more than the rest of
+/// the request.
+pub fn view<'a>(resource: &ResourceType, stored: &'a Value) -> std::borrow::Cow<'a, Value> {
+    if is_events_v1(resource) { std::borrow::Cow::Owned(to_events_v1(stored)) } else { std::borrow::Cow::Borrowed(stored) }
 }
 
 #[cfg(test)]
