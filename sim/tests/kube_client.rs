@@ -380,12 +380,14 @@ async fn a_pod_created_again_under_a_deleted_ones_name_is_not_removed_by_its_tim
     pods.create(&PostParams::default(), &pod("p0")).await.unwrap();
     bind(&client, "p0", "worker-0").await;
     pods.delete("p0", &DeleteParams::default()).await.unwrap();
-    // Another event of the terminating pod: a second removal timer, due 150ms after the first.
+    // Another event of the terminating pod, deliberately later: a second removal timer, due 150ms after the first.
     tokio::time::sleep(Duration::from_millis(150)).await;
     pods.patch("p0", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
     eventually("the old p0 gone", async || pods.get_opt("p0").await.unwrap().is_none().then_some(())).await;
     let again = pods.create(&PostParams::default(), &pod("p0")).await.unwrap();
     bind(&client, "p0", "worker-1").await;
+    // A check that something does NOT happen: wait past the old timers' due time (300 ms after the later event),
+    // then look. No condition can replace this wait; it can only make the test pass wrongly, never fail wrongly.
     tokio::time::sleep(Duration::from_millis(600)).await;
     let current = pods.get_opt("p0").await.unwrap().expect("the new p0 still exists");
     assert_eq!(current.metadata.uid, again.metadata.uid);
