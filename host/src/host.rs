@@ -5,8 +5,9 @@
 //! standby is warm and Ready (a rolling update of the 2-replica Deployment can finish), and a failover starts
 //! deciding at once on a full view. Only the holder of the Lease runs the loops.
 //!
-//! Today the scheduler is the only loop; the configuration's rescheduler and autoscaler sections are validated,
-//! and their policies loaded, canaried and hot-swapped, for the loops that come next.
+//! The scheduler and the rescheduler run; the autoscaler section is validated, and its policies loaded,
+//! canaried and hot-swapped, for the loop that comes next. The rescheduler loop runs whether or not the
+//! configuration has its section, so a reload that adds one takes effect without a restart.
 
 use crate::cluster::{informer, SharedCluster};
 use crate::config::HostConfig;
@@ -14,6 +15,8 @@ use crate::kube::leader::{Candidate, LeaderElection};
 use crate::kube::{ApiClient, EventRecorder, HostIdentity};
 use crate::registry::watch::{PolicyWatcher, WatchOptions};
 use crate::registry::PolicyRegistry;
+use crate::rescheduler::metrics::ReschedulerMetrics;
+use crate::rescheduler::Rescheduler;
 use crate::runtime::Runtime;
 use crate::scheduler::binder::Binder;
 use crate::scheduler::metrics::SchedulerMetrics;
@@ -32,6 +35,7 @@ pub struct Host {
     pub policies: Arc<PolicyRegistry>,
     pub events: EventRecorder,
     pub scheduler: Arc<Scheduler>,
+    pub rescheduler: Arc<Rescheduler>,
     pub endpoints: Arc<Endpoints>,
     informers: Mutex<Option<informer::Informers>>,
 }
@@ -45,6 +49,10 @@ impl Host {
         let mut endpoints = Endpoints::new(policies.clone());
         let scheduler_metrics = SchedulerMetrics::register(&mut endpoints.metrics);
         let scheduler = Scheduler::new(policies.clone(), cluster.clone(), Binder::new(api.clone(), events.clone()), scheduler_metrics);
+        let rescheduler_metrics = ReschedulerMetrics::register(&mut endpoints.metrics);
+        let rescheduler = Rescheduler::new(policies.clone(), cluster.clone(), api.clone(), &events, rescheduler_metrics);
+        let reported = rescheduler.clone();
+        endpoints.status_section("rescheduler", Box::new(move || serde_json::json!({"lastRun": reported.last_run()})));
         let scraped = scheduler.clone();
         endpoints.on_scrape(Box::new(move || scraped.update_metrics()));
         let informed = cluster.clone();
@@ -66,7 +74,7 @@ impl Host {
                 _ => Ok(()),
             }),
         );
-        Arc::new(Host { api, identity, cluster, policies, events, scheduler, endpoints: Arc::new(endpoints), informers: Mutex::new(None) })
+        Arc::new(Host { api, identity, cluster, policies, events, scheduler, rescheduler, endpoints: Arc::new(endpoints), informers: Mutex::new(None) })
     }
 
     /// A host on `api` with `config` (policy files still reload when watched, the configuration does not).
@@ -110,13 +118,10 @@ impl Host {
     /// Runs the loops the configuration enables until the task is dropped (no leader election: one replica).
     pub async fn run_loops(self: Arc<Self>) {
         self.start_informers();
-        let generation = self.policies.current();
-        for (section, present) in [("rescheduler", generation.config.rescheduler.is_some()), ("autoscaler", generation.config.autoscaler.is_some())] {
-            if present {
-                tracing::warn!(section, "its policies are loaded and kept current, but this version has no {section} loop yet");
-            }
+        if self.policies.current().config.autoscaler.is_some() {
+            tracing::warn!(section = "autoscaler", "its policies are loaded and kept current, but this version has no autoscaler loop yet");
         }
-        self.scheduler.clone().run().await;
+        tokio::join!(self.scheduler.clone().run(), self.rescheduler.clone().run());
     }
 
     /// Syncs the informers, then runs the loops only while holding the Lease; returns when the Lease is lost

@@ -10,6 +10,7 @@
 //! - [`kube`]: the API client, identity, event recorders and leader election every loop shares.
 //! - [`serve`]: `/metrics`, `/healthz`, `/readyz`, `/policies`.
 //! - [`scheduler`]: named scheduler profiles driven by filter and score policies.
+//! - [`rescheduler`]: evict policies inside a safety envelope; evictions through the Eviction API.
 //! - [`host`]: the loops on their shared ground, as `wasp run` starts them.
 //! - [`cli`]: the `wasp` command line.
 
@@ -21,6 +22,7 @@ pub mod host;
 pub mod kube;
 pub mod policy;
 pub mod registry;
+pub mod rescheduler;
 pub mod runtime;
 pub mod scheduler;
 pub mod serve;

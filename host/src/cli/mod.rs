@@ -3,6 +3,7 @@
 mod configmap;
 mod manifests;
 mod policy;
+mod reschedule;
 mod run;
 #[cfg(feature = "sim")]
 mod sim;
@@ -32,6 +33,8 @@ enum Command {
     Configmap(configmap::ConfigMapArgs),
     /// Run the host (scheduler) against a cluster (kubeconfig or in-cluster service account).
     Run(run::RunArgs),
+    /// One rescheduling run against a cluster: print the plan (with --dry-run, evict nothing).
+    Reschedule(reschedule::RescheduleArgs),
     /// Schedule a scenario's workloads on a simulated cluster with the policies, and report what happened.
     #[cfg(feature = "sim")]
     Simulate(simulate::SimulateArgs),
@@ -46,6 +49,7 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "sim")]
         Command::Simulate(_) => "warn",
         Command::Run(_) => "info",
+        Command::Reschedule(_) => "warn",
         Command::Configmap(_) => "warn",
     };
     init_logging(default_level);
@@ -56,6 +60,7 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "sim")]
         Command::Simulate(args) => simulate::run(args),
         Command::Run(args) => run::run(args),
+        Command::Reschedule(args) => reschedule::run(args),
         Command::Configmap(args) => configmap::run(args),
     };
     match result {

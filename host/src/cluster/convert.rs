@@ -6,6 +6,7 @@ use crate::contract::types::{
     PreferredTerm, Resources, SelectorOperator, SelectorRequirement, Taint, TaintEffect, Toleration,
     TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction,
 };
+use super::state::{EvictionConsent, PodMeta, EVICT_ANNOTATION};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -224,6 +225,29 @@ impl Context {
 
 fn pairs(map: Option<&BTreeMap<String, String>>) -> Vec<(String, String)> {
     map.into_iter().flatten().map(|(key, value)| (key.clone(), value.clone())).collect()
+}
+
+/// What the host keeps of a pod beyond its contract record.
+pub fn pod_meta(source: &core::Pod) -> PodMeta {
+    let annotation = source.metadata.annotations.as_ref().and_then(|annotations| annotations.get(EVICT_ANNOTATION));
+    let consent = match annotation.map(String::as_str) {
+        None => EvictionConsent::Default,
+        Some("never") => EvictionConsent::Never,
+        Some("allow") => EvictionConsent::Allow,
+        Some(other) => EvictionConsent::Unreadable(other.chars().take(64).collect()),
+    };
+    PodMeta { consent }
+}
+
+/// A label selector the host itself evaluates (from configuration, or a PodDisruptionBudget), with the SDK's
+/// matching rules, so host and policies agree on what a selector selects. `object` names its owner in errors.
+pub fn label_selector(object: &str, field: &str, selector: &meta::LabelSelector) -> Result<wasp_sdk::types::LabelSelector, ConvertError> {
+    let context = Context { object: object.into() };
+    let converted = context.label_selector(field, selector)?;
+    // The host's and the SDK's records are generated from the same WIT record: the fields map one to one.
+    serde_json::to_value(&converted)
+        .and_then(serde_json::from_value)
+        .map_err(|error| context.error(field, format!("cannot be evaluated: {error}")))
 }
 
 /// Identifies a pod in errors and logs: `default/web-1`.

@@ -163,7 +163,7 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
     match node {
         // A finished pod frees its node.
         Some(_) if finished => changes.extend(forget_pod(cluster, &uid)),
-        Some(node) => match cluster.write().upsert_pod(pod, &node) {
+        Some(node) => match cluster.write().upsert_pod_with(pod, &node, convert::pod_meta(source)) {
             PodChange::Unchanged => {}
             PodChange::Bound => changes.push(ClusterEvent::PodBound { uid: uid.clone() }),
             PodChange::Updated { labels_changed, requests_changed } => {

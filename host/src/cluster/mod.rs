@@ -9,4 +9,4 @@ mod shared;
 mod state;
 
 pub use shared::{ClusterEvent, SharedCluster, Synced, UnreadablePod};
-pub use state::{ClusterState, DeltaSink, PodChange, SyncPoint};
+pub use state::{ClusterState, DeltaSink, EvictionConsent, PodChange, PodMeta, SyncPoint, EVICT_ANNOTATION};

@@ -136,11 +136,34 @@ struct NodeSlot {
     pods: BTreeSet<String>,
 }
 
+/// What the host knows of a pod beyond the contract record: facts only the host's own rules read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodMeta {
+    pub consent: EvictionConsent,
+}
+
+/// The pod owner's word on eviction, from the annotation [`EVICT_ANNOTATION`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum EvictionConsent {
+    /// No annotation: the protections decide.
+    #[default]
+    Default,
+    /// `never`: the rescheduler leaves the pod alone, whatever the policies say.
+    Never,
+    /// `allow`: the pod may be evicted even when a protection (local storage, bare pod, ...) would keep it.
+    Allow,
+    /// Another value; treated as `never`, and the plan says why.
+    Unreadable(String),
+}
+
+pub const EVICT_ANNOTATION: &str = "wasp.dev/evict";
+
 #[derive(Clone)]
 struct BoundPod {
     id: PodId,
     node: String,
     pod: Pod,
+    meta: PodMeta,
     requests: ResourceVector,
     non_zero_requests: ResourceVector,
 }
@@ -242,6 +265,26 @@ impl ClusterState {
         self.pods.get(uid).map(|bound| (&bound.pod, bound.node.as_str()))
     }
 
+    /// What the host knows of a bound pod beyond its record.
+    pub fn pod_meta(&self, uid: &str) -> Option<&PodMeta> {
+        self.pods.get(uid).map(|bound| &bound.meta)
+    }
+
+    /// Every bound pod with its node's name.
+    pub fn bound_pods(&self) -> impl Iterator<Item = (&Pod, &str)> {
+        self.pods.values().map(|bound| (&bound.pod, bound.node.as_str()))
+    }
+
+    /// The pods bound to `node`, by uid.
+    pub fn pods_on(&self, node: &str) -> impl Iterator<Item = &Pod> {
+        let uids = self.slots.get(node).map(|slot| &slot.pods);
+        uids.into_iter().flatten().filter_map(|uid| self.pods.get(uid)).map(|bound| &bound.pod)
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
     /// Uids of every bound pod.
     pub fn pod_uids(&self) -> impl Iterator<Item = &str> {
         self.pods.keys().map(String::as_str)
@@ -314,7 +357,14 @@ impl ClusterState {
     /// Adds or updates a pod bound to `node_name` (moving it if it was bound elsewhere); records nothing when it
     /// is already there as it is.
     pub fn upsert_pod(&mut self, pod: Pod, node_name: &str) -> PodChange {
-        if self.pods.get(&pod.uid).is_some_and(|bound| bound.node == node_name && bound.pod == pod) {
+        self.upsert_pod_with(pod, node_name, PodMeta::default())
+    }
+
+    /// [`upsert_pod`](Self::upsert_pod) with what the host knows beyond the record; a change of `meta` alone is
+    /// kept but sent to no policy.
+    pub fn upsert_pod_with(&mut self, pod: Pod, node_name: &str, meta: PodMeta) -> PodChange {
+        if let Some(bound) = self.pods.get_mut(&pod.uid).filter(|bound| bound.node == node_name && bound.pod == pod) {
+            bound.meta = meta;
             return PodChange::Unchanged;
         }
         let uid = pod.uid.clone();
@@ -347,7 +397,7 @@ impl ClusterState {
         slot.usage.pod_count += 1;
         slot.pods.insert(uid.clone());
         let delta = ClusterDelta::PodUpsert((id, slot.id, pod.clone()));
-        let bound = BoundPod { id, node: node_name.to_string(), pod, requests, non_zero_requests };
+        let bound = BoundPod { id, node: node_name.to_string(), pod, meta, requests, non_zero_requests };
         self.uids.insert(id, uid.clone());
         self.pods.insert(uid, bound);
         if saturated {

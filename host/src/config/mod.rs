@@ -3,8 +3,10 @@
 //! with errors that name the field; out-of-range values are errors, not surprises at run time.
 
 mod policy;
+mod rescheduler;
 
 pub use policy::{OperationDeadlines, PolicyConfig};
+pub use rescheduler::{EvictionLimits, NamespaceFilter, Pacing, Protections, ReschedulerSection, Strategy, SYSTEM_CRITICAL_PRIORITY};
 
 use crate::contract::types::PolicyKind;
 use crate::kube::leader::LeaderElection;
@@ -70,19 +72,6 @@ pub struct WeightedPolicy {
 
 fn default_weight() -> u32 {
     1
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ReschedulerSection {
-    /// Evict policies, each proposing candidates for one strategy.
-    pub strategies: Vec<Strategy>,
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Strategy {
-    pub policy: String,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -210,7 +199,8 @@ impl HostConfig {
         self.policy_users().into_iter().find(|(name, _)| name == policy).map(|(_, users)| users).unwrap_or_default()
     }
 
-    fn validate(&self) -> anyhow::Result<()> {
+    /// Checks the configuration as a whole (parsing does this; call it after changing one in code).
+    pub fn validate(&self) -> anyhow::Result<()> {
         self.leader_election.validate()?;
         let scheduler = &self.scheduler;
         if scheduler.profiles.is_empty() {
@@ -234,9 +224,8 @@ impl HostConfig {
             }
         }
         if let Some(section) = &self.rescheduler {
-            if section.strategies.is_empty() {
-                bail!("rescheduler.strategies: at least one strategy is needed (or leave the rescheduler section out)");
-            }
+            let profiles: Vec<&str> = scheduler.profiles.iter().map(|profile| profile.scheduler_name.as_str()).collect();
+            section.validate(&profiles)?;
         }
         if let Some(section) = &self.autoscaler {
             if section.policies.is_empty() {

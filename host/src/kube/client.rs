@@ -29,7 +29,20 @@ impl ApiClient {
 
     /// The kubeconfig, or the in-cluster service account; checks the API server answers.
     pub async fn connect() -> anyhow::Result<ApiClient> {
-        let config = kube::Config::infer().await.context("loading the kubeconfig or in-cluster configuration")?;
+        Self::connect_with(None).await
+    }
+
+    /// Like [`connect`](Self::connect), with the kubeconfig at `kubeconfig` when given.
+    pub async fn connect_with(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<ApiClient> {
+        let config = match kubeconfig {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                    .await
+                    .with_context(|| format!("using the kubeconfig {}", path.display()))?
+            }
+            None => kube::Config::infer().await.context("loading the kubeconfig or in-cluster configuration")?,
+        };
         let api = ApiClient::from_config(config)?;
         let version = api.client.apiserver_version().await.context("the API server is unreachable")?;
         tracing::info!(version = %version.git_version, "connected to the API server");

@@ -316,8 +316,26 @@ impl LoadedPolicy {
         })
     }
 
+    /// Evictions the policy proposes on `cluster`; an answer naming a pod the cluster does not have, naming one
+    /// twice, or longer than the cluster's pods is malformed, and nothing of it is used.
     pub fn propose(&self, cluster: &ClusterState) -> Result<Vec<Eviction>, CallError> {
-        self.with_instance(cluster, "propose", |instance| instance.propose())
+        self.with_instance(cluster, "propose", |instance| {
+            let evictions = instance.propose()?;
+            let malformed = |message: String| Err(CallError::Malformed { operation: "propose", message });
+            if evictions.len() > cluster.pod_count() {
+                return malformed(format!("{} evictions proposed for a cluster of {} pods", evictions.len(), cluster.pod_count()));
+            }
+            let mut seen = std::collections::HashSet::with_capacity(evictions.len());
+            for eviction in &evictions {
+                if cluster.pod_by_id(eviction.pod).is_none() {
+                    return malformed(format!("pod id {} is not a pod of the cluster", eviction.pod));
+                }
+                if !seen.insert(eviction.pod) {
+                    return malformed(format!("pod id {} is proposed twice", eviction.pod));
+                }
+            }
+            Ok(evictions)
+        })
     }
 
     pub fn recommend(&self, cluster: &ClusterState, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {

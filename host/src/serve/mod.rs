@@ -1,6 +1,7 @@
 //! The host's HTTP endpoints, shared by every loop: Prometheus `/metrics` (one registry; each loop registers
 //! its families), `/healthz`, `/readyz` with a named check per part of the host (kube-apiserver's format:
-//! `[+]informers ok`), and `/policies` (what the policy registry serves, with digests and last errors).
+//! `[+]informers ok`), and `/policies` (what the policy registry serves, with digests and last errors, and each loop's section: the
+//! rescheduler's last run).
 
 use crate::registry::PolicyRegistry;
 use axum::extract::State;
@@ -16,12 +17,15 @@ use std::sync::Arc;
 pub type ReadinessCheck = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 /// Brings scrape-time gauges (queue sizes, say) up to date before `/metrics` encodes them.
 pub type ScrapeHook = Box<dyn Fn() + Send + Sync>;
+/// A loop's part of `/policies` (the rescheduler's last run, say).
+pub type StatusSection = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
 
 /// What the endpoints serve; built once, before serving.
 pub struct Endpoints {
     pub metrics: Registry,
     scrape_hooks: Vec<ScrapeHook>,
     checks: Vec<(String, ReadinessCheck)>,
+    sections: Vec<(String, StatusSection)>,
     policies: Arc<PolicyRegistry>,
 }
 
@@ -29,11 +33,27 @@ impl Endpoints {
     pub fn new(policies: Arc<PolicyRegistry>) -> Endpoints {
         let mut metrics = Registry::default();
         policies.register_metrics(&mut metrics);
-        Endpoints { metrics, scrape_hooks: Vec::new(), checks: Vec::new(), policies }
+        Endpoints { metrics, scrape_hooks: Vec::new(), checks: Vec::new(), sections: Vec::new(), policies }
     }
 
     pub fn on_scrape(&mut self, hook: ScrapeHook) {
         self.scrape_hooks.push(hook);
+    }
+
+    /// Adds `name` to the `/policies` document.
+    pub fn status_section(&mut self, name: &str, section: StatusSection) {
+        self.sections.push((name.to_string(), section));
+    }
+
+    /// What `/policies` serves: the registry's status and each loop's section.
+    pub fn policies_document(&self) -> serde_json::Value {
+        let mut document = serde_json::to_value(self.policies.status()).unwrap_or_default();
+        if let Some(object) = document.as_object_mut() {
+            for (name, section) in &self.sections {
+                object.insert(name.clone(), section());
+            }
+        }
+        document
     }
 
     pub fn readiness_check(&mut self, name: &str, check: ReadinessCheck) {
@@ -75,7 +95,7 @@ async fn ready(State(endpoints): State<Arc<Endpoints>>) -> impl IntoResponse {
 }
 
 async fn policies(State(endpoints): State<Arc<Endpoints>>) -> impl IntoResponse {
-    axum::Json(endpoints.policies.status())
+    axum::Json(endpoints.policies_document())
 }
 
 /// Serves `/metrics`, `/healthz`, `/readyz` and `/policies` on `address` (port 0 picks one); returns the bound

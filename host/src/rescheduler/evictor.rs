@@ -1,0 +1,82 @@
+//! What the rescheduler writes to the API server: evictions, only through the Eviction API
+//! (`POST pods/{name}/eviction`, so PodDisruptionBudgets hold), and events on the pods it evicts or had to
+//! leave for a reason their owners can act on.
+
+use super::plan::{PlanEntry, Skip};
+use crate::kube::{ApiClient, EventRecorder, ObjectRef};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{EvictParams, ListParams};
+use kube::Api;
+
+/// The reporting component of the rescheduler's events.
+pub const COMPONENT: &str = "wasp-rescheduler";
+
+pub struct Evictor {
+    api: ApiClient,
+    events: EventRecorder,
+}
+
+fn object_of(entry: &PlanEntry) -> ObjectRef {
+    ObjectRef::pod(&entry.namespace, &entry.name, &entry.uid)
+}
+
+/// How the Eviction API answered.
+pub enum Answer {
+    Evicted,
+    /// 429: a PodDisruptionBudget forbids it now.
+    RefusedByBudget(String),
+    Gone,
+    Failed(String),
+}
+
+impl Evictor {
+    pub fn new(api: ApiClient, events: &EventRecorder) -> Evictor {
+        Evictor { api, events: events.for_component(COMPONENT) }
+    }
+
+    /// The cluster's PodDisruptionBudgets, for the plan to spend.
+    pub async fn budgets(&self) -> Result<Vec<PodDisruptionBudget>, kube::Error> {
+        let _permit = self.api.permit().await;
+        let budgets: Api<PodDisruptionBudget> = Api::all(self.api.client.clone());
+        Ok(budgets.list(&ListParams::default()).await?.items)
+    }
+
+    pub async fn evict(&self, entry: &PlanEntry) -> Answer {
+        let pods: Api<Pod> = Api::namespaced(self.api.client.clone(), &entry.namespace);
+        let mut params = EvictParams::default();
+        // Only this pod: a replacement of the same name (StatefulSet) is not ours to evict.
+        params.delete_options = Some(kube::api::DeleteParams { preconditions: Some(kube::api::Preconditions { uid: Some(entry.uid.clone()), resource_version: None }), ..Default::default() });
+        let _permit = self.api.permit().await;
+        match pods.evict(&entry.name, &params).await {
+            Ok(_) => Answer::Evicted,
+            Err(kube::Error::Api(status)) if status.code == 429 => Answer::RefusedByBudget(status.message),
+            Err(kube::Error::Api(status)) if status.code == 404 => Answer::Gone,
+            Err(kube::Error::Api(status)) if status.code == 409 && status.message.contains("UID") => Answer::Gone,
+            Err(error) => Answer::Failed(error.to_string()),
+        }
+    }
+
+    /// The event on an evicted pod: which policy, why, and where the fit check places its replacement.
+    pub async fn evicted(&self, entry: &PlanEntry, target: &str) {
+        let message = format!(
+            "Evicted from node {} by policy {}: {}; the fit check places it on node {target}",
+            entry.node, entry.policy, entry.reason
+        );
+        self.events.event(&object_of(entry), "Normal", "Evicted", &message).await;
+    }
+
+    /// A warning on a pod a policy wants moved but that stays for a reason its owner can act on (a budget that
+    /// allows no disruption, no other node that fits, an annotation that is not understood).
+    pub async fn left_in_place(&self, entry: &PlanEntry, skip: &Skip) {
+        let actionable = match skip {
+            Skip::Budget(_) | Skip::NoFit(_) => true,
+            Skip::Protected(detail) => detail.contains("is neither never nor allow"),
+            Skip::Backoff(_) | Skip::Pacing(_) | Skip::Limit(_) => false,
+        };
+        if actionable {
+            let message = format!("Not evicted (policy {} proposed it: {}): {}", entry.policy, entry.reason, skip.detail());
+            self.events.event(&object_of(entry), "Warning", "EvictionSkipped", &message).await;
+        }
+    }
+}

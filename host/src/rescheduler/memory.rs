@@ -1,0 +1,169 @@
+//! What the rescheduler remembers across runs, so that no policy can make it loop: each workload's recent
+//! evictions (pacing until the replacement is Ready, backoff after too many within a window) and pods whose
+//! eviction a PodDisruptionBudget refused (retried later with a doubling delay, never in a loop).
+//!
+//! The memory lives in the process: a restart or a failover starts it afresh, which errs towards at most one
+//! more eviction per workload (the per-run limits still hold).
+
+use crate::config::Pacing;
+use crate::contract::types::Pod;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// The controller that recreates a pod: pacing, backoff and per-workload limits count by it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Workload {
+    pub namespace: String,
+    pub kind: String,
+    pub name: String,
+}
+
+impl Workload {
+    pub fn of(pod: &Pod) -> Option<Workload> {
+        let owner = pod.owner.as_ref().filter(|owner| owner.controller)?;
+        Some(Workload { namespace: pod.namespace.clone(), kind: owner.kind.clone(), name: owner.name.clone() })
+    }
+}
+
+impl std::fmt::Display for Workload {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// One eviction of a workload: when, by the monotonic clock and in seconds since the epoch (pods' creation
+/// times are wall-clock seconds).
+#[derive(Debug, Clone, Copy)]
+struct Evicted {
+    at: Instant,
+    wall: i64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    times: u32,
+    until: Instant,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Memory {
+    evictions: HashMap<Workload, Vec<Evicted>>,
+    refused: HashMap<String, Refused>,
+}
+
+/// A refused pod waits `base * 2^(times-1)`, at most this many times `base`.
+const MAX_RETRY_FACTOR: u32 = 16;
+
+impl Memory {
+    pub fn record_eviction(&mut self, workload: Option<&Workload>, now: Instant, wall: i64) {
+        if let Some(workload) = workload {
+            self.evictions.entry(workload.clone()).or_default().push(Evicted { at: now, wall });
+        }
+    }
+
+    /// A PodDisruptionBudget refused evicting the pod with `uid`; returns how long it now waits.
+    pub fn record_refusal(&mut self, uid: &str, base: Duration, now: Instant) -> Duration {
+        let entry = self.refused.entry(uid.to_string()).or_insert(Refused { times: 0, until: now });
+        entry.times += 1;
+        let factor = 1u32.checked_shl(entry.times - 1).unwrap_or(u32::MAX).min(MAX_RETRY_FACTOR);
+        let wait = base * factor;
+        entry.until = now + wait;
+        wait
+    }
+
+    /// Forgets what no longer matters: evictions older than both the window and the pacing timeout, and
+    /// refusals whose wait is over for longer than the longest wait.
+    pub fn prune(&mut self, pacing: &Pacing, now: Instant) {
+        let keep = pacing.window.max(pacing.replacement_timeout);
+        self.evictions.retain(|_, list| {
+            list.retain(|evicted| now.saturating_duration_since(evicted.at) < keep);
+            !list.is_empty()
+        });
+        let forget_after = pacing.budget_retry * MAX_RETRY_FACTOR;
+        self.refused.retain(|_, refused| now.saturating_duration_since(refused.until) < forget_after);
+    }
+
+    /// Why the pod must wait for a PodDisruptionBudget retry, if it must.
+    pub fn refused_recently(&self, uid: &str, now: Instant) -> Option<String> {
+        let refused = self.refused.get(uid).filter(|refused| refused.until > now)?;
+        Some(format!(
+            "a PodDisruptionBudget refused its eviction {} time(s); next try in {}",
+            refused.times,
+            humantime::format_duration(Duration::from_secs((refused.until - now).as_secs().max(1)))
+        ))
+    }
+
+    /// Why the workload backs off: evicted too often within the window.
+    pub fn backing_off(&self, workload: &Workload, pacing: &Pacing, now: Instant) -> Option<String> {
+        let recent = self.evictions.get(workload)?.iter().filter(|evicted| now.saturating_duration_since(evicted.at) < pacing.window).count();
+        (recent as u32 >= pacing.max_evictions_per_workload).then(|| {
+            format!("{workload} was evicted {recent} times within {}; it backs off", humantime::format_duration(pacing.window))
+        })
+    }
+
+    /// Why the workload waits: its last eviction is recent and no pod of it created since is Ready.
+    /// `newest_ready` is the creation time of the workload's newest Ready pod.
+    pub fn awaiting_replacement(&self, workload: &Workload, newest_ready: Option<i64>, pacing: &Pacing, now: Instant) -> Option<String> {
+        let last = self.evictions.get(workload)?.iter().max_by_key(|evicted| evicted.at)?;
+        let since = now.saturating_duration_since(last.at);
+        if since >= pacing.replacement_timeout || newest_ready.is_some_and(|created| created >= last.wall) {
+            return None;
+        }
+        Some(format!(
+            "waiting for the replacement of the pod of {workload} evicted {} ago to be Ready",
+            humantime::format_duration(Duration::from_secs(since.as_secs()))
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload() -> Workload {
+        Workload { namespace: "shop".into(), kind: "ReplicaSet".into(), name: "web".into() }
+    }
+
+    #[test]
+    fn pacing_waits_for_a_ready_replacement_or_the_timeout() {
+        let pacing = Pacing { replacement_timeout: Duration::from_secs(600), ..Pacing::default() };
+        let mut memory = Memory::default();
+        let start = Instant::now();
+        assert_eq!(memory.awaiting_replacement(&workload(), None, &pacing, start), None, "never evicted");
+        memory.record_eviction(Some(&workload()), start, 1000);
+        let later = start + Duration::from_secs(30);
+        let waiting = memory.awaiting_replacement(&workload(), Some(900), &pacing, later).unwrap();
+        assert_eq!(waiting, "waiting for the replacement of the pod of ReplicaSet shop/web evicted 30s ago to be Ready");
+        assert_eq!(memory.awaiting_replacement(&workload(), Some(1001), &pacing, later), None, "a pod created since is Ready");
+        assert_eq!(memory.awaiting_replacement(&workload(), None, &pacing, start + Duration::from_secs(600)), None, "timed out");
+    }
+
+    #[test]
+    fn a_workload_evicted_too_often_backs_off_until_the_window_moves_on() {
+        let pacing = Pacing { max_evictions_per_workload: 2, window: Duration::from_secs(3600), ..Pacing::default() };
+        let mut memory = Memory::default();
+        let start = Instant::now();
+        memory.record_eviction(Some(&workload()), start, 0);
+        assert_eq!(memory.backing_off(&workload(), &pacing, start), None);
+        memory.record_eviction(Some(&workload()), start + Duration::from_secs(60), 60);
+        assert_eq!(
+            memory.backing_off(&workload(), &pacing, start + Duration::from_secs(61)).unwrap(),
+            "ReplicaSet shop/web was evicted 2 times within 1h; it backs off"
+        );
+        assert_eq!(memory.backing_off(&workload(), &pacing, start + Duration::from_secs(3601)), None, "the first left the window");
+        memory.prune(&pacing, start + Duration::from_secs(3700));
+        assert!(memory.evictions.is_empty());
+    }
+
+    #[test]
+    fn budget_refusals_wait_doubling_and_bounded() {
+        let mut memory = Memory::default();
+        let start = Instant::now();
+        let base = Duration::from_secs(60);
+        let waits: Vec<u64> = (0..7).map(|_| memory.record_refusal("u", base, start).as_secs()).collect();
+        assert_eq!(waits, [60, 120, 240, 480, 960, 960, 960]);
+        assert!(memory.refused_recently("u", start + Duration::from_secs(959)).unwrap().contains("refused its eviction 7 time(s); next try in 1s"));
+        assert_eq!(memory.refused_recently("u", start + Duration::from_secs(960)), None);
+        assert_eq!(memory.refused_recently("other", start), None);
+    }
+}

@@ -1,0 +1,285 @@
+//! The rescheduler loop: evicts running pods so that the scheduler places them again, better. WASM evict
+//! policies propose; the host decides, inside a safety envelope no policy can bypass.
+//!
+//! - [`plan`]: one run's plan (proposals, envelope, limits, budgets, fit check with the scheduler's policies).
+//! - [`envelope`]: protections (the descheduler's `DefaultEvictor`, plus the `wasp.dev/evict` annotation).
+//! - [`memory`]: across runs: pacing until replacements are Ready, backoff, PodDisruptionBudget retries.
+//! - [`budgets`]: PodDisruptionBudgets spent by the plan, so a dry run shows what a budget would refuse.
+//! - [`evictor`]: the Eviction API and events.
+//! - [`metrics`]: the rescheduler's metric families.
+//!
+//! A run takes the policy registry's current generation once, plans on a what-if copy of the shared cluster,
+//! then evicts (unless `dryRun`). Runs happen every `interval`, and sooner when a node changes in what policies
+//! see (tainted, cordoned, relabelled) or a pod of a wasp profile has waited longer than `pendingTrigger`.
+
+pub mod budgets;
+pub mod envelope;
+pub mod evictor;
+pub mod memory;
+pub mod metrics;
+pub mod plan;
+
+use crate::cluster::{ClusterEvent, SharedCluster};
+use crate::kube::{ApiClient, EventRecorder};
+use crate::registry::PolicyRegistry;
+use evictor::{Answer, Evictor};
+use memory::Memory;
+use plan::{Decision, Outcome, Plan};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast::error::RecvError;
+
+/// A burst of changes (a node drained label by label) makes one run: wait this long after the first.
+const SETTLE: Duration = Duration::from_secs(1);
+/// Runs that a change triggers start at least this long after the previous run ended.
+const MIN_GAP: Duration = Duration::from_secs(5);
+/// How often pending pods are checked against `pendingTrigger`.
+const PENDING_CHECK: Duration = Duration::from_secs(5);
+
+/// Counters of what the host sent, whatever the API server answered.
+#[derive(Default)]
+pub struct Stats {
+    pub runs: AtomicU64,
+    pub eviction_requests: AtomicU64,
+    pub evicted: AtomicU64,
+}
+
+/// The last run, as `/policies` and `wasp simulate` report it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    pub finished_at: String,
+    pub dry_run: bool,
+    pub candidates: usize,
+    pub evicted: usize,
+    /// Candidates left in place, by reason.
+    pub skipped: BTreeMap<String, usize>,
+    pub policies: Vec<StrategySummary>,
+    pub duration_ms: u128,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StrategySummary {
+    pub policy: String,
+    pub proposed: usize,
+    pub duration_ms: u128,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+pub struct Rescheduler {
+    policies: Arc<PolicyRegistry>,
+    cluster: Arc<SharedCluster>,
+    evictor: Evictor,
+    metrics: metrics::ReschedulerMetrics,
+    memory: Mutex<Memory>,
+    last_run: Mutex<Option<RunSummary>>,
+    pub stats: Stats,
+}
+
+fn wall_seconds() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+impl Rescheduler {
+    pub fn new(
+        policies: Arc<PolicyRegistry>,
+        cluster: Arc<SharedCluster>,
+        api: ApiClient,
+        events: &EventRecorder,
+        metrics: metrics::ReschedulerMetrics,
+    ) -> Arc<Rescheduler> {
+        Arc::new(Rescheduler {
+            policies,
+            cluster,
+            evictor: Evictor::new(api, events),
+            metrics,
+            memory: Mutex::new(Memory::default()),
+            last_run: Mutex::new(None),
+            stats: Stats::default(),
+        })
+    }
+
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn last_run(&self) -> Option<RunSummary> {
+        self.last_run.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Plans with the current generation and, unless it is a dry run (`force_dry_run` or the configuration's
+    /// `dryRun`), evicts. None when the configuration has no rescheduler section.
+    pub async fn run_once(&self, force_dry_run: bool) -> Option<Plan> {
+        let generation = self.policies.current();
+        let section = generation.config.rescheduler.as_ref()?;
+        let dry_run = force_dry_run || section.dry_run;
+        let started = Instant::now();
+        let (budgets, mut warnings) = match self.evictor.budgets().await {
+            Ok(objects) => budgets::Budgets::from_objects(&objects),
+            Err(error) => (
+                budgets::Budgets::default(),
+                vec![format!("PodDisruptionBudgets could not be read ({error}); the plan does not count them, the Eviction API still enforces them")],
+            ),
+        };
+        let memory = {
+            let mut memory = self.memory();
+            memory.prune(&section.pacing, Instant::now());
+            memory.clone()
+        };
+        let whatif = self.cluster.read().fork();
+        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: wall_seconds() };
+        let mut plan = crate::runtime::off_async_worker(|| plan::plan(inputs, whatif));
+        plan.dry_run = dry_run;
+        plan.warnings.append(&mut warnings);
+        for warning in &plan.warnings {
+            tracing::warn!(%warning, "rescheduling plan");
+        }
+        for (policy, took, _) in &plan.proposals {
+            self.metrics.proposed(policy, *took);
+        }
+        for entry in &mut plan.entries {
+            let target = match &entry.decision {
+                Decision::Skip(skip) => {
+                    self.metrics.skipped(&entry.policy, skip.kind());
+                    tracing::debug!(pod = %entry.key(), policy = %entry.policy, skipped = skip.kind(), detail = skip.detail(), "left in place");
+                    if !dry_run {
+                        self.evictor.left_in_place(entry, skip).await;
+                    }
+                    continue;
+                }
+                Decision::Evict { target } => target.clone(),
+            };
+            let outcome = if dry_run {
+                Outcome::NotSent
+            } else {
+                self.stats.eviction_requests.fetch_add(1, Ordering::Relaxed);
+                match self.evictor.evict(entry).await {
+                    Answer::Evicted => {
+                        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                        self.memory().record_eviction(entry.workload.as_ref(), Instant::now(), wall_seconds());
+                        tracing::info!(pod = %entry.key(), node = %entry.node, policy = %entry.policy, reason = %entry.reason, %target, "evicted");
+                        self.evictor.evicted(entry, &target).await;
+                        Outcome::Evicted
+                    }
+                    Answer::RefusedByBudget(message) => {
+                        let retry = self.memory().record_refusal(&entry.uid, section.pacing.budget_retry, Instant::now());
+                        tracing::info!(pod = %entry.key(), policy = %entry.policy, %message, retry = %humantime::format_duration(retry), "a PodDisruptionBudget refused the eviction");
+                        Outcome::RefusedByBudget { retry }
+                    }
+                    Answer::Gone => Outcome::Gone,
+                    Answer::Failed(error) => {
+                        tracing::warn!(pod = %entry.key(), policy = %entry.policy, %error, "eviction failed");
+                        Outcome::Failed(error)
+                    }
+                }
+            };
+            self.metrics.eviction(&entry.policy, outcome.label());
+            entry.outcome = Some(outcome);
+        }
+        let took = started.elapsed();
+        let summary = summarize(&plan, took);
+        self.metrics.ran(took, plan.evictions().count());
+        self.stats.runs.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            generation = generation.number,
+            candidates = summary.candidates,
+            evicted = summary.evicted,
+            skipped = ?summary.skipped,
+            dry_run,
+            took_ms = took.as_millis() as u64,
+            "rescheduling run"
+        );
+        *self.last_run.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(summary);
+        Some(plan)
+    }
+
+    /// Runs every `interval`, and sooner after a relevant change, while the task lives.
+    pub async fn run(self: Arc<Self>) {
+        let mut events = self.cluster.subscribe();
+        self.cluster.wait_until_ready().await;
+        let mut pending_seen = HashSet::new();
+        loop {
+            let interval = match self.run_once(false).await {
+                Some(_) => self.policies.current().config.rescheduler.as_ref().map_or(Duration::from_secs(300), |section| section.interval),
+                // No rescheduler in the configuration (a reload removed it): look again later.
+                None => Duration::from_secs(30),
+            };
+            let ended = tokio::time::Instant::now();
+            let mut due = ended + interval;
+            loop {
+                let now = tokio::time::Instant::now();
+                if now >= due {
+                    break;
+                }
+                let trigger = (now + SETTLE).max(ended + MIN_GAP);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due.min(now + PENDING_CHECK)) => {
+                        if self.pods_waiting_too_long(&mut pending_seen) {
+                            due = due.min(trigger);
+                        }
+                    }
+                    event = events.recv() => match event {
+                        Ok(ClusterEvent::NodeChanged { name }) => {
+                            tracing::debug!(node = %name, "node changed; rescheduling soon");
+                            due = due.min(trigger);
+                        }
+                        Ok(_) | Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => return,
+                    },
+                }
+            }
+        }
+    }
+
+    /// Whether a pod of a wasp profile newly waits longer than `pendingTrigger` (each pod triggers once).
+    fn pods_waiting_too_long(&self, seen: &mut HashSet<String>) -> bool {
+        let generation = self.policies.current();
+        let Some(section) = &generation.config.rescheduler else { return false };
+        let now = wall_seconds();
+        let waiting: Vec<String> = self
+            .cluster
+            .pending_pods()
+            .into_iter()
+            .filter(|pod| generation.plans.scheduling.contains_key(&pod.scheduler_name))
+            .filter(|pod| now.saturating_sub(pod.created_at) >= section.pending_trigger.as_secs() as i64)
+            .map(|pod| pod.uid)
+            .collect();
+        let fresh = waiting.iter().any(|uid| !seen.contains(uid));
+        // Forget pods that no longer wait, so the set stays as small as the pending pods.
+        *seen = waiting.into_iter().collect();
+        fresh
+    }
+}
+
+fn summarize(plan: &Plan, took: Duration) -> RunSummary {
+    let mut skipped = BTreeMap::new();
+    for entry in &plan.entries {
+        if let Decision::Skip(skip) = &entry.decision {
+            *skipped.entry(skip.kind().to_string()).or_default() += 1;
+        }
+    }
+    let policies = plan
+        .proposals
+        .iter()
+        .map(|(policy, took, proposed)| StrategySummary {
+            policy: policy.clone(),
+            proposed: *proposed,
+            duration_ms: took.as_millis(),
+            error: plan.failures.iter().find(|failure| &failure.policy == policy).map(|failure| failure.error.clone()),
+        })
+        .collect();
+    RunSummary {
+        finished_at: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        dry_run: plan.dry_run,
+        candidates: plan.entries.len(),
+        evicted: plan.entries.iter().filter(|entry| entry.outcome == Some(Outcome::Evicted)).count(),
+        skipped,
+        policies,
+        duration_ms: took.as_millis(),
+    }
+}

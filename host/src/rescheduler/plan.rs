@@ -1,0 +1,348 @@
+//! One rescheduling plan: every strategy proposes on a what-if copy of the cluster, and each candidate, in
+//! order, passes the safety envelope (protections, PodDisruptionBudget retries, backoff, pacing, limits,
+//! budgets) and the fit check: on the copy without the pods planned so far, the pod's own scheduler profile
+//! must place it on another node. A planned pod moves to that node in the copy, so later candidates see the
+//! room it takes (cascades count). Pure logic over a [`ClusterState`]; the caller evicts.
+
+use super::budgets::Budgets;
+use super::envelope::Envelope;
+use super::memory::{Memory, Workload};
+use crate::cluster::ClusterState;
+use crate::config::ReschedulerSection;
+use crate::registry::Plans;
+use crate::scheduler::cycle::{best_node, feasible_nodes, unschedulable_message};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Why a candidate stays where it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Skip {
+    Protected(String),
+    /// A PodDisruptionBudget refuses it now, or refused it recently.
+    Budget(String),
+    Backoff(String),
+    Pacing(String),
+    Limit(String),
+    /// The pod would not land on another node (or no wasp profile can say where it would).
+    NoFit(String),
+}
+
+impl Skip {
+    /// The label of the skip in metrics and the plan table.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Skip::Protected(_) => "protected",
+            Skip::Budget(_) => "pdb",
+            Skip::Backoff(_) => "backoff",
+            Skip::Pacing(_) => "pacing",
+            Skip::Limit(_) => "limit",
+            Skip::NoFit(_) => "no-fit",
+        }
+    }
+
+    pub fn detail(&self) -> &str {
+        match self {
+            Skip::Protected(detail) | Skip::Budget(detail) | Skip::Backoff(detail) | Skip::Pacing(detail) | Skip::Limit(detail) | Skip::NoFit(detail) => detail,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Evict; the fit check places the pod on `target`.
+    Evict { target: String },
+    Skip(Skip),
+}
+
+/// What happened to a planned eviction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Evicted,
+    /// Dry run: nothing was sent.
+    NotSent,
+    /// 429 from the Eviction API: a PodDisruptionBudget refused it; retried after `retry`.
+    RefusedByBudget { retry: Duration },
+    /// The pod was already gone.
+    Gone,
+    Failed(String),
+}
+
+impl Outcome {
+    /// The `result` label of `wasp_rescheduler_evictions_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Evicted => "evicted",
+            Outcome::NotSent => "dry-run",
+            Outcome::RefusedByBudget { .. } => "refused-by-pdb",
+            Outcome::Gone => "gone",
+            Outcome::Failed(_) => "error",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PlanEntry {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub node: String,
+    pub workload: Option<Workload>,
+    pub policy: String,
+    /// The policy's reason.
+    pub reason: String,
+    pub decision: Decision,
+    /// Set once the eviction was tried (or not, in a dry run).
+    pub outcome: Option<Outcome>,
+}
+
+impl PlanEntry {
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    pub fn target(&self) -> Option<&str> {
+        match &self.decision {
+            Decision::Evict { target } => Some(target),
+            Decision::Skip(_) => None,
+        }
+    }
+}
+
+/// A strategy that failed this run: it evicts nothing, the others go on.
+#[derive(Debug, Clone)]
+pub struct PolicyFailure {
+    pub policy: String,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub entries: Vec<PlanEntry>,
+    pub failures: Vec<PolicyFailure>,
+    /// Per strategy: how long `propose` took and how many pods it proposed.
+    pub proposals: Vec<(String, Duration, usize)>,
+    /// Time of the envelope and fit check over every candidate.
+    pub checks: Duration,
+    /// Problems with the inputs the plan could not fix (budgets unreadable, say).
+    pub warnings: Vec<String>,
+    pub dry_run: bool,
+}
+
+impl Plan {
+    pub fn evictions(&self) -> impl Iterator<Item = &PlanEntry> {
+        self.entries.iter().filter(|entry| matches!(entry.decision, Decision::Evict { .. }))
+    }
+
+    /// The plan as a table: pod, node, policy, decision (where the fit check places it, or why it stays) and
+    /// why the policy proposed it.
+    pub fn table(&self) -> String {
+        let mut rows = vec![["POD".to_string(), "NODE".into(), "POLICY".into(), "DECISION".into(), "WHY".into()]];
+        for entry in &self.entries {
+            let (decision, why) = match (&entry.decision, &entry.outcome) {
+                (Decision::Evict { target }, outcome) => {
+                    let done = match outcome {
+                        None | Some(Outcome::Evicted) => String::new(),
+                        Some(Outcome::NotSent) => " (dry run)".into(),
+                        Some(Outcome::RefusedByBudget { retry }) => format!(" (refused by a PodDisruptionBudget; retry in {})", humantime::format_duration(*retry)),
+                        Some(Outcome::Gone) => " (already gone)".into(),
+                        Some(Outcome::Failed(error)) => format!(" (failed: {error})"),
+                    };
+                    (format!("evict -> {target}{done}"), entry.reason.clone())
+                }
+                (Decision::Skip(skip), _) => (format!("skip: {}", skip.kind()), format!("{} (proposed: {})", skip.detail(), entry.reason)),
+            };
+            rows.push([entry.key(), entry.node.clone(), entry.policy.clone(), decision, why]);
+        }
+        let widths: Vec<usize> = (0..4).map(|column| rows.iter().map(|row| row[column].chars().count()).max().unwrap_or(0)).collect();
+        let mut text = String::new();
+        for row in &rows {
+            for (column, width) in widths.iter().enumerate() {
+                text.push_str(&format!("{:<width$}   ", row[column], width = *width));
+            }
+            text.push_str(&row[4]);
+            text.push('\n');
+        }
+        for failure in &self.failures {
+            text.push_str(&format!("policy {} failed and proposes nothing this run: {}\n", failure.policy, failure.error));
+        }
+        for warning in &self.warnings {
+            text.push_str(&format!("warning: {warning}\n"));
+        }
+        let evictions = self.evictions().count();
+        text.push_str(&format!("{} candidates, {} to evict{}\n", self.entries.len(), evictions, if self.dry_run { " (dry run: nothing evicted)" } else { "" }));
+        text
+    }
+}
+
+/// What a plan is made from, besides the cluster.
+pub struct Inputs<'a> {
+    pub section: &'a ReschedulerSection,
+    pub plans: &'a Plans,
+    pub memory: &'a Memory,
+    pub budgets: Budgets,
+    pub now: Instant,
+    /// Seconds since the Unix epoch.
+    pub wall: i64,
+}
+
+/// Evictions counted against the limits within a run.
+#[derive(Default)]
+struct Counts {
+    total: u32,
+    per_node: HashMap<String, u32>,
+    per_namespace: HashMap<String, u32>,
+    per_workload: HashMap<Workload, u32>,
+}
+
+impl Counts {
+    fn limit_reached(&self, section: &ReschedulerSection, node: &str, namespace: &str, workload: Option<&Workload>) -> Option<String> {
+        let limits = &section.limits;
+        let reached = |limit: Option<u32>, count: u32| limit.filter(|limit| count >= *limit);
+        if let Some(limit) = reached(limits.max_per_run, self.total) {
+            return Some(format!("maxPerRun {limit} reached"));
+        }
+        if let Some(limit) = reached(limits.max_per_node, self.per_node.get(node).copied().unwrap_or(0)) {
+            return Some(format!("maxPerNode {limit} reached on node {node}"));
+        }
+        if let Some(limit) = reached(limits.max_per_namespace, self.per_namespace.get(namespace).copied().unwrap_or(0)) {
+            return Some(format!("maxPerNamespace {limit} reached in namespace {namespace}"));
+        }
+        let workload = workload?;
+        let limit = reached(limits.max_per_workload, self.per_workload.get(workload).copied().unwrap_or(0))?;
+        Some(format!("maxPerWorkload {limit} reached for {workload}"))
+    }
+
+    fn add(&mut self, node: &str, namespace: &str, workload: Option<&Workload>) {
+        self.total += 1;
+        *self.per_node.entry(node.to_string()).or_default() += 1;
+        *self.per_namespace.entry(namespace.to_string()).or_default() += 1;
+        if let Some(workload) = workload {
+            *self.per_workload.entry(workload.clone()).or_default() += 1;
+        }
+    }
+}
+
+/// The creation time of each workload's newest Ready pod: whether a replacement is Ready.
+fn newest_ready_pods(cluster: &ClusterState) -> HashMap<Workload, i64> {
+    let mut newest = HashMap::new();
+    for (pod, _) in cluster.bound_pods().filter(|(pod, _)| pod.ready) {
+        if let Some(workload) = Workload::of(pod) {
+            let created = newest.entry(workload).or_insert(pod.created_at);
+            *created = (*created).max(pod.created_at);
+        }
+    }
+    newest
+}
+
+/// Builds the plan of one run over `whatif`, a copy of the live state ([`ClusterState::fork`]) that the plan
+/// changes as it goes.
+pub fn plan(inputs: Inputs<'_>, mut whatif: ClusterState) -> Plan {
+    let Inputs { section, plans, memory, mut budgets, now, wall } = inputs;
+    let mut plan = Plan { dry_run: section.dry_run, ..Plan::default() };
+    let mut proposed = HashSet::new();
+    for policy in &plans.eviction {
+        let started = Instant::now();
+        let result = policy.propose(&whatif);
+        let proposals = match result {
+            Ok(proposals) => proposals,
+            Err(error) => {
+                tracing::warn!(policy = policy.name(), %error, "evict policy failed; it proposes nothing this run");
+                plan.failures.push(PolicyFailure { policy: policy.name().to_string(), error: error.to_string() });
+                plan.proposals.push((policy.name().to_string(), started.elapsed(), 0));
+                continue;
+            }
+        };
+        plan.proposals.push((policy.name().to_string(), started.elapsed(), proposals.len()));
+        for eviction in proposals {
+            let Some((pod, node)) = whatif.pod_by_id(eviction.pod) else { continue };
+            // The first strategy to propose a pod names it; later ones add nothing.
+            if !proposed.insert(pod.uid.clone()) {
+                continue;
+            }
+            plan.entries.push(PlanEntry {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                uid: pod.uid.clone(),
+                node: node.to_string(),
+                workload: Workload::of(pod),
+                policy: policy.name().to_string(),
+                reason: eviction.reason,
+                decision: Decision::Skip(Skip::Limit(String::new())),
+                outcome: None,
+            });
+        }
+    }
+    let started = Instant::now();
+    let envelope = Envelope::new(&section.protections);
+    let newest_ready = newest_ready_pods(&whatif);
+    let mut counts = Counts::default();
+    for entry in &mut plan.entries {
+        let decision = decide(entry, &mut whatif, section, plans, memory, &mut budgets, &envelope, &newest_ready, &counts, now, wall);
+        if let Decision::Evict { .. } = decision {
+            counts.add(&entry.node, &entry.namespace, entry.workload.as_ref());
+        }
+        entry.decision = decision;
+    }
+    plan.checks = started.elapsed();
+    plan
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decide(
+    entry: &PlanEntry,
+    whatif: &mut ClusterState,
+    section: &ReschedulerSection,
+    plans: &Plans,
+    memory: &Memory,
+    budgets: &mut Budgets,
+    envelope: &Envelope,
+    newest_ready: &HashMap<Workload, i64>,
+    counts: &Counts,
+    now: Instant,
+    wall: i64,
+) -> Decision {
+    let skip = |skip: Skip| Decision::Skip(skip);
+    let (Some((pod, _)), Some(meta)) = (whatif.pod(&entry.uid), whatif.pod_meta(&entry.uid)) else {
+        return skip(Skip::NoFit("the pod is gone".into()));
+    };
+    let pod = pod.clone();
+    if let Some(reason) = envelope.protection(&pod, meta, wall) {
+        return skip(Skip::Protected(reason));
+    }
+    if let Some(reason) = memory.refused_recently(&entry.uid, now) {
+        return skip(Skip::Budget(reason));
+    }
+    if let Some(workload) = &entry.workload {
+        if let Some(reason) = memory.backing_off(workload, &section.pacing, now) {
+            return skip(Skip::Backoff(reason));
+        }
+        if let Some(reason) = memory.awaiting_replacement(workload, newest_ready.get(workload).copied(), &section.pacing, now) {
+            return skip(Skip::Pacing(reason));
+        }
+    }
+    if let Some(reason) = counts.limit_reached(section, &entry.node, &entry.namespace, entry.workload.as_ref()) {
+        return skip(Skip::Limit(reason));
+    }
+    if let Some(reason) = budgets.refusal(&pod) {
+        return skip(Skip::Budget(reason));
+    }
+    let profile_name = if plans.scheduling.contains_key(&pod.scheduler_name) { Some(&pod.scheduler_name) } else { section.fit_profile.as_ref() };
+    let Some(profile) = profile_name.and_then(|name| plans.scheduling.get(name)) else {
+        return skip(Skip::NoFit(format!(
+            "scheduler {:?} is not a wasp profile, so nothing can check where it would land (set rescheduler.fitProfile)",
+            pod.scheduler_name
+        )));
+    };
+    let meta = meta.clone();
+    whatif.remove_pod(&pod.uid);
+    let (feasible, rejections) = feasible_nodes(profile, whatif, &pod, &[entry.node.as_str()]);
+    let Some(target) = best_node(profile, whatif, &pod, &feasible).and_then(|id| whatif.node_name(id)).map(str::to_string) else {
+        whatif.upsert_pod_with(pod, &entry.node, meta);
+        let others = whatif.node_ids().len().saturating_sub(1);
+        return skip(Skip::NoFit(format!("no other node fits it: {}", unschedulable_message(others, &rejections.reasons))));
+    };
+    budgets.spend(&pod);
+    // The replacement takes room on its node: later candidates must fit around it.
+    whatif.upsert_pod_with(pod, &target, meta);
+    Decision::Evict { target }
+}
