@@ -102,8 +102,12 @@ pub async fn http_get(address: std::net::SocketAddr, path: &str) -> (u16, String
 }
 
 /// Polls `condition` for up to 10 s; fails the test naming `what` if it never holds.
-pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+pub async fn eventually(what: &str, condition: impl FnMut() -> bool) {
+    eventually_within(what, std::time::Duration::from_secs(10), condition).await
+}
+
+pub async fn eventually_within(what: &str, patience: std::time::Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + patience;
     while !condition() {
         assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;

@@ -7,7 +7,8 @@
 
 use crate::config::Pacing;
 use crate::contract::types::Pod;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The controller that recreates a pod: pacing, backoff and per-workload limits count by it.
@@ -31,12 +32,12 @@ impl std::fmt::Display for Workload {
     }
 }
 
-/// One eviction of a workload: when, by the monotonic clock and in seconds since the epoch (pods' creation
-/// times are wall-clock seconds).
-#[derive(Debug, Clone, Copy)]
+/// One eviction of a workload: when, and the workload's pods at that moment (a pod not among them is a
+/// replacement; creation times, in whole seconds, cannot tell a replacement from a pod created the same second).
+#[derive(Debug, Clone)]
 struct Evicted {
     at: Instant,
-    wall: i64,
+    known: Arc<HashSet<String>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -55,9 +56,10 @@ pub struct Memory {
 const MAX_RETRY_FACTOR: u32 = 16;
 
 impl Memory {
-    pub fn record_eviction(&mut self, workload: Option<&Workload>, now: Instant, wall: i64) {
+    /// The workload lost a pod; `known` are the uids of its pods when it did.
+    pub fn record_eviction(&mut self, workload: Option<&Workload>, known: Arc<HashSet<String>>, now: Instant) {
         if let Some(workload) = workload {
-            self.evictions.entry(workload.clone()).or_default().push(Evicted { at: now, wall });
+            self.evictions.entry(workload.clone()).or_default().push(Evicted { at: now, known });
         }
     }
 
@@ -101,12 +103,12 @@ impl Memory {
         })
     }
 
-    /// Why the workload waits: its last eviction is recent and no pod of it created since is Ready.
-    /// `newest_ready` is the creation time of the workload's newest Ready pod.
-    pub fn awaiting_replacement(&self, workload: &Workload, newest_ready: Option<i64>, pacing: &Pacing, now: Instant) -> Option<String> {
+    /// Why the workload waits: its last eviction is recent and none of its Ready pods (`ready`, by uid) is new
+    /// since.
+    pub fn awaiting_replacement(&self, workload: &Workload, ready: &[&str], pacing: &Pacing, now: Instant) -> Option<String> {
         let last = self.evictions.get(workload)?.iter().max_by_key(|evicted| evicted.at)?;
         let since = now.saturating_duration_since(last.at);
-        if since >= pacing.replacement_timeout || newest_ready.is_some_and(|created| created >= last.wall) {
+        if since >= pacing.replacement_timeout || ready.iter().any(|uid| !last.known.contains(*uid)) {
             return None;
         }
         Some(format!(
@@ -120,6 +122,10 @@ impl Memory {
 mod tests {
     use super::*;
 
+    fn known(uids: &[&str]) -> Arc<HashSet<String>> {
+        Arc::new(uids.iter().map(ToString::to_string).collect())
+    }
+
     fn workload() -> Workload {
         Workload { namespace: "shop".into(), kind: "ReplicaSet".into(), name: "web".into() }
     }
@@ -129,13 +135,13 @@ mod tests {
         let pacing = Pacing { replacement_timeout: Duration::from_secs(600), ..Pacing::default() };
         let mut memory = Memory::default();
         let start = Instant::now();
-        assert_eq!(memory.awaiting_replacement(&workload(), None, &pacing, start), None, "never evicted");
-        memory.record_eviction(Some(&workload()), start, 1000);
+        assert_eq!(memory.awaiting_replacement(&workload(), &[], &pacing, start), None, "never evicted");
+        memory.record_eviction(Some(&workload()), known(&["a", "b", "c"]), start);
         let later = start + Duration::from_secs(30);
-        let waiting = memory.awaiting_replacement(&workload(), Some(900), &pacing, later).unwrap();
+        let waiting = memory.awaiting_replacement(&workload(), &["a", "b"], &pacing, later).unwrap();
         assert_eq!(waiting, "waiting for the replacement of the pod of ReplicaSet shop/web evicted 30s ago to be Ready");
-        assert_eq!(memory.awaiting_replacement(&workload(), Some(1001), &pacing, later), None, "a pod created since is Ready");
-        assert_eq!(memory.awaiting_replacement(&workload(), None, &pacing, start + Duration::from_secs(600)), None, "timed out");
+        assert_eq!(memory.awaiting_replacement(&workload(), &["a", "b", "d"], &pacing, later), None, "a new pod is Ready");
+        assert_eq!(memory.awaiting_replacement(&workload(), &[], &pacing, start + Duration::from_secs(600)), None, "timed out");
     }
 
     #[test]
@@ -143,9 +149,9 @@ mod tests {
         let pacing = Pacing { max_evictions_per_workload: 2, window: Duration::from_secs(3600), ..Pacing::default() };
         let mut memory = Memory::default();
         let start = Instant::now();
-        memory.record_eviction(Some(&workload()), start, 0);
+        memory.record_eviction(Some(&workload()), known(&[]), start);
         assert_eq!(memory.backing_off(&workload(), &pacing, start), None);
-        memory.record_eviction(Some(&workload()), start + Duration::from_secs(60), 60);
+        memory.record_eviction(Some(&workload()), known(&[]), start + Duration::from_secs(60));
         assert_eq!(
             memory.backing_off(&workload(), &pacing, start + Duration::from_secs(61)).unwrap(),
             "ReplicaSet shop/web was evicted 2 times within 1h; it backs off"

@@ -161,7 +161,7 @@ impl Rescheduler {
                 match self.evictor.evict(entry).await {
                     Answer::Evicted => {
                         self.stats.evicted.fetch_add(1, Ordering::Relaxed);
-                        self.memory().record_eviction(entry.workload.as_ref(), Instant::now(), wall_seconds());
+                        self.memory().record_eviction(entry.workload.as_ref(), entry.siblings.clone(), Instant::now());
                         tracing::info!(pod = %entry.key(), node = %entry.node, policy = %entry.policy, reason = %entry.reason, %target, "evicted");
                         self.evictor.evicted(entry, &target).await;
                         Outcome::Evicted

@@ -12,6 +12,7 @@ use crate::config::ReschedulerSection;
 use crate::registry::Plans;
 use crate::scheduler::cycle::{best_node, feasible_nodes, unschedulable_message};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Why a candidate stays where it is.
@@ -93,6 +94,9 @@ pub struct PlanEntry {
     pub decision: Decision,
     /// Set once the eviction was tried (or not, in a dry run).
     pub outcome: Option<Outcome>,
+    /// For a planned eviction, the uids of its workload's pods at planning time: a pod not among them later is
+    /// the replacement pacing waits for.
+    pub siblings: Arc<HashSet<String>>,
 }
 
 impl PlanEntry {
@@ -222,16 +226,15 @@ impl Counts {
     }
 }
 
-/// The creation time of each workload's newest Ready pod: whether a replacement is Ready.
-fn newest_ready_pods(cluster: &ClusterState) -> HashMap<Workload, i64> {
-    let mut newest = HashMap::new();
-    for (pod, _) in cluster.bound_pods().filter(|(pod, _)| pod.ready) {
+/// Each workload's pods: uid and whether it is Ready.
+fn pods_by_workload(cluster: &ClusterState) -> HashMap<Workload, Vec<(String, bool)>> {
+    let mut workloads: HashMap<Workload, Vec<(String, bool)>> = HashMap::new();
+    for (pod, _) in cluster.bound_pods() {
         if let Some(workload) = Workload::of(pod) {
-            let created = newest.entry(workload).or_insert(pod.created_at);
-            *created = (*created).max(pod.created_at);
+            workloads.entry(workload).or_default().push((pod.uid.clone(), pod.ready));
         }
     }
-    newest
+    workloads
 }
 
 /// Builds the plan of one run over `whatif`, a copy of the live state ([`ClusterState::fork`]) that the plan
@@ -269,17 +272,20 @@ pub fn plan(inputs: Inputs<'_>, mut whatif: ClusterState) -> Plan {
                 reason: eviction.reason,
                 decision: Decision::Skip(Skip::Limit(String::new())),
                 outcome: None,
+                siblings: Arc::default(),
             });
         }
     }
     let started = Instant::now();
     let envelope = Envelope::new(&section.protections);
-    let newest_ready = newest_ready_pods(&whatif);
+    let workloads = pods_by_workload(&whatif);
     let mut counts = Counts::default();
     for entry in &mut plan.entries {
-        let decision = decide(entry, &mut whatif, section, plans, memory, &mut budgets, &envelope, &newest_ready, &counts, now, wall);
+        let decision = decide(entry, &mut whatif, section, plans, memory, &mut budgets, &envelope, &workloads, &counts, now, wall);
         if let Decision::Evict { .. } = decision {
             counts.add(&entry.node, &entry.namespace, entry.workload.as_ref());
+            let siblings = entry.workload.as_ref().and_then(|workload| workloads.get(workload)).into_iter().flatten();
+            entry.siblings = Arc::new(siblings.map(|(uid, _)| uid.clone()).collect());
         }
         entry.decision = decision;
     }
@@ -296,7 +302,7 @@ fn decide(
     memory: &Memory,
     budgets: &mut Budgets,
     envelope: &Envelope,
-    newest_ready: &HashMap<Workload, i64>,
+    workloads: &HashMap<Workload, Vec<(String, bool)>>,
     counts: &Counts,
     now: Instant,
     wall: i64,
@@ -316,7 +322,8 @@ fn decide(
         if let Some(reason) = memory.backing_off(workload, &section.pacing, now) {
             return skip(Skip::Backoff(reason));
         }
-        if let Some(reason) = memory.awaiting_replacement(workload, newest_ready.get(workload).copied(), &section.pacing, now) {
+        let ready: Vec<&str> = workloads.get(workload).into_iter().flatten().filter(|(_, ready)| *ready).map(|(uid, _)| uid.as_str()).collect();
+        if let Some(reason) = memory.awaiting_replacement(workload, &ready, &section.pacing, now) {
             return skip(Skip::Pacing(reason));
         }
     }

@@ -1,0 +1,313 @@
+//! The rescheduler against the simulated API server over real HTTP, with the scheduler placing the replacements:
+//! a tainted node emptied one pod at a time within its workload's budget, dry runs that change nothing, a
+//! policy that would move the same workload forever, protections, and policies that answer badly. Evictions are
+//! counted where they arrive (a fault rule that matches every eviction and injects nothing).
+
+mod common;
+
+use common::repo_root;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use wasp::config::{HostConfig, ReschedulerSection};
+use wasp::host::Host;
+use wasp::kube::ApiClient;
+use wasp::rescheduler::plan::{Decision, Skip};
+use wasp::runtime::Runtime;
+use wasp_sim::{Scenario, Simulator};
+
+struct Harness {
+    simulator: Simulator,
+    client: Client,
+    host: Arc<Host>,
+    _loops: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// The built-in configuration (the `wasp` profile), the test fixtures' policies too, and this rescheduler section.
+fn config(rescheduler: &str) -> HostConfig {
+    let mut config = HostConfig::built_in();
+    config.policy_dir = repo_root().join("plugins/out");
+    config.rescheduler = Some(serde_yaml::from_str::<ReschedulerSection>(rescheduler).unwrap());
+    config.validate().unwrap();
+    config
+}
+
+/// Starts the simulator and a host; with `loops`, the scheduler and rescheduler run; without, only the
+/// informers (the test calls `run_once`).
+async fn start(scenario: &str, config: HostConfig, loops: bool) -> Harness {
+    let scenario = Scenario::parse(scenario).unwrap();
+    let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let api = ApiClient::from_config(kube::Config::new(simulator.url().parse().unwrap())).unwrap();
+    let host = Host::with_config(&config, &Runtime::new(None).unwrap(), api.clone()).unwrap();
+    let loops = if loops {
+        Some(tokio::spawn(host.clone().run_loops()))
+    } else {
+        host.start_informers();
+        None
+    };
+    Harness { simulator, client: api.client, host, _loops: loops }
+}
+
+impl Harness {
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    /// Node of each Ready pod with `selector`, once `count` of them are bound and Ready.
+    async fn ready_placements(&self, selector: &str, count: usize, patience: Duration) -> BTreeMap<String, String> {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            let pods = self.pods().list(&ListParams::default().labels(selector)).await.unwrap().items;
+            let placed: BTreeMap<String, String> = pods
+                .iter()
+                .filter(|pod| pod.metadata.deletion_timestamp.is_none() && is_ready(pod))
+                .filter_map(|pod| Some((pod.metadata.name.clone()?, pod.spec.as_ref()?.node_name.clone()?)))
+                .collect();
+            if placed.len() == count && pods.len() == count {
+                return placed;
+            }
+            assert!(std::time::Instant::now() < deadline, "pods {selector}: {} of {count} placed and Ready: {placed:?}", placed.len());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the host's informers show `count` Ready pods with `selector` bound (the plan reads them).
+    async fn host_sees_ready(&self, app: &str, count: usize) {
+        let host = self.host.clone();
+        let app = app.to_string();
+        common::eventually("the host sees every pod Ready", move || {
+            let state = host.cluster.read();
+            let ready = state.bound_pods().filter(|(pod, _)| pod.ready && pod.labels.iter().any(|(key, value)| key == "app" && *value == app)).count();
+            ready == count
+        })
+        .await;
+    }
+
+    async fn taint(&self, node: &str) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let patch = json!({"spec": {"taints": [{"key": "maintenance", "value": "true", "effect": "NoSchedule"}]}});
+        nodes.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    }
+
+    /// Eviction requests that reached the simulator (its fault rule 0 matches them all and injects nothing).
+    fn evictions_received(&self) -> u64 {
+        self.simulator.state.faults.counts(0).0
+    }
+
+    async fn events_from(&self, component: &str) -> Vec<Event> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        let all = events.list(&ListParams::default()).await.unwrap().items;
+        all.into_iter().filter(|event| event.reporting_component.as_deref() == Some(component)).collect()
+    }
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|status| status.conditions.as_ref());
+    conditions.into_iter().flatten().any(|condition| condition.type_ == "Ready" && condition.status == "True")
+}
+
+/// Watches pods with `selector` and keeps the fewest Ready at any moment after the first list.
+fn track_fewest_ready(client: Client, selector: &str) -> Arc<AtomicI64> {
+    let fewest = Arc::new(AtomicI64::new(i64::MAX));
+    let kept = fewest.clone();
+    let selector = selector.to_string();
+    tokio::spawn(async move {
+        let pods: Api<Pod> = Api::namespaced(client, "default");
+        let listed = pods.list(&ListParams::default().labels(&selector)).await.unwrap();
+        let mut ready: HashMap<String, bool> = listed.items.iter().map(|pod| (pod.metadata.name.clone().unwrap(), is_ready(pod) && pod.metadata.deletion_timestamp.is_none())).collect();
+        kept.store(ready.values().filter(|ready| **ready).count() as i64, Ordering::SeqCst);
+        let version = listed.metadata.resource_version.unwrap();
+        let mut stream = pods.watch(&WatchParams::default().labels(&selector), &version).await.unwrap().boxed();
+        while let Some(Ok(event)) = stream.next().await {
+            match event {
+                WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                    let alive = pod.metadata.deletion_timestamp.is_none();
+                    ready.insert(pod.metadata.name.clone().unwrap(), alive && is_ready(&pod));
+                }
+                WatchEvent::Deleted(pod) => {
+                    ready.remove(pod.metadata.name.as_deref().unwrap());
+                }
+                _ => continue,
+            }
+            kept.fetch_min(ready.values().filter(|ready| **ready).count() as i64, Ordering::SeqCst);
+        }
+    });
+    fewest
+}
+
+const COUNT_EVICTIONS: &str = "faults: {seed: 7, rules: [{verbs: [create], resources: [pods/eviction], errorRate: 0.0}]}";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tainted_node_is_emptied_one_pod_at_a_time_and_the_scheduler_places_the_replacements() {
+    let scenario = format!(
+        "{COUNT_EVICTIONS}\nkubelet: {{readyDelay: 300ms}}\nnodeGroups: [{{name: n, count: 3, cpu: '4', memory: 16Gi}}]\n\
+         workloads:\n\
+         - {{name: web, replicas: 5, schedulerName: wasp, cpu: 500m, pdb: {{maxUnavailable: 2}}}}\n\
+         - {{name: solo, kind: Pods, replicas: 3, schedulerName: wasp, cpu: 100m}}\n"
+    );
+    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}]\ninterval: 1s\nlimits: {maxPerRun: 10, maxPerWorkload: 1}";
+    let harness = start(&scenario, config(rescheduler), true).await;
+    let before = harness.ready_placements("app=web", 5, Duration::from_secs(20)).await;
+    let solos = harness.ready_placements("app=solo", 3, Duration::from_secs(20)).await;
+    // The node with the most web pods goes into maintenance.
+    let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+    for node in before.values() {
+        *per_node.entry(node).or_default() += 1;
+    }
+    let (tainted, moving) = per_node.iter().max_by_key(|(_, count)| **count).map(|(node, count)| (node.to_string(), *count)).unwrap();
+    assert!(moving >= 2, "least-allocated spreads 5 pods over 3 nodes: {before:?}");
+    let fewest_ready = track_fewest_ready(harness.client.clone(), "app=web");
+    harness.taint(&tainted).await;
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let after = loop {
+        let placed = harness.ready_placements("app=web", 5, Duration::from_secs(60)).await;
+        if !placed.values().any(|node| *node == tainted) {
+            break placed;
+        }
+        assert!(std::time::Instant::now() < deadline, "web pods still on {tainted}: {placed:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(after.values().all(|node| *node != tainted));
+    // Each pod on the node was evicted once: counted where the requests arrived, and by the host.
+    let stats = &harness.host.rescheduler.stats;
+    assert_eq!(harness.evictions_received(), moving as u64, "one eviction per pod that had to move");
+    assert_eq!(stats.eviction_requests.load(Ordering::Relaxed), moving as u64);
+    // The budget would allow two at once; pacing waits for each replacement to be Ready.
+    assert_eq!(fewest_ready.load(Ordering::SeqCst), 4, "never more than one web pod down at a time");
+    // Bare pods are protected: the ones on the tainted node are still there.
+    let solos_after = harness.ready_placements("app=solo", 3, Duration::from_secs(5)).await;
+    assert_eq!(solos_after, solos);
+    let evicted_events = harness.events_from("wasp-rescheduler").await;
+    let evicted: Vec<&Event> = evicted_events.iter().filter(|event| event.reason.as_deref() == Some("Evicted")).collect();
+    assert_eq!(evicted.len(), moving, "{evicted_events:?}");
+    let message = evicted[0].message.as_deref().unwrap();
+    assert!(
+        message.starts_with(&format!("Evicted from node {tainted} by policy remove-pods-violating-node-taints: node {tainted} has taint {{maintenance: true}}")),
+        "{message}"
+    );
+    assert!(message.contains("the fit check places it on node n-"), "{message}");
+    let status = harness.host.endpoints.policies_document();
+    assert!(status["rescheduler"]["lastRun"]["policies"][0]["policy"] == "remove-pods-violating-node-taints", "{status}");
+}
+
+const TWO_NODES_SIX_REPLICAS: &str = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 2, cpu: '4', memory: 16Gi}]\n\
+     workloads: [{name: web, replicas: 6, schedulerName: wasp, cpu: 500m, pdb: {minAvailable: 5}}]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_simulates_budgets_and_placement_and_changes_nothing() {
+    let scenario = format!("{COUNT_EVICTIONS}\n{TWO_NODES_SIX_REPLICAS}");
+    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}]\ndryRun: true\nlimits: {maxPerWorkload: 5}";
+    let harness = start(&scenario, config(rescheduler), true).await;
+    let before = harness.ready_placements("app=web", 6, Duration::from_secs(20)).await;
+    harness.host_sees_ready("web", 6).await;
+    let tainted = before.values().next().unwrap().clone();
+    let on_tainted = before.values().filter(|node| **node == tainted).count();
+    harness.taint(&tainted).await;
+    let host = harness.host.clone();
+    common::eventually("the host sees the taint", || host.cluster.read().node_id(&tainted).is_some_and(|id| !host.cluster.read().node(id).unwrap().0.taints.is_empty())).await;
+
+    let plan = harness.host.rescheduler.run_once(false).await.unwrap();
+    assert!(plan.dry_run);
+    assert_eq!(plan.entries.len(), on_tainted, "{}", plan.table());
+    // minAvailable 5 of 6 allows one disruption: the plan spends it, and the budget refuses the rest.
+    let evictions: Vec<_> = plan.evictions().collect();
+    assert_eq!(evictions.len(), 1, "{}", plan.table());
+    let other = before.values().find(|node| **node != tainted).unwrap();
+    assert_eq!(evictions[0].target(), Some(other.as_str()), "the only other node");
+    let refused: Vec<_> = plan.entries.iter().filter(|entry| matches!(&entry.decision, Decision::Skip(Skip::Budget(_)))).collect();
+    assert_eq!(refused.len(), on_tainted - 1, "{}", plan.table());
+    let table = plan.table();
+    assert!(table.contains("skip: pdb") && table.contains("PodDisruptionBudget default/web allows no more disruptions"), "{table}");
+    assert!(table.contains(&format!("evict -> {other} (dry run)")), "{table}");
+    assert!(table.ends_with(&format!("{on_tainted} candidates, 1 to evict (dry run: nothing evicted)\n")), "{table}");
+    // Nothing was sent or written.
+    assert_eq!(harness.evictions_received(), 0);
+    assert!(harness.events_from("wasp-rescheduler").await.is_empty());
+    assert_eq!(harness.ready_placements("app=web", 6, Duration::from_secs(5)).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_always_proposes_the_same_workload_causes_no_eviction_loop() {
+    // Both nodes are tainted PreferNoSchedule and the policy acts on such taints, so every pod of `web` is
+    // proposed on every run wherever it lands; the scheduler places replacements on either node.
+    let scenario = format!(
+        "{COUNT_EVICTIONS}\nkubelet: {{readyDelay: 10ms}}\n\
+         nodeGroups: [{{name: n, count: 2, cpu: '4', memory: 16Gi, taints: [{{key: spot, value: 'yes', effect: PreferNoSchedule}}]}}]\n\
+         workloads: [{{name: web, replicas: 2, schedulerName: wasp, cpu: 100m}}]\n"
+    );
+    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}]\ninterval: 1s\npacing: {maxEvictionsPerWorkload: 3, window: 1h}";
+    let mut config = config(rescheduler);
+    config.policies.insert(
+        "remove-pods-violating-node-taints".into(),
+        serde_yaml::from_str("settings: {includePreferNoSchedule: true}").unwrap(),
+    );
+    let harness = start(&scenario, config, true).await;
+    let stats = &harness.host.rescheduler.stats;
+    common::eventually("three evictions", || stats.evicted.load(Ordering::Relaxed) >= 3).await;
+    let runs = stats.runs.load(Ordering::Relaxed);
+    let rescheduler = harness.host.rescheduler.clone();
+    // Several more runs: the workload backs off, whatever the policy says.
+    common::eventually_within("five more runs", Duration::from_secs(30), || rescheduler.stats.runs.load(Ordering::Relaxed) >= runs + 5).await;
+    assert_eq!(stats.eviction_requests.load(Ordering::Relaxed), 3);
+    assert_eq!(harness.evictions_received(), 3);
+    let last = harness.host.rescheduler.last_run().unwrap();
+    assert_eq!(last.skipped.get("backoff"), Some(&2), "{last:?}");
+}
+
+#[test]
+fn an_answer_naming_unknown_pods_twice_or_too_many_is_malformed_and_a_trap_is_a_trap() {
+    let runtime = common::runtime();
+    let mut cluster = common::cluster_of(vec![common::simple_node("n", "4", "8Gi", "")]);
+    cluster.upsert_pod(common::simple_pod("a", "100m", ""), "n");
+    cluster.upsert_pod(common::simple_pod("b", "100m", ""), "n");
+    let (source, wasm) = common::fixture_wasm("misbehaving");
+    for (mode, expected) in [
+        ("unknown-id", "malformed answer from propose: pod id 4294967295 is not a pod of the cluster"),
+        ("duplicate", "malformed answer from propose: pod id 0 is proposed twice"),
+        ("huge", "malformed answer from propose: more than 65536 bytes of reasons in one answer"),
+        ("trap", "propose trapped"),
+    ] {
+        let options = wasp::policy::PolicyOptions { settings: format!(r#"{{"evict": "{mode}"}}"#), ..Default::default() };
+        let policy = wasp::policy::LoadedPolicy::load(&runtime, &source, &wasm, options).unwrap();
+        let error = policy.propose(&cluster).unwrap_err().to_string();
+        assert!(error.contains(expected), "{mode}: {error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strategy_that_fails_evicts_nothing_and_the_others_go_on() {
+    // The fixture answers badly only where a node has the label `bad`: past the canary, on the live cluster.
+    let scenario = format!("{COUNT_EVICTIONS}\n{}", TWO_NODES_SIX_REPLICAS.replace("memory: 16Gi", "memory: 16Gi, labels: {bad: 'yes'}"));
+    let policies = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(repo_root().join("plugins/out")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, policies.path().join(path.file_name().unwrap())).unwrap();
+    }
+    std::fs::copy(repo_root().join("target/wasm-fixtures/misbehaving.wasm"), policies.path().join("misbehaving.wasm")).unwrap();
+    let mut config = config("strategies: [{policy: misbehaving}, {policy: remove-pods-violating-node-taints}]\ndryRun: true");
+    config.policy_dir = policies.path().to_path_buf();
+    config.policies.insert("misbehaving".into(), serde_yaml::from_str("settings: {evict: duplicate, only-with-label: bad}").unwrap());
+    config.validate().unwrap();
+    let harness = start(&scenario, config, true).await;
+    let before = harness.ready_placements("app=web", 6, Duration::from_secs(20)).await;
+    harness.host_sees_ready("web", 6).await;
+    let tainted = before.values().next().unwrap().clone();
+    harness.taint(&tainted).await;
+    let host = harness.host.clone();
+    common::eventually("the host sees the taint", || host.cluster.read().node_id(&tainted).is_some_and(|id| !host.cluster.read().node(id).unwrap().0.taints.is_empty())).await;
+    let plan = harness.host.rescheduler.run_once(false).await.unwrap();
+    assert_eq!(plan.failures.len(), 1, "{}", plan.table());
+    assert_eq!(plan.failures[0].policy, "misbehaving");
+    assert!(plan.failures[0].error.contains("is proposed twice"), "{}", plan.failures[0].error);
+    assert!(!plan.entries.is_empty() && plan.entries.iter().all(|entry| entry.policy == "remove-pods-violating-node-taints"), "{}", plan.table());
+    assert!(plan.table().contains("policy misbehaving failed and proposes nothing this run: malformed answer from propose"), "{}", plan.table());
+    let last = harness.host.rescheduler.last_run().unwrap();
+    assert!(last.policies[0].error.as_deref().unwrap().contains("proposed twice"), "/policies shows the failure: {last:?}");
+}
