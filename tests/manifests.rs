@@ -84,6 +84,10 @@ fn the_install_is_consistent() {
         assert!(allows(&rules, "", resource, verb), "the ClusterRole does not allow {verb} {resource}");
     }
     assert!(!allows(&rules, "", "pods", "delete") && !allows(&rules, "", "secrets", "get"), "least privilege");
+    if config.rescheduler.is_some() {
+        assert!(allows(&rules, "", "pods/eviction", "create"), "the rescheduler evicts through the Eviction API");
+        assert!(allows(&rules, "policy", "poddisruptionbudgets", "list"), "the rescheduler plans within the budgets");
+    }
     let role: Role = typed(&documents["Role"][0]);
     assert_eq!(role.metadata.namespace.as_deref(), Some(config.leader_election.lease_namespace.as_str()));
     let role_rules = role.rules.unwrap();

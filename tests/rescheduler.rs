@@ -311,3 +311,45 @@ async fn a_strategy_that_fails_evicts_nothing_and_the_others_go_on() {
     let last = harness.host.rescheduler.last_run().unwrap();
     assert!(last.policies[0].error.as_deref().unwrap().contains("proposed twice"), "/policies shows the failure: {last:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasp_reschedule_dry_run_prints_the_plan_for_any_cluster_and_changes_nothing() {
+    // Pods already bound to a node tainted for maintenance; no host runs, the command plans on its own.
+    let scenario = format!(
+        "{COUNT_EVICTIONS}\nkubelet: {{readyDelay: 10ms}}\nnodeGroups:\n\
+         - {{name: old, count: 1, cpu: '8', memory: 16Gi, taints: [{{key: maintenance, value: 'true', effect: NoSchedule}}]}}\n\
+         - {{name: new, count: 2, cpu: '8', memory: 16Gi}}\n\
+         workloads: [{{name: web, replicas: 3, schedulerName: wasp, cpu: 500m, podSpec: {{nodeName: old-0}}, pdb: {{maxUnavailable: 1}}}}]\n"
+    );
+    let simulator = Simulator::start(&Scenario::parse(&scenario).unwrap(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let client = ApiClient::from_config(kube::Config::new(simulator.url().parse().unwrap())).unwrap().client;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pods.list(&ListParams::default()).await.unwrap().items.iter().filter(|pod| is_ready(pod)).count() < 3 {
+        assert!(std::time::Instant::now() < deadline, "the pods never became Ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let directory = tempfile::tempdir().unwrap();
+    let kubeconfig = directory.path().join("kubeconfig");
+    simulator.write_kubeconfig(&kubeconfig).unwrap();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_wasp"))
+            .args(["reschedule", "--dry-run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--strategy", "remove-pods-violating-node-taints"])
+            .current_dir(repo_root())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("POD") && lines[0].contains("NODE") && lines[0].contains("POLICY") && lines[0].contains("DECISION"), "{stdout}");
+    // One per workload per run (the default limit); the budget would refuse a second one anyway.
+    let evicting: Vec<&&str> = lines.iter().filter(|line| line.contains("evict -> new-")).collect();
+    assert_eq!(evicting.len(), 1, "{stdout}");
+    assert!(evicting[0].contains("remove-pods-violating-node-taints") && evicting[0].contains("(dry run)"), "{stdout}");
+    assert_eq!(lines.iter().filter(|line| line.contains("skip: limit") && line.contains("maxPerWorkload 1 reached for ReplicaSet default/web-")).count(), 2, "{stdout}");
+    assert_eq!(*lines.last().unwrap(), "3 candidates, 1 to evict (dry run: nothing evicted)");
+    assert_eq!(simulator.state.faults.counts(0).0, 0, "a dry run sends no eviction");
+}
