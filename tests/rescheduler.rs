@@ -353,3 +353,21 @@ async fn wasp_reschedule_dry_run_prints_the_plan_for_any_cluster_and_changes_not
     assert_eq!(*lines.last().unwrap(), "3 candidates, 1 to evict (dry run: nothing evicted)");
     assert_eq!(simulator.state.faults.counts(0).0, 0, "a dry run sends no eviction");
 }
+
+#[test]
+fn wasp_simulate_rebalances_a_grown_cluster_and_the_spread_of_utilization_shrinks() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasp"))
+        .args(["simulate", "--scenario", "sim/scenarios/rebalance.yaml", "--config", "examples/config/rebalance.yaml"])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let spread = stdout.lines().find(|line| line.starts_with("spread of requested cpu across nodes")).unwrap_or_else(|| panic!("{stdout}"));
+    let numbers: Vec<f64> = spread.split(|c: char| !(c.is_ascii_digit() || c == '.')).filter_map(|part| part.parse().ok()).collect();
+    let (before, after) = (numbers[numbers.len() - 2], numbers[numbers.len() - 1]);
+    assert!(before > 30.0 && after < before / 1.5, "the policy's own objective improves: {spread}");
+    let moved = stdout.lines().find(|line| line.starts_with("after rescheduling (")).unwrap();
+    assert!(!moved.starts_with("after rescheduling (0 pods"), "{stdout}");
+    assert!(stdout.contains("evicted {\"low-node-utilization\""), "{stdout}");
+}

@@ -53,6 +53,9 @@ pub struct NodeGroup {
     /// Nodes are spread over these zones in turn (label `topology.kubernetes.io/zone`).
     #[serde(default)]
     pub zones: Vec<String>,
+    /// The nodes start cordoned (a pool not yet open; an `uncordon` event opens it).
+    #[serde(default)]
+    pub unschedulable: bool,
 }
 
 fn default_max_pods() -> u32 {
@@ -292,7 +295,7 @@ fn node_object(group: &NodeGroup, index: u32) -> Value {
     let taints: Vec<Value> = group.taints.iter().map(|taint| json!({"key": taint.key, "value": taint.value, "effect": taint.effect})).collect();
     json!({
         "metadata": {"name": name, "labels": labels},
-        "spec": {"taints": taints},
+        "spec": {"taints": taints, "unschedulable": group.unschedulable},
         "status": {
             "capacity": capacity, "allocatable": capacity,
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}],

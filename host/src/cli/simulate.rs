@@ -1,10 +1,13 @@
 //! `wasp simulate`: a scenario on the simulated API server, scheduled by the host over HTTP exactly as against
-//! a real cluster, then a report: pods per node, what could not be placed and why, timings.
+//! a real cluster, then a report: pods per node, what could not be placed and why, timings; with a rescheduler
+//! section, its runs and the cluster after them.
 
 use crate::cluster::ClusterState;
 use crate::config::HostConfig;
 use crate::host::Host;
-use crate::kube::ApiClient;
+use crate::kube::{ApiClient, HostIdentity};
+use crate::registry::PolicyRegistry;
+use std::sync::Arc;
 use crate::runtime::Runtime;
 use crate::scheduler::Scheduler;
 use clap::Args;
@@ -124,27 +127,52 @@ pub fn sim_client(simulator: &Simulator) -> anyhow::Result<ApiClient> {
 }
 
 async fn simulate(scenario: &Scenario, config: &HostConfig, timeout: Duration, full: bool) -> anyhow::Result<()> {
+    // Policies load (and compile) before the simulated cluster starts, so the scenario's timed events happen
+    // at their time relative to the scheduler's first decisions.
+    let policies = Arc::new(PolicyRegistry::new(&Runtime::new(None)?, config.clone(), None)?);
     let simulator = Simulator::start(scenario, "127.0.0.1:0".parse()?).await?;
     let api = sim_client(&simulator)?;
     let client = api.client.clone();
-    let runtime = Runtime::new(None)?;
-    let host = Host::with_config(config, &runtime, api)?;
+    let host = Host::new(api, policies, HostIdentity::named("wasp-simulate", None));
     let scheduler = host.scheduler.clone();
     scheduler.keep_report();
     let profiles = scheduler.profile_names();
     println!("scenario {:?}: {} nodes; profiles {}; API server {}", scenario.name, scenario.node_names().len(), profiles.join(", "), simulator.url());
     let started = Instant::now();
-    let worker = tokio::spawn(host.clone().run_loops());
+    // The scheduler runs throughout; the rescheduler, if configured, runs after the first placement settles, so
+    // the report can show the cluster before and after it.
+    host.start_informers();
+    let worker = tokio::spawn(scheduler.clone().run());
+    settle(&client, &host, &profiles, started, timeout, false).await?;
+    let elapsed = started.elapsed();
+    report(&client, &host, &profiles, elapsed, full).await?;
+    if config.rescheduler.is_some() {
+        // The scenario's timed events (a node pool opening, a node tainted) happen first.
+        let last_event = scenario.events.iter().map(|event| event.at).max().unwrap_or_default();
+        tokio::time::sleep_until((started + last_event + Duration::from_secs(1)).into()).await;
+        reschedule(&client, &host, &profiles, started, timeout, full).await?;
+    }
+    worker.abort();
+    Ok(())
+}
+
+/// Waits until every pod of our profiles is bound (and, with `ready`, Ready) or waits as unschedulable, and that
+/// holds for a moment; reports progress every 2 s; gives up at `timeout` after `started`.
+async fn settle(client: &Client, host: &Host, profiles: &[String], started: Instant, timeout: Duration, ready: bool) -> anyhow::Result<()> {
+    let scheduler = &host.scheduler;
     let pods: Api<Pod> = Api::all(client.clone());
-    // Done when every pod for our profiles is bound or waiting as unschedulable, and that holds for a moment.
     let mut settled_since: Option<Instant> = None;
     let mut last_report = Instant::now();
     let ours = |pod: &Pod| pod.spec.as_ref().and_then(|spec| spec.scheduler_name.as_deref()).is_some_and(|name| profiles.iter().any(|profile| profile == name));
     let bound = |pod: &Pod| pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref()).is_some();
+    let is_ready = |pod: &Pod| {
+        let conditions = pod.status.as_ref().and_then(|status| status.conditions.as_ref());
+        conditions.into_iter().flatten().any(|condition| condition.type_ == "Ready" && condition.status == "True")
+    };
     loop {
         let list = pods.list(&ListParams::default()).await?.items;
-        let mine: Vec<&Pod> = list.iter().filter(|pod| ours(pod)).collect();
-        let bound_count = mine.iter().filter(|pod| bound(pod)).count();
+        let mine: Vec<&Pod> = list.iter().filter(|pod| ours(pod) && pod.metadata.deletion_timestamp.is_none()).collect();
+        let bound_count = mine.iter().filter(|pod| bound(pod) && (!ready || is_ready(pod))).count();
         let sizes = scheduler.queue().sizes();
         let settled = !mine.is_empty() && sizes.active == 0 && sizes.backoff == 0 && bound_count + sizes.unschedulable >= mine.len();
         if last_report.elapsed() > Duration::from_secs(2) {
@@ -153,13 +181,68 @@ async fn simulate(scenario: &Scenario, config: &HostConfig, timeout: Duration, f
         }
         settled_since = if settled { settled_since.or(Some(Instant::now())) } else { None };
         if settled_since.is_some_and(|since| since.elapsed() > Duration::from_millis(500)) || started.elapsed() > timeout {
-            break;
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let elapsed = started.elapsed();
-    worker.abort();
-    report(&client, &host, &profiles, elapsed, full).await
+}
+
+/// Most rescheduling runs `wasp simulate` makes before it reports.
+const RESCHEDULING_RUNS: usize = 20;
+
+/// Rescheduling runs until one evicts nothing, each followed by the replacements' placement; then the cluster
+/// after, and how its spread of requested CPU changed.
+async fn reschedule(client: &Client, host: &Host, profiles: &[String], started: Instant, timeout: Duration, full: bool) -> anyhow::Result<()> {
+    let before = utilization_spread(&host.cluster.read());
+    println!();
+    println!("rescheduler:");
+    let mut evicted_total = 0;
+    for run in 1..=RESCHEDULING_RUNS {
+        let Some(plan) = host.rescheduler.run_once(false).await else { break };
+        let evicted: Vec<&crate::rescheduler::plan::PlanEntry> =
+            plan.entries.iter().filter(|entry| entry.outcome == Some(crate::rescheduler::plan::Outcome::Evicted)).collect();
+        let mut by_policy: BTreeMap<&str, usize> = BTreeMap::new();
+        for entry in &evicted {
+            *by_policy.entry(entry.policy.as_str()).or_default() += 1;
+        }
+        let mut skipped: BTreeMap<&str, usize> = BTreeMap::new();
+        for entry in &plan.entries {
+            if let crate::rescheduler::plan::Decision::Skip(skip) = &entry.decision {
+                *skipped.entry(skip.kind()).or_default() += 1;
+            }
+        }
+        println!("  run {run}: {} candidates, {} evicted {by_policy:?}, skipped {skipped:?}", plan.entries.len(), evicted.len());
+        for failure in &plan.failures {
+            println!("    policy {} failed: {}", failure.policy, failure.error);
+        }
+        if evicted.is_empty() {
+            break;
+        }
+        evicted_total += evicted.len();
+        settle(client, host, profiles, started, timeout, true).await?;
+    }
+    println!();
+    println!("after rescheduling ({evicted_total} pods moved):");
+    report(client, host, profiles, started.elapsed(), full).await?;
+    let after = utilization_spread(&host.cluster.read());
+    println!("spread of requested cpu across nodes (standard deviation of %): {before:.1} before, {after:.1} after rescheduling");
+    Ok(())
+}
+
+/// Standard deviation of the nodes' requested CPU in percent of allocatable: lower is more even.
+fn utilization_spread(cluster: &ClusterState) -> f64 {
+    let shares: Vec<f64> = cluster
+        .node_ids()
+        .into_iter()
+        .filter_map(|id| cluster.node(id))
+        .filter(|(node, _)| node.allocatable.cpu_millis > 0)
+        .map(|(node, usage)| usage.requested.cpu_millis as f64 * 100.0 / node.allocatable.cpu_millis as f64)
+        .collect();
+    if shares.is_empty() {
+        return 0.0;
+    }
+    let mean = shares.iter().sum::<f64>() / shares.len() as f64;
+    (shares.iter().map(|share| (share - mean).powi(2)).sum::<f64>() / shares.len() as f64).sqrt()
 }
 
 async fn report(client: &Client, host: &Host, profiles: &[String], elapsed: Duration, full: bool) -> anyhow::Result<()> {
