@@ -151,7 +151,8 @@ async fn a_tainted_node_is_emptied_one_pod_at_a_time_and_the_scheduler_places_th
          - {{name: web, replicas: 5, schedulerName: wasp, cpu: 500m, pdb: {{maxUnavailable: 2}}}}\n\
          - {{name: solo, kind: Pods, replicas: 3, schedulerName: wasp, cpu: 100m}}\n"
     );
-    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}]\ninterval: 1s\nlimits: {maxPerRun: 10, maxPerWorkload: 1}";
+    // An interval longer than the test: the taint triggers the first run, pacing the next ones.
+    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}]\ninterval: 1h\nlimits: {maxPerRun: 10, maxPerWorkload: 1}";
     let harness = start(&scenario, config(rescheduler), true).await;
     let before = harness.ready_placements("app=web", 5, Duration::from_secs(20)).await;
     let solos = harness.ready_placements("app=solo", 3, Duration::from_secs(20)).await;

@@ -72,7 +72,7 @@ impl Evictor {
         let actionable = match skip {
             Skip::Budget(_) | Skip::NoFit(_) => true,
             Skip::Protected(detail) => detail.contains("is neither never nor allow"),
-            Skip::Backoff(_) | Skip::Pacing(_) | Skip::Limit(_) => false,
+            Skip::Backoff(_) | Skip::Pacing(_) | Skip::Limit(_) | Skip::WorkloadLimit(_) => false,
         };
         if actionable {
             let message = format!("Not evicted (policy {} proposed it: {}): {}", entry.policy, entry.reason, skip.detail());

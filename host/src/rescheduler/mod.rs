@@ -10,7 +10,8 @@
 //!
 //! A run takes the policy registry's current generation once, plans on a what-if copy of the shared cluster,
 //! then evicts (unless `dryRun`). Runs happen every `interval`, and sooner when a node changes in what policies
-//! see (tainted, cordoned, relabelled) or a pod of a wasp profile has waited longer than `pendingTrigger`.
+//! see (tainted, cordoned, relabelled), a pod of a wasp profile has waited longer than `pendingTrigger`, or the
+//! last run held pods back only until a replacement is Ready (a drain goes on as fast as pacing allows).
 
 pub mod budgets;
 pub mod envelope;
@@ -205,6 +206,8 @@ impl Rescheduler {
         let mut pending_seen = HashSet::new();
         loop {
             let interval = match self.run_once(false).await {
+                // Pods held back only until a replacement is Ready: look again soon, not a whole interval later.
+                Some(plan) if plan.entries.iter().any(|entry| matches!(&entry.decision, Decision::Skip(skip) if skip.waits_for_replacement())) => MIN_GAP,
                 Some(_) => self.policies.current().config.rescheduler.as_ref().map_or(Duration::from_secs(300), |section| section.interval),
                 // No rescheduler in the configuration (a reload removed it): look again later.
                 None => Duration::from_secs(30),

@@ -24,6 +24,9 @@ pub enum Skip {
     Backoff(String),
     Pacing(String),
     Limit(String),
+    /// The run already evicts `maxPerWorkload` pods of the pod's workload; the next run after their
+    /// replacements are Ready may take it.
+    WorkloadLimit(String),
     /// The pod would not land on another node (or no wasp profile can say where it would).
     NoFit(String),
 }
@@ -36,14 +39,25 @@ impl Skip {
             Skip::Budget(_) => "pdb",
             Skip::Backoff(_) => "backoff",
             Skip::Pacing(_) => "pacing",
-            Skip::Limit(_) => "limit",
+            Skip::Limit(_) | Skip::WorkloadLimit(_) => "limit",
             Skip::NoFit(_) => "no-fit",
         }
     }
 
+    /// Whether the pod only waits for its workload's replacement to be Ready: the next run should come soon.
+    pub fn waits_for_replacement(&self) -> bool {
+        matches!(self, Skip::Pacing(_) | Skip::WorkloadLimit(_))
+    }
+
     pub fn detail(&self) -> &str {
         match self {
-            Skip::Protected(detail) | Skip::Budget(detail) | Skip::Backoff(detail) | Skip::Pacing(detail) | Skip::Limit(detail) | Skip::NoFit(detail) => detail,
+            Skip::Protected(detail)
+            | Skip::Budget(detail)
+            | Skip::Backoff(detail)
+            | Skip::Pacing(detail)
+            | Skip::Limit(detail)
+            | Skip::WorkloadLimit(detail)
+            | Skip::NoFit(detail) => detail,
         }
     }
 }
@@ -199,21 +213,21 @@ struct Counts {
 }
 
 impl Counts {
-    fn limit_reached(&self, section: &ReschedulerSection, node: &str, namespace: &str, workload: Option<&Workload>) -> Option<String> {
+    fn limit_reached(&self, section: &ReschedulerSection, node: &str, namespace: &str, workload: Option<&Workload>) -> Option<Skip> {
         let limits = &section.limits;
         let reached = |limit: Option<u32>, count: u32| limit.filter(|limit| count >= *limit);
         if let Some(limit) = reached(limits.max_per_run, self.total) {
-            return Some(format!("maxPerRun {limit} reached"));
+            return Some(Skip::Limit(format!("maxPerRun {limit} reached")));
         }
         if let Some(limit) = reached(limits.max_per_node, self.per_node.get(node).copied().unwrap_or(0)) {
-            return Some(format!("maxPerNode {limit} reached on node {node}"));
+            return Some(Skip::Limit(format!("maxPerNode {limit} reached on node {node}")));
         }
         if let Some(limit) = reached(limits.max_per_namespace, self.per_namespace.get(namespace).copied().unwrap_or(0)) {
-            return Some(format!("maxPerNamespace {limit} reached in namespace {namespace}"));
+            return Some(Skip::Limit(format!("maxPerNamespace {limit} reached in namespace {namespace}")));
         }
         let workload = workload?;
         let limit = reached(limits.max_per_workload, self.per_workload.get(workload).copied().unwrap_or(0))?;
-        Some(format!("maxPerWorkload {limit} reached for {workload}"))
+        Some(Skip::WorkloadLimit(format!("maxPerWorkload {limit} reached for {workload}")))
     }
 
     fn add(&mut self, node: &str, namespace: &str, workload: Option<&Workload>) {
@@ -327,8 +341,8 @@ fn decide(
             return skip(Skip::Pacing(reason));
         }
     }
-    if let Some(reason) = counts.limit_reached(section, &entry.node, &entry.namespace, entry.workload.as_ref()) {
-        return skip(Skip::Limit(reason));
+    if let Some(limit) = counts.limit_reached(section, &entry.node, &entry.namespace, entry.workload.as_ref()) {
+        return skip(limit);
     }
     if let Some(reason) = budgets.refusal(&pod) {
         return skip(Skip::Budget(reason));
