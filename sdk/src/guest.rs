@@ -4,7 +4,7 @@
 use crate::cluster::Cluster;
 use crate::policy::Policy;
 use crate::types::{
-    ClusterDelta, Descriptor, Eviction, FilterResult, NodeId, Pod, PolicyKind, ScaleDecision, ScaleRequest,
+    ClusterDelta, Descriptor, EvictContext, Eviction, FilterResult, NodeId, Pod, PolicyKind, ScaleDecision, ScaleRequest,
 };
 
 pub struct GuestState<P: Policy> {
@@ -83,9 +83,9 @@ impl<P: Policy> GuestState<P> {
         Ok(score.score_all(pod, &self.cluster, candidates))
     }
 
-    pub fn propose(&self) -> Result<Vec<Eviction>, String> {
+    pub fn propose(&self, context: &EvictContext) -> Result<Vec<Eviction>, String> {
         let evict = self.policy()?.as_evict().ok_or_else(|| Self::missing("evict"))?;
-        Ok(evict.propose(&self.cluster))
+        Ok(evict.propose(&self.cluster, context))
     }
 
     pub fn recommend(&self, request: &ScaleRequest) -> Result<ScaleDecision, String> {
@@ -106,7 +106,7 @@ macro_rules! export_policy {
         const _: () = {
             use $crate::bindings::exports::wasp::policy as exports;
             use $crate::types::{
-                ClusterDelta, Descriptor, Eviction, FilterResult, NodeId, Pod, ScaleDecision, ScaleRequest,
+                ClusterDelta, Descriptor, EvictContext, Eviction, FilterResult, NodeId, Pod, ScaleDecision, ScaleRequest,
             };
             use ::std::cell::RefCell;
 
@@ -138,8 +138,8 @@ macro_rules! export_policy {
                 }
             }
             impl exports::evict::Guest for Component {
-                fn propose() -> Result<Vec<Eviction>, String> {
-                    STATE.with_borrow(|state| state.propose())
+                fn propose(context: EvictContext) -> Result<Vec<Eviction>, String> {
+                    STATE.with_borrow(|state| state.propose(&context))
                 }
             }
             impl exports::scale::Guest for Component {

@@ -46,7 +46,7 @@ pub mod types {
 }
 
 /// The contract version this SDK builds against (the `wasp:policy` WIT package version).
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
 
 pub use cluster::{Cluster, NodeInfo, PodInfo};
 pub use policy::{Evict, Filter, Normalization, Policy, Scale, Score, Verdict};

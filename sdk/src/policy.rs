@@ -2,7 +2,7 @@
 //! [`Evict`] and [`Scale`] are the four kinds of decision, and a policy may implement several.
 
 use crate::cluster::{Cluster, NodeInfo};
-use crate::types::{Eviction, FilterResult, NodeId, Pod, ScaleDecision, ScaleRequest, ViewScope};
+use crate::types::{EvictContext, Eviction, FilterResult, NodeId, Placement, Pod, PodId, ScaleDecision, ScaleRequest, ViewScope};
 use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
 
@@ -179,7 +179,32 @@ pub fn normalize(raw: &[i64], normalization: Normalization) -> Vec<u32> {
 pub trait Evict {
     /// Pods to move and why. The host applies the safety rules (DaemonSet, mirror, critical and local-storage
     /// pods are never evicted by default) and the disruption limits; propose what your strategy wants.
-    fn propose(&self, cluster: &Cluster) -> Vec<Eviction>;
+    /// `context` has the time now and the pods waiting for room.
+    fn propose(&self, cluster: &Cluster, context: &EvictContext) -> Vec<Eviction>;
+}
+
+impl Eviction {
+    /// Move `pod`, wherever the scheduler places its replacement.
+    pub fn new(pod: PodId, reason: impl Into<String>) -> Eviction {
+        Eviction { pod, reason: reason.into(), room_for: None, placement: None }
+    }
+
+    /// Evicted to make room for the pending pod with `uid` (preemption: the host checks the victims let it fit).
+    pub fn room_for(self, uid: &str) -> Eviction {
+        Eviction { room_for: Some(uid.to_string()), ..self }
+    }
+
+    /// Where the replacement should go.
+    pub fn placement(self, placement: Placement) -> Eviction {
+        Eviction { placement: Some(placement), ..self }
+    }
+}
+
+impl EvictContext {
+    /// A context at `now` (seconds since the Unix epoch) with no pending pods: for tests.
+    pub fn at(now: i64) -> EvictContext {
+        EvictContext { now, pending: Vec::new() }
+    }
 }
 
 pub trait Scale {

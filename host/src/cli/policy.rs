@@ -3,7 +3,7 @@
 use super::manifests;
 use crate::cluster::{convert, ClusterState};
 use crate::policy::{LoadedPolicy, PolicyOptions};
-use crate::contract::types::PolicyKind;
+use crate::contract::types::{EvictContext, PendingPod, PolicyKind};
 use crate::runtime::Runtime;
 use anyhow::Context;
 use clap::Subcommand;
@@ -118,7 +118,9 @@ fn eval(file: &Path, pod_file: &Path, nodes_file: &Path, pods_file: Option<&Path
     let pod = convert::pod(source).with_context(|| pod_file.display().to_string())?;
 
     if policy.implements(PolicyKind::Evict) {
-        let proposals = policy.propose(&cluster)?;
+        // The pod file's pod is the one pending pod a policy may make room for.
+        let pending = vec![PendingPod { pod: pod.clone(), reason: String::new() }];
+        let proposals = policy.propose(&cluster, &EvictContext { now: jiff::Timestamp::now().as_second(), pending })?;
         println!("{} eviction(s) proposed by {}", proposals.len(), policy.name());
         for proposal in proposals {
             if let Some((pod, node)) = cluster.pod_by_id(proposal.pod) {

@@ -1,12 +1,15 @@
 //! The host's view of the cluster, shared by every loop: Kubernetes objects converted to contract records
 //! ([`convert`]); nodes and bound pods with usage totals and the delta log that keeps every policy instance's
 //! own view current ([`ClusterState`], with what-if forks); the informers that keep it current ([`informer`]);
-//! and the shared handle loops read and subscribe to ([`SharedCluster`]).
+//! the shared handle loops read and subscribe to ([`SharedCluster`]); and the placement hints the rescheduler
+//! leaves for the scheduler ([`hints`]).
 
 pub mod convert;
+pub mod hints;
 pub mod informer;
 mod shared;
 mod state;
 
+pub use hints::{PlacementHints, Workload};
 pub use shared::{ClusterEvent, SharedCluster, Synced, UnreadablePod};
 pub use state::{ClusterState, DeltaSink, EvictionConsent, PodChange, PodMeta, SyncPoint, EVICT_ANNOTATION};

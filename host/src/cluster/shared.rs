@@ -60,6 +60,10 @@ pub struct SharedCluster {
     state: RwLock<ClusterState>,
     /// Unbound, live pods of every scheduler, by uid: loops that subscribe late, lag, or gain a profile read them.
     pending: Mutex<HashMap<String, Pod>>,
+    /// Why pending pods could not be placed, as a scheduler last said (by uid).
+    unschedulable: Mutex<HashMap<String, String>>,
+    /// Where the rescheduler wants its evicted pods' replacements.
+    pub hints: super::PlacementHints,
     events: broadcast::Sender<ClusterEvent>,
     synced: watch::Sender<Synced>,
 }
@@ -69,6 +73,8 @@ impl Default for SharedCluster {
         SharedCluster {
             state: RwLock::new(ClusterState::new()),
             pending: Mutex::new(HashMap::new()),
+            unschedulable: Mutex::new(HashMap::new()),
+            hints: super::PlacementHints::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
             synced: watch::channel(Synced::default()).0,
         }
@@ -117,6 +123,22 @@ impl SharedCluster {
 
     pub fn pending_pods(&self) -> Vec<Pod> {
         self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).values().cloned().collect()
+    }
+
+    /// A scheduler could not place the pending pod `uid`, for `message`.
+    pub fn note_unschedulable(&self, uid: &str, message: &str) {
+        let mut reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        reasons.insert(uid.to_string(), message.to_string());
+    }
+
+    /// The pending pods with why they wait (empty when no scheduler said yet); reasons of pods that no longer
+    /// wait are forgotten on the way.
+    pub fn pending_with_reasons(&self) -> Vec<(Pod, String)> {
+        let pending = self.pending_pods();
+        let mut reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let waiting: std::collections::HashSet<&str> = pending.iter().map(|pod| pod.uid.as_str()).collect();
+        reasons.retain(|uid, _| waiting.contains(uid.as_str()));
+        pending.into_iter().map(|pod| { let reason = reasons.get(&pod.uid).cloned().unwrap_or_default(); (pod, reason) }).collect()
     }
 
     pub(super) fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pod>> {

@@ -12,7 +12,8 @@ pub use scheduling::SchedulingPolicy;
 
 use crate::cluster::{ClusterState, DeltaSink, SyncPoint};
 use crate::contract::types::{
-    ClusterDelta, Descriptor, Eviction, FilterResult, Pod, PolicyKind, ScaleDecision, ScaleRequest,
+    ClusterDelta, Descriptor, EvictContext, Eviction, FilterResult, Placement, Pod, PolicyKind, ScaleDecision,
+    ScaleRequest,
 };
 use crate::contract::PolicyComponentPre;
 use crate::runtime::{CacheOutcome, CallError, Limits, PolicyInstance, Runtime};
@@ -316,11 +317,12 @@ impl LoadedPolicy {
         })
     }
 
-    /// Evictions the policy proposes on `cluster`; an answer naming a pod the cluster does not have, naming one
-    /// twice, or longer than the cluster's pods is malformed, and nothing of it is used.
-    pub fn propose(&self, cluster: &ClusterState) -> Result<Vec<Eviction>, CallError> {
+    /// Evictions the policy proposes on `cluster`. An answer naming a pod the cluster does not have, naming one
+    /// twice, longer than the cluster's pods, making room for a pod that is not pending, or placing a
+    /// replacement on a node the cluster does not have is malformed, and nothing of it is used.
+    pub fn propose(&self, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
         self.with_instance(cluster, "propose", |instance| {
-            let evictions = instance.propose()?;
+            let evictions = instance.propose(context)?;
             let malformed = |message: String| Err(CallError::Malformed { operation: "propose", message });
             if evictions.len() > cluster.pod_count() {
                 return malformed(format!("{} evictions proposed for a cluster of {} pods", evictions.len(), cluster.pod_count()));
@@ -333,6 +335,14 @@ impl LoadedPolicy {
                 if !seen.insert(eviction.pod) {
                     return malformed(format!("pod id {} is proposed twice", eviction.pod));
                 }
+                if let Some(uid) = eviction.room_for.as_deref().filter(|uid| !context.pending.iter().any(|pending| pending.pod.uid == *uid)) {
+                    return malformed(format!("room-for names {:?}, which is not a pending pod", truncated(uid)));
+                }
+                if let Some(Placement::RequiredNode(node) | Placement::PreferredNode(node)) = &eviction.placement {
+                    if cluster.node_id(node).is_none() {
+                        return malformed(format!("placement names node {:?}, which the cluster does not have", truncated(node)));
+                    }
+                }
             }
             Ok(evictions)
         })
@@ -341,6 +351,11 @@ impl LoadedPolicy {
     pub fn recommend(&self, cluster: &ClusterState, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
         self.with_instance(cluster, "recommend", |instance| instance.recommend(request))
     }
+}
+
+/// A guest's text in a message, at most 64 characters of it.
+fn truncated(text: &str) -> String {
+    text.chars().take(64).collect()
 }
 
 impl Drop for LoadedPolicy {

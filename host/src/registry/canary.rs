@@ -11,7 +11,7 @@
 //! follows the sample's log afterwards and is resynced from the live cluster on its first real call (epochs).
 
 use crate::cluster::{convert, ClusterState, SharedCluster};
-use crate::contract::types::{Metric, Pod, PodMetric, PolicyKind, ScaleRequest};
+use crate::contract::types::{EvictContext, Metric, PendingPod, Pod, PodMetric, PolicyKind, ScaleRequest};
 use crate::policy::LoadedPolicy;
 use crate::runtime::CallError;
 use k8s_openapi::api::core::v1 as core;
@@ -79,7 +79,10 @@ pub fn check(policy: &LoadedPolicy, live: Option<&SharedCluster>) -> Result<(), 
         let result = match kind {
             PolicyKind::Filter => policy.filter(&cluster, &pod, &candidates).map(drop),
             PolicyKind::Score => policy.score(&cluster, &pod, &candidates).map(drop),
-            PolicyKind::Evict => policy.propose(&cluster).map(drop),
+            PolicyKind::Evict => {
+                let pending = vec![PendingPod { pod: pod.clone(), reason: String::new() }];
+                policy.propose(&cluster, &EvictContext { now: jiff::Timestamp::now().as_second(), pending }).map(drop)
+            }
             PolicyKind::Scale => policy.recommend(&cluster, &scale_sample()).map(drop),
         };
         match result {

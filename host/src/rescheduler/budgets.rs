@@ -6,6 +6,7 @@ use crate::contract::types::Pod;
 use wasp_sdk::types::LabelSelector;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
+#[derive(Clone)]
 struct Budget {
     namespace: String,
     name: String,
@@ -15,7 +16,7 @@ struct Budget {
 }
 
 /// The budgets of the cluster, or none known (they could not be read: the plan says so).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Budgets {
     budgets: Vec<Budget>,
 }

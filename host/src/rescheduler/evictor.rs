@@ -66,13 +66,28 @@ impl Evictor {
         self.events.event(&object_of(entry), "Normal", "Evicted", &message).await;
     }
 
+    /// Asks the scheduler to place the pending pod on `node`, where evictions made room for it
+    /// (`status.nominatedNodeName`, as kube-scheduler's preemption does).
+    pub async fn nominate(&self, namespace: &str, name: &str, node: &str) -> Result<(), kube::Error> {
+        let pods: Api<Pod> = Api::namespaced(self.api.client.clone(), namespace);
+        let _permit = self.api.permit().await;
+        let patch = serde_json::json!({"status": {"nominatedNodeName": node}});
+        pods.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await.map(drop)
+    }
+
+    /// The event on a pod evicted to make room for a pending one.
+    pub async fn preempted(&self, entry: &PlanEntry, beneficiary: &str) {
+        let message = format!("Evicted from node {} by policy {} to make room for {beneficiary}: {}", entry.node, entry.policy, entry.reason);
+        self.events.event(&object_of(entry), "Normal", "Evicted", &message).await;
+    }
+
     /// A warning on a pod a policy wants moved but that stays for a reason its owner can act on (a budget that
     /// allows no disruption, no other node that fits, an annotation that is not understood).
     pub async fn left_in_place(&self, entry: &PlanEntry, skip: &Skip) {
         let actionable = match skip {
             Skip::Budget(_) | Skip::NoFit(_) => true,
             Skip::Protected(detail) => detail.contains("is neither never nor allow"),
-            Skip::Backoff(_) | Skip::Pacing(_) | Skip::Limit(_) | Skip::WorkloadLimit(_) => false,
+            Skip::Backoff(_) | Skip::Pacing(_) | Skip::Limit(_) | Skip::WorkloadLimit(_) | Skip::Preemption(_) => false,
         };
         if actionable {
             let message = format!("Not evicted (policy {} proposed it: {}): {}", entry.policy, entry.reason, skip.detail());

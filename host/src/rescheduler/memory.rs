@@ -5,32 +5,11 @@
 //! The memory lives in the process: a restart or a failover starts it afresh, which errs towards at most one
 //! more eviction per workload (the per-run limits still hold).
 
+pub use crate::cluster::Workload;
 use crate::config::Pacing;
-use crate::contract::types::Pod;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The controller that recreates a pod: pacing, backoff and per-workload limits count by it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Workload {
-    pub namespace: String,
-    pub kind: String,
-    pub name: String,
-}
-
-impl Workload {
-    pub fn of(pod: &Pod) -> Option<Workload> {
-        let owner = pod.owner.as_ref().filter(|owner| owner.controller)?;
-        Some(Workload { namespace: pod.namespace.clone(), kind: owner.kind.clone(), name: owner.name.clone() })
-    }
-}
-
-impl std::fmt::Display for Workload {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(formatter, "{} {}/{}", self.kind, self.namespace, self.name)
-    }
-}
 
 /// One eviction of a workload: when, and the workload's pods at that moment (a pod not among them is a
 /// replacement; creation times, in whole seconds, cannot tell a replacement from a pod created the same second).

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod plan;
 
 use crate::cluster::{ClusterEvent, SharedCluster};
+use crate::contract::types::PendingPod;
 use crate::kube::{ApiClient, EventRecorder};
 use crate::registry::PolicyRegistry;
 use evictor::{Answer, Evictor};
@@ -132,8 +133,16 @@ impl Rescheduler {
             memory.prune(&section.pacing, Instant::now());
             memory.clone()
         };
+        let mut pending: Vec<PendingPod> = self
+            .cluster
+            .pending_with_reasons()
+            .into_iter()
+            .filter(|(pod, _)| generation.plans.scheduling.contains_key(&pod.scheduler_name))
+            .map(|(pod, reason)| PendingPod { pod, reason })
+            .collect();
+        pending.sort_by(|a, b| b.pod.priority.cmp(&a.pod.priority).then(a.pod.created_at.cmp(&b.pod.created_at)));
         let whatif = self.cluster.read().fork();
-        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: wall_seconds() };
+        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, pending, now: Instant::now(), wall: wall_seconds() };
         let mut plan = crate::runtime::off_async_worker(|| plan::plan(inputs, whatif));
         plan.dry_run = dry_run;
         plan.warnings.append(&mut warnings);
@@ -143,8 +152,10 @@ impl Rescheduler {
         for (policy, took, _) in &plan.proposals {
             self.metrics.proposed(policy, *took);
         }
+        // Pending pods whose room was made, by `namespace/name`: the node, and whether every eviction for it went.
+        let mut rooms: BTreeMap<String, (String, bool)> = BTreeMap::new();
         for entry in &mut plan.entries {
-            let target = match &entry.decision {
+            let preempting = match &entry.decision {
                 Decision::Skip(skip) => {
                     self.metrics.skipped(&entry.policy, skip.kind());
                     tracing::debug!(pod = %entry.key(), policy = %entry.policy, skipped = skip.kind(), detail = skip.detail(), "left in place");
@@ -153,34 +164,23 @@ impl Rescheduler {
                     }
                     continue;
                 }
-                Decision::Evict { target } => target.clone(),
+                Decision::Evict { .. } => None,
+                Decision::Preempt { beneficiary, node } => Some((beneficiary.clone(), node.clone())),
             };
-            let outcome = if dry_run {
-                Outcome::NotSent
-            } else {
-                self.stats.eviction_requests.fetch_add(1, Ordering::Relaxed);
-                match self.evictor.evict(entry).await {
-                    Answer::Evicted => {
-                        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
-                        self.memory().record_eviction(entry.workload.as_ref(), entry.siblings.clone(), Instant::now());
-                        tracing::info!(pod = %entry.key(), node = %entry.node, policy = %entry.policy, reason = %entry.reason, %target, "evicted");
-                        self.evictor.evicted(entry, &target).await;
-                        Outcome::Evicted
-                    }
-                    Answer::RefusedByBudget(message) => {
-                        let retry = self.memory().record_refusal(&entry.uid, section.pacing.budget_retry, Instant::now());
-                        tracing::info!(pod = %entry.key(), policy = %entry.policy, %message, retry = %humantime::format_duration(retry), "a PodDisruptionBudget refused the eviction");
-                        Outcome::RefusedByBudget { retry }
-                    }
-                    Answer::Gone => Outcome::Gone,
-                    Answer::Failed(error) => {
-                        tracing::warn!(pod = %entry.key(), policy = %entry.policy, %error, "eviction failed");
-                        Outcome::Failed(error)
-                    }
-                }
-            };
+            let outcome = if dry_run { Outcome::NotSent } else { self.evict(entry, section.pacing.budget_retry, preempting.as_ref().map(|(who, _)| who.as_str())).await };
+            if let Some((beneficiary, node)) = preempting {
+                let room = rooms.entry(beneficiary).or_insert((node, true));
+                room.1 &= outcome == Outcome::Evicted;
+            }
             self.metrics.eviction(&entry.policy, outcome.label());
             entry.outcome = Some(outcome);
+        }
+        for (beneficiary, (node, _)) in rooms.into_iter().filter(|(_, (_, made))| *made) {
+            let Some((namespace, name)) = beneficiary.split_once('/') else { continue };
+            match self.evictor.nominate(namespace, name, &node).await {
+                Ok(()) => tracing::info!(pod = %beneficiary, %node, "room made; nominated the node for it"),
+                Err(error) => tracing::warn!(pod = %beneficiary, %node, %error, "could not nominate the node"),
+            }
         }
         let took = started.elapsed();
         let summary = summarize(&plan, took);
@@ -199,18 +199,52 @@ impl Rescheduler {
         Some(plan)
     }
 
+    /// Sends one eviction and remembers what it means: pacing and backoff for the workload, a retry delay
+    /// after a budget's refusal, the policy's placement hint for the replacement.
+    async fn evict(&self, entry: &plan::PlanEntry, budget_retry: Duration, beneficiary: Option<&str>) -> Outcome {
+        self.stats.eviction_requests.fetch_add(1, Ordering::Relaxed);
+        match self.evictor.evict(entry).await {
+            Answer::Evicted => {
+                self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                self.memory().record_eviction(entry.workload.as_ref(), entry.siblings.clone(), Instant::now());
+                if let (Some(workload), Some(placement)) = (&entry.workload, &entry.placement) {
+                    self.cluster.hints.add(workload.clone(), placement.clone());
+                }
+                tracing::info!(pod = %entry.key(), node = %entry.node, policy = %entry.policy, reason = %entry.reason, decision = ?entry.decision, "evicted");
+                match beneficiary {
+                    Some(beneficiary) => self.evictor.preempted(entry, beneficiary).await,
+                    None => self.evictor.evicted(entry, entry.target().unwrap_or_default()).await,
+                }
+                Outcome::Evicted
+            }
+            Answer::RefusedByBudget(message) => {
+                let retry = self.memory().record_refusal(&entry.uid, budget_retry, Instant::now());
+                tracing::info!(pod = %entry.key(), policy = %entry.policy, %message, retry = %humantime::format_duration(retry), "a PodDisruptionBudget refused the eviction");
+                Outcome::RefusedByBudget { retry }
+            }
+            Answer::Gone => Outcome::Gone,
+            Answer::Failed(error) => {
+                tracing::warn!(pod = %entry.key(), policy = %entry.policy, %error, "eviction failed");
+                Outcome::Failed(error)
+            }
+        }
+    }
+
     /// Runs every `interval`, and sooner after a relevant change, while the task lives.
     pub async fn run(self: Arc<Self>) {
         let mut events = self.cluster.subscribe();
         self.cluster.wait_until_ready().await;
         let mut pending_seen = HashSet::new();
         loop {
-            let interval = match self.run_once(false).await {
+            let configured = self.policies.current().config.rescheduler.as_ref().map(|section| section.interval);
+            let interval = match (self.run_once(false).await, configured) {
                 // Pods held back only until a replacement is Ready: look again soon, not a whole interval later.
-                Some(plan) if plan.entries.iter().any(|entry| matches!(&entry.decision, Decision::Skip(skip) if skip.waits_for_replacement())) => MIN_GAP,
-                Some(_) => self.policies.current().config.rescheduler.as_ref().map_or(Duration::from_secs(300), |section| section.interval),
+                (Some(plan), Some(interval)) if plan.entries.iter().any(|entry| matches!(&entry.decision, Decision::Skip(skip) if skip.waits_for_replacement())) => {
+                    interval.min(MIN_GAP)
+                }
+                (Some(_), Some(interval)) => interval,
                 // No rescheduler in the configuration (a reload removed it): look again later.
-                None => Duration::from_secs(30),
+                _ => Duration::from_secs(30),
             };
             let ended = tokio::time::Instant::now();
             let mut due = ended + interval;

@@ -7,10 +7,12 @@
 use super::budgets::Budgets;
 use super::envelope::Envelope;
 use super::memory::{Memory, Workload};
-use crate::cluster::ClusterState;
+use crate::cluster::{ClusterState, PodMeta};
+use crate::contract::types::{EvictContext, PendingPod, Placement, Pod};
+use crate::registry::ProfilePolicies;
 use crate::config::ReschedulerSection;
 use crate::registry::Plans;
-use crate::scheduler::cycle::{best_node, feasible_nodes, unschedulable_message};
+use crate::scheduler::cycle::{best_node, feasible_nodes, fits_on, unschedulable_message};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +31,8 @@ pub enum Skip {
     WorkloadLimit(String),
     /// The pod would not land on another node (or no wasp profile can say where it would).
     NoFit(String),
+    /// Evicting it would not make the room a policy asked for (preemption's rules).
+    Preemption(String),
 }
 
 impl Skip {
@@ -41,6 +45,7 @@ impl Skip {
             Skip::Pacing(_) => "pacing",
             Skip::Limit(_) | Skip::WorkloadLimit(_) => "limit",
             Skip::NoFit(_) => "no-fit",
+            Skip::Preemption(_) => "preemption",
         }
     }
 
@@ -57,7 +62,8 @@ impl Skip {
             | Skip::Pacing(detail)
             | Skip::Limit(detail)
             | Skip::WorkloadLimit(detail)
-            | Skip::NoFit(detail) => detail,
+            | Skip::NoFit(detail)
+            | Skip::Preemption(detail) => detail,
         }
     }
 }
@@ -66,6 +72,9 @@ impl Skip {
 pub enum Decision {
     /// Evict; the fit check places the pod on `target`.
     Evict { target: String },
+    /// Evict to make room on `node` for the pending pod `beneficiary` (`namespace/name`), then nominate the node
+    /// for it.
+    Preempt { beneficiary: String, node: String },
     Skip(Skip),
 }
 
@@ -108,6 +117,10 @@ pub struct PlanEntry {
     pub decision: Decision,
     /// Set once the eviction was tried (or not, in a dry run).
     pub outcome: Option<Outcome>,
+    /// The pending pod (uid) the policy evicts this one to make room for.
+    pub room_for: Option<String>,
+    /// Where the policy wants the replacement.
+    pub placement: Option<Placement>,
     /// For a planned eviction, the uids of its workload's pods at planning time: a pod not among them later is
     /// the replacement pacing waits for.
     pub siblings: Arc<HashSet<String>>,
@@ -121,7 +134,7 @@ impl PlanEntry {
     pub fn target(&self) -> Option<&str> {
         match &self.decision {
             Decision::Evict { target } => Some(target),
-            Decision::Skip(_) => None,
+            Decision::Preempt { .. } | Decision::Skip(_) => None,
         }
     }
 }
@@ -148,7 +161,7 @@ pub struct Plan {
 
 impl Plan {
     pub fn evictions(&self) -> impl Iterator<Item = &PlanEntry> {
-        self.entries.iter().filter(|entry| matches!(entry.decision, Decision::Evict { .. }))
+        self.entries.iter().filter(|entry| !matches!(entry.decision, Decision::Skip(_)))
     }
 
     /// The plan as a table: pod, node, policy, decision (where the fit check places it, or why it stays) and
@@ -156,18 +169,17 @@ impl Plan {
     pub fn table(&self) -> String {
         let mut rows = vec![["POD".to_string(), "NODE".into(), "POLICY".into(), "DECISION".into(), "WHY".into()]];
         for entry in &self.entries {
-            let (decision, why) = match (&entry.decision, &entry.outcome) {
-                (Decision::Evict { target }, outcome) => {
-                    let done = match outcome {
-                        None | Some(Outcome::Evicted) => String::new(),
-                        Some(Outcome::NotSent) => " (dry run)".into(),
-                        Some(Outcome::RefusedByBudget { retry }) => format!(" (refused by a PodDisruptionBudget; retry in {})", humantime::format_duration(*retry)),
-                        Some(Outcome::Gone) => " (already gone)".into(),
-                        Some(Outcome::Failed(error)) => format!(" (failed: {error})"),
-                    };
-                    (format!("evict -> {target}{done}"), entry.reason.clone())
-                }
-                (Decision::Skip(skip), _) => (format!("skip: {}", skip.kind()), format!("{} (proposed: {})", skip.detail(), entry.reason)),
+            let done = match &entry.outcome {
+                None | Some(Outcome::Evicted) => String::new(),
+                Some(Outcome::NotSent) => " (dry run)".into(),
+                Some(Outcome::RefusedByBudget { retry }) => format!(" (refused by a PodDisruptionBudget; retry in {})", humantime::format_duration(*retry)),
+                Some(Outcome::Gone) => " (already gone)".into(),
+                Some(Outcome::Failed(error)) => format!(" (failed: {error})"),
+            };
+            let (decision, why) = match &entry.decision {
+                Decision::Evict { target } => (format!("evict -> {target}{done}"), entry.reason.clone()),
+                Decision::Preempt { beneficiary, node } => (format!("evict, room for {beneficiary} on {node}{done}"), entry.reason.clone()),
+                Decision::Skip(skip) => (format!("skip: {}", skip.kind()), format!("{} (proposed: {})", skip.detail(), entry.reason)),
             };
             rows.push([entry.key(), entry.node.clone(), entry.policy.clone(), decision, why]);
         }
@@ -198,13 +210,15 @@ pub struct Inputs<'a> {
     pub plans: &'a Plans,
     pub memory: &'a Memory,
     pub budgets: Budgets,
+    /// Pods of wasp profiles waiting for room, highest priority first, with why they wait.
+    pub pending: Vec<PendingPod>,
     pub now: Instant,
     /// Seconds since the Unix epoch.
     pub wall: i64,
 }
 
 /// Evictions counted against the limits within a run.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Counts {
     total: u32,
     per_node: HashMap<String, u32>,
@@ -254,12 +268,13 @@ fn pods_by_workload(cluster: &ClusterState) -> HashMap<Workload, Vec<(String, bo
 /// Builds the plan of one run over `whatif`, a copy of the live state ([`ClusterState::fork`]) that the plan
 /// changes as it goes.
 pub fn plan(inputs: Inputs<'_>, mut whatif: ClusterState) -> Plan {
-    let Inputs { section, plans, memory, mut budgets, now, wall } = inputs;
+    let Inputs { section, plans, memory, budgets, pending, now, wall } = inputs;
     let mut plan = Plan { dry_run: section.dry_run, ..Plan::default() };
+    let context = EvictContext { now: wall, pending };
     let mut proposed = HashSet::new();
     for policy in &plans.eviction {
         let started = Instant::now();
-        let result = policy.propose(&whatif);
+        let result = policy.propose(&whatif, &context);
         let proposals = match result {
             Ok(proposals) => proposals,
             Err(error) => {
@@ -284,6 +299,8 @@ pub fn plan(inputs: Inputs<'_>, mut whatif: ClusterState) -> Plan {
                 workload: Workload::of(pod),
                 policy: policy.name().to_string(),
                 reason: eviction.reason,
+                room_for: eviction.room_for,
+                placement: eviction.placement,
                 decision: Decision::Skip(Skip::Limit(String::new())),
                 outcome: None,
                 siblings: Arc::default(),
@@ -291,79 +308,212 @@ pub fn plan(inputs: Inputs<'_>, mut whatif: ClusterState) -> Plan {
         }
     }
     let started = Instant::now();
-    let envelope = Envelope::new(&section.protections);
-    let workloads = pods_by_workload(&whatif);
-    let mut counts = Counts::default();
-    for entry in &mut plan.entries {
-        let decision = decide(entry, &mut whatif, section, plans, memory, &mut budgets, &envelope, &workloads, &counts, now, wall);
-        if let Decision::Evict { .. } = decision {
-            counts.add(&entry.node, &entry.namespace, entry.workload.as_ref());
-            let siblings = entry.workload.as_ref().and_then(|workload| workloads.get(workload)).into_iter().flatten();
-            entry.siblings = Arc::new(siblings.map(|(uid, _)| uid.clone()).collect());
+    let mut checker = Checker {
+        section,
+        plans,
+        memory,
+        envelope: Envelope::new(&section.protections),
+        workloads: pods_by_workload(&whatif),
+        pending: context.pending.iter().map(|pending| (pending.pod.uid.clone(), pending.pod.clone())).collect(),
+        budgets,
+        counts: Counts::default(),
+        now,
+        wall,
+    };
+    let mut decided = vec![false; plan.entries.len()];
+    for index in 0..plan.entries.len() {
+        if decided[index] {
+            continue;
         }
-        entry.decision = decision;
+        let group: Vec<usize> = match &plan.entries[index].room_for {
+            None => vec![index],
+            Some(uid) => (index..plan.entries.len()).filter(|other| plan.entries[*other].room_for.as_ref() == Some(uid)).collect(),
+        };
+        let decisions = match &plan.entries[index].room_for {
+            None => vec![checker.moving(&plan.entries[index], &mut whatif)],
+            Some(uid) => {
+                let victims: Vec<&PlanEntry> = group.iter().map(|member| &plan.entries[*member]).collect();
+                checker.making_room(uid, &victims, &mut whatif)
+            }
+        };
+        for (member, decision) in group.into_iter().zip(decisions) {
+            decided[member] = true;
+            let entry = &mut plan.entries[member];
+            if !matches!(decision, Decision::Skip(_)) {
+                let siblings = entry.workload.as_ref().and_then(|workload| checker.workloads.get(workload)).into_iter().flatten();
+                entry.siblings = Arc::new(siblings.map(|(uid, _)| uid.clone()).collect());
+            }
+            entry.decision = decision;
+        }
     }
     plan.checks = started.elapsed();
     plan
 }
 
-#[allow(clippy::too_many_arguments)]
-fn decide(
-    entry: &PlanEntry,
-    whatif: &mut ClusterState,
-    section: &ReschedulerSection,
-    plans: &Plans,
-    memory: &Memory,
-    budgets: &mut Budgets,
-    envelope: &Envelope,
-    workloads: &HashMap<Workload, Vec<(String, bool)>>,
-    counts: &Counts,
+/// The envelope, limits, budgets and fit check over one plan's candidates.
+struct Checker<'a> {
+    section: &'a ReschedulerSection,
+    plans: &'a Plans,
+    memory: &'a Memory,
+    envelope: Envelope,
+    workloads: HashMap<Workload, Vec<(String, bool)>>,
+    /// Pending pods policies may make room for, by uid.
+    pending: HashMap<String, Pod>,
+    budgets: Budgets,
+    counts: Counts,
     now: Instant,
     wall: i64,
-) -> Decision {
-    let skip = |skip: Skip| Decision::Skip(skip);
-    let (Some((pod, _)), Some(meta)) = (whatif.pod(&entry.uid), whatif.pod_meta(&entry.uid)) else {
-        return skip(Skip::NoFit("the pod is gone".into()));
-    };
-    let pod = pod.clone();
-    if let Some(reason) = envelope.protection(&pod, meta, wall) {
-        return skip(Skip::Protected(reason));
-    }
-    if let Some(reason) = memory.refused_recently(&entry.uid, now) {
-        return skip(Skip::Budget(reason));
-    }
-    if let Some(workload) = &entry.workload {
-        if let Some(reason) = memory.backing_off(workload, &section.pacing, now) {
-            return skip(Skip::Backoff(reason));
+}
+
+impl Checker<'_> {
+    /// Why the pod may not be evicted at all (protections, memory, limits, budgets), before any fit check.
+    fn held(&self, entry: &PlanEntry, pod: &Pod, meta: &PodMeta) -> Option<Skip> {
+        if let Some(reason) = self.envelope.protection(pod, meta, self.wall) {
+            return Some(Skip::Protected(reason));
         }
-        let ready: Vec<&str> = workloads.get(workload).into_iter().flatten().filter(|(_, ready)| *ready).map(|(uid, _)| uid.as_str()).collect();
-        if let Some(reason) = memory.awaiting_replacement(workload, &ready, &section.pacing, now) {
-            return skip(Skip::Pacing(reason));
+        if let Some(reason) = self.memory.refused_recently(&entry.uid, self.now) {
+            return Some(Skip::Budget(reason));
+        }
+        if let Some(workload) = &entry.workload {
+            let pacing = &self.section.pacing;
+            if let Some(reason) = self.memory.backing_off(workload, pacing, self.now) {
+                return Some(Skip::Backoff(reason));
+            }
+            let ready: Vec<&str> = self.workloads.get(workload).into_iter().flatten().filter(|(_, ready)| *ready).map(|(uid, _)| uid.as_str()).collect();
+            if let Some(reason) = self.memory.awaiting_replacement(workload, &ready, pacing, self.now) {
+                return Some(Skip::Pacing(reason));
+            }
+        }
+        if let Some(limit) = self.counts.limit_reached(self.section, &entry.node, &entry.namespace, entry.workload.as_ref()) {
+            return Some(limit);
+        }
+        self.budgets.refusal(pod).map(Skip::Budget)
+    }
+
+    fn profile_for(&self, pod: &Pod) -> Option<&Arc<ProfilePolicies>> {
+        let name = if self.plans.scheduling.contains_key(&pod.scheduler_name) { Some(&pod.scheduler_name) } else { self.section.fit_profile.as_ref() };
+        name.and_then(|name| self.plans.scheduling.get(name))
+    }
+
+    /// A pod to move: it must land on another node, where its own profile places it (or the policy's required
+    /// node, if it fits there).
+    fn moving(&mut self, entry: &PlanEntry, whatif: &mut ClusterState) -> Decision {
+        let (Some((pod, _)), Some(meta)) = (whatif.pod(&entry.uid), whatif.pod_meta(&entry.uid)) else {
+            return Decision::Skip(Skip::NoFit("the pod is gone".into()));
+        };
+        let (pod, meta) = (pod.clone(), meta.clone());
+        if let Some(skip) = self.held(entry, &pod, &meta) {
+            return Decision::Skip(skip);
+        }
+        let Some(profile) = self.profile_for(&pod).cloned() else {
+            return Decision::Skip(Skip::NoFit(format!(
+                "scheduler {:?} is not a wasp profile, so nothing can check where it would land (set rescheduler.fitProfile)",
+                pod.scheduler_name
+            )));
+        };
+        whatif.remove_pod(&pod.uid);
+        let target = match &entry.placement {
+            Some(Placement::RequiredNode(node)) => {
+                let fits = whatif.node_id(node).filter(|_| *node != entry.node).map(|id| fits_on(&profile, whatif, &pod, id));
+                match fits {
+                    Some(Ok(())) => Ok(node.clone()),
+                    Some(Err(rejections)) => Err(format!("the policy's required node {node} does not fit it: {}", unschedulable_message(1, &rejections.reasons))),
+                    None => Err(format!("the policy's required node {node} is its own node or gone")),
+                }
+            }
+            _ => {
+                let (feasible, rejections) = feasible_nodes(&profile, whatif, &pod, &[entry.node.as_str()]);
+                let preferred = match &entry.placement {
+                    Some(Placement::PreferredNode(node)) => whatif.node_id(node).filter(|id| feasible.contains(id)),
+                    _ => None,
+                };
+                let chosen = preferred.or_else(|| best_node(&profile, whatif, &pod, &feasible));
+                chosen.and_then(|id| whatif.node_name(id)).map(str::to_string).ok_or_else(|| {
+                    let others = whatif.node_ids().len().saturating_sub(1);
+                    format!("no other node fits it: {}", unschedulable_message(others, &rejections.reasons))
+                })
+            }
+        };
+        match target {
+            Ok(target) => {
+                self.budgets.spend(&pod);
+                self.counts.add(&entry.node, &entry.namespace, entry.workload.as_ref());
+                // The replacement takes room on its node: later candidates must fit around it.
+                whatif.upsert_pod_with(pod, &target, meta);
+                Decision::Evict { target }
+            }
+            Err(reason) => {
+                whatif.upsert_pod_with(pod, &entry.node, meta);
+                Decision::Skip(Skip::NoFit(reason))
+            }
         }
     }
-    if let Some(limit) = counts.limit_reached(section, &entry.node, &entry.namespace, entry.workload.as_ref()) {
-        return skip(limit);
+
+    /// Pods evicted together to make room for the pending pod `uid`, as preemption does: all or none. They
+    /// must share a node, rank below the pending pod, pass the envelope, and together let it fit there.
+    fn making_room(&mut self, uid: &str, victims: &[&PlanEntry], whatif: &mut ClusterState) -> Vec<Decision> {
+        let all = |skip: Skip| victims.iter().map(|_| Decision::Skip(skip.clone())).collect::<Vec<_>>();
+        let Some(beneficiary) = self.pending.get(uid).cloned() else {
+            return all(Skip::Preemption(format!("pending pod {uid} no longer waits")));
+        };
+        let who = format!("{}/{}", beneficiary.namespace, beneficiary.name);
+        let node = victims[0].node.clone();
+        if victims.iter().any(|victim| victim.node != node) {
+            return all(Skip::Preemption(format!("the pods proposed to make room for {who} are on different nodes")));
+        }
+        let Some(profile) = self.profile_for(&beneficiary).cloned() else {
+            return all(Skip::Preemption(format!("{who} is not a pod of a wasp profile")));
+        };
+        let (budgets, counts) = (self.budgets.clone(), self.counts.clone());
+        let mut removed = Vec::new();
+        let mut refusal = None;
+        for victim in victims {
+            let (Some((pod, _)), Some(meta)) = (whatif.pod(&victim.uid), whatif.pod_meta(&victim.uid)) else {
+                refusal = Some((victim.key(), Skip::NoFit("the pod is gone".into())));
+                break;
+            };
+            let (pod, meta) = (pod.clone(), meta.clone());
+            let held = self.held(victim, &pod, &meta).or_else(|| {
+                (pod.priority >= beneficiary.priority).then(|| {
+                    Skip::Preemption(format!("its priority {} is not below the priority {} of {who}", pod.priority, beneficiary.priority))
+                })
+            });
+            if let Some(skip) = held {
+                refusal = Some((victim.key(), skip));
+                break;
+            }
+            self.budgets.spend(&pod);
+            self.counts.add(&victim.node, &victim.namespace, victim.workload.as_ref());
+            whatif.remove_pod(&pod.uid);
+            removed.push((pod, meta));
+        }
+        let fit = match (&refusal, whatif.node_id(&node)) {
+            (None, Some(id)) => fits_on(&profile, whatif, &beneficiary, id).map_err(|rejections| unschedulable_message(1, &rejections.reasons)),
+            (None, None) => Err(format!("node {node} is gone")),
+            (Some(_), _) => Err(String::new()),
+        };
+        if let (None, Ok(())) = (&refusal, &fit) {
+            // The pending pod takes the room it was given.
+            whatif.upsert_pod(beneficiary, &node);
+            return victims.iter().map(|_| Decision::Preempt { beneficiary: who.clone(), node: node.clone() }).collect();
+        }
+        for (pod, meta) in removed {
+            whatif.upsert_pod_with(pod, &node, meta);
+        }
+        (self.budgets, self.counts) = (budgets, counts);
+        match (refusal, fit) {
+            (Some((stays, skip)), _) => victims
+                .iter()
+                .map(|victim| {
+                    if victim.key() == stays {
+                        Decision::Skip(skip.clone())
+                    } else {
+                        Decision::Skip(Skip::Preemption(format!("{stays} must stay ({}), so evicting the others would not make room for {who}", skip.kind())))
+                    }
+                })
+                .collect(),
+            (None, Err(reason)) => all(Skip::NoFit(format!("even without these pods, {who} would not fit on node {node}: {reason}"))),
+            (None, Ok(())) => unreachable!("handled above"),
+        }
     }
-    if let Some(reason) = budgets.refusal(&pod) {
-        return skip(Skip::Budget(reason));
-    }
-    let profile_name = if plans.scheduling.contains_key(&pod.scheduler_name) { Some(&pod.scheduler_name) } else { section.fit_profile.as_ref() };
-    let Some(profile) = profile_name.and_then(|name| plans.scheduling.get(name)) else {
-        return skip(Skip::NoFit(format!(
-            "scheduler {:?} is not a wasp profile, so nothing can check where it would land (set rescheduler.fitProfile)",
-            pod.scheduler_name
-        )));
-    };
-    let meta = meta.clone();
-    whatif.remove_pod(&pod.uid);
-    let (feasible, rejections) = feasible_nodes(profile, whatif, &pod, &[entry.node.as_str()]);
-    let Some(target) = best_node(profile, whatif, &pod, &feasible).and_then(|id| whatif.node_name(id)).map(str::to_string) else {
-        whatif.upsert_pod_with(pod, &entry.node, meta);
-        let others = whatif.node_ids().len().saturating_sub(1);
-        return skip(Skip::NoFit(format!("no other node fits it: {}", unschedulable_message(others, &rejections.reasons))));
-    };
-    budgets.spend(&pod);
-    // The replacement takes room on its node: later candidates must fit around it.
-    whatif.upsert_pod_with(pod, &target, meta);
-    Decision::Evict { target }
 }

@@ -3,7 +3,7 @@
 //! so it is thrown away and the caller builds a fresh one.
 
 use crate::contract::types::{
-    ClusterDelta, Descriptor, Eviction, FilterResult, Pod, ScaleDecision, ScaleRequest,
+    ClusterDelta, Descriptor, EvictContext, Eviction, FilterResult, Pod, ScaleDecision, ScaleRequest,
 };
 use crate::contract::{PolicyComponent, PolicyComponentPre};
 use super::guest_output::GuestOutput;
@@ -211,8 +211,8 @@ impl PolicyInstance {
         Ok(scores)
     }
 
-    pub fn propose(&mut self) -> Result<Vec<Eviction>, CallError> {
-        let evictions = self.call("propose", |bindings, store| bindings.wasp_policy_evict().call_propose(store))?
+    pub fn propose(&mut self, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
+        let evictions = self.call("propose", |bindings, store| bindings.wasp_policy_evict().call_propose(store, context))?
             .map_err(guest_error)?;
         check_texts("propose", evictions.iter().map(|eviction| eviction.reason.as_str()))?;
         Ok(evictions)

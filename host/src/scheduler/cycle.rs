@@ -3,7 +3,7 @@
 //! and the `0/N nodes are available: ...` message when nothing fits. Pure logic over a [`ClusterState`].
 
 use crate::cluster::ClusterState;
-use crate::contract::types::{FilterResult, NodeId, Pod, ViewScope};
+use crate::contract::types::{FilterResult, NodeId, Placement, Pod, ViewScope};
 use crate::registry::ProfilePolicies;
 use std::collections::BTreeMap;
 
@@ -146,17 +146,46 @@ pub fn best_node(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, f
     }
 }
 
-pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, cursor: &mut Cursor, percentage: u32) -> Decision {
+/// Whether `pod` passes every filter of `profile` on node `id`; if not, the reasons.
+pub fn fits_on(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, id: NodeId) -> Result<(), Rejections> {
+    let mut rejections = Rejections::default();
+    match filter_chain(profile, cluster, pod, vec![id], &mut rejections).as_slice() {
+        [_] => Ok(()),
+        _ => Err(rejections),
+    }
+}
+
+/// One decision for `pod`. `hint` is the rescheduler's placement for the pod's workload: a required node is the
+/// only candidate; a preferred node, like a node nominated by preemption, is tried first.
+pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, hint: Option<&Placement>, cursor: &mut Cursor, percentage: u32) -> Decision {
     let nodes = cluster.node_ids();
     if nodes.is_empty() {
         let message = "0/0 nodes are available: no nodes available to schedule pods.".into();
         return Decision::Unschedulable { message, waits_for_other_pods: false };
     }
-    // A node nominated earlier (by preemption) is tried first.
-    if let Some(id) = pod.nominated_node.as_deref().and_then(|name| cluster.node_id(name)) {
-        if filter_chain(profile, cluster, pod, vec![id], &mut Rejections::default()) == [id] {
-            let node = cluster.node_name(id).unwrap_or_default().to_string();
-            return Decision::Bind { node, feasible: 1, evaluated: 1 };
+    let bind_on = |id: NodeId| Decision::Bind { node: cluster.node_name(id).unwrap_or_default().to_string(), feasible: 1, evaluated: 1 };
+    if let Some(Placement::RequiredNode(name)) = hint {
+        if let Some(id) = cluster.node_id(name) {
+            return match fits_on(profile, cluster, pod, id) {
+                Ok(()) => bind_on(id),
+                Err(rejections) => Decision::Unschedulable {
+                    message: format!(
+                        "{} (the rescheduler's placement hint requires node {name})",
+                        unschedulable_message(1, &rejections.reasons).trim_end_matches('.')
+                    ),
+                    waits_for_other_pods: rejections.by_policy_seeing_pods,
+                },
+            };
+        }
+    }
+    // A node the rescheduler prefers, or one nominated earlier (by preemption), is tried first.
+    let preferred = match hint {
+        Some(Placement::PreferredNode(name)) => Some(name.as_str()),
+        _ => None,
+    };
+    for name in preferred.into_iter().chain(pod.nominated_node.as_deref()) {
+        if let Some(id) = cluster.node_id(name).filter(|id| fits_on(profile, cluster, pod, *id).is_ok()) {
+            return bind_on(id);
         }
     }
     let wanted = feasible_nodes_to_find(nodes.len(), percentage);

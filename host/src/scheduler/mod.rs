@@ -174,9 +174,10 @@ impl Scheduler {
             return;
         };
         let percentage = generation.config.scheduler.percentage_of_nodes_to_score;
+        let hint = self.cluster.hints.for_pod(&queued.pod);
         let decision = crate::runtime::off_async_worker(|| {
             let cluster = self.cluster.read();
-            cycle::schedule(&profile, &cluster, &queued.pod, cursor, percentage)
+            cycle::schedule(&profile, &cluster, &queued.pod, hint.as_ref(), cursor, percentage)
         });
         match decision {
             Decision::Bind { node, feasible, evaluated } => {
@@ -188,6 +189,7 @@ impl Scheduler {
                 let key = key_of(&queued.pod);
                 tracing::info!(pod = %key, profile = %profile.scheduler_name, %message, "unschedulable");
                 self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+                self.cluster.note_unschedulable(&queued.pod.uid, &message);
                 self.stats.with_report(|report| {
                     report.last_failure.insert(key, message.clone());
                 });
@@ -216,6 +218,7 @@ impl Scheduler {
                         report.last_failure.remove(&key);
                     });
                     scheduler.queue.remove(&pod.uid);
+                    scheduler.cluster.hints.consumed_by(pod);
                     scheduler.binder.scheduled(pod, &node, &profile).await;
                 }
                 Err(error) => {

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::resources::ResourceVector;
-use wasp_sdk::types::{Eviction, PodPhase, ViewScope};
+use wasp_sdk::types::{EvictContext, Eviction, PodPhase, ViewScope};
 use wasp_sdk::{Cluster, Evict, NodeInfo, Policy};
 
 /// Percentages of allocatable per resource: `cpu`, `memory`, `pods`.
@@ -119,7 +119,7 @@ impl Policy for LowNodeUtilization {
 }
 
 impl Evict for LowNodeUtilization {
-    fn propose(&self, cluster: &Cluster) -> Vec<Eviction> {
+    fn propose(&self, cluster: &Cluster, _context: &EvictContext) -> Vec<Eviction> {
         let (low, target) = (&self.settings.thresholds, &self.settings.target_thresholds);
         let usage = |node: &NodeInfo| {
             let requested = &node.usage.requested;
@@ -160,9 +160,9 @@ impl Evict for LowNodeUtilization {
                 cpu = cpu.saturating_sub(requests.cpu_millis);
                 memory = memory.saturating_sub(requests.memory_bytes);
                 count = count.saturating_sub(1);
-                evictions.push(Eviction {
-                    pod: bound.id,
-                    reason: format!(
+                evictions.push(Eviction::new(
+                    bound.id,
+                    format!(
                         "node {} is overutilized (requests: cpu {:.0}%, memory {:.0}%, pods {:.0}%; target {}/{}/{}); {} underutilized node(s) have room",
                         node.name(),
                         before.cpu,
@@ -173,7 +173,7 @@ impl Evict for LowNodeUtilization {
                         target.pods,
                         underutilized.len()
                     ),
-                });
+                ));
             }
         }
         evictions
@@ -205,7 +205,7 @@ mod tests {
         let a = cluster.bind(pod("a", "2", 0), hot);
         let b = cluster.bind(pod("b", "2", 0), hot);
         cluster.bind(pod("c", "1", 0), idle);
-        let proposals = build::<LowNodeUtilization>("").unwrap().propose(&cluster);
+        let proposals = build::<LowNodeUtilization>("").unwrap().propose(&cluster, &EvictContext::at(0));
         // hot requests 7 of 10 CPUs (70% > 50%): one 2-CPU pod brings it to 50%, which is not above the target.
         assert_eq!(proposals.len(), 1, "{proposals:?}");
         assert!([a, b].contains(&proposals[0].pod), "the lowest priority goes first, never {important}");
@@ -222,12 +222,12 @@ mod tests {
         let warm = cluster.add_node(node("warm"));
         cluster.bind(pod("a", "8", 0), hot);
         cluster.bind(pod("b", "3", 0), warm);
-        assert!(build::<LowNodeUtilization>("").unwrap().propose(&cluster).is_empty(), "warm is at 30%: not underutilized");
+        assert!(build::<LowNodeUtilization>("").unwrap().propose(&cluster, &EvictContext::at(0)).is_empty(), "warm is at 30%: not underutilized");
         let idle = cluster.add_node(node("idle"));
         cluster.bind(pod("small", "1", 0), idle);
         // idle has room up to 50% (4 CPUs): the 8-CPU pod does not fit in it.
-        assert!(build::<LowNodeUtilization>("").unwrap().propose(&cluster).is_empty());
-        assert!(build::<LowNodeUtilization>(r#"{"numberOfNodes": 1}"#).unwrap().propose(&cluster).is_empty());
+        assert!(build::<LowNodeUtilization>("").unwrap().propose(&cluster, &EvictContext::at(0)).is_empty());
+        assert!(build::<LowNodeUtilization>(r#"{"numberOfNodes": 1}"#).unwrap().propose(&cluster, &EvictContext::at(0)).is_empty());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use wasp_sdk::matching::first_untolerated_taint;
-use wasp_sdk::types::{Eviction, Node, Pod, PodId, PodPhase, TaintEffect, ViewScope};
+use wasp_sdk::types::{EvictContext, Eviction, Node, Pod, PodId, PodPhase, TaintEffect, ViewScope};
 use wasp_sdk::{Cluster, Evict, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -49,7 +49,7 @@ impl Policy for RemoveDuplicates {
 }
 
 impl Evict for RemoveDuplicates {
-    fn propose(&self, cluster: &Cluster) -> Vec<Eviction> {
+    fn propose(&self, cluster: &Cluster, _context: &EvictContext) -> Vec<Eviction> {
         // Per workload, per node (by name, for a stable order), its pods.
         let mut workloads: BTreeMap<OwnerKey, BTreeMap<&str, Vec<PodId>>> = BTreeMap::new();
         for node in cluster.nodes() {
@@ -82,13 +82,13 @@ impl Evict for RemoveDuplicates {
                 // Youngest first: the oldest pods have warmed caches and a history worth keeping.
                 pods.sort_by_key(|id| std::cmp::Reverse(cluster.pod(*id).map_or(0, |bound| bound.pod.created_at)));
                 for id in &pods[..pods.len() - most] {
-                    evictions.push(Eviction {
-                        pod: *id,
-                        reason: format!(
+                    evictions.push(Eviction::new(
+                        *id,
+                        format!(
                             "{} pods of {kind} {namespace}/{name} on node {node}; an even spread over {targets} nodes is at most {most} per node",
                             pods.len()
                         ),
-                    });
+                    ));
                 }
             }
         }
@@ -116,7 +116,7 @@ mod tests {
         cluster.add_node(NodeBuilder::new("n3").build());
         let ids: Vec<PodId> = (0..4).map(|index| cluster.bind(replica(&format!("web-{index}"), index), crowded)).collect();
         cluster.bind(replica("web-4", 9), other);
-        let proposals = build::<RemoveDuplicates>("").unwrap().propose(&cluster);
+        let proposals = build::<RemoveDuplicates>("").unwrap().propose(&cluster, &EvictContext::at(0));
         // 5 pods over 3 nodes: at most 2 per node, so the 2 youngest of the 4 on n1 move.
         let proposed: Vec<PodId> = proposals.iter().map(|eviction| eviction.pod).collect();
         assert_eq!(proposed, [ids[3], ids[2]]);
@@ -131,11 +131,11 @@ mod tests {
         cluster.add_node(NodeBuilder::new("n3").unschedulable().build());
         cluster.bind(replica("a", 1), node);
         cluster.bind(replica("b", 2), node);
-        assert!(build::<RemoveDuplicates>("").unwrap().propose(&cluster).is_empty(), "only one node can take them");
+        assert!(build::<RemoveDuplicates>("").unwrap().propose(&cluster, &EvictContext::at(0)).is_empty(), "only one node can take them");
         let open = cluster.add_node(NodeBuilder::new("n4").build());
-        assert_eq!(build::<RemoveDuplicates>("").unwrap().propose(&cluster).len(), 1);
+        assert_eq!(build::<RemoveDuplicates>("").unwrap().propose(&cluster, &EvictContext::at(0)).len(), 1);
         let excluding = build::<RemoveDuplicates>(r#"{"excludeOwnerKinds": ["ReplicaSet"]}"#).unwrap();
-        assert!(excluding.propose(&cluster).is_empty());
+        assert!(excluding.propose(&cluster, &EvictContext::at(0)).is_empty());
         cluster.bind(PodBuilder::new("bare").running().build(), open);
         assert!(build::<RemoveDuplicates>(r#"{"excludeOwnerKinds": [""]}"#).is_err());
     }

@@ -5,7 +5,7 @@
 //! elsewhere.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::types::{Eviction, Node, Pod, PodPhase, ViewScope};
+use wasp_sdk::types::{EvictContext, Eviction, Node, Pod, PodPhase, ViewScope};
 use wasp_sdk::{Cluster, Evict, Policy};
 
 const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
@@ -60,7 +60,7 @@ impl Policy for RemovePodsViolatingNodeAffinity {
 }
 
 impl Evict for RemovePodsViolatingNodeAffinity {
-    fn propose(&self, cluster: &Cluster) -> Vec<Eviction> {
+    fn propose(&self, cluster: &Cluster, _context: &EvictContext) -> Vec<Eviction> {
         let mut evictions = Vec::new();
         for node in cluster.nodes() {
             for bound in cluster.pods_on(node) {
@@ -69,7 +69,7 @@ impl Evict for RemovePodsViolatingNodeAffinity {
                     continue;
                 }
                 if self.required && !pod.matches_node_selector_and_required_affinity(&node.node) {
-                    evictions.push(Eviction { pod: bound.id, reason: format!("node {} no longer matches the pod's node selector or required node affinity", node.name()) });
+                    evictions.push(Eviction::new(bound.id, format!("node {} no longer matches the pod's node selector or required node affinity", node.name())));
                     continue;
                 }
                 let has_preferences = pod.node_affinity.as_ref().is_some_and(|affinity| !affinity.preferred.is_empty());
@@ -81,10 +81,10 @@ impl Evict for RemovePodsViolatingNodeAffinity {
                         .map(|other| (preferred_weight(pod, &other.node), other.name()))
                         .max_by_key(|(weight, _)| *weight);
                     if let Some((weight, better)) = best.filter(|(weight, _)| *weight > here) {
-                        evictions.push(Eviction {
-                            pod: bound.id,
-                            reason: format!("node {} matches preferred node affinity weight {here}; node {better} matches {weight}", node.name()),
-                        });
+                        evictions.push(Eviction::new(
+                            bound.id,
+                            format!("node {} matches preferred node affinity weight {here}; node {better} matches {weight}", node.name()),
+                        ));
                     }
                 }
             }
@@ -115,7 +115,7 @@ mod tests {
         cluster.bind(PodBuilder::new("fine").require_node_term(zone_is("a")).running().build(), matching);
         cluster.bind(PodBuilder::new("selector").node_selector("zone", "b").running().build(), relabelled);
         cluster.bind(PodBuilder::new("free").running().build(), relabelled);
-        let proposals = build::<RemovePodsViolatingNodeAffinity>("").unwrap().propose(&cluster);
+        let proposals = build::<RemovePodsViolatingNodeAffinity>("").unwrap().propose(&cluster, &EvictContext::at(0));
         assert_eq!(proposals.len(), 1, "{proposals:?}");
         assert_eq!(proposals[0].pod, stale);
         assert_eq!(proposals[0].reason, "node n1 no longer matches the pod's node selector or required node affinity");
@@ -127,9 +127,9 @@ mod tests {
         let worse = cluster.add_node(NodeBuilder::new("n1").label("zone", "b").build());
         cluster.add_node(NodeBuilder::new("n2").label("zone", "a").build());
         let pod = cluster.bind(PodBuilder::new("p").prefer_node_term(10, zone_is("a")).running().build(), worse);
-        assert!(build::<RemovePodsViolatingNodeAffinity>("").unwrap().propose(&cluster).is_empty(), "required only by default");
+        assert!(build::<RemovePodsViolatingNodeAffinity>("").unwrap().propose(&cluster, &EvictContext::at(0)).is_empty(), "required only by default");
         let both = build::<RemovePodsViolatingNodeAffinity>(&format!(r#"{{"nodeAffinityType": ["{REQUIRED}", "{PREFERRED}"]}}"#)).unwrap();
-        let proposals = both.propose(&cluster);
+        let proposals = both.propose(&cluster, &EvictContext::at(0));
         assert_eq!(proposals.len(), 1);
         assert_eq!(proposals[0].pod, pod);
         assert_eq!(proposals[0].reason, "node n1 matches preferred node affinity weight 0; node n2 matches 10");

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::matching::first_untolerated_taint;
-use wasp_sdk::types::{Eviction, PodPhase, Taint, TaintEffect, ViewScope};
+use wasp_sdk::types::{EvictContext, Eviction, PodPhase, Taint, TaintEffect, ViewScope};
 use wasp_sdk::{Cluster, Evict, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -49,7 +49,7 @@ impl Policy for RemovePodsViolatingNodeTaints {
 }
 
 impl Evict for RemovePodsViolatingNodeTaints {
-    fn propose(&self, cluster: &Cluster) -> Vec<Eviction> {
+    fn propose(&self, cluster: &Cluster, _context: &EvictContext) -> Vec<Eviction> {
         let mut effects = vec![TaintEffect::NoSchedule];
         if self.settings.include_prefer_no_schedule {
             effects.push(TaintEffect::PreferNoSchedule);
@@ -62,10 +62,10 @@ impl Evict for RemovePodsViolatingNodeTaints {
                     continue;
                 }
                 if let Some(taint) = first_untolerated_taint(&taints, &bound.pod.tolerations, &effects) {
-                    evictions.push(Eviction {
-                        pod: bound.id,
-                        reason: format!("node {} has taint {{{}: {}}} the pod does not tolerate", node.name(), taint.key, taint.value),
-                    });
+                    evictions.push(Eviction::new(
+                        bound.id,
+                        format!("node {} has taint {{{}: {}}} the pod does not tolerate", node.name(), taint.key, taint.value),
+                    ));
                 }
             }
         }
@@ -92,7 +92,7 @@ mod tests {
             tainted,
         );
         cluster.bind(PodBuilder::new("elsewhere").running().build(), clean);
-        let proposals = build::<RemovePodsViolatingNodeTaints>("").unwrap().propose(&cluster);
+        let proposals = build::<RemovePodsViolatingNodeTaints>("").unwrap().propose(&cluster, &EvictContext::at(0));
         assert_eq!(proposals.len(), 1);
         assert_eq!(proposals[0].pod, victim);
         assert_eq!(proposals[0].reason, "node n1 has taint {maintenance: true} the pod does not tolerate");
@@ -109,9 +109,9 @@ mod tests {
         );
         cluster.bind(PodBuilder::new("p").running().build(), node);
         let excluded = build::<RemovePodsViolatingNodeTaints>(r#"{"excludedTaints": ["maintenance=true"]}"#).unwrap();
-        assert!(excluded.propose(&cluster).is_empty());
+        assert!(excluded.propose(&cluster, &EvictContext::at(0)).is_empty());
         let soft = build::<RemovePodsViolatingNodeTaints>(r#"{"excludedTaints": ["maintenance"], "includePreferNoSchedule": true}"#).unwrap();
-        assert_eq!(soft.propose(&cluster).len(), 1);
+        assert_eq!(soft.propose(&cluster, &EvictContext::at(0)).len(), 1);
         assert!(build::<RemovePodsViolatingNodeTaints>(r#"{"excludedTaints": ["=x"]}"#).is_err());
     }
 }
