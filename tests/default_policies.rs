@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use wasp::contract::types::{Metric, PodMetric, PolicyKind, ScaleRequest, ViewScope};
+use wasp::contract::types::{EvictContext, Metric, PendingPod, PodMetric, PolicyKind, ScaleRequest, ViewScope};
 
 #[test]
 fn every_default_policy_describes_itself() {
@@ -145,11 +145,30 @@ fn evict_policy_proposes_pods_the_host_can_name() {
     cluster.upsert_pod(simple_pod("victim", "100m", ""), "n1");
     cluster.upsert_pod(simple_pod("safe", "100m", ""), "n2");
     let evict = load(&runtime, "remove-pods-violating-node-taints", "");
-    let proposals = evict.propose(&cluster).unwrap();
+    let proposals = evict.propose(&cluster, &EvictContext { now: 0, pending: Vec::new() }).unwrap();
     assert_eq!(proposals.len(), 1);
     let (pod, node) = cluster.pod_by_id(proposals[0].pod).unwrap();
     assert_eq!((pod.name.as_str(), node), ("victim", "n1"));
     assert_eq!(proposals[0].reason, "node n1 has taint {maintenance: true} the pod does not tolerate");
+}
+
+#[test]
+fn the_time_and_the_pending_pods_reach_evict_policies_and_room_for_comes_back() {
+    let runtime = runtime();
+    let mut cluster = cluster_of(vec![simple_node("n", "2", "8Gi", "")]);
+    cluster.upsert_pod(simple_pod("low", "2", ""), "n");
+    let (low, _) = cluster.pod("uid-low").unwrap();
+    let created = low.created_at;
+    let mut important = simple_pod("important", "1", "");
+    important.priority = 1000;
+    let pending = vec![PendingPod { pod: important, reason: "0/1 nodes are available: 1 Insufficient cpu.".into() }];
+    let context = EvictContext { now: created + 7200, pending };
+    let room = load(&runtime, "make-room-for-pending", "").propose(&cluster, &context).unwrap();
+    assert_eq!(room.len(), 1);
+    assert_eq!(room[0].room_for.as_deref(), Some("uid-important"));
+    let lifetime = load(&runtime, "pod-lifetime", r#"{"maxPodLifeTimeSeconds": 3600}"#).propose(&cluster, &context).unwrap();
+    assert_eq!(lifetime.len(), 1, "two hours old by the host's clock");
+    assert_eq!(lifetime[0].reason, "running for 7200s, longer than maxPodLifeTimeSeconds 3600");
 }
 
 #[test]

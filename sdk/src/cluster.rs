@@ -27,6 +27,23 @@ impl NodeInfo {
         free.subtract(&ResourceVector::from(&self.usage.requested));
         free
     }
+
+    /// Whether `pod` could be placed here now: allowed (see [`Pod::may_run_on`]), with room for its requests
+    /// and a pod slot free.
+    pub fn has_room_for(&self, pod: &Pod) -> bool {
+        let (free, wants) = (self.free(), pod.requests());
+        pod.may_run_on(&self.node)
+            && self.usage.pod_count < self.node.allocatable_pods
+            && free.cpu_millis >= wants.cpu_millis
+            && free.memory_bytes >= wants.memory_bytes
+            && free.ephemeral_storage_bytes >= wants.ephemeral_storage_bytes
+            && wants.scalar.iter().all(|(name, amount)| free.get(name) >= *amount)
+    }
+
+    /// Requested CPU in thousandths of allocatable: how full the node is, for packing or spreading.
+    pub fn cpu_share_per_mille(&self) -> u64 {
+        (self.usage.requested.cpu_millis * 1000).checked_div(self.node.allocatable.cpu_millis).unwrap_or(1000)
+    }
 }
 
 /// A pod bound to a node.

@@ -33,7 +33,7 @@ pub mod bindings {
         runtime_path: "wasp_sdk::__wit_bindgen::rt",
         // Lets a host that compiles policies natively (the scheduling benchmark's native run) pass it the
         // contract records it has; unused in components, so it adds no bytes to them.
-        additional_derives: [serde::Deserialize],
+        additional_derives: [serde::Deserialize, PartialEq],
     });
 }
 

@@ -96,6 +96,17 @@ impl Pod {
     pub fn label(&self, key: &str) -> Option<&str> {
         label(&self.labels, key)
     }
+
+    /// Whether the scheduler may place the pod on `node` at all, resources aside: the node is schedulable (or
+    /// the pod tolerates that), matches the pod's selector and required affinity, and has no `NoSchedule` or
+    /// `NoExecute` taint the pod does not tolerate.
+    pub fn may_run_on(&self, node: &Node) -> bool {
+        let cordon = Taint { key: "node.kubernetes.io/unschedulable".into(), value: String::new(), effect: TaintEffect::NoSchedule };
+        let cordon_tolerated = self.tolerations.iter().any(|toleration| toleration.tolerates(&cordon));
+        (!node.unschedulable || cordon_tolerated)
+            && self.matches_node_selector_and_required_affinity(node)
+            && first_untolerated_taint(&node.taints, &self.tolerations, &[TaintEffect::NoSchedule, TaintEffect::NoExecute]).is_none()
+    }
 }
 
 impl Node {
@@ -110,6 +121,12 @@ impl Node {
 
     pub fn is_ready(&self) -> bool {
         self.condition("Ready") == Some("True")
+    }
+
+    /// Whether the scheduler places new pods here at all: not cordoned, and no `NoSchedule` or `NoExecute`
+    /// taint (a pod may tolerate one, but most do not).
+    pub fn may_take_new_pods(&self) -> bool {
+        !self.unschedulable && !self.taints.iter().any(|taint| matches!(taint.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute))
     }
 }
 

@@ -5,8 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use wasp_sdk::matching::first_untolerated_taint;
-use wasp_sdk::types::{EvictContext, Eviction, Node, Pod, PodId, PodPhase, TaintEffect, ViewScope};
+use wasp_sdk::types::{EvictContext, Eviction, PodId, PodPhase, ViewScope};
 use wasp_sdk::{Cluster, Evict, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -22,13 +21,6 @@ pub struct RemoveDuplicates {
 
 /// A workload: namespace, owner kind and owner name.
 type OwnerKey = (String, String, String);
-
-/// Whether the pod may run on `node` at all: schedulable, its selector and required affinity, its taints.
-fn may_run_on(pod: &Pod, node: &Node) -> bool {
-    !node.unschedulable
-        && pod.matches_node_selector_and_required_affinity(node)
-        && first_untolerated_taint(&node.taints, &pod.tolerations, &[TaintEffect::NoSchedule, TaintEffect::NoExecute]).is_none()
-}
 
 impl Policy for RemoveDuplicates {
     type Settings = Settings;
@@ -70,7 +62,7 @@ impl Evict for RemoveDuplicates {
             }
             let total: usize = per_node.values().map(Vec::len).sum();
             let Some(sample) = per_node.values().flatten().next().and_then(|id| cluster.pod(*id)) else { continue };
-            let targets = cluster.nodes().filter(|node| may_run_on(&sample.pod, &node.node)).count();
+            let targets = cluster.nodes().filter(|node| sample.pod.may_run_on(&node.node)).count();
             if targets < 2 {
                 continue;
             }
@@ -103,6 +95,7 @@ mod tests {
     use super::*;
     use wasp_sdk::guest::build;
     use wasp_sdk::testing::{NodeBuilder, PodBuilder};
+    use wasp_sdk::types::{Pod, TaintEffect};
 
     fn replica(name: &str, created: i64) -> Pod {
         PodBuilder::new(name).owner("ReplicaSet", "web").created_at(created).running().build()

@@ -1,0 +1,121 @@
+//! One rescheduling run (every shipped strategy proposing, then the envelope, budgets and the fit check with the
+//! default scheduler profile) on 5000 nodes and 50k pods, in the sandbox; the time of each strategy, of the
+//! checks, and the process's memory. Side by side: the same run with the fit check's profile reduced to one
+//! filter, to show what the scheduler's own policies cost the plan.
+//!
+//! `cargo bench -p wasp --bench reschedule` (after scripts/build-policies.sh).
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use wasp::cluster::{convert, ClusterState};
+use wasp::config::{HostConfig, ReschedulerSection};
+use wasp::registry::PolicyRegistry;
+use wasp::rescheduler::budgets::Budgets;
+use wasp::rescheduler::memory::Memory;
+use wasp::rescheduler::plan::{self, Plan};
+use wasp::runtime::Runtime;
+
+const NODES: usize = 5000;
+const PODS: usize = 50_000;
+/// Nodes tainted for maintenance: their pods are the taint strategy's candidates.
+const TAINTED: usize = 20;
+
+const STRATEGIES: [&str; 8] = [
+    "remove-pods-violating-node-taints",
+    "remove-pods-violating-node-affinity",
+    "remove-duplicates",
+    "low-node-utilization",
+    "high-node-utilization",
+    "pod-lifetime",
+    "remove-pods-having-too-many-restarts",
+    "unhealthy-node",
+];
+
+fn config(filters: &[&str]) -> HostConfig {
+    let mut config = HostConfig::built_in();
+    config.policy_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/out");
+    config.scheduler.profiles[0].filters = filters.iter().map(ToString::to_string).collect();
+    let strategies: Vec<String> = STRATEGIES.iter().map(|name| format!("{{policy: {name}}}")).collect();
+    let section = format!("strategies: [{}]\nlimits: {{maxPerRun: 10, maxPerWorkload: 1}}", strategies.join(", "));
+    config.rescheduler = Some(serde_yaml::from_str::<ReschedulerSection>(&section).unwrap());
+    config.validate().unwrap();
+    config
+}
+
+/// 5000 nodes over three zones, 50k pods of 100 ReplicaSets, unevenly spread (the first tenth of the nodes twice as
+/// full), some nodes tainted for maintenance.
+fn cluster() -> ClusterState {
+    let mut cluster = ClusterState::new();
+    for index in 0..NODES {
+        let taints = if index < TAINTED { "taints: [{key: maintenance, value: 'true', effect: NoSchedule}]" } else { "" };
+        let yaml = format!(
+            "metadata: {{name: node-{index}, labels: {{topology.kubernetes.io/zone: zone-{}, kubernetes.io/hostname: node-{index}}}}}\nspec: {{{taints}}}\nstatus: {{allocatable: {{cpu: '32', memory: 128Gi, pods: '110'}}, conditions: [{{type: Ready, status: 'True'}}]}}",
+            index % 3
+        );
+        cluster.upsert_node(convert::node(&serde_yaml::from_str(&yaml).unwrap()).unwrap());
+    }
+    for index in 0..PODS {
+        let workload = index % 100;
+        let node = if index % 5 == 0 { index % (NODES / 10) } else { index % NODES };
+        let yaml = format!(
+            "metadata: {{name: w{workload}-{index}, namespace: team-{}, uid: uid-{index}, labels: {{app: w{workload}}}, creationTimestamp: '2026-01-01T00:00:00Z', ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: w{workload}, uid: rs-{workload}, controller: true}}]}}\nspec: {{schedulerName: wasp, containers: [{{name: app, resources: {{requests: {{cpu: 900m, memory: 1Gi}}}}}}]}}\nstatus: {{phase: Running, conditions: [{{type: Ready, status: 'True'}}]}}",
+            workload % 10
+        );
+        cluster.upsert_pod(convert::pod(&serde_yaml::from_str(&yaml).unwrap()).unwrap(), &format!("node-{}", node));
+    }
+    cluster
+}
+
+fn run(registry: &PolicyRegistry, live: &ClusterState) -> (Plan, Duration) {
+    let generation = registry.current();
+    let section = generation.config.rescheduler.as_ref().unwrap();
+    let memory = Memory::default();
+    let started = Instant::now();
+    let inputs = plan::Inputs {
+        section,
+        plans: &generation.plans,
+        memory: &memory,
+        budgets: Budgets::default(),
+        pending: Vec::new(),
+        now: Instant::now(),
+        wall: jiff::Timestamp::now().as_second(),
+    };
+    let plan = plan::plan(inputs, live.fork());
+    (plan, started.elapsed())
+}
+
+fn main() {
+    let runtime = Runtime::new(None).unwrap();
+    let started = Instant::now();
+    let live = cluster();
+    println!("{NODES} nodes, {PODS} pods built in {:.1} s; resident {:.0} MiB", started.elapsed().as_secs_f64(), support::resident_mib());
+    let full = PolicyRegistry::new(&runtime, config(&["node-unschedulable", "resources-fit", "node-affinity", "taint-toleration", "pod-topology-spread"]), None).unwrap();
+    let lean = PolicyRegistry::new(&runtime, config(&["resources-fit"]), None).unwrap();
+    // The first run of each sends every strategy its snapshot of the cluster; later runs send deltas.
+    for (label, registry) in [("default profile (5 filters)", &full), ("resources-fit only", &lean)] {
+        let mut totals = Vec::new();
+        let mut last = None;
+        for round in 0..3 {
+            let (plan, took) = run(registry, &live);
+            if round > 0 {
+                totals.push(took);
+            }
+            last = Some((plan, took));
+        }
+        let (plan, first) = last.unwrap();
+        let mean = totals.iter().sum::<Duration>() / totals.len() as u32;
+        println!();
+        println!("fit check with {label}: a run takes {:.0} ms (mean of {} warm runs; last {:.0} ms)", mean.as_secs_f64() * 1e3, totals.len(), first.as_secs_f64() * 1e3);
+        for (policy, took, proposed) in &plan.proposals {
+            println!("  {policy:<40} {:>7.1} ms  {proposed:>6} proposed", took.as_secs_f64() * 1e3);
+        }
+        println!("  {:<40} {:>7.1} ms  {:>6} candidates, {} to evict", "envelope, budgets and fit check", plan.checks.as_secs_f64() * 1e3, plan.entries.len(), plan.evictions().count());
+        if !plan.failures.is_empty() {
+            println!("  failures: {:?}", plan.failures);
+        }
+    }
+    println!();
+    println!("resident {:.0} MiB with both registries' instances", support::resident_mib());
+}

@@ -1,0 +1,179 @@
+//! `make-room-for-pending`: preemption as a rescheduling policy. For each pod of a wasp profile that waits for
+//! room (highest priority first), finds the node where evicting the fewest pods of lower priority lets it fit
+//! (ties: the lowest-priority victims, then the node name), and proposes those pods with `room-for`. The host
+//! checks the victims as a group (envelope, budgets, the pending pod's own filters on that node) and nominates
+//! the node for the pending pod, so the scheduler places it there.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use wasp_sdk::resources::ResourceVector;
+use wasp_sdk::types::{EvictContext, Eviction, Pod, PodId, PodPhase, ViewScope};
+use wasp_sdk::{Cluster, Evict, NodeInfo, Policy};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Settings {
+    /// Pending pods to make room for in one run.
+    pub max_pending_per_run: u32,
+    /// Victims per pending pod, at most.
+    pub max_victims: u32,
+    /// Only pending pods the scheduler rejected for lack of resources (`Insufficient ...`, `Too many pods`).
+    pub only_for_resources: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { max_pending_per_run: 5, max_victims: 10, only_for_resources: true }
+    }
+}
+
+pub struct MakeRoomForPending {
+    settings: Settings,
+}
+
+/// The fewest pods on `node`, of lower priority than `pending` and not taken already, whose removal frees what
+/// `pending` requests; lowest priority first, then the largest.
+fn victims_on(node: &NodeInfo, cluster: &Cluster, pending: &Pod, taken: &HashSet<PodId>, most: usize) -> Option<Vec<(PodId, i32)>> {
+    let wants = pending.requests();
+    let mut free = node.free();
+    let mut slots = node.node.allocatable_pods as i64 - node.usage.pod_count as i64;
+    let fits = |free: &ResourceVector, slots: i64| {
+        slots >= 1
+            && free.cpu_millis >= wants.cpu_millis
+            && free.memory_bytes >= wants.memory_bytes
+            && free.ephemeral_storage_bytes >= wants.ephemeral_storage_bytes
+            && wants.scalar.iter().all(|(name, amount)| free.get(name) >= *amount)
+    };
+    if fits(&free, slots) {
+        return Some(Vec::new());
+    }
+    let mut candidates: Vec<_> = cluster
+        .pods_on(node)
+        .filter(|bound| bound.pod.priority < pending.priority && !taken.contains(&bound.id))
+        .filter(|bound| !matches!(bound.pod.phase, PodPhase::Succeeded | PodPhase::Failed) && !bound.pod.terminating)
+        .collect();
+    candidates.sort_by_key(|bound| (bound.pod.priority, std::cmp::Reverse(bound.pod.requests().cpu_millis)));
+    let mut victims = Vec::new();
+    for bound in candidates {
+        if victims.len() >= most {
+            return None;
+        }
+        free.add(&bound.pod.requests());
+        slots += 1;
+        victims.push((bound.id, bound.pod.priority));
+        if fits(&free, slots) {
+            return Some(victims);
+        }
+    }
+    None
+}
+
+impl Policy for MakeRoomForPending {
+    type Settings = Settings;
+    const NAME: &'static str = "make-room-for-pending";
+    const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const SETTINGS_DOC: &'static str = "maxPendingPerRun: pending pods to make room for per run (default 5)\n\
+        maxVictims: pods evicted for one pending pod, at most (default 10)\n\
+        onlyForResources: only pods rejected for lack of resources (default true)";
+
+    fn new(settings: Settings) -> Result<Self, String> {
+        if settings.max_pending_per_run == 0 || settings.max_victims == 0 {
+            return Err("maxPendingPerRun and maxVictims must be at least 1".into());
+        }
+        Ok(MakeRoomForPending { settings })
+    }
+
+    fn as_evict(&self) -> Option<&dyn Evict> {
+        Some(self)
+    }
+}
+
+impl Evict for MakeRoomForPending {
+    fn propose(&self, cluster: &Cluster, context: &EvictContext) -> Vec<Eviction> {
+        let mut taken: HashSet<PodId> = HashSet::new();
+        let mut evictions = Vec::new();
+        let mut served = 0;
+        for pending in &context.pending {
+            if served >= self.settings.max_pending_per_run {
+                break;
+            }
+            let for_resources = pending.reason.contains("Insufficient") || pending.reason.contains("Too many pods");
+            if pending.reason.is_empty() || (self.settings.only_for_resources && !for_resources) {
+                continue;
+            }
+            let pod = &pending.pod;
+            let best = cluster
+                .nodes()
+                .filter(|node| pod.may_run_on(&node.node))
+                .filter_map(|node| victims_on(node, cluster, pod, &taken, self.settings.max_victims as usize).map(|victims| (node, victims)))
+                .min_by_key(|(node, victims)| (victims.len(), victims.iter().map(|(_, priority)| *priority).max(), node.name().to_string()));
+            // Nothing to do when it fits somewhere already (the scheduler will place it) or nowhere even so.
+            let Some((node, victims)) = best.filter(|(_, victims)| !victims.is_empty()) else { continue };
+            served += 1;
+            for (id, priority) in victims {
+                taken.insert(id);
+                let reason = format!(
+                    "priority {priority} gives way on node {} to {}/{} (priority {}), which waits: {}",
+                    node.name(),
+                    pod.namespace,
+                    pod.name,
+                    pod.priority,
+                    pending.reason
+                );
+                evictions.push(Eviction::new(id, reason).room_for(&pod.uid));
+            }
+        }
+        evictions
+    }
+}
+
+wasp_sdk::export_policy!(MakeRoomForPending);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasp_sdk::guest::build;
+    use wasp_sdk::testing::{NodeBuilder, PodBuilder};
+    use wasp_sdk::types::PendingPod;
+
+    fn waiting(pod: Pod, reason: &str) -> EvictContext {
+        EvictContext { now: 0, pending: vec![PendingPod { pod, reason: reason.into() }] }
+    }
+
+    fn important() -> Pod {
+        PodBuilder::new("important").cpu("3").priority(1000).with(|pod| pod.uid = "uid-important".into()).build()
+    }
+
+    #[test]
+    fn the_fewest_lowest_priority_pods_give_way_on_one_node() {
+        let mut cluster = Cluster::new();
+        let busy = cluster.add_node(NodeBuilder::new("busy").cpu("4").build());
+        let crowded = cluster.add_node(NodeBuilder::new("crowded").cpu("4").build());
+        let big = cluster.bind(PodBuilder::new("big").cpu("3").priority(0).running().build(), busy);
+        cluster.bind(PodBuilder::new("peer").cpu("1").priority(2000).running().build(), busy);
+        for index in 0..4 {
+            cluster.bind(PodBuilder::new(&format!("small-{index}")).cpu("1").priority(0).running().build(), crowded);
+        }
+        let context = waiting(important(), "0/2 nodes are available: 2 Insufficient cpu.");
+        let proposals = build::<MakeRoomForPending>("").unwrap().propose(&cluster, &context);
+        assert_eq!(proposals.len(), 1, "one pod on busy, three on crowded: {proposals:?}");
+        assert_eq!(proposals[0].pod, big);
+        assert_eq!(proposals[0].room_for.as_deref(), Some("uid-important"));
+        assert!(proposals[0].reason.starts_with("priority 0 gives way on node busy to default/important (priority 1000)"), "{}", proposals[0].reason);
+    }
+
+    #[test]
+    fn higher_priority_pods_never_give_way_and_other_reasons_are_left_alone() {
+        let mut cluster = Cluster::new();
+        let node = cluster.add_node(NodeBuilder::new("n").cpu("4").build());
+        cluster.bind(PodBuilder::new("vip").cpu("4").priority(5000).running().build(), node);
+        let policy = build::<MakeRoomForPending>("").unwrap();
+        assert!(policy.propose(&cluster, &waiting(important(), "0/1 nodes are available: 1 Insufficient cpu.")).is_empty());
+        let mut other = Cluster::new();
+        let node = other.add_node(NodeBuilder::new("n").cpu("4").build());
+        other.bind(PodBuilder::new("low").cpu("4").running().build(), node);
+        assert!(policy.propose(&other, &waiting(important(), "0/1 nodes are available: 1 node(s) had untolerated taint {a: b}.")).is_empty());
+        assert!(policy.propose(&other, &waiting(important(), "")).is_empty(), "not tried by the scheduler yet");
+        assert_eq!(policy.propose(&other, &waiting(important(), "0/1 nodes are available: 1 Insufficient cpu.")).len(), 1);
+    }
+}
