@@ -41,6 +41,8 @@ fn config(rescheduler: &str) -> HostConfig {
 /// Starts the simulator and a host; with `loops`, the scheduler and rescheduler run; without, only the
 /// informers (the test calls `run_once`).
 async fn start(scenario: &str, config: HostConfig, loops: bool) -> Harness {
+    // RUST_LOG=wasp=debug shows the host's logs for a failing test.
+    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
     let scenario = Scenario::parse(scenario).unwrap();
     let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let api = ApiClient::from_config(kube::Config::new(simulator.url().parse().unwrap())).unwrap();
@@ -372,4 +374,70 @@ fn wasp_simulate_rebalances_a_grown_cluster_and_the_spread_of_utilization_shrink
     let moved = stdout.lines().find(|line| line.starts_with("after rescheduling (")).unwrap();
     assert!(!moved.starts_with("after rescheduling (0 pods"), "{stdout}");
     assert!(stdout.contains("evicted {\"low-node-utilization\""), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_pod_gets_room_from_lower_priority_pods_and_is_placed_on_the_nominated_node() {
+    let scenario = format!(
+        "{COUNT_EVICTIONS}\nkubelet: {{readyDelay: 10ms, terminationDelay: 100ms}}\nnodeGroups: [{{name: n, count: 1, cpu: '4', memory: 16Gi}}]\n\
+         workloads: [{{name: filler, replicas: 4, schedulerName: wasp, cpu: '1', priority: 0}}]\n"
+    );
+    let rescheduler = "strategies: [{policy: make-room-for-pending}]\ninterval: 1h\npendingTrigger: 1s\nlimits: {maxPerWorkload: 5}";
+    let harness = start(&scenario, config(rescheduler), true).await;
+    harness.ready_placements("app=filler", 4, Duration::from_secs(20)).await;
+    let vip: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "vip", "labels": {"app": "vip"}},
+        "spec": {"schedulerName": "wasp", "priority": 1000, "containers": [{"name": "app", "image": "app", "resources": {"requests": {"cpu": "2"}}}]},
+    }))
+    .unwrap();
+    let created = harness.pods().create(&Default::default(), &vip).await.unwrap();
+    // Every nominated node the pod's status shows, as it changes.
+    let nominated = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = nominated.clone();
+    let mut changes = harness.pods().watch(&WatchParams::default().fields("metadata.name=vip"), created.metadata.resource_version.as_deref().unwrap()).await.unwrap().boxed();
+    tokio::spawn(async move {
+        while let Some(Ok(WatchEvent::Modified(pod))) = changes.next().await {
+            if let Some(node) = pod.status.and_then(|status| status.nominated_node_name) {
+                seen.lock().unwrap().push(node);
+            }
+        }
+    });
+    // The scheduler finds no room; after pendingTrigger the rescheduler makes some.
+    let placed = harness.ready_placements("app=vip", 1, Duration::from_secs(40)).await;
+    assert_eq!(placed["vip"], "n-0");
+    assert_eq!(harness.evictions_received(), 2, "the fewest pods that make room: two of one CPU for two CPUs");
+    assert!(nominated.lock().unwrap().iter().any(|node| node == "n-0"), "the host nominated the node: {:?}", nominated.lock().unwrap());
+    let events = harness.events_from("wasp-rescheduler").await;
+    let preempted: Vec<&Event> = events.iter().filter(|event| event.message.as_deref().unwrap_or("").contains("to make room for default/vip")).collect();
+    assert_eq!(preempted.len(), 2, "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policys_placement_hint_sends_the_replacement_where_the_scheduler_alone_would_not() {
+    // web prefers pool x (node affinity) and is alone there; high-node-utilization empties x and asks for the
+    // fullest node with room, y, where neither the affinity nor least-allocated would send it.
+    let scenario = format!(
+        "{COUNT_EVICTIONS}\nkubelet: {{readyDelay: 10ms, terminationDelay: 100ms}}\nnodeGroups:\n\
+         - {{name: x, count: 1, cpu: '10', memory: 16Gi, labels: {{pool: x}}}}\n\
+         - {{name: y, count: 1, cpu: '10', memory: 16Gi, labels: {{pool: y}}}}\n\
+         - {{name: z, count: 1, cpu: '10', memory: 16Gi, labels: {{pool: z}}}}\n\
+         workloads:\n\
+         - {{name: hog, kind: Pods, replicas: 1, cpu: '7', podSpec: {{nodeName: y-0}}}}\n\
+         - {{name: mid, kind: Pods, replicas: 1, cpu: '3', podSpec: {{nodeName: z-0}}}}\n\
+         - {{name: web, replicas: 1, schedulerName: wasp, cpu: '1', podSpec: {{affinity: {{nodeAffinity: {{preferredDuringSchedulingIgnoredDuringExecution: [{{weight: 100, preference: {{matchExpressions: [{{key: pool, operator: In, values: [x]}}]}}}}]}}}}}}}}\n"
+    );
+    let rescheduler = "strategies: [{policy: high-node-utilization}]\ninterval: 2s\npacing: {maxEvictionsPerWorkload: 1}";
+    let harness = start(&scenario, config(rescheduler), true).await;
+    let stats = &harness.host.rescheduler.stats;
+    common::eventually_within("one eviction", Duration::from_secs(30), || stats.evicted.load(Ordering::Relaxed) == 1).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let placed = harness.ready_placements("app=web", 1, Duration::from_secs(20)).await;
+        if placed.values().all(|node| node == "y-0") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the replacement went to {placed:?}, not y-0");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(harness.evictions_received(), 1);
 }
