@@ -17,6 +17,7 @@ pub mod matching;
 pub mod policy;
 pub mod quantity;
 pub mod resources;
+pub mod spread;
 pub mod testing;
 
 #[doc(hidden)]

@@ -5,12 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use wasp_sdk::matching::first_untolerated_taint;
 use wasp_sdk::policy::verdicts_for;
-use wasp_sdk::types::{
-    FilterResult, InclusionPolicy, LabelSelector, NodeId, Pod, SelectorOperator, SelectorRequirement, TaintEffect,
-    TopologySpreadConstraint, UnsatisfiableAction, ViewScope,
-};
+use wasp_sdk::spread::{domain_counts, resolved_selector};
+use wasp_sdk::types::{FilterResult, LabelSelector, NodeId, Pod, TopologySpreadConstraint, UnsatisfiableAction, ViewScope};
 use wasp_sdk::{Cluster, Filter, NodeInfo, Policy, Score, Verdict};
 
 const NOT_MATCH: &str = "node(s) didn't match pod topology spread constraints";
@@ -59,53 +56,13 @@ impl Counted<'_> {
     }
 }
 
-fn resolved_selector(pod: &Pod, constraint: &TopologySpreadConstraint) -> LabelSelector {
-    let mut selector = constraint
-        .label_selector
-        .clone()
-        .unwrap_or(LabelSelector { match_labels: Vec::new(), match_expressions: Vec::new() });
-    for key in &constraint.match_label_keys {
-        if let Some(value) = pod.label(key) {
-            selector.match_expressions.push(SelectorRequirement {
-                key: key.clone(),
-                operator: SelectorOperator::In,
-                values: vec![value.to_string()],
-            });
-        }
-    }
-    selector
-}
-
-/// Whether a node's pods count toward the constraint's domains, per the inclusion policies.
-fn eligible(pod: &Pod, constraint: &TopologySpreadConstraint, node: &NodeInfo, keys: &[&str]) -> bool {
-    if keys.iter().any(|key| node.node.label(key).is_none()) {
-        return false;
-    }
-    if constraint.node_affinity_policy == InclusionPolicy::Honor && !pod.matches_node_selector_and_required_affinity(&node.node) {
-        return false;
-    }
-    let blocking = [TaintEffect::NoSchedule, TaintEffect::NoExecute];
-    constraint.node_taints_policy == InclusionPolicy::Ignore
-        || first_untolerated_taint(&node.node.taints, &pod.tolerations, &blocking).is_none()
-}
-
 fn count<'a>(pod: &Pod, cluster: &'a Cluster, constraints: Vec<&'a TopologySpreadConstraint>) -> Vec<Counted<'a>> {
     let keys: Vec<&str> = constraints.iter().map(|constraint| constraint.topology_key.as_str()).collect();
     constraints
         .into_iter()
         .map(|constraint| {
             let selector = resolved_selector(pod, constraint);
-            let mut counts = HashMap::new();
-            for node in cluster.nodes().filter(|node| eligible(pod, constraint, node, &keys)) {
-                let domain = node.node.label(&constraint.topology_key).expect("eligible nodes have every key");
-                let matching = cluster
-                    .pods_on(node)
-                    .filter(|bound| {
-                        bound.pod.namespace == pod.namespace && !bound.pod.terminating && selector.matches(&bound.pod.labels)
-                    })
-                    .count() as i64;
-                *counts.entry(domain).or_insert(0) += matching;
-            }
+            let counts = domain_counts(pod, cluster, constraint, &selector, &keys);
             Counted { constraint, selector, counts }
         })
         .collect()
@@ -187,6 +144,7 @@ wasp_sdk::export_policy!(PodTopologySpread);
 mod tests {
     use super::*;
     use wasp_sdk::testing::{NodeBuilder, PodBuilder};
+    use wasp_sdk::types::{SelectorOperator, SelectorRequirement};
 
     /// Nodes in zones a, a, b, c; `web` pods: 2 in a, 1 in b, 0 in c.
     fn zoned_cluster() -> (Cluster, Vec<NodeId>) {
