@@ -145,17 +145,30 @@ fn track_fewest_ready(client: Client, selector: &str) -> Arc<AtomicI64> {
 
 const COUNT_EVICTIONS: &str = "faults: {seed: 7, rules: [{verbs: [create], resources: [pods/eviction], errorRate: 0.0}]}";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tainted_node_is_emptied_one_pod_at_a_time_and_the_scheduler_places_the_replacements() {
+/// How a node is marked for maintenance, and the strategy that empties it.
+enum Mark {
+    /// `kubelet taint ... maintenance=true:NoSchedule`, emptied by remove-pods-violating-node-taints.
+    Taint,
+    /// A `wasp.dev/maintenance` label only (the node stays schedulable), emptied by drain-for-maintenance.
+    Label,
+}
+
+/// A node marked for maintenance is emptied one pod at a time (the workload's budget would allow two), every
+/// replacement placed by the scheduler elsewhere, each pod evicted once, bare pods left alone.
+async fn node_in_maintenance_is_emptied(mark: Mark) {
     let scenario = format!(
         "{COUNT_EVICTIONS}\nkubelet: {{readyDelay: 300ms}}\nnodeGroups: [{{name: n, count: 3, cpu: '4', memory: 16Gi}}]\n\
          workloads:\n\
          - {{name: web, replicas: 5, schedulerName: wasp, cpu: 500m, pdb: {{maxUnavailable: 2}}}}\n\
          - {{name: solo, kind: Pods, replicas: 3, schedulerName: wasp, cpu: 100m}}\n"
     );
-    // An interval longer than the test: the taint triggers the first run, pacing the next ones.
-    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}]\ninterval: 1h\nlimits: {maxPerRun: 10, maxPerWorkload: 1}";
-    let harness = start(&scenario, config(rescheduler), true).await;
+    let (policy, expected_reason) = match mark {
+        Mark::Taint => ("remove-pods-violating-node-taints", "has taint {maintenance: true} the pod does not tolerate"),
+        Mark::Label => ("drain-for-maintenance", "is marked for maintenance (wasp.dev/maintenance)"),
+    };
+    // An interval longer than the test: the change to the node triggers the first run, pacing the next ones.
+    let rescheduler = format!("strategies: [{{policy: {policy}}}]\ninterval: 1h\nlimits: {{maxPerRun: 10, maxPerWorkload: 1}}");
+    let harness = start(&scenario, config(&rescheduler), true).await;
     let before = harness.ready_placements("app=web", 5, Duration::from_secs(20)).await;
     let solos = harness.ready_placements("app=solo", 3, Duration::from_secs(20)).await;
     // The node with the most web pods goes into maintenance.
@@ -163,41 +176,54 @@ async fn a_tainted_node_is_emptied_one_pod_at_a_time_and_the_scheduler_places_th
     for node in before.values() {
         *per_node.entry(node).or_default() += 1;
     }
-    let (tainted, moving) = per_node.iter().max_by_key(|(_, count)| **count).map(|(node, count)| (node.to_string(), *count)).unwrap();
+    let (marked, moving) = per_node.iter().max_by_key(|(_, count)| **count).map(|(node, count)| (node.to_string(), *count)).unwrap();
     assert!(moving >= 2, "least-allocated spreads 5 pods over 3 nodes: {before:?}");
     let fewest_ready = track_fewest_ready(harness.client.clone(), "app=web");
-    harness.taint(&tainted).await;
+    match mark {
+        Mark::Taint => harness.taint(&marked).await,
+        Mark::Label => {
+            let nodes: Api<Node> = Api::all(harness.client.clone());
+            let patch = json!({"metadata": {"labels": {"wasp.dev/maintenance": "kernel-upgrade"}}});
+            nodes.patch(&marked, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+        }
+    }
 
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let after = loop {
+    loop {
         let placed = harness.ready_placements("app=web", 5, Duration::from_secs(60)).await;
-        if !placed.values().any(|node| *node == tainted) {
-            break placed;
+        if !placed.values().any(|node| *node == marked) {
+            break;
         }
-        assert!(std::time::Instant::now() < deadline, "web pods still on {tainted}: {placed:?}");
+        assert!(std::time::Instant::now() < deadline, "web pods still on {marked}: {placed:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert!(after.values().all(|node| *node != tainted));
+    }
     // Each pod on the node was evicted once: counted where the requests arrived, and by the host.
     let stats = &harness.host.rescheduler.stats;
     assert_eq!(harness.evictions_received(), moving as u64, "one eviction per pod that had to move");
     assert_eq!(stats.eviction_requests.load(Ordering::Relaxed), moving as u64);
     // The budget would allow two at once; pacing waits for each replacement to be Ready.
     assert_eq!(fewest_ready.load(Ordering::SeqCst), 4, "never more than one web pod down at a time");
-    // Bare pods are protected: the ones on the tainted node are still there.
+    // Bare pods are protected: the ones on the marked node are still there.
     let solos_after = harness.ready_placements("app=solo", 3, Duration::from_secs(5)).await;
     assert_eq!(solos_after, solos);
     let evicted_events = harness.events_from("wasp-rescheduler").await;
     let evicted: Vec<&Event> = evicted_events.iter().filter(|event| event.reason.as_deref() == Some("Evicted")).collect();
     assert_eq!(evicted.len(), moving, "{evicted_events:?}");
     let message = evicted[0].message.as_deref().unwrap();
-    assert!(
-        message.starts_with(&format!("Evicted from node {tainted} by policy remove-pods-violating-node-taints: node {tainted} has taint {{maintenance: true}}")),
-        "{message}"
-    );
+    assert!(message.starts_with(&format!("Evicted from node {marked} by policy {policy}: node {marked} {expected_reason}")), "{message}");
     assert!(message.contains("the fit check places it on node n-"), "{message}");
     let status = harness.host.endpoints.policies_document();
-    assert!(status["rescheduler"]["lastRun"]["policies"][0]["policy"] == "remove-pods-violating-node-taints", "{status}");
+    assert!(status["rescheduler"]["lastRun"]["policies"][0]["policy"] == policy, "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tainted_node_is_emptied_one_pod_at_a_time_and_the_scheduler_places_the_replacements() {
+    node_in_maintenance_is_emptied(Mark::Taint).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_labelled_for_maintenance_is_drained_though_it_stays_schedulable() {
+    node_in_maintenance_is_emptied(Mark::Label).await;
 }
 
 const TWO_NODES_SIX_REPLICAS: &str = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 2, cpu: '4', memory: 16Gi}]\n\

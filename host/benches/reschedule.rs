@@ -22,15 +22,18 @@ const PODS: usize = 50_000;
 /// Nodes tainted for maintenance: their pods are the taint strategy's candidates.
 const TAINTED: usize = 20;
 
-const STRATEGIES: [&str; 8] = [
+const STRATEGIES: [&str; 11] = [
     "remove-pods-violating-node-taints",
     "remove-pods-violating-node-affinity",
+    "remove-pods-violating-topology-spread-constraint",
     "remove-duplicates",
     "low-node-utilization",
     "high-node-utilization",
     "pod-lifetime",
     "remove-pods-having-too-many-restarts",
     "unhealthy-node",
+    "drain-for-maintenance",
+    "make-room-for-pending",
 ];
 
 fn config(filters: &[&str]) -> HostConfig {
