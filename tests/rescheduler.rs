@@ -300,7 +300,7 @@ fn an_answer_naming_unknown_pods_twice_or_too_many_is_malformed_and_a_trap_is_a_
     for (mode, expected) in [
         ("unknown-id", "malformed answer from propose: pod id 4294967295 is not a pod of the cluster"),
         ("duplicate", "malformed answer from propose: pod id 0 is proposed twice"),
-        ("huge", "malformed answer from propose: more than 65536 bytes of reasons in one answer"),
+        ("huge", "malformed answer from propose: 1000000 evictions proposed for a cluster of 2 pods"),
         ("trap", "propose trapped"),
     ] {
         let options = wasp::policy::PolicyOptions { settings: format!(r#"{{"evict": "{mode}"}}"#), ..Default::default() };
@@ -466,4 +466,27 @@ async fn a_policys_placement_hint_sends_the_replacement_where_the_scheduler_alon
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(harness.evictions_received(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budgets_refusal_is_retried_later_with_backoff_never_in_a_loop() {
+    // The budgets cannot be read (every list fails), so only the Eviction API's 429 stops the eviction.
+    let scenario = "faults: {seed: 7, rules: [{verbs: [create], resources: [pods/eviction], errorRate: 0.0}, {verbs: [list], resources: [poddisruptionbudgets.policy], errorRate: 1.0, status: 500}]}\n\
+         kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 2, cpu: '4', memory: 16Gi}]\n\
+         workloads: [{name: web, replicas: 2, schedulerName: wasp, cpu: 500m, pdb: {minAvailable: 2}}]\n";
+    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}]\ninterval: 1s\npacing: {budgetRetry: 1h}";
+    let harness = start(scenario, config(rescheduler), true).await;
+    let before = harness.ready_placements("app=web", 2, Duration::from_secs(20)).await;
+    let runs = harness.host.rescheduler.stats.runs.load(Ordering::Relaxed);
+    harness.taint(before.values().next().unwrap()).await;
+    let rescheduler = harness.host.rescheduler.clone();
+    common::eventually_within("five runs after the taint", Duration::from_secs(30), || rescheduler.stats.runs.load(Ordering::Relaxed) >= runs + 5).await;
+    assert_eq!(harness.evictions_received(), 1, "one eviction request, refused with 429; later runs wait");
+    let last = harness.host.rescheduler.last_run().unwrap();
+    assert_eq!(last.skipped.get("pdb"), Some(&1), "{last:?}");
+    assert_eq!(last.evicted, 0);
+    let plan = harness.host.rescheduler.run_once(true).await.unwrap();
+    let table = plan.table();
+    assert!(table.contains("a PodDisruptionBudget refused its eviction 1 time(s); the next try waits 1h"), "{table}");
+    assert!(table.contains("warning: PodDisruptionBudgets could not be read"), "{table}");
 }

@@ -15,6 +15,7 @@ use wasp::registry::PolicyRegistry;
 use wasp::rescheduler::budgets::Budgets;
 use wasp::rescheduler::memory::Memory;
 use wasp::rescheduler::plan::{self, Plan};
+use wasp::contract::types::EvictContext;
 use wasp::runtime::Runtime;
 
 const NODES: usize = 5000;
@@ -76,16 +77,10 @@ fn run(registry: &PolicyRegistry, live: &ClusterState) -> (Plan, Duration) {
     let section = generation.config.rescheduler.as_ref().unwrap();
     let memory = Memory::default();
     let started = Instant::now();
-    let inputs = plan::Inputs {
-        section,
-        plans: &generation.plans,
-        memory: &memory,
-        budgets: Budgets::default(),
-        pending: Vec::new(),
-        now: Instant::now(),
-        wall: jiff::Timestamp::now().as_second(),
-    };
-    let plan = plan::plan(inputs, live.fork());
+    let wall = jiff::Timestamp::now().as_second();
+    let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets: Budgets::default(), now: Instant::now(), wall };
+    let proposals = plan::propose(&generation.plans.eviction, live, EvictContext { now: wall, pending: Vec::new() });
+    let plan = plan::plan(inputs, proposals);
     (plan, started.elapsed())
 }
 

@@ -82,6 +82,43 @@ impl Drop for Slot<'_> {
     }
 }
 
+/// An instance synced with a cluster state, waiting for its call ([`LoadedPolicy::prepare`]).
+pub struct Prepared<'a> {
+    slot: Slot<'a>,
+    instance: SyncedInstance,
+}
+
+impl Prepared<'_> {
+    /// Runs `body`; the instance goes back to the pool unless the call poisoned it.
+    fn call<R>(mut self, body: impl FnOnce(&mut PolicyInstance) -> Result<R, CallError>) -> Result<R, CallError> {
+        let result = body(&mut self.instance.instance);
+        let policy = self.slot.policy;
+        match &result {
+            Err(error) if error.poisons_instance() || self.instance.instance.is_poisoned() => {
+                tracing::debug!(policy = %policy.name, %error, "discarding policy instance");
+            }
+            _ => {
+                std::mem::forget(self.slot);
+                policy.lock_pool().idle.push(self.instance);
+                policy.returned.notify_one();
+            }
+        }
+        result
+    }
+
+    /// Evictions proposed on the state the instance was synced with; `cluster` must be that state (or a fork
+    /// of it taken at the same moment), to check the answer against. See [`LoadedPolicy::propose`].
+    pub fn propose(self, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
+        let policy = self.slot.policy;
+        let started = Instant::now();
+        let result = self.call(|instance| checked_proposals(instance.propose(context)?, cluster, context));
+        if let Some(metrics) = policy.metrics.get() {
+            metrics.observe(&policy.name, "propose", started.elapsed(), result.is_err());
+        }
+        result
+    }
+}
+
 /// Instances of one policy at once: one per filtering thread, and one each for the other loops.
 pub fn max_instances() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from) + 2
@@ -196,38 +233,31 @@ impl LoadedPolicy {
         body: impl FnOnce(&mut PolicyInstance) -> Result<R, CallError>,
     ) -> Result<R, CallError> {
         let started = Instant::now();
-        let result = self.call_pooled(cluster, body);
+        let result = self.prepare(cluster).and_then(|prepared| prepared.call(body));
         if let Some(metrics) = self.metrics.get() {
             metrics.observe(&self.name, operation, started.elapsed(), result.is_err());
         }
         result
     }
 
-    fn call_pooled<R>(
-        &self,
-        cluster: &ClusterState,
-        body: impl FnOnce(&mut PolicyInstance) -> Result<R, CallError>,
-    ) -> Result<R, CallError> {
+    /// An instance from the pool (or a new one), synced with `cluster` now and called later: the caller may let
+    /// go of `cluster` (a read lock on the live state, say) in between.
+    pub fn prepare(&self, cluster: &ClusterState) -> Result<Prepared<'_>, CallError> {
         let taken = self.take(cluster.epoch());
-        // Until the instance is back in the pool, it counts as live; if this call fails, panics or the instance
+        // Until the instance is back in the pool, it counts as live; if the call fails, panics or the instance
         // cannot be made, the guard gives its place back.
         let slot = Slot { policy: self };
         let mut instance = match taken {
             Some(instance) => instance,
             None => self.new_instance()?,
         };
-        let result = cluster.sync(&mut instance, self.descriptor.view).and_then(|()| body(&mut instance.instance));
-        match &result {
-            Err(error) if error.poisons_instance() || instance.instance.is_poisoned() => {
+        match cluster.sync(&mut instance, self.descriptor.view) {
+            Ok(()) => Ok(Prepared { slot, instance }),
+            Err(error) => {
                 tracing::debug!(policy = %self.name, %error, "discarding policy instance");
-            }
-            _ => {
-                std::mem::forget(slot);
-                self.lock_pool().idle.push(instance);
-                self.returned.notify_one();
+                Err(error)
             }
         }
-        result
     }
 
     fn lock_pool(&self) -> std::sync::MutexGuard<'_, Pool> {
@@ -317,40 +347,42 @@ impl LoadedPolicy {
         })
     }
 
-    /// Evictions the policy proposes on `cluster`. An answer naming a pod the cluster does not have, naming one
-    /// twice, longer than the cluster's pods, making room for a pod that is not pending, or placing a
-    /// replacement on a node the cluster does not have is malformed, and nothing of it is used.
+    /// Evictions the policy proposes on `cluster` (see [`checked_proposals`] for what is refused).
     pub fn propose(&self, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
-        self.with_instance(cluster, "propose", |instance| {
-            let evictions = instance.propose(context)?;
-            let malformed = |message: String| Err(CallError::Malformed { operation: "propose", message });
-            if evictions.len() > cluster.pod_count() {
-                return malformed(format!("{} evictions proposed for a cluster of {} pods", evictions.len(), cluster.pod_count()));
-            }
-            let mut seen = std::collections::HashSet::with_capacity(evictions.len());
-            for eviction in &evictions {
-                if cluster.pod_by_id(eviction.pod).is_none() {
-                    return malformed(format!("pod id {} is not a pod of the cluster", eviction.pod));
-                }
-                if !seen.insert(eviction.pod) {
-                    return malformed(format!("pod id {} is proposed twice", eviction.pod));
-                }
-                if let Some(uid) = eviction.room_for.as_deref().filter(|uid| !context.pending.iter().any(|pending| pending.pod.uid == *uid)) {
-                    return malformed(format!("room-for names {:?}, which is not a pending pod", truncated(uid)));
-                }
-                if let Some(Placement::RequiredNode(node) | Placement::PreferredNode(node)) = &eviction.placement {
-                    if cluster.node_id(node).is_none() {
-                        return malformed(format!("placement names node {:?}, which the cluster does not have", truncated(node)));
-                    }
-                }
-            }
-            Ok(evictions)
-        })
+        self.with_instance(cluster, "propose", |instance| checked_proposals(instance.propose(context)?, cluster, context))
     }
 
     pub fn recommend(&self, cluster: &ClusterState, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
         self.with_instance(cluster, "recommend", |instance| instance.recommend(request))
     }
+}
+
+/// An evict answer, checked against the state it was proposed on: naming a pod the cluster does not have,
+/// naming one twice, longer than the cluster's pods, making room for a pod that is not pending, or placing a
+/// replacement on a node the cluster does not have is malformed, and nothing of it is used.
+fn checked_proposals(evictions: Vec<Eviction>, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
+    let malformed = |message: String| Err(CallError::Malformed { operation: "propose", message });
+    if evictions.len() > cluster.pod_count() {
+        return malformed(format!("{} evictions proposed for a cluster of {} pods", evictions.len(), cluster.pod_count()));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(evictions.len());
+    for eviction in &evictions {
+        if cluster.pod_by_id(eviction.pod).is_none() {
+            return malformed(format!("pod id {} is not a pod of the cluster", eviction.pod));
+        }
+        if !seen.insert(eviction.pod) {
+            return malformed(format!("pod id {} is proposed twice", eviction.pod));
+        }
+        if let Some(uid) = eviction.room_for.as_deref().filter(|uid| !context.pending.iter().any(|pending| pending.pod.uid == *uid)) {
+            return malformed(format!("room-for names {:?}, which is not a pending pod", truncated(uid)));
+        }
+        if let Some(Placement::RequiredNode(node) | Placement::PreferredNode(node)) = &eviction.placement {
+            if cluster.node_id(node).is_none() {
+                return malformed(format!("placement names node {:?}, which the cluster does not have", truncated(node)));
+            }
+        }
+    }
+    Ok(evictions)
 }
 
 /// A guest's text in a message, at most 64 characters of it.

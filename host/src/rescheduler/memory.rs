@@ -23,6 +23,7 @@ struct Evicted {
 struct Refused {
     times: u32,
     until: Instant,
+    wait: Duration,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -44,12 +45,12 @@ impl Memory {
 
     /// A PodDisruptionBudget refused evicting the pod with `uid`; returns how long it now waits.
     pub fn record_refusal(&mut self, uid: &str, base: Duration, now: Instant) -> Duration {
-        let entry = self.refused.entry(uid.to_string()).or_insert(Refused { times: 0, until: now });
+        let entry = self.refused.entry(uid.to_string()).or_insert(Refused { times: 0, until: now, wait: base });
         entry.times += 1;
         let factor = 1u32.checked_shl(entry.times - 1).unwrap_or(u32::MAX).min(MAX_RETRY_FACTOR);
-        let wait = base * factor;
-        entry.until = now + wait;
-        wait
+        entry.wait = base * factor;
+        entry.until = now + entry.wait;
+        entry.wait
     }
 
     /// Forgets what no longer matters: evictions older than both the window and the pacing timeout, and
@@ -67,10 +68,11 @@ impl Memory {
     /// Why the pod must wait for a PodDisruptionBudget retry, if it must.
     pub fn refused_recently(&self, uid: &str, now: Instant) -> Option<String> {
         let refused = self.refused.get(uid).filter(|refused| refused.until > now)?;
+        // Stable between refusals, so the event users see is counted up, not repeated with a countdown.
         Some(format!(
-            "a PodDisruptionBudget refused its eviction {} time(s); next try in {}",
+            "a PodDisruptionBudget refused its eviction {} time(s); the next try waits {}",
             refused.times,
-            humantime::format_duration(Duration::from_secs((refused.until - now).as_secs().max(1)))
+            humantime::format_duration(refused.wait)
         ))
     }
 
@@ -147,7 +149,7 @@ mod tests {
         let base = Duration::from_secs(60);
         let waits: Vec<u64> = (0..7).map(|_| memory.record_refusal("u", base, start).as_secs()).collect();
         assert_eq!(waits, [60, 120, 240, 480, 960, 960, 960]);
-        assert!(memory.refused_recently("u", start + Duration::from_secs(959)).unwrap().contains("refused its eviction 7 time(s); next try in 1s"));
+        assert!(memory.refused_recently("u", start + Duration::from_secs(959)).unwrap().contains("refused its eviction 7 time(s); the next try waits 16m"));
         assert_eq!(memory.refused_recently("u", start + Duration::from_secs(960)), None);
         assert_eq!(memory.refused_recently("other", start), None);
     }

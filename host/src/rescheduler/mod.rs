@@ -21,7 +21,7 @@ pub mod metrics;
 pub mod plan;
 
 use crate::cluster::{ClusterEvent, SharedCluster};
-use crate::contract::types::PendingPod;
+use crate::contract::types::{EvictContext, PendingPod};
 use crate::kube::{ApiClient, EventRecorder};
 use crate::registry::PolicyRegistry;
 use evictor::{Answer, Evictor};
@@ -141,9 +141,12 @@ impl Rescheduler {
             .map(|(pod, reason)| PendingPod { pod, reason })
             .collect();
         pending.sort_by(|a, b| b.pod.priority.cmp(&a.pod.priority).then(a.pod.created_at.cmp(&b.pod.created_at)));
-        let whatif = self.cluster.read().fork();
-        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, pending, now: Instant::now(), wall: wall_seconds() };
-        let mut plan = crate::runtime::off_async_worker(|| plan::plan(inputs, whatif));
+        let context = EvictContext { now: wall_seconds(), pending };
+        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now };
+        let mut plan = crate::runtime::off_async_worker(|| {
+            let proposals = plan::propose(&generation.plans.eviction, self.cluster.read(), context);
+            plan::plan(inputs, proposals)
+        });
         plan.dry_run = dry_run;
         plan.warnings.append(&mut warnings);
         for warning in &plan.warnings {

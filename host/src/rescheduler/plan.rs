@@ -8,7 +8,9 @@ use super::budgets::Budgets;
 use super::envelope::Envelope;
 use super::memory::{Memory, Workload};
 use crate::cluster::{ClusterState, PodMeta};
-use crate::contract::types::{EvictContext, PendingPod, Placement, Pod};
+use crate::contract::types::{EvictContext, Eviction, Placement, Pod};
+use crate::policy::LoadedPolicy;
+use std::ops::Deref;
 use crate::registry::ProfilePolicies;
 use crate::config::ReschedulerSection;
 use crate::registry::Plans;
@@ -210,8 +212,6 @@ pub struct Inputs<'a> {
     pub plans: &'a Plans,
     pub memory: &'a Memory,
     pub budgets: Budgets,
-    /// Pods of wasp profiles waiting for room, highest priority first, with why they wait.
-    pub pending: Vec<PendingPod>,
     pub now: Instant,
     /// Seconds since the Unix epoch.
     pub wall: i64,
@@ -265,26 +265,52 @@ fn pods_by_workload(cluster: &ClusterState) -> HashMap<Workload, Vec<(String, bo
     workloads
 }
 
-/// Builds the plan of one run over `whatif`, a copy of the live state ([`ClusterState::fork`]) that the plan
-/// changes as it goes.
-pub fn plan(inputs: Inputs<'_>, mut whatif: ClusterState) -> Plan {
-    let Inputs { section, plans, memory, budgets, pending, now, wall } = inputs;
-    let mut plan = Plan { dry_run: section.dry_run, ..Plan::default() };
-    let context = EvictContext { now: wall, pending };
-    let mut proposed = HashSet::new();
-    for policy in &plans.eviction {
+/// What every strategy proposed on one moment of the cluster, with a what-if copy of that moment.
+pub struct Proposals {
+    whatif: ClusterState,
+    context: EvictContext,
+    answers: Vec<(String, Duration, Result<Vec<Eviction>, String>)>,
+}
+
+/// Syncs an instance of every strategy with `live` and forks it while holding it, then lets go of it (the
+/// informers write on meanwhile) and asks each strategy. Instances follow the live state from run to run, so a
+/// run sends each only the deltas since the last, never a snapshot of the whole cluster.
+pub fn propose<State: Deref<Target = ClusterState>>(policies: &[Arc<LoadedPolicy>], live: State, context: EvictContext) -> Proposals {
+    let mut prepared = Vec::with_capacity(policies.len());
+    for policy in policies {
         let started = Instant::now();
-        let result = policy.propose(&whatif, &context);
-        let proposals = match result {
+        prepared.push((policy.name().to_string(), started, policy.prepare(&live)));
+    }
+    let whatif = live.fork();
+    drop(live);
+    let answers = prepared
+        .into_iter()
+        .map(|(name, started, prepared)| {
+            let answer = prepared.and_then(|prepared| prepared.propose(&whatif, &context)).map_err(|error| error.to_string());
+            (name, started.elapsed(), answer)
+        })
+        .collect();
+    Proposals { whatif, context, answers }
+}
+
+/// Builds the plan of one run: the proposals, checked in order on their what-if copy, which the checks change as
+/// they go.
+pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
+    let Inputs { section, plans, memory, budgets, now, wall } = inputs;
+    let Proposals { mut whatif, context, answers } = proposals;
+    let mut plan = Plan { dry_run: section.dry_run, ..Plan::default() };
+    let mut proposed = HashSet::new();
+    for (policy, took, answer) in answers {
+        let proposals = match answer {
             Ok(proposals) => proposals,
             Err(error) => {
-                tracing::warn!(policy = policy.name(), %error, "evict policy failed; it proposes nothing this run");
-                plan.failures.push(PolicyFailure { policy: policy.name().to_string(), error: error.to_string() });
-                plan.proposals.push((policy.name().to_string(), started.elapsed(), 0));
+                tracing::warn!(%policy, %error, "evict policy failed; it proposes nothing this run");
+                plan.proposals.push((policy.clone(), took, 0));
+                plan.failures.push(PolicyFailure { policy, error });
                 continue;
             }
         };
-        plan.proposals.push((policy.name().to_string(), started.elapsed(), proposals.len()));
+        plan.proposals.push((policy.clone(), took, proposals.len()));
         for eviction in proposals {
             let Some((pod, node)) = whatif.pod_by_id(eviction.pod) else { continue };
             // The first strategy to propose a pod names it; later ones add nothing.
@@ -297,7 +323,7 @@ pub fn plan(inputs: Inputs<'_>, mut whatif: ClusterState) -> Plan {
                 uid: pod.uid.clone(),
                 node: node.to_string(),
                 workload: Workload::of(pod),
-                policy: policy.name().to_string(),
+                policy: policy.clone(),
                 reason: eviction.reason,
                 room_for: eviction.room_for,
                 placement: eviction.placement,

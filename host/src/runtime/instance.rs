@@ -214,14 +214,14 @@ impl PolicyInstance {
     pub fn propose(&mut self, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
         let evictions = self.call("propose", |bindings, store| bindings.wasp_policy_evict().call_propose(store, context))?
             .map_err(guest_error)?;
-        check_texts("propose", evictions.iter().map(|eviction| eviction.reason.as_str()))?;
+        check_texts("propose", MAX_PROPOSAL_TEXT_BYTES, evictions.iter().map(|eviction| eviction.reason.as_str()))?;
         Ok(evictions)
     }
 
     pub fn recommend(&mut self, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
         let decision = self.call("recommend", |bindings, store| bindings.wasp_policy_scale().call_recommend(store, request))?
             .map_err(guest_error)?;
-        check_texts("recommend", std::iter::once(decision.reason.as_str()))?;
+        check_texts("recommend", MAX_ANSWER_TEXT_BYTES, std::iter::once(decision.reason.as_str()))?;
         Ok(decision)
     }
 }
@@ -245,6 +245,9 @@ fn classify(operation: &'static str, limits: &Limits, out_of_memory: bool, error
 pub const MAX_REASON_BYTES: usize = 1024;
 /// All reasons of one answer together.
 pub const MAX_ANSWER_TEXT_BYTES: usize = 64 << 10;
+/// All reasons of one `propose` answer together: it may name every pod of a large cluster (a week-old cluster
+/// under pod-lifetime), a reason each.
+pub const MAX_PROPOSAL_TEXT_BYTES: usize = 16 << 20;
 
 /// A policy's own error, shortened to what a log line or an event can carry.
 fn guest_error(message: String) -> CallError {
@@ -265,7 +268,7 @@ fn truncate(mut text: String, limit: usize) -> String {
 }
 
 /// Reasons must be short enough for events and conditions, and all of them together bounded.
-fn check_texts<'a>(operation: &'static str, texts: impl Iterator<Item = &'a str>) -> Result<(), CallError> {
+fn check_texts<'a>(operation: &'static str, budget: usize, texts: impl Iterator<Item = &'a str>) -> Result<(), CallError> {
     let malformed = |message: String| Err(CallError::Malformed { operation, message });
     let mut total = 0usize;
     for text in texts {
@@ -273,8 +276,8 @@ fn check_texts<'a>(operation: &'static str, texts: impl Iterator<Item = &'a str>
             return malformed(format!("a reason of {} bytes (at most {MAX_REASON_BYTES})", text.len()));
         }
         total += text.len();
-        if total > MAX_ANSWER_TEXT_BYTES {
-            return malformed(format!("more than {MAX_ANSWER_TEXT_BYTES} bytes of reasons in one answer"));
+        if total > budget {
+            return malformed(format!("more than {budget} bytes of reasons in one answer"));
         }
     }
     Ok(())
@@ -298,7 +301,7 @@ fn validate_filter_result(result: &FilterResult, candidates: usize) -> Result<()
     if result.rejections.len() > candidates {
         return malformed(format!("{} rejections for {candidates} candidate nodes", result.rejections.len()));
     }
-    check_texts("filter", result.rejections.iter().flatten().map(String::as_str))?;
+    check_texts("filter", MAX_ANSWER_TEXT_BYTES, result.rejections.iter().flatten().map(String::as_str))?;
     Ok(())
 }
 
