@@ -296,6 +296,25 @@ mod tests {
     }
 
     #[test]
+    fn the_rescheduler_section_is_checked_with_field_names() {
+        let base = "policyDir: x\nscheduler: {profiles: [{schedulerName: a}]}\nrescheduler: {strategies: [{policy: e}], ";
+        for (section, expected) in [
+            ("interval: 0s}", "rescheduler.interval: 0s is outside 1s..=1day"),
+            ("fitProfile: b}", "rescheduler.fitProfile: \"b\" is not a scheduler profile (known: a)"),
+            ("protections: {namespaces: {include: [a], exclude: [b]}}}", "rescheduler.protections.namespaces: set include or exclude, not both"),
+            ("limits: {maxPerRun: 0}}", "rescheduler.limits.maxPerRun: 0 would forbid every eviction (leave it out for no limit, or use dryRun)"),
+            ("pacing: {maxEvictionsPerWorkload: 0}}", "rescheduler.pacing.maxEvictionsPerWorkload: 0 would forbid every eviction (leave the rescheduler out instead)"),
+            ("protections: {labelSelector: {matchExpressions: [{key: k, operator: Gt, values: ['1']}]}}}", "the rescheduler's configuration: rescheduler.protections.labelSelector.matchExpressions[0].operator: Gt and Lt are not label selector operators"),
+        ] {
+            assert_eq!(parse_error(&format!("{base}{section}")), expected, "{section}");
+        }
+        let twice = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a}]}\nrescheduler: {strategies: [{policy: e}, {policy: e}]}");
+        assert_eq!(twice, "rescheduler.strategies[1].policy: e is listed twice");
+        let defaults = HostConfig::parse(&format!("{base}dryRun: true}}")).unwrap().rescheduler.unwrap();
+        assert_eq!((defaults.interval.as_secs(), defaults.limits.max_per_run, defaults.limits.max_per_workload), (300, Some(10), Some(1)));
+    }
+
+    #[test]
     fn every_loop_section_names_policies_and_users_are_typed() {
         let config = HostConfig::parse(
             "policyDir: x\nscheduler: {profiles: [{schedulerName: a, filters: [p], scores: [{policy: p}]}]}\n\

@@ -279,15 +279,17 @@ pub fn propose<State: Deref<Target = ClusterState>>(policies: &[Arc<LoadedPolicy
     let mut prepared = Vec::with_capacity(policies.len());
     for policy in policies {
         let started = Instant::now();
-        prepared.push((policy.name().to_string(), started, policy.prepare(&live)));
+        let instance = policy.prepare(&live);
+        prepared.push((policy.name().to_string(), started.elapsed(), instance));
     }
     let whatif = live.fork();
     drop(live);
     let answers = prepared
         .into_iter()
-        .map(|(name, started, prepared)| {
+        .map(|(name, syncing, prepared)| {
+            let started = Instant::now();
             let answer = prepared.and_then(|prepared| prepared.propose(&whatif, &context)).map_err(|error| error.to_string());
-            (name, started.elapsed(), answer)
+            (name, syncing + started.elapsed(), answer)
         })
         .collect();
     Proposals { whatif, context, answers }
@@ -343,6 +345,7 @@ pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
         pending: context.pending.iter().map(|pending| (pending.pod.uid.clone(), pending.pod.clone())).collect(),
         budgets,
         counts: Counts::default(),
+        workload_verdicts: HashMap::new(),
         now,
         wall,
     };
@@ -387,33 +390,49 @@ struct Checker<'a> {
     pending: HashMap<String, Pod>,
     budgets: Budgets,
     counts: Counts,
+    /// Each workload's backoff or pacing verdict, once judged.
+    workload_verdicts: HashMap<Workload, Option<Skip>>,
     now: Instant,
     wall: i64,
 }
 
 impl Checker<'_> {
     /// Why the pod may not be evicted at all (protections, memory, limits, budgets), before any fit check.
-    fn held(&self, entry: &PlanEntry, pod: &Pod, meta: &PodMeta) -> Option<Skip> {
+    fn held(&mut self, entry: &PlanEntry, pod: &Pod, meta: &PodMeta) -> Option<Skip> {
         if let Some(reason) = self.envelope.protection(pod, meta, self.wall) {
             return Some(Skip::Protected(reason));
         }
         if let Some(reason) = self.memory.refused_recently(&entry.uid, self.now) {
             return Some(Skip::Budget(reason));
         }
-        if let Some(workload) = &entry.workload {
-            let pacing = &self.section.pacing;
-            if let Some(reason) = self.memory.backing_off(workload, pacing, self.now) {
-                return Some(Skip::Backoff(reason));
-            }
-            let ready: Vec<&str> = self.workloads.get(workload).into_iter().flatten().filter(|(_, ready)| *ready).map(|(uid, _)| uid.as_str()).collect();
-            if let Some(reason) = self.memory.awaiting_replacement(workload, &ready, pacing, self.now) {
-                return Some(Skip::Pacing(reason));
-            }
+        if let Some(skip) = entry.workload.as_ref().and_then(|workload| self.workload_held(workload)) {
+            return Some(skip);
         }
         if let Some(limit) = self.counts.limit_reached(self.section, &entry.node, &entry.namespace, entry.workload.as_ref()) {
             return Some(limit);
         }
         self.budgets.refusal(pod).map(Skip::Budget)
+    }
+
+    /// Backoff and pacing of a workload: the memory does not change during a plan, so each workload is judged
+    /// once, however many of its pods are candidates.
+    fn workload_held(&mut self, workload: &Workload) -> Option<Skip> {
+        if let Some(verdict) = self.workload_verdicts.get(workload) {
+            return verdict.clone();
+        }
+        let pacing = &self.section.pacing;
+        let verdict = self.memory.backing_off(workload, pacing, self.now).map(Skip::Backoff).or_else(|| {
+            let ready: Vec<&str> = self.workloads.get(workload).into_iter().flatten().filter(|(_, ready)| *ready).map(|(uid, _)| uid.as_str()).collect();
+            self.memory.awaiting_replacement(workload, &ready, pacing, self.now).map(Skip::Pacing)
+        });
+        self.workload_verdicts.insert(workload.clone(), verdict.clone());
+        verdict
+    }
+
+    /// The run's total is reached: nothing more is planned, and no candidate needs a closer look.
+    fn run_full(&self) -> Option<Skip> {
+        let limit = self.section.limits.max_per_run.filter(|limit| self.counts.total >= *limit)?;
+        Some(Skip::Limit(format!("maxPerRun {limit} reached")))
     }
 
     fn profile_for(&self, pod: &Pod) -> Option<&Arc<ProfilePolicies>> {
@@ -424,6 +443,9 @@ impl Checker<'_> {
     /// A pod to move: it must land on another node, where its own profile places it (or the policy's required
     /// node, if it fits there).
     fn moving(&mut self, entry: &PlanEntry, whatif: &mut ClusterState) -> Decision {
+        if let Some(full) = self.run_full() {
+            return Decision::Skip(full);
+        }
         let (Some((pod, _)), Some(meta)) = (whatif.pod(&entry.uid), whatif.pod_meta(&entry.uid)) else {
             return Decision::Skip(Skip::NoFit("the pod is gone".into()));
         };
@@ -479,6 +501,9 @@ impl Checker<'_> {
     /// must share a node, rank below the pending pod, pass the envelope, and together let it fit there.
     fn making_room(&mut self, uid: &str, victims: &[&PlanEntry], whatif: &mut ClusterState) -> Vec<Decision> {
         let all = |skip: Skip| victims.iter().map(|_| Decision::Skip(skip.clone())).collect::<Vec<_>>();
+        if let Some(full) = self.run_full() {
+            return all(full);
+        }
         let Some(beneficiary) = self.pending.get(uid).cloned() else {
             return all(Skip::Preemption(format!("pending pod {uid} no longer waits")));
         };
@@ -541,5 +566,35 @@ impl Checker<'_> {
             (None, Err(reason)) => all(Skip::NoFit(format!("even without these pods, {who} would not fit on node {node}: {reason}"))),
             (None, Ok(())) => unreachable!("handled above"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(name: &str) -> Workload {
+        Workload { namespace: "shop".into(), kind: "ReplicaSet".into(), name: name.into() }
+    }
+
+    #[test]
+    fn each_limit_counts_its_own_scope() {
+        let mut section = ReschedulerSection::with_strategies(Vec::new());
+        section.limits = serde_yaml::from_str("{maxPerRun: 4, maxPerNode: 2, maxPerNamespace: 3, maxPerWorkload: 1}").unwrap();
+        let mut counts = Counts::default();
+        let (web, db) = (workload("web"), workload("db"));
+        assert_eq!(counts.limit_reached(&section, "a", "shop", Some(&web)), None);
+        counts.add("a", "shop", Some(&web));
+        let again = counts.limit_reached(&section, "b", "shop", Some(&web)).unwrap();
+        assert_eq!(again, Skip::WorkloadLimit("maxPerWorkload 1 reached for ReplicaSet shop/web".into()));
+        assert!(again.waits_for_replacement(), "the next run comes soon for it");
+        counts.add("a", "shop", Some(&db));
+        assert_eq!(counts.limit_reached(&section, "a", "other", None), Some(Skip::Limit("maxPerNode 2 reached on node a".into())));
+        counts.add("b", "shop", None);
+        assert_eq!(counts.limit_reached(&section, "c", "shop", None), Some(Skip::Limit("maxPerNamespace 3 reached in namespace shop".into())));
+        counts.add("c", "other", None);
+        let run = counts.limit_reached(&section, "d", "third", None).unwrap();
+        assert_eq!(run, Skip::Limit("maxPerRun 4 reached".into()));
+        assert!(!run.waits_for_replacement());
     }
 }
