@@ -73,17 +73,30 @@ pub struct OwnedCounts {
 
 impl OwnedCounts {
     fn of(object: &Value) -> OwnedCounts {
-        let live = object.pointer("/metadata/deletionTimestamp").is_none();
+        let live = object.get("metadata").and_then(|metadata| metadata.get("deletionTimestamp")).is_none();
         OwnedCounts { total: 1, live: live as usize, ready: (live && crate::pdb::is_ready(object)) as usize }
     }
 }
 
+/// The uids of an object's owners. Runs on every write (twice for an update), so it reads the fields directly:
+/// `Value::pointer` allocates two strings per path segment.
 fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
-    object.pointer("/metadata/ownerReferences").and_then(Value::as_array).into_iter().flatten().filter_map(|owner| owner["uid"].as_str())
+    object
+        .get("metadata")
+        .and_then(|metadata| metadata.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|owner| owner.get("uid").and_then(Value::as_str))
 }
 
 impl State {
+    /// Index upkeep costs nothing for objects without owners (bare pods, nodes, events): their counts (a readiness
+    /// check) are only worked out when some owner will keep them.
     fn unindex(&mut self, resource_id: &str, key: &Key, object: &Value) {
+        if owner_uids(object).next().is_none() {
+            return;
+        }
         let counts = OwnedCounts::of(object);
         for uid in owner_uids(object) {
             let entry_key = (resource_id.to_string(), uid.to_string());
@@ -100,6 +113,9 @@ impl State {
     }
 
     fn index(&mut self, resource_id: &str, key: &Key, object: &Value) {
+        if owner_uids(object).next().is_none() {
+            return;
+        }
         let counts = OwnedCounts::of(object);
         for uid in owner_uids(object) {
             let owned = self.owned.entry((resource_id.to_string(), uid.to_string())).or_default();
