@@ -19,6 +19,7 @@ pub mod quantity;
 pub mod resources;
 pub mod spread;
 pub mod testing;
+pub mod utilization;
 
 #[doc(hidden)]
 pub mod guest;

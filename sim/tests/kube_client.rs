@@ -349,6 +349,8 @@ nodeGroups: [{name: worker, count: 1, cpu: "4", memory: 16Gi}]
     };
     for index in 0..6 {
         pods.create(&PostParams::default(), &pod(&format!("p{index}"))).await.unwrap();
+        // Part of the scenario, not a wait for a result: creations spread over several watch lifetimes, so some
+        // fall between a dropped watch and its resumption. The outcome is awaited on a condition below.
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     eventually("every pod seen across dropped watches", async || (seen.lock().unwrap().len() == 6).then_some(())).await;

@@ -7,16 +7,8 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{EvictContext, Eviction, NodeId, Placement, PodPhase, ViewScope};
+use wasp_sdk::utilization::{Thresholds, Utilization};
 use wasp_sdk::{Cluster, Evict, NodeInfo, Policy};
-
-/// Percentages of allocatable per resource.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Thresholds {
-    pub cpu: f64,
-    pub memory: f64,
-    pub pods: f64,
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -26,7 +18,7 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { thresholds: Thresholds { cpu: 20.0, memory: 20.0, pods: 20.0 } }
+        Settings { thresholds: Thresholds::uniform(20.0) }
     }
 }
 
@@ -34,16 +26,9 @@ pub struct HighNodeUtilization {
     settings: Settings,
 }
 
-fn percent(used: u64, total: u64) -> f64 {
-    if total == 0 { 100.0 } else { used as f64 * 100.0 / total as f64 }
-}
-
 impl HighNodeUtilization {
     fn underutilized(&self, node: &NodeInfo) -> bool {
-        let (requested, allocatable, limits) = (&node.usage.requested, &node.node.allocatable, &self.settings.thresholds);
-        percent(requested.cpu_millis, allocatable.cpu_millis) < limits.cpu
-            && percent(requested.memory_bytes, allocatable.memory_bytes) < limits.memory
-            && percent(node.usage.pod_count as u64, node.node.allocatable_pods as u64) < limits.pods
+        Utilization::of(node).all_below(&self.settings.thresholds)
     }
 }
 
@@ -54,12 +39,7 @@ impl Policy for HighNodeUtilization {
     const SETTINGS_DOC: &'static str = "thresholds: {cpu, memory, pods} percent of allocatable under which a node is emptied (default 20 each)";
 
     fn new(settings: Settings) -> Result<Self, String> {
-        let limits = &settings.thresholds;
-        for (resource, value) in [("cpu", limits.cpu), ("memory", limits.memory), ("pods", limits.pods)] {
-            if !(0.0..=100.0).contains(&value) {
-                return Err(format!("thresholds.{resource}: {value} is outside 0..100"));
-            }
-        }
+        settings.thresholds.validate("thresholds")?;
         Ok(HighNodeUtilization { settings })
     }
 

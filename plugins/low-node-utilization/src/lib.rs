@@ -7,16 +7,8 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, ViewScope};
+use wasp_sdk::utilization::{Thresholds, Utilization};
 use wasp_sdk::{Cluster, Evict, NodeInfo, Policy};
-
-/// Percentages of allocatable per resource: `cpu`, `memory`, `pods`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Thresholds {
-    pub cpu: f64,
-    pub memory: f64,
-    pub pods: f64,
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -30,8 +22,8 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            thresholds: Thresholds { cpu: 20.0, memory: 20.0, pods: 20.0 },
-            target_thresholds: Thresholds { cpu: 50.0, memory: 50.0, pods: 50.0 },
+            thresholds: Thresholds::uniform(20.0),
+            target_thresholds: Thresholds::uniform(50.0),
             number_of_nodes: 0,
         }
     }
@@ -39,37 +31,6 @@ impl Default for Settings {
 
 pub struct LowNodeUtilization {
     settings: Settings,
-}
-
-/// Requested CPU, memory and pods in percent of the node's allocatable.
-#[derive(Debug, Clone, Copy)]
-struct Usage {
-    cpu: f64,
-    memory: f64,
-    pods: f64,
-}
-
-fn percent(used: u64, total: u64) -> f64 {
-    if total == 0 { 100.0 } else { used as f64 * 100.0 / total as f64 }
-}
-
-fn usage_of(cpu: u64, memory: u64, pods: u64, node: &NodeInfo) -> Usage {
-    let allocatable = &node.node.allocatable;
-    Usage {
-        cpu: percent(cpu, allocatable.cpu_millis),
-        memory: percent(memory, allocatable.memory_bytes),
-        pods: percent(pods, node.node.allocatable_pods as u64),
-    }
-}
-
-impl Usage {
-    fn all_below(&self, limits: &Thresholds) -> bool {
-        self.cpu < limits.cpu && self.memory < limits.memory && self.pods < limits.pods
-    }
-
-    fn any_above(&self, limits: &Thresholds) -> bool {
-        self.cpu > limits.cpu || self.memory > limits.memory || self.pods > limits.pods
-    }
 }
 
 /// Room left on the underutilized nodes up to their targets: CPU millis, memory bytes, pods.
@@ -86,15 +47,6 @@ impl Room {
     }
 }
 
-fn check(field: &str, limits: &Thresholds) -> Result<(), String> {
-    for (resource, value) in [("cpu", limits.cpu), ("memory", limits.memory), ("pods", limits.pods)] {
-        if !(0.0..=100.0).contains(&value) {
-            return Err(format!("{field}.{resource}: {value} is outside 0..100"));
-        }
-    }
-    Ok(())
-}
-
 impl Policy for LowNodeUtilization {
     type Settings = Settings;
     const NAME: &'static str = "low-node-utilization";
@@ -104,8 +56,8 @@ impl Policy for LowNodeUtilization {
         numberOfNodes: act only when more nodes than this are underutilized (default 0)";
 
     fn new(settings: Settings) -> Result<Self, String> {
-        check("thresholds", &settings.thresholds)?;
-        check("targetThresholds", &settings.target_thresholds)?;
+        settings.thresholds.validate("thresholds")?;
+        settings.target_thresholds.validate("targetThresholds")?;
         let (low, high) = (&settings.thresholds, &settings.target_thresholds);
         if low.cpu > high.cpu || low.memory > high.memory || low.pods > high.pods {
             return Err("thresholds: each must be at most its targetThresholds value".into());
@@ -121,12 +73,8 @@ impl Policy for LowNodeUtilization {
 impl Evict for LowNodeUtilization {
     fn propose(&self, cluster: &Cluster, _context: &EvictContext) -> Vec<Eviction> {
         let (low, target) = (&self.settings.thresholds, &self.settings.target_thresholds);
-        let usage = |node: &NodeInfo| {
-            let requested = &node.usage.requested;
-            usage_of(requested.cpu_millis, requested.memory_bytes, node.usage.pod_count as u64, node)
-        };
         let usable = |node: &&NodeInfo| node.node.is_ready() && !node.node.unschedulable;
-        let underutilized: Vec<&NodeInfo> = cluster.nodes().filter(usable).filter(|node| usage(node).all_below(low)).collect();
+        let underutilized: Vec<&NodeInfo> = cluster.nodes().filter(usable).filter(|node| Utilization::of(node).all_below(low)).collect();
         if underutilized.is_empty() || underutilized.len() as u32 <= self.settings.number_of_nodes {
             return Vec::new();
         }
@@ -137,8 +85,8 @@ impl Evict for LowNodeUtilization {
             room.memory += (allocatable.memory_bytes as f64 * target.memory / 100.0) as i128 - node.usage.requested.memory_bytes as i128;
             room.pods += (node.node.allocatable_pods as f64 * target.pods / 100.0) as i128 - node.usage.pod_count as i128;
         }
-        let mut overutilized: Vec<(&NodeInfo, Usage)> =
-            cluster.nodes().map(|node| (node, usage(node))).filter(|(_, usage)| usage.any_above(target)).collect();
+        let mut overutilized: Vec<(&NodeInfo, Utilization)> =
+            cluster.nodes().map(|node| (node, Utilization::of(node))).filter(|(_, usage)| usage.any_above(target)).collect();
         // The most loaded first: they gain most from the room there is.
         overutilized.sort_by(|(a, left), (b, right)| (right.cpu + right.memory).total_cmp(&(left.cpu + left.memory)).then(a.name().cmp(b.name())));
         let mut evictions = Vec::new();
@@ -147,7 +95,7 @@ impl Evict for LowNodeUtilization {
             pods.sort_by_key(|bound| (bound.pod.priority, std::cmp::Reverse(bound.pod.created_at)));
             let (mut cpu, mut memory, mut count) = (node.usage.requested.cpu_millis, node.usage.requested.memory_bytes, node.usage.pod_count as u64);
             for bound in pods {
-                if !usage_of(cpu, memory, count, node).any_above(target) {
+                if !Utilization::with(cpu, memory, count, node).any_above(target) {
                     break;
                 }
                 let requests = bound.pod.requests();
