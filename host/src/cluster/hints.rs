@@ -46,6 +46,19 @@ impl PlacementHints {
         self.lock().entry(workload).or_default().push_back((placement, Instant::now() + HINT_TTL));
     }
 
+    /// An eviction that `add`ed `placement` did not happen: its replacement will not come.
+    pub fn withdraw(&self, workload: &Workload, placement: &Placement) {
+        let mut hints = self.lock();
+        if let Some(queue) = hints.get_mut(workload) {
+            if let Some(position) = queue.iter().rposition(|(queued, _)| queued == placement) {
+                queue.remove(position);
+            }
+            if queue.is_empty() {
+                hints.remove(workload);
+            }
+        }
+    }
+
     /// The hint for `pod`'s workload, if one is live.
     pub fn for_pod(&self, pod: &Pod) -> Option<Placement> {
         let workload = Workload::of(pod)?;
@@ -69,5 +82,30 @@ impl PlacementHints {
                 hints.remove(&workload);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::convert;
+
+    fn replica(name: &str) -> Pod {
+        let source = serde_json::json!({"metadata": {"name": name, "namespace": "d", "uid": name,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]},
+            "spec": {"containers": []}});
+        convert::pod(&serde_json::from_value(source).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_withdrawn_hint_leaves_the_others_of_its_workload_in_order() {
+        let hints = PlacementHints::default();
+        let workload = Workload::of(&replica("a")).unwrap();
+        hints.add(workload.clone(), Placement::PreferredNode("n-1".into()));
+        hints.add(workload.clone(), Placement::PreferredNode("n-2".into()));
+        hints.withdraw(&workload, &Placement::PreferredNode("n-2".into()));
+        assert_eq!(hints.for_pod(&replica("b")), Some(Placement::PreferredNode("n-1".into())));
+        hints.consumed_by(&replica("b"));
+        assert_eq!(hints.for_pod(&replica("c")), None, "the withdrawn eviction has no replacement to guide");
     }
 }

@@ -206,13 +206,20 @@ impl Rescheduler {
     /// after a budget's refusal, the policy's placement hint for the replacement.
     async fn evict(&self, entry: &plan::PlanEntry, budget_retry: Duration, beneficiary: Option<&str>) -> Outcome {
         self.stats.eviction_requests.fetch_add(1, Ordering::Relaxed);
-        match self.evictor.evict(entry).await {
+        // The hint goes in before the request: the controller may create the replacement, and the scheduler
+        // bind it, before the eviction's answer arrives here.
+        let hint = entry.workload.as_ref().zip(entry.placement.as_ref());
+        if let Some((workload, placement)) = hint {
+            self.cluster.hints.add(workload.clone(), placement.clone());
+        }
+        let answer = self.evictor.evict(entry).await;
+        if let (Some((workload, placement)), false) = (hint, matches!(answer, Answer::Evicted)) {
+            self.cluster.hints.withdraw(workload, placement);
+        }
+        match answer {
             Answer::Evicted => {
                 self.stats.evicted.fetch_add(1, Ordering::Relaxed);
                 self.memory().record_eviction(entry.workload.as_ref(), entry.siblings.clone(), Instant::now());
-                if let (Some(workload), Some(placement)) = (&entry.workload, &entry.placement) {
-                    self.cluster.hints.add(workload.clone(), placement.clone());
-                }
                 tracing::info!(pod = %entry.key(), node = %entry.node, policy = %entry.policy, reason = %entry.reason, decision = ?entry.decision, "evicted");
                 match beneficiary {
                     Some(beneficiary) => self.evictor.preempted(entry, beneficiary).await,
