@@ -12,6 +12,7 @@
 
 extern crate self as wasp_sdk;
 
+pub mod autoscaling;
 pub mod cluster;
 pub mod matching;
 pub mod policy;
@@ -48,7 +49,7 @@ pub mod types {
 }
 
 /// The contract version this SDK builds against (the `wasp:policy` WIT package version).
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 pub use cluster::{Cluster, NodeInfo, PodInfo};
 pub use policy::{Evict, Filter, Normalization, Policy, Scale, Score, Verdict};

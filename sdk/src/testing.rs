@@ -4,7 +4,7 @@
 use crate::quantity;
 use crate::types::{
     Condition, Container, InclusionPolicy, LabelSelector, Metric, Node, NodeAffinity, NodeSelectorTerm, Owner, Pod,
-    PodMetric, PodPhase, PreferredTerm, Resources, ScaleRequest, SelectorRequirement, Taint, TaintEffect,
+    MetricSample, MetricSource, MetricTarget, PodMetric, PodPhase, PreferredTerm, Resources, ScaleRequest, SelectorRequirement, Taint, TaintEffect,
     Toleration, TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction,
 };
 
@@ -279,19 +279,35 @@ impl NodeBuilder {
     }
 }
 
-/// Samples of one metric across a workload's pods.
+/// One metric of a workload: its pods' readings, or an object's or external series' value.
 pub struct MetricBuilder {
     metric: Metric,
 }
 
 impl MetricBuilder {
-    pub fn new(name: &str, target_average: f64) -> Self {
-        MetricBuilder { metric: Metric { name: name.into(), target_average, pods: Vec::new() } }
+    fn with(name: &str, source: MetricSource, target: MetricTarget, value: Option<f64>) -> Self {
+        MetricBuilder { metric: Metric { name: name.into(), source, target, pods: Vec::new(), value, error: None, history: Vec::new() } }
+    }
+
+    /// A Resource metric held to a percent of requests; each pod requests 100, so readings read as percent.
+    pub fn utilization(name: &str, percent: f64) -> Self {
+        Self::with(name, MetricSource::Resource, MetricTarget::Utilization(percent), None)
+    }
+
+    /// A Pods metric held to an average per pod.
+    pub fn average(name: &str, target: f64) -> Self {
+        Self::with(name, MetricSource::Pods, MetricTarget::AverageValue(target), None)
+    }
+
+    /// An External metric whose series sum to `value`; add the target's pods with [`MetricBuilder::ready_pods`].
+    pub fn external(name: &str, target: MetricTarget, value: f64) -> Self {
+        Self::with(name, MetricSource::External, target, Some(value))
     }
 
     fn push(mut self, ready: bool, value: Option<f64>) -> Self {
         let pod = format!("pod-{}", self.metric.pods.len());
-        self.metric.pods.push(PodMetric { pod, ready, value });
+        let request = matches!(self.metric.target, MetricTarget::Utilization(_)).then_some(100.0);
+        self.metric.pods.push(PodMetric { pod, ready, started: 0, value, request });
         self
     }
 
@@ -308,17 +324,45 @@ impl MetricBuilder {
         self.push(true, None)
     }
 
+    /// `count` ready pods without readings (the pods of an Object or External metric's target).
+    pub fn ready_pods(self, count: usize) -> Self {
+        (0..count).fold(self, |builder, _| builder.push(true, None))
+    }
+
+    /// The request of the pod added last.
+    pub fn request(mut self, request: f64) -> Self {
+        if let Some(pod) = self.metric.pods.last_mut() {
+            pod.request = Some(request);
+        }
+        self
+    }
+
+    /// The metric could not be read.
+    pub fn error(mut self, error: &str) -> Self {
+        self.metric.error = Some(error.into());
+        self
+    }
+
+    /// Earlier readings, `(seconds since the epoch, reading)`, oldest first.
+    pub fn history(mut self, samples: &[(i64, f64)]) -> Self {
+        self.metric.history = samples.iter().map(|(at, value)| MetricSample { at: *at, value: *value }).collect();
+        self
+    }
+
     pub fn build(self) -> Metric {
         self.metric
     }
 }
 
+/// A request at time 0 with no earlier recommendations.
 pub fn scale_request(current_replicas: u32, min: u32, max: u32, metrics: Vec<Metric>) -> ScaleRequest {
     ScaleRequest {
-        workload: "default/deployment/web".into(),
+        workload: "default/Deployment/web".into(),
+        now: 0,
         current_replicas,
         min_replicas: min,
         max_replicas: max,
         metrics,
+        recommendations: Vec::new(),
     }
 }

@@ -1,0 +1,214 @@
+//! `predictive`: scale ahead of a rising trend. Each metric's recent readings (the host keeps them) are
+//! extrapolated `horizon` ahead, by a least-squares line or Holt's double exponential smoothing, and the
+//! replicas that forecast calls for are added before the target is exceeded; the HPA's proposal for today's
+//! reading is the floor. A falling trend never scales down early: scale-down follows the readings, through the
+//! host's stabilization window.
+
+use serde::{Deserialize, Serialize};
+use wasp_sdk::autoscaling::{describe, propose, replicas_for_reading, DEFAULT_TOLERANCE};
+use wasp_sdk::types::{Metric, MetricProposal, MetricSample, ScaleDecision, ScaleRequest};
+use wasp_sdk::{Policy, Scale};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    Linear,
+    Holt,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Settings {
+    pub method: Method,
+    /// How far ahead to look, in seconds: about the time a new pod takes to become Ready and useful.
+    pub horizon_seconds: u32,
+    /// Holt's smoothing of the level and of the trend, each in (0, 1].
+    pub alpha: f64,
+    pub beta: f64,
+    /// Readings needed before any forecast.
+    pub min_samples: u32,
+    pub tolerance: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { method: Method::Holt, horizon_seconds: 120, alpha: 0.5, beta: 0.5, min_samples: 3, tolerance: DEFAULT_TOLERANCE }
+    }
+}
+
+pub struct Predictive {
+    settings: Settings,
+}
+
+impl Policy for Predictive {
+    type Settings = Settings;
+    const NAME: &'static str = "predictive";
+    const SETTINGS_DOC: &'static str = "method: holt (default) or linear\n\
+        horizonSeconds: how far ahead to forecast (default 120, at most 3600)\n\
+        alpha, beta: Holt's level and trend smoothing, in (0, 1] (default 0.5, 0.5)\n\
+        minSamples: readings needed before forecasting, at least 2 (default 3)\n\
+        tolerance: relative change ignored, 0 to 1 (default 0.1)";
+
+    fn new(settings: Settings) -> Result<Self, String> {
+        for (field, value) in [("alpha", settings.alpha), ("beta", settings.beta)] {
+            if !(value > 0.0 && value <= 1.0) {
+                return Err(format!("{field}: {value} is outside (0, 1]"));
+            }
+        }
+        if !(1..=3600).contains(&settings.horizon_seconds) {
+            return Err(format!("horizonSeconds: {} is outside 1..3600", settings.horizon_seconds));
+        }
+        if settings.min_samples < 2 {
+            return Err(format!("minSamples: {} is too few to see a trend (at least 2)", settings.min_samples));
+        }
+        if !(0.0..1.0).contains(&settings.tolerance) {
+            return Err(format!("tolerance: {} is outside [0, 1)", settings.tolerance));
+        }
+        Ok(Predictive { settings })
+    }
+
+    fn as_scale(&self) -> Option<&dyn Scale> {
+        Some(self)
+    }
+}
+
+/// (forecast reading at `at`, trend per second) from readings oldest first.
+fn linear(samples: &[MetricSample], at: i64) -> (f64, f64) {
+    let count = samples.len() as f64;
+    let mean_t = samples.iter().map(|sample| sample.at as f64).sum::<f64>() / count;
+    let mean_v = samples.iter().map(|sample| sample.value).sum::<f64>() / count;
+    let covariance: f64 = samples.iter().map(|sample| (sample.at as f64 - mean_t) * (sample.value - mean_v)).sum();
+    let variance: f64 = samples.iter().map(|sample| (sample.at as f64 - mean_t).powi(2)).sum();
+    let slope = if variance > 0.0 { covariance / variance } else { 0.0 };
+    (mean_v + slope * (at as f64 - mean_t), slope)
+}
+
+fn holt(samples: &[MetricSample], at: i64, alpha: f64, beta: f64) -> (f64, f64) {
+    let span = (samples[samples.len() - 1].at - samples[0].at) as f64;
+    let step = (span / (samples.len() - 1) as f64).max(1.0);
+    let mut level = samples[0].value;
+    let mut trend = samples[1].value - samples[0].value;
+    for sample in &samples[1..] {
+        let previous = level;
+        level = alpha * sample.value + (1.0 - alpha) * (level + trend);
+        trend = beta * (level - previous) + (1.0 - beta) * trend;
+    }
+    let steps_ahead = (at - samples[samples.len() - 1].at) as f64 / step;
+    (level + trend * steps_ahead, trend / step)
+}
+
+impl Predictive {
+    /// What `metric` wants now and, with a rising trend, ahead; with the words for the reason.
+    fn metric_proposal(&self, metric: &Metric, request: &ScaleRequest) -> Result<(u32, String), String> {
+        let current = request.current_replicas;
+        let now = propose(metric, current, self.settings.tolerance)?;
+        let samples = &metric.history;
+        let today = describe(metric, &now);
+        if samples.len() < self.settings.min_samples as usize {
+            return Ok((now.replicas, format!("{today} ({} of {} readings for a forecast)", samples.len(), self.settings.min_samples)));
+        }
+        let ahead = request.now + i64::from(self.settings.horizon_seconds);
+        let (forecast, per_second) = match self.settings.method {
+            Method::Linear => linear(samples, ahead),
+            Method::Holt => holt(samples, ahead, self.settings.alpha, self.settings.beta),
+        };
+        if per_second <= 0.0 {
+            return Ok((now.replicas, format!("{today}; not rising")));
+        }
+        let Some(ahead_replicas) = replicas_for_reading(metric, forecast, current, self.settings.tolerance) else {
+            return Ok((now.replicas, today));
+        };
+        let replicas = now.replicas.max(ahead_replicas);
+        let horizon = self.settings.horizon_seconds;
+        Ok((replicas, format!("{today}; rising {per_second:.3}/s, {forecast:.3} in {horizon}s wants {ahead_replicas}")))
+    }
+}
+
+impl Scale for Predictive {
+    fn recommend(&self, request: &ScaleRequest) -> Result<ScaleDecision, String> {
+        if request.metrics.is_empty() {
+            return Err(format!("{}: no metrics to scale on", request.workload));
+        }
+        let (mut proposals, mut details, mut failures) = (Vec::new(), Vec::new(), Vec::new());
+        for metric in &request.metrics {
+            match self.metric_proposal(metric, request) {
+                Ok((replicas, detail)) => {
+                    details.push(detail);
+                    proposals.push(MetricProposal { metric: metric.name.clone(), replicas });
+                }
+                Err(error) => failures.push(error),
+            }
+        }
+        let Some(chosen) = proposals.iter().map(|proposal| proposal.replicas).max() else { return Err(failures.join("; ")) };
+        let current = request.current_replicas;
+        let desired = if !failures.is_empty() && chosen < current { current } else { chosen };
+        let mut reason = details.join("; ");
+        if desired != chosen {
+            reason = format!("{reason}; not scaling down while {}", failures.join("; "));
+        }
+        Ok(ScaleDecision { desired_replicas: desired, reason, proposals })
+    }
+}
+
+wasp_sdk::export_policy!(Predictive);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasp_sdk::guest::build;
+    use wasp_sdk::testing::{scale_request, MetricBuilder};
+
+    /// Two pods serving `per_pod` requests per second each now (target 10), after `history`.
+    fn qps(per_pod: f64, history: &[(i64, f64)]) -> Metric {
+        MetricBuilder::average("qps", 10.0).ready(per_pod).ready(per_pod).history(history).build()
+    }
+
+    fn at_time(now: i64, metric: Metric) -> ScaleRequest {
+        let mut request = scale_request(2, 1, 20, vec![metric]);
+        request.now = now;
+        request
+    }
+
+    /// A ramp of 0.1 per pod per second, read every 15 s, reaching `per_pod` now at t = 60.
+    fn ramp(per_pod: f64) -> Vec<(i64, f64)> {
+        (0..5).map(|step| (step * 15, per_pod - 0.1 * (60 - step * 15) as f64)).collect()
+    }
+
+    #[test]
+    fn a_steady_ramp_is_met_before_the_target_is_exceeded() {
+        for method in ["linear", "holt"] {
+            let policy = build::<Predictive>(&format!(r#"{{"method": "{method}", "horizonSeconds": 120}}"#)).unwrap();
+            // 9.5 per pod is within the target: the HPA would keep 2. In 120 s the ramp reaches 21.5: 5 pods.
+            let decision = policy.recommend(&at_time(60, qps(9.5, &ramp(9.5)))).unwrap();
+            assert_eq!(decision.desired_replicas, 5, "{method}: {}", decision.reason);
+            assert!(decision.reason.contains("rising 0.100/s"), "{method}: {}", decision.reason);
+        }
+    }
+
+    #[test]
+    fn flat_or_falling_readings_change_nothing_early() {
+        let policy = build::<Predictive>("").unwrap();
+        let flat: Vec<(i64, f64)> = (0..5).map(|step| (step * 15, 9.5)).collect();
+        assert_eq!(policy.recommend(&at_time(60, qps(9.5, &flat))).unwrap().desired_replicas, 2);
+        let falling: Vec<(i64, f64)> = (0..5).map(|step| (step * 15, 9.5 + 0.1 * (60 - step * 15) as f64)).collect();
+        let decision = policy.recommend(&at_time(60, qps(9.5, &falling))).unwrap();
+        assert_eq!(decision.desired_replicas, 2);
+        assert!(decision.reason.ends_with("not rising"), "{}", decision.reason);
+    }
+
+    #[test]
+    fn too_few_readings_fall_back_to_the_hpa_rule() {
+        let policy = build::<Predictive>("").unwrap();
+        let decision = policy.recommend(&at_time(60, qps(20.0, &[(45, 15.0), (60, 20.0)]))).unwrap();
+        assert_eq!(decision.desired_replicas, 4, "ceil(2.0 * 2) today");
+        assert!(decision.reason.contains("(2 of 3 readings for a forecast)"), "{}", decision.reason);
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert!(build::<Predictive>(r#"{"alpha": 0}"#).err().unwrap().contains("alpha"));
+        assert!(build::<Predictive>(r#"{"horizonSeconds": 0}"#).err().unwrap().contains("horizonSeconds"));
+        assert!(build::<Predictive>(r#"{"minSamples": 1}"#).err().unwrap().contains("minSamples"));
+        assert!(build::<Predictive>(r#"{"method": "arima"}"#).is_err());
+    }
+}
