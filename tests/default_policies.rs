@@ -25,7 +25,7 @@ fn every_default_policy_describes_itself() {
         assert_eq!(policy.name(), name);
         assert_eq!(policy.descriptor.kinds, kinds, "{name}");
         assert_eq!(policy.descriptor.view, view, "{name}");
-        assert_eq!(policy.contract_version, "0.2.0");
+        assert_eq!(policy.contract_version, "0.3.0");
         assert!(policy.size < 300 * 1024, "{name} is {} bytes; a ConfigMap holds 1 MiB in all", policy.size);
         let defaults: serde_json::Value = serde_json::from_str(&policy.descriptor.default_settings).unwrap();
         assert!(defaults.is_object(), "{name}");

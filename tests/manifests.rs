@@ -88,6 +88,16 @@ fn the_install_is_consistent() {
         assert!(allows(&rules, "", "pods/eviction", "create"), "the rescheduler evicts through the Eviction API");
         assert!(allows(&rules, "policy", "poddisruptionbudgets", "list"), "the rescheduler plans within the budgets");
     }
+    if config.autoscaler.is_some() {
+        assert!(allows(&rules, "wasp.dev", "autoscalers", "list") && allows(&rules, "wasp.dev", "autoscalers/status", "patch"));
+        for scale in ["deployments/scale", "statefulsets/scale", "replicasets/scale"] {
+            assert!(allows(&rules, "apps", scale, "get") && allows(&rules, "apps", scale, "update"), "the autoscaler changes replicas through {scale}");
+        }
+        assert!(!allows(&rules, "apps", "deployments", "update"), "never the workloads themselves");
+        assert!(allows(&rules, "autoscaling", "horizontalpodautoscalers", "list"), "conflicts with HPAs are checked");
+        let crd = &documents["CustomResourceDefinition"][0];
+        assert_eq!(crd["metadata"]["name"], "autoscalers.wasp.dev");
+    }
     let role: Role = typed(&documents["Role"][0]);
     assert_eq!(role.metadata.namespace.as_deref(), Some(config.leader_election.lease_namespace.as_str()));
     let role_rules = role.rules.unwrap();

@@ -5,10 +5,11 @@
 //! standby is warm and Ready (a rolling update of the 2-replica Deployment can finish), and a failover starts
 //! deciding at once on a full view. Only the holder of the Lease runs the loops.
 //!
-//! The scheduler and the rescheduler run; the autoscaler section is validated, and its policies loaded,
-//! canaried and hot-swapped, for the loop that comes next. The rescheduler loop runs whether or not the
-//! configuration has its section, so a reload that adds one takes effect without a restart.
+//! The scheduler, the rescheduler and the autoscaler run side by side. The rescheduler and autoscaler loops run
+//! whether or not the configuration has their sections, so a reload that adds one takes effect without a restart.
 
+use crate::autoscaler::metrics::AutoscalerMetrics;
+use crate::autoscaler::AutoscalerLoop;
 use crate::cluster::{informer, SharedCluster};
 use crate::config::HostConfig;
 use crate::kube::leader::{Candidate, LeaderElection};
@@ -36,6 +37,7 @@ pub struct Host {
     pub events: EventRecorder,
     pub scheduler: Arc<Scheduler>,
     pub rescheduler: Arc<Rescheduler>,
+    pub autoscaler: Arc<AutoscalerLoop>,
     pub endpoints: Arc<Endpoints>,
     informers: Mutex<Option<informer::Informers>>,
 }
@@ -53,6 +55,10 @@ impl Host {
         let rescheduler = Rescheduler::new(policies.clone(), cluster.clone(), api.clone(), &events, rescheduler_metrics);
         let reported = rescheduler.clone();
         endpoints.status_section("rescheduler", Box::new(move || serde_json::json!({"lastRun": reported.last_run()})));
+        let autoscaler_metrics = AutoscalerMetrics::register(&mut endpoints.metrics);
+        let autoscaler = AutoscalerLoop::new(policies.clone(), cluster.clone(), api.clone(), &events, autoscaler_metrics);
+        let reported = autoscaler.clone();
+        endpoints.status_section("autoscaler", Box::new(move || serde_json::json!({"lastPass": reported.last_pass()})));
         let scraped = scheduler.clone();
         endpoints.on_scrape(Box::new(move || scraped.update_metrics()));
         let informed = cluster.clone();
@@ -74,7 +80,7 @@ impl Host {
                 _ => Ok(()),
             }),
         );
-        Arc::new(Host { api, identity, cluster, policies, events, scheduler, rescheduler, endpoints: Arc::new(endpoints), informers: Mutex::new(None) })
+        Arc::new(Host { api, identity, cluster, policies, events, scheduler, rescheduler, autoscaler, endpoints: Arc::new(endpoints), informers: Mutex::new(None) })
     }
 
     /// A host on `api` with `config` (policy files still reload when watched, the configuration does not).
@@ -118,10 +124,7 @@ impl Host {
     /// Runs the loops the configuration enables until the task is dropped (no leader election: one replica).
     pub async fn run_loops(self: Arc<Self>) {
         self.start_informers();
-        if self.policies.current().config.autoscaler.is_some() {
-            tracing::warn!(section = "autoscaler", "its policies are loaded and kept current, but this version has no autoscaler loop yet");
-        }
-        tokio::join!(self.scheduler.clone().run(), self.rescheduler.clone().run());
+        tokio::join!(self.scheduler.clone().run(), self.rescheduler.clone().run(), self.autoscaler.clone().run());
     }
 
     /// Syncs the informers, then runs the loops only while holding the Lease; returns when the Lease is lost

@@ -11,9 +11,11 @@
 //! - [`serve`]: `/metrics`, `/healthz`, `/readyz`, `/policies`.
 //! - [`scheduler`]: named scheduler profiles driven by filter and score policies.
 //! - [`rescheduler`]: evict policies inside a safety envelope; evictions through the Eviction API.
+//! - [`autoscaler`]: `Autoscaler` resources scaled by scale policies inside the HPA's behavior rules.
 //! - [`host`]: the loops on their shared ground, as `wasp run` starts them.
 //! - [`cli`]: the `wasp` command line.
 
+pub mod autoscaler;
 pub mod cli;
 pub mod cluster;
 pub mod config;

@@ -60,6 +60,10 @@ pub enum Target {
     Subresource { resource: &'static ResourceType, namespace: Option<String>, name: String, sub: String },
     OpenApiIndex,
     OpenApiDocument(String),
+    /// custom.metrics.k8s.io: a metric of one object, `namespaces/{ns}/{resource}/{name}/{metric}`.
+    ObjectMetric { namespace: String, described: String, name: String, metric: String },
+    /// external.metrics.k8s.io: `namespaces/{ns}/{metric}`.
+    ExternalMetric { namespace: String, metric: String },
 }
 
 pub fn parse_path(path: &str) -> Result<Target, ApiError> {
@@ -77,6 +81,16 @@ pub fn parse_path(path: &str) -> Result<Target, ApiError> {
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
         _ => return Err(not_found()),
     };
+    match (group, rest) {
+        ("custom.metrics.k8s.io", ["namespaces", namespace, described, name, metric]) if *described != "pods" => {
+            let (namespace, described, name, metric) = (namespace.to_string(), described.to_string(), name.to_string(), metric.to_string());
+            return Ok(Target::ObjectMetric { namespace, described, name, metric });
+        }
+        ("external.metrics.k8s.io", ["namespaces", namespace, metric]) => {
+            return Ok(Target::ExternalMetric { namespace: namespace.to_string(), metric: metric.to_string() });
+        }
+        _ => {}
+    }
     let lookup = |plural: &str| resources::find(group, version, plural).ok_or_else(not_found);
     let (resource, namespace, rest) = match rest {
         [] => return Ok(Target::ResourceList { group: group.into(), version: version.into() }),
@@ -184,6 +198,9 @@ async fn route(
         (Method::GET, Target::ResourceList { group, version }) => resources::resource_list(&group, &version)
             .map(|body| json_response(StatusCode::OK, &body))
             .ok_or_else(|| ApiError::not_found("groupversions", "", &format!("{group}/{version}"))),
+        (Method::GET, Target::ObjectMetric { namespace, described, name, metric }) => crate::metrics::object_metric(state, &namespace, &described, &name, &metric),
+        // One series per metric, the same in every namespace.
+        (Method::GET, Target::ExternalMetric { metric, .. }) => crate::metrics::external_metric(state, &metric),
         (_, target @ (Target::Collection { .. } | Target::Object { .. } | Target::Subresource { .. }))
             if target_resource(&target).read_only =>
         {
@@ -208,7 +225,7 @@ async fn route(
         (Method::POST, Target::Collection { resource, namespace }) => {
             let (object, warnings) = checked_fields(resource, parse_body(&body)?, query)?;
             let object = if events::is_events_v1(resource) { events::to_core(&object) } else { object };
-            let created = store.create(events::storage(resource), namespace.as_deref(), object)?;
+            let created = create(store, resource, namespace.as_deref(), object)?;
             Ok(with_warnings(json_response(StatusCode::CREATED, &events::view(resource, &created)), &warnings))
         }
         (Method::PUT, Target::Object { resource, namespace, name }) => {
@@ -229,7 +246,7 @@ async fn route(
                 }
                 object["metadata"]["name"] = json!(name);
                 let object = if events::is_events_v1(resource) { events::to_core(&object) } else { object };
-                let created = store.create(events::storage(resource), namespace.as_deref(), object)?;
+                let created = create(store, resource, namespace.as_deref(), object)?;
                 return Ok(with_warnings(json_response(StatusCode::CREATED, &events::view(resource, &created)), &warnings));
             }
             let updated = store.mutate(events::storage(resource), namespace.as_deref(), &name, |object| {
@@ -270,6 +287,25 @@ async fn route(
         }
         (method, _) => Err(ApiError::method_not_allowed(format!("{method} is not supported here"))),
     }
+}
+
+/// Creates `object`; a CustomResourceDefinition is checked first and its types served from then on.
+fn create(store: &Store, resource: &'static ResourceType, namespace: Option<&str>, mut object: Value) -> Result<Arc<Value>, ApiError> {
+    if resource.kind == "CustomResourceDefinition" {
+        let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+        resources::register_custom(&object).map_err(|message| ApiError::invalid("CustomResourceDefinition", &name, "spec", &message))?;
+        let names = object.pointer("/spec/names").cloned().unwrap_or(json!({}));
+        let now = crate::store::now_rfc3339();
+        object["status"] = json!({
+            "acceptedNames": names,
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+            ],
+            "storedVersions": object.pointer("/spec/versions").and_then(Value::as_array).into_iter().flatten().filter(|version| version["storage"] == true).map(|version| version["name"].clone()).collect::<Vec<_>>(),
+        });
+    }
+    store.create(events::storage(resource), namespace, object)
 }
 
 fn target_resource(target: &Target) -> &'static ResourceType {

@@ -35,6 +35,11 @@ pub struct Point {
 pub struct Curve(pub Vec<Point>);
 
 impl Curve {
+    /// The same value at every time.
+    pub fn constant(value: f64) -> Curve {
+        Curve(vec![Point { at: Duration::ZERO, value }])
+    }
+
     pub fn at(&self, elapsed: Duration) -> f64 {
         let points = &self.0;
         let Some(first) = points.first() else { return 0.0 };
@@ -54,7 +59,7 @@ impl Curve {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct WorkloadLoad {
     /// CPU used as a share of the CPU requested (1.0 = exactly the request).
     pub cpu: Curve,
@@ -62,6 +67,9 @@ pub struct WorkloadLoad {
     pub memory: Curve,
     /// Requests per second for the whole workload, split across its ready pods.
     pub qps: Curve,
+    /// CPU (millicores) each request per second costs a pod, on top of the `cpu` share: with it, more
+    /// replicas mean less CPU each, as for a real service.
+    pub cpu_per_request: f64,
 }
 
 struct Spike {
@@ -73,12 +81,14 @@ struct Spike {
 pub struct LoadModel {
     started: Instant,
     workloads: RwLock<HashMap<String, WorkloadLoad>>,
+    /// External metrics by name, the same in every namespace.
+    external: RwLock<HashMap<String, Curve>>,
     spikes: RwLock<Vec<Spike>>,
 }
 
 impl Default for LoadModel {
     fn default() -> Self {
-        LoadModel { started: Instant::now(), workloads: RwLock::new(HashMap::new()), spikes: RwLock::new(Vec::new()) }
+        LoadModel { started: Instant::now(), workloads: RwLock::new(HashMap::new()), external: RwLock::new(HashMap::new()), spikes: RwLock::new(Vec::new()) }
     }
 }
 
@@ -93,6 +103,26 @@ fn memory_quantity(bytes: f64) -> String {
 impl LoadModel {
     pub fn set(&self, workload: &str, load: WorkloadLoad) {
         self.workloads.write().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(workload.to_string(), load);
+    }
+
+    /// Serves the external metric `name` from `curve`.
+    pub fn set_external(&self, name: &str, curve: Curve) {
+        self.external.write().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(name.to_string(), curve);
+    }
+
+    /// Stops serving the external metric `name` (its reads answer 404).
+    pub fn remove_external(&self, name: &str) {
+        self.external.write().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(name);
+    }
+
+    /// Time since the simulation started: where the curves are now.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Requests per second of a whole workload now.
+    pub fn workload_qps(&self, workload: &str) -> f64 {
+        self.sample(workload, |load| &load.qps, 0.0)
     }
 
     /// Multiplies a workload's load by `factor` for `duration`.
@@ -116,8 +146,8 @@ impl LoadModel {
         base * self.factor(workload)
     }
 
-    /// (millicores, bytes) a running pod uses now.
-    pub fn pod_usage(&self, pod: &Value) -> (f64, f64) {
+    /// (millicores, bytes) a running pod uses now, one of `ready` Ready pods of its workload.
+    pub fn pod_usage(&self, pod: &Value, ready: usize) -> (f64, f64) {
         let workload = pod.pointer(&format!("/metadata/labels/{}", WORKLOAD_LABEL.replace('/', "~1"))).and_then(Value::as_str).unwrap_or("");
         let (mut cpu, mut memory) = (0.0, 0.0);
         for container in pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
@@ -125,12 +155,14 @@ impl LoadModel {
             cpu += request("cpu").and_then(|value| wasp_sdk::quantity::cpu_millis(value).ok()).unwrap_or(100) as f64;
             memory += request("memory").and_then(|value| wasp_sdk::quantity::whole_units(value).ok()).unwrap_or(128 << 20) as f64;
         }
-        (cpu * self.sample(workload, |load| &load.cpu, 0.5), memory * self.sample(workload, |load| &load.memory, 0.6))
+        let per_request = self.workloads.read().unwrap_or_else(|poisoned| poisoned.into_inner()).get(workload).map_or(0.0, |load| load.cpu_per_request);
+        let serving = if per_request > 0.0 { per_request * self.pod_qps(workload, ready) } else { 0.0 };
+        (cpu * self.sample(workload, |load| &load.cpu, 0.5) + serving, memory * self.sample(workload, |load| &load.memory, 0.6))
     }
 
     /// Requests per second of one of `ready` pods of a workload.
     pub fn pod_qps(&self, workload: &str, ready: usize) -> f64 {
-        self.sample(workload, |load| &load.qps, 0.0) / ready.max(1) as f64
+        self.workload_qps(workload) / ready.max(1) as f64
     }
 }
 
@@ -138,8 +170,21 @@ fn is_running(pod: &Value) -> bool {
     pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
 }
 
-fn pod_metrics(state: &ServerState, pod: &Value) -> Value {
-    let (cpu, memory) = state.load.pod_usage(pod);
+fn workload_of(pod: &Value) -> &str {
+    pod.pointer(&format!("/metadata/labels/{}", WORKLOAD_LABEL.replace('/', "~1"))).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Ready pods per workload: the load is split across them.
+fn ready_per_workload(pods: &[std::sync::Arc<Value>]) -> HashMap<String, usize> {
+    let mut ready: HashMap<String, usize> = HashMap::new();
+    for pod in pods.iter().filter(|pod| crate::pdb::is_ready(pod)) {
+        *ready.entry(workload_of(pod).to_string()).or_default() += 1;
+    }
+    ready
+}
+
+fn pod_metrics(state: &ServerState, pod: &Value, ready: &HashMap<String, usize>) -> Value {
+    let (cpu, memory) = state.load.pod_usage(pod, ready.get(workload_of(pod)).copied().unwrap_or(0));
     let containers = pod.pointer("/spec/containers").and_then(Value::as_array).map_or(1, Vec::len).max(1) as f64;
     let per_container: Vec<Value> = pod
         .pointer("/spec/containers")
@@ -155,12 +200,12 @@ fn pod_metrics(state: &ServerState, pod: &Value) -> Value {
     })
 }
 
-fn node_metrics(state: &ServerState, node: &Value, pods: &[std::sync::Arc<Value>]) -> Value {
+fn node_metrics(state: &ServerState, node: &Value, pods: &[std::sync::Arc<Value>], ready: &HashMap<String, usize>) -> Value {
     let name = name_of(node);
     let (cpu, memory) = pods
         .iter()
         .filter(|pod| is_running(pod) && pod.pointer("/spec/nodeName").and_then(Value::as_str) == Some(name))
-        .map(|pod| state.load.pod_usage(pod))
+        .map(|pod| state.load.pod_usage(pod, ready.get(workload_of(pod)).copied().unwrap_or(0)))
         .fold((0.0, 0.0), |(cpu, memory), (pod_cpu, pod_memory)| (cpu + pod_cpu, memory + pod_memory));
     json!({
         "kind": "NodeMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
@@ -180,10 +225,11 @@ pub fn serve(state: &ServerState, method: &Method, target: &Target, query: &Hash
     }
     let store = &state.store;
     let pods = store.all(resources::pods());
+    let ready = ready_per_workload(&pods);
     let in_namespace = |pod: &&std::sync::Arc<Value>, namespace: &Option<String>| namespace.as_deref().is_none_or(|namespace| namespace_of(pod) == namespace);
     let mut body = match target {
         Target::Collection { resource, namespace } if resource.kind == "PodMetrics" => {
-            let items = pods.iter().filter(|pod| is_running(pod) && in_namespace(pod, namespace)).map(|pod| pod_metrics(state, pod)).collect();
+            let items = pods.iter().filter(|pod| is_running(pod) && in_namespace(pod, namespace)).map(|pod| pod_metrics(state, pod, &ready)).collect();
             list("PodMetricsList", "metrics.k8s.io/v1beta1", items)
         }
         Target::Object { resource, namespace, name } if resource.kind == "PodMetrics" => {
@@ -191,33 +237,30 @@ pub fn serve(state: &ServerState, method: &Method, target: &Target, query: &Hash
             if !is_running(&pod) {
                 return Err(ApiError::not_found("pods", "metrics.k8s.io", name));
             }
-            pod_metrics(state, &pod)
+            pod_metrics(state, &pod, &ready)
         }
         Target::Collection { resource, .. } if resource.kind == "NodeMetrics" => {
-            let items = store.all(resources::nodes()).iter().map(|node| node_metrics(state, node, &pods)).collect();
+            let items = store.all(resources::nodes()).iter().map(|node| node_metrics(state, node, &pods, &ready)).collect();
             list("NodeMetricsList", "metrics.k8s.io/v1beta1", items)
         }
         Target::Object { resource, name, .. } if resource.kind == "NodeMetrics" => {
             let node = store.get(resources::nodes(), None, name)?;
-            node_metrics(state, &node, &pods)
+            node_metrics(state, &node, &pods, &ready)
         }
         // custom.metrics.k8s.io: /namespaces/{ns}/pods/{name or *}/{metric}
         Target::Subresource { resource, namespace, name, sub } if resource.kind == "MetricValue" => {
             if sub != REQUESTS_PER_SECOND {
                 return Err(ApiError::not_found("pods", "custom.metrics.k8s.io", sub));
             }
-            let workload_of = |pod: &Value| pod.pointer(&format!("/metadata/labels/{}", WORKLOAD_LABEL.replace('/', "~1"))).and_then(Value::as_str).unwrap_or("").to_string();
-            let ready: Vec<&std::sync::Arc<Value>> = pods.iter().filter(|pod| in_namespace(pod, namespace) && crate::pdb::is_ready(pod)).collect();
-            let mut ready_per_workload: HashMap<String, usize> = HashMap::new();
-            for pod in &ready {
-                *ready_per_workload.entry(workload_of(pod)).or_default() += 1;
-            }
-            let items = ready
+            let ready_pods: Vec<&std::sync::Arc<Value>> = pods.iter().filter(|pod| in_namespace(pod, namespace) && crate::pdb::is_ready(pod)).collect();
+            // MetricValues carry no labels: the selector picks the pods they describe.
+            let selector = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
+            let items = ready_pods
                 .iter()
-                .filter(|pod| name == "*" || name_of(pod) == name)
+                .filter(|pod| (name == "*" || name_of(pod) == name) && selector.matches(pod))
                 .map(|pod| {
                     let workload = workload_of(pod);
-                    let qps = state.load.pod_qps(&workload, ready_per_workload[&workload]);
+                    let qps = state.load.pod_qps(workload, ready.get(workload).copied().unwrap_or(0));
                     json!({
                         "describedObject": {"kind": "Pod", "namespace": namespace_of(pod), "name": name_of(pod), "apiVersion": "/v1"},
                         "metric": {"name": sub, "selector": null},
@@ -226,7 +269,7 @@ pub fn serve(state: &ServerState, method: &Method, target: &Target, query: &Hash
                     })
                 })
                 .collect();
-            list("MetricValueList", "custom.metrics.k8s.io/v1beta2", items)
+            return Ok(json_response(StatusCode::OK, &list("MetricValueList", "custom.metrics.k8s.io/v1beta2", items)));
         }
         _ => return Err(ApiError::not_found("metrics", "", "")),
     };
@@ -234,6 +277,45 @@ pub fn serve(state: &ServerState, method: &Method, target: &Target, query: &Hash
         filter_by_labels(&mut body, &LabelSelector::parse(selector)?);
     }
     Ok(json_response(StatusCode::OK, &body))
+}
+
+/// `requests_per_second` of a workload (its whole load), described by the Deployment, StatefulSet or
+/// ReplicaSet of that name: an Object metric.
+pub fn object_metric(state: &ServerState, namespace: &str, described: &str, name: &str, metric: &str) -> Result<Response, ApiError> {
+    let (plural, group) = described.split_once('.').unwrap_or((described, ""));
+    let kind = match plural {
+        "deployments" => "Deployment",
+        "statefulsets" => "StatefulSet",
+        "replicasets" => "ReplicaSet",
+        _ => return Err(ApiError::not_found(plural, "custom.metrics.k8s.io", name)),
+    };
+    if metric != REQUESTS_PER_SECOND {
+        return Err(ApiError::not_found(described, "custom.metrics.k8s.io", metric));
+    }
+    state.store.get(crate::resources::find("apps", "v1", plural).expect("apps are served"), Some(namespace), name)?;
+    let value = state.load.workload_qps(name);
+    let api_version = if group.is_empty() { "v1".to_string() } else { format!("{group}/v1") };
+    let item = json!({
+        "describedObject": {"kind": kind, "namespace": namespace, "name": name, "apiVersion": api_version},
+        "metric": {"name": metric, "selector": null},
+        "timestamp": now_rfc3339(), "windowSeconds": 15,
+        "value": format!("{}m", (value * 1000.0).round() as u64),
+    });
+    Ok(json_response(StatusCode::OK, &list("MetricValueList", "custom.metrics.k8s.io/v1beta2", vec![item])))
+}
+
+/// An external metric from its curve (`externalMetrics` in the scenario), in every namespace.
+pub fn external_metric(state: &ServerState, metric: &str) -> Result<Response, ApiError> {
+    let value = {
+        let external = state.load.external.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        external.get(metric).map(|curve| curve.at(state.load.elapsed()))
+    };
+    let value = value.ok_or_else(|| ApiError::not_found("externalmetrics", "external.metrics.k8s.io", metric))?;
+    let item = json!({
+        "metricName": metric, "metricLabels": {}, "timestamp": now_rfc3339(),
+        "value": format!("{}m", (value * 1000.0).round().max(0.0) as u64),
+    });
+    Ok(json_response(StatusCode::OK, &list("ExternalMetricValueList", "external.metrics.k8s.io/v1beta1", vec![item])))
 }
 
 /// `kubectl top -l app=web`: metric lists filtered by the labels they copy from their pods and nodes.

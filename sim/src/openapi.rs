@@ -4,7 +4,7 @@
 //! its kinds (for `kubectl explain`). The schemas come from k8s-openapi, generated into `sim/openapi/schemas.json`
 //! by `tests/openapi_schemas.rs`.
 
-use crate::resources::{ResourceType, RESOURCES};
+use crate::resources::ResourceType;
 use serde_json::{json, Map, Value};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
@@ -305,7 +305,7 @@ fn group_version_document(embedded: &Value, group: &str, version: &str) -> Value
     let roots = embedded["roots"].as_object().unwrap_or(&empty);
     let mut paths = Map::new();
     let mut schemas = Map::new();
-    let served: Vec<&ResourceType> = RESOURCES.iter().filter(|resource| resource.group == group && resource.version == version).collect();
+    let served: Vec<&ResourceType> = crate::resources::served().into_iter().filter(|resource| resource.group == group && resource.version == version).collect();
     for resource in &served {
         resource_paths(resource, &mut paths);
     }

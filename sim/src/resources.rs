@@ -1,6 +1,7 @@
 //! The API resources the simulator serves, with what discovery reports about them.
 
 use serde_json::{json, Value};
+use std::sync::RwLock;
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct ResourceType {
@@ -15,6 +16,18 @@ pub struct ResourceType {
     pub subresources: &'static [&'static str],
     /// Computed on read (metrics APIs): no create, update or delete.
     pub read_only: bool,
+    /// A CustomResourceDefinition's `additionalPrinterColumns`; empty for built-in types.
+    pub printer_columns: &'static [PrinterColumn],
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct PrinterColumn {
+    pub name: &'static str,
+    pub kind: &'static str,
+    /// A simple path (`.status.replicas`), as CRDs write them.
+    pub json_path: &'static str,
+    pub priority: u8,
+    pub description: &'static str,
 }
 
 impl ResourceType {
@@ -45,6 +58,7 @@ macro_rules! resource {
             short_names: &[$($short),*],
             subresources: &[$($sub),*],
             read_only: $read_only,
+            printer_columns: &[],
         }
     };
 }
@@ -68,13 +82,85 @@ pub static RESOURCES: &[ResourceType] = &[
     resource!("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false, [], [], false),
     resource!("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", true, [], [], false),
     resource!("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", true, [], [], false),
+    resource!("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler", true, ["hpa"], ["status"], false),
+    resource!("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition", false, ["crd", "crds"], ["status"], false),
     resource!("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", true, [], [], true),
     resource!("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", false, [], [], true),
     resource!("custom.metrics.k8s.io", "v1beta2", "MetricValue", "pods", "", true, [], [], true),
+    resource!("external.metrics.k8s.io", "v1beta1", "ExternalMetricValue", "externalmetrics", "", true, [], [], true),
 ];
 
+/// Types that CustomResourceDefinitions added, for the life of the process: leaked so that they are as
+/// `'static` as the built-in ones (a simulator registers a handful). Every simulator of the process serves them.
+static CUSTOM: RwLock<Vec<&'static ResourceType>> = RwLock::new(Vec::new());
+
+/// Built-in and custom types, in discovery order.
+pub fn served() -> Vec<&'static ResourceType> {
+    let custom = CUSTOM.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+    RESOURCES.iter().chain(custom.iter().copied()).collect()
+}
+
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
-    RESOURCES.iter().find(|resource| resource.group == group && resource.version == version && resource.plural == plural)
+    let matches = |resource: &&ResourceType| resource.group == group && resource.version == version && resource.plural == plural;
+    RESOURCES.iter().find(matches).or_else(|| CUSTOM.read().unwrap_or_else(|poisoned| poisoned.into_inner()).iter().copied().find(matches))
+}
+
+fn leak(text: &str) -> &'static str {
+    Box::leak(text.to_string().into_boxed_str())
+}
+
+/// Serves every version of a CustomResourceDefinition `crd` (once per group, version and plural).
+pub fn register_custom(crd: &Value) -> Result<(), String> {
+    let spec = &crd["spec"];
+    let text = |pointer: &str| spec.pointer(pointer).and_then(Value::as_str).filter(|text| !text.is_empty());
+    let group = text("/group").ok_or("spec.group: Required value")?;
+    let kind = text("/names/kind").ok_or("spec.names.kind: Required value")?;
+    let plural = text("/names/plural").ok_or("spec.names.plural: Required value")?;
+    let singular = text("/names/singular").map_or_else(|| kind.to_lowercase(), str::to_string);
+    let namespaced = text("/scope") != Some("Cluster");
+    let short_names: Vec<&'static str> = spec.pointer("/names/shortNames").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(leak).collect();
+    let versions = spec["versions"].as_array().filter(|versions| !versions.is_empty()).ok_or("spec.versions: Required value")?;
+    let mut custom = CUSTOM.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for version in versions.iter().filter(|version| version["served"] != false) {
+        let name = version["name"].as_str().ok_or("spec.versions[].name: Required value")?;
+        if RESOURCES.iter().chain(custom.iter().copied()).any(|known| known.group == group && known.version == name && known.plural == plural) {
+            continue;
+        }
+        let mut subresources = Vec::new();
+        if version.pointer("/subresources/status").is_some() {
+            subresources.push("status");
+        }
+        if version.pointer("/subresources/scale").is_some() {
+            subresources.push("scale");
+        }
+        let columns: Vec<PrinterColumn> = version["additionalPrinterColumns"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|column| {
+                Some(PrinterColumn {
+                    name: leak(column["name"].as_str()?),
+                    kind: leak(column["type"].as_str().unwrap_or("string")),
+                    json_path: leak(column["jsonPath"].as_str()?),
+                    priority: column["priority"].as_u64().unwrap_or(0).min(255) as u8,
+                    description: leak(column["description"].as_str().unwrap_or("")),
+                })
+            })
+            .collect();
+        custom.push(Box::leak(Box::new(ResourceType {
+            group: leak(group),
+            version: leak(name),
+            kind: leak(kind),
+            plural: leak(plural),
+            singular: leak(&singular),
+            namespaced,
+            short_names: Box::leak(short_names.clone().into_boxed_slice()),
+            subresources: Box::leak(subresources.into_boxed_slice()),
+            read_only: false,
+            printer_columns: Box::leak(columns.into_boxed_slice()),
+        })));
+    }
+    Ok(())
 }
 
 pub fn pods() -> &'static ResourceType {
@@ -88,7 +174,7 @@ pub fn nodes() -> &'static ResourceType {
 /// Group/version pairs in discovery order.
 pub fn group_versions() -> Vec<(&'static str, &'static str)> {
     let mut pairs: Vec<(&str, &str)> = Vec::new();
-    for resource in RESOURCES {
+    for resource in served() {
         if !pairs.contains(&(resource.group, resource.version)) {
             pairs.push((resource.group, resource.version));
         }
@@ -119,8 +205,7 @@ pub fn api_group(group: &str) -> Option<Value> {
 }
 
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let served: Vec<&ResourceType> =
-        RESOURCES.iter().filter(|resource| resource.group == group && resource.version == version).collect();
+    let served: Vec<&ResourceType> = served().into_iter().filter(|resource| resource.group == group && resource.version == version).collect();
     if served.is_empty() {
         return None;
     }

@@ -4,7 +4,7 @@
 use crate::controllers::KubeletSettings;
 use crate::error::ApiError;
 use crate::faults::FaultSpec;
-use crate::metrics::{LoadModel, WorkloadLoad, WORKLOAD_LABEL};
+use crate::metrics::{Curve, LoadModel, WorkloadLoad, WORKLOAD_LABEL};
 use crate::resources;
 use crate::store::{name_of, now_rfc3339, Store};
 use anyhow::{bail, Context};
@@ -28,6 +28,9 @@ pub struct Scenario {
     pub node_groups: Vec<NodeGroup>,
     #[serde(default)]
     pub workloads: Vec<Workload>,
+    /// Series served by `external.metrics.k8s.io` (a queue's depth, say), by metric name.
+    #[serde(default)]
+    pub external_metrics: BTreeMap<String, Curve>,
     #[serde(default)]
     pub events: Vec<TimedEvent>,
 }
@@ -245,6 +248,9 @@ impl Scenario {
         for workload in &self.workloads {
             create_workload(store, workload)?;
             load.set(&workload.name, workload.load.clone());
+        }
+        for (name, curve) in &self.external_metrics {
+            load.set_external(name, curve.clone());
         }
         Ok(())
     }

@@ -69,6 +69,13 @@ const CONTAINERS: Column = column("Containers", "string", 1, "Names of each cont
 const IMAGES: Column = column("Images", "string", 1, "Images referenced by each container in the template.");
 
 fn columns(resource: &ResourceType) -> Vec<Column> {
+    if !resource.printer_columns.is_empty() {
+        let custom = resource.printer_columns.iter().map(|column| {
+            let kind = if column.kind == "date" { "date" } else { column.kind };
+            Column { name: column.name, kind, priority: column.priority, description: column.description }
+        });
+        return std::iter::once(NAME).chain(custom).collect();
+    }
     match (resource.group, resource.kind) {
         ("", "Pod") => vec![
             NAME,
@@ -373,6 +380,18 @@ fn event_cells(event: &Value) -> Vec<Value> {
 
 fn cells(resource: &ResourceType, object: &Value) -> Vec<Value> {
     let name = json!(name_of(object));
+    if !resource.printer_columns.is_empty() {
+        // As apiextensions-apiserver's table convertor: simple paths, dates as ages, absent values empty.
+        let custom = resource.printer_columns.iter().map(|column| {
+            let value = object.pointer(&column.json_path.replace('.', "/"));
+            match (column.kind, value) {
+                ("date", Some(_)) => json!(since(value)),
+                (_, Some(value)) => value.clone(),
+                (_, None) => Value::Null,
+            }
+        });
+        return std::iter::once(name).chain(custom).collect();
+    }
     match (resource.group, resource.kind) {
         ("", "Pod") => pod_cells(object),
         ("", "Node") => node_cells(object),

@@ -35,6 +35,8 @@ enum Command {
     Run(run::RunArgs),
     /// One rescheduling run against a cluster: print the plan (with --dry-run, evict nothing).
     Reschedule(reschedule::RescheduleArgs),
+    /// Print the Autoscaler CustomResourceDefinition (generated from the Rust type) for kubectl apply.
+    Crd,
     /// Schedule a scenario's workloads on a simulated cluster with the policies, and report what happened.
     #[cfg(feature = "sim")]
     Simulate(simulate::SimulateArgs),
@@ -51,6 +53,7 @@ pub fn main() -> ExitCode {
         Command::Run(_) => "info",
         Command::Reschedule(_) => "warn",
         Command::Configmap(_) => "warn",
+        Command::Crd => "warn",
     };
     init_logging(default_level);
     let result = match cli.command {
@@ -62,6 +65,10 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Reschedule(args) => reschedule::run(args),
         Command::Configmap(args) => configmap::run(args),
+        Command::Crd => {
+            print!("{}", crate::autoscaler::resource::crd_yaml());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,9 +2,11 @@
 //! profiles, the policies the rescheduler and autoscaler may use, and leader election. Validated as a whole,
 //! with errors that name the field; out-of-range values are errors, not surprises at run time.
 
+mod autoscaler;
 mod policy;
 mod rescheduler;
 
+pub use autoscaler::AutoscalerSection;
 pub use policy::{OperationDeadlines, PolicyConfig};
 pub use rescheduler::{EvictionLimits, NamespaceFilter, Pacing, Protections, ReschedulerSection, Strategy, SYSTEM_CRITICAL_PRIORITY};
 
@@ -35,7 +37,7 @@ pub struct HostConfig {
     /// Present: the rescheduler's evict policies are loaded and kept current.
     #[serde(default)]
     pub rescheduler: Option<ReschedulerSection>,
-    /// Present: the scale policies that autoscaling targets may name are loaded and kept current.
+    /// Present: Autoscalers are reconciled with the scale policies it lists, loaded and kept current.
     #[serde(default)]
     pub autoscaler: Option<AutoscalerSection>,
     /// Leader election for `wasp run`: the holder of the Lease runs every loop; the others stand by, warm.
@@ -72,13 +74,6 @@ pub struct WeightedPolicy {
 
 fn default_weight() -> u32 {
     1
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct AutoscalerSection {
-    /// Scale policies that autoscaling targets may name.
-    pub policies: Vec<String>,
 }
 
 /// Who uses a policy, and as what kind: for messages and for checking a new version still serves its users.
@@ -228,9 +223,7 @@ impl HostConfig {
             section.validate(&profiles)?;
         }
         if let Some(section) = &self.autoscaler {
-            if section.policies.is_empty() {
-                bail!("autoscaler.policies: at least one policy is needed (or leave the autoscaler section out)");
-            }
+            section.validate()?;
         }
         for (name, policy) in &self.policies {
             policy.validate(&format!("policies.{name}"))?;

@@ -27,6 +27,7 @@ type SentEvent = (String, i32, Instant);
 /// The object an event is about.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ObjectRef {
+    pub api_version: String,
     pub kind: String,
     pub namespace: String,
     pub name: String,
@@ -35,7 +36,7 @@ pub struct ObjectRef {
 
 impl ObjectRef {
     pub fn pod(namespace: &str, name: &str, uid: &str) -> ObjectRef {
-        ObjectRef { kind: "Pod".into(), namespace: namespace.into(), name: name.into(), uid: uid.into() }
+        ObjectRef { api_version: "v1".into(), kind: "Pod".into(), namespace: namespace.into(), name: name.into(), uid: uid.into() }
     }
 
     fn key(&self) -> String {
@@ -134,7 +135,7 @@ impl EventRecorder {
                 let name = format!("{}.{:016x}", object.name, fastrand::u64(..));
                 let event = json!({
                     "metadata": {"name": name, "namespace": object.namespace},
-                    "involvedObject": {"apiVersion": "v1", "kind": object.kind, "namespace": object.namespace, "name": object.name, "uid": object.uid},
+                    "involvedObject": {"apiVersion": object.api_version, "kind": object.kind, "namespace": object.namespace, "name": object.name, "uid": object.uid},
                     "reason": reason, "message": message, "type": kind, "count": 1,
                     "firstTimestamp": now(), "lastTimestamp": now(),
                     "source": {"component": &*self.component},

@@ -17,7 +17,7 @@ impl HostIdentity {
         let variable = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
         let pod = match (variable("POD_NAMESPACE"), variable("POD_NAME")) {
             (Some(namespace), Some(name)) => {
-                Some(ObjectRef { kind: "Pod".into(), namespace, name, uid: variable("POD_UID").unwrap_or_default() })
+                Some(ObjectRef::pod(&namespace, &name, &variable("POD_UID").unwrap_or_default()))
             }
             _ => None,
         };

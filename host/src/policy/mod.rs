@@ -353,7 +353,26 @@ impl LoadedPolicy {
     }
 
     pub fn recommend(&self, cluster: &ClusterState, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
-        self.with_instance(cluster, "recommend", |instance| instance.recommend(request))
+        self.recommend_with_settings(cluster, request, None)
+    }
+
+    /// A recommendation under `settings` (an Autoscaler's own) instead of the policy's: the instance is
+    /// configured with them for this call only, then given its own settings back before it returns to the pool.
+    pub fn recommend_with_settings(&self, cluster: &ClusterState, request: &ScaleRequest, settings: Option<&str>) -> Result<ScaleDecision, CallError> {
+        self.with_instance(cluster, "recommend", |instance| {
+            let Some(settings) = settings else { return instance.recommend(request) };
+            instance.configure(settings).map_err(|error| match error {
+                CallError::Guest(message) => CallError::Guest(format!("invalid settings: {message}")),
+                other => other,
+            })?;
+            let decision = instance.recommend(request);
+            // An instance left with another caller's settings must not go back to the pool: a trap discards it.
+            instance.configure(&self.options.settings).map_err(|error| CallError::Trap {
+                operation: "configure",
+                message: format!("could not restore the policy's own settings: {error}"),
+            })?;
+            decision
+        })
     }
 }
 

@@ -11,7 +11,7 @@
 //! follows the sample's log afterwards and is resynced from the live cluster on its first real call (epochs).
 
 use crate::cluster::{convert, ClusterState, SharedCluster};
-use crate::contract::types::{EvictContext, Metric, PendingPod, Pod, PodMetric, PolicyKind, ScaleRequest};
+use crate::contract::types::{EvictContext, Metric, MetricSample, MetricSource, MetricTarget, PendingPod, Pod, PodMetric, PolicyKind, Recommendation, ScaleRequest};
 use crate::policy::LoadedPolicy;
 use crate::runtime::CallError;
 use k8s_openapi::api::core::v1 as core;
@@ -62,12 +62,18 @@ fn sample() -> (ClusterState, Pod) {
 }
 
 fn scale_sample() -> ScaleRequest {
+    let now = jiff::Timestamp::now().as_second();
     let metric = Metric {
         name: "cpu".into(),
-        target_average: 0.5,
-        pods: vec![PodMetric { pod: "default/web-1".into(), ready: true, value: Some(0.6) }],
+        source: MetricSource::Resource,
+        target: MetricTarget::Utilization(50.0),
+        pods: vec![PodMetric { pod: "web-1".into(), ready: true, started: now - 600, value: Some(60.0), request: Some(100.0) }],
+        value: None,
+        error: None,
+        history: vec![MetricSample { at: now - 15, value: 55.0 }, MetricSample { at: now, value: 60.0 }],
     };
-    ScaleRequest { workload: "default/Deployment/web".into(), current_replicas: 1, min_replicas: 1, max_replicas: 3, metrics: vec![metric] }
+    let recommendations = vec![Recommendation { at: now - 15, replicas: 1 }];
+    ScaleRequest { workload: "default/Deployment/web".into(), now, current_replicas: 1, min_replicas: 1, max_replicas: 3, metrics: vec![metric], recommendations }
 }
 
 /// Calls each kind the policy declares once. Fails with the kind and the error on a trap, timeout, out of

@@ -221,7 +221,12 @@ impl PolicyInstance {
     pub fn recommend(&mut self, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
         let decision = self.call("recommend", |bindings, store| bindings.wasp_policy_scale().call_recommend(store, request))?
             .map_err(guest_error)?;
-        check_texts("recommend", MAX_ANSWER_TEXT_BYTES, std::iter::once(decision.reason.as_str()))?;
+        if decision.proposals.len() > request.metrics.len() {
+            let message = format!("{} metric proposals for {} metrics", decision.proposals.len(), request.metrics.len());
+            return Err(CallError::Malformed { operation: "recommend", message });
+        }
+        let texts = std::iter::once(decision.reason.as_str()).chain(decision.proposals.iter().map(|proposal| proposal.metric.as_str()));
+        check_texts("recommend", MAX_ANSWER_TEXT_BYTES, texts)?;
         Ok(decision)
     }
 }

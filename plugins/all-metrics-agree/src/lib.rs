@@ -1,8 +1,8 @@
-//! `all-metrics-agree`: scale up when any metric wants more replicas (the largest proposal, as the HPA does),
-//! scale down only when every metric wants fewer (by the smallest cut, so no metric is pushed past its target),
-//! and otherwise hold. A metric that cannot be read cannot agree to a scale-down. With `priority`, metrics that
-//! want opposite changes (CPU says up, memory says down) are settled by the first listed metric that wants a
-//! change; without it, up wins.
+//! `all-metrics-agree`: change the replicas only in a direction no metric opposes. Up when some metric wants
+//! more and none wants fewer (the largest proposal), down only when every metric wants fewer (the smallest cut,
+//! so no metric is pushed past its target), and hold when metrics disagree: where the HPA's `max` lets CPU
+//! saying up override memory saying down, this holds. With `priority`, such a conflict is settled by the first
+//! listed metric that wants a change. A metric that cannot be read cannot agree to a scale-down.
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::autoscaling::{describe, propose, DEFAULT_TOLERANCE};
@@ -14,7 +14,7 @@ use wasp_sdk::{Policy, Scale};
 pub struct Settings {
     /// Relative change below which a metric wants no change (0.1 = 10%).
     pub tolerance: f64,
-    /// Metric names, most important first: the first one that wants a change wins a conflict.
+    /// Metric names, most important first: the first one that wants a change settles a conflict.
     pub priority: Vec<String>,
 }
 
@@ -32,7 +32,7 @@ impl Policy for AllMetricsAgree {
     type Settings = Settings;
     const NAME: &'static str = "all-metrics-agree";
     const SETTINGS_DOC: &'static str = "tolerance: relative change ignored, 0 to 1 (default 0.1)\n\
-        priority: metric names, most important first; settles up-versus-down conflicts (default: conflicts hold)";
+        priority: metric names, most important first; settles up-versus-down conflicts (default: a conflict holds)";
 
     fn new(settings: Settings) -> Result<Self, String> {
         if !(0.0..1.0).contains(&settings.tolerance) {
@@ -69,22 +69,20 @@ impl Scale for AllMetricsAgree {
             return Err(failures.join("; "));
         }
         let up = proposals.iter().filter(|proposal| proposal.replicas > current).map(|proposal| proposal.replicas).max();
+        let any_down = proposals.iter().any(|proposal| proposal.replicas < current);
         let all_down = failures.is_empty() && proposals.iter().all(|proposal| proposal.replicas < current);
-        let wants_change = |proposal: &&MetricProposal| proposal.replicas != current;
-        let ranked = self.settings.priority.iter().find_map(|name| proposals.iter().filter(wants_change).find(|proposal| &proposal.metric == name));
-        let conflict = up.is_some() && proposals.iter().any(|proposal| proposal.replicas < current);
-        let (desired, verdict) = match (up, ranked) {
-            (Some(_), Some(first)) if conflict => (first.replicas, format!("{} has priority", first.metric)),
-            (Some(up), _) => (up, "a metric wants more replicas".to_string()),
-            (None, _) if all_down => {
+        let ranked = self.settings.priority.iter().find_map(|name| proposals.iter().find(|proposal| &proposal.metric == name && proposal.replicas != current));
+        let (desired, verdict) = match (up, any_down, ranked) {
+            (Some(_), true, Some(first)) => (first.replicas, format!("metrics disagree; {} has priority", first.metric)),
+            (Some(_), true, None) => (current, "holding: metrics disagree on the direction".to_string()),
+            (Some(up), false, _) => (up, "a metric wants more replicas and none fewer".to_string()),
+            (None, _, _) if all_down => {
                 let least_cut = proposals.iter().map(|proposal| proposal.replicas).max().unwrap_or(current);
                 (least_cut, "every metric wants fewer replicas".to_string())
             }
-            (None, _) if !failures.is_empty() && proposals.iter().any(|proposal| proposal.replicas < current) => {
-                (current, format!("holding: cannot agree to scale down while {}", failures.join("; ")))
-            }
-            (None, _) if proposals.iter().any(|proposal| proposal.replicas < current) => (current, "holding: not every metric wants fewer replicas".to_string()),
-            (None, _) => (current, "every metric is on target".to_string()),
+            (None, true, _) if !failures.is_empty() => (current, format!("holding: cannot agree to scale down while {}", failures.join("; "))),
+            (None, true, _) => (current, "holding: not every metric wants fewer replicas".to_string()),
+            (None, false, _) => (current, "every metric is on target".to_string()),
         };
         Ok(ScaleDecision { desired_replicas: desired, reason: format!("{}; {verdict}", details.join("; ")), proposals })
     }
@@ -108,11 +106,11 @@ mod tests {
     }
 
     #[test]
-    fn up_when_any_metric_says_up() {
+    fn up_when_a_metric_says_up_and_none_says_down() {
         let policy = build::<AllMetricsAgree>("").unwrap();
         let decision = decide(&policy, 4, vec![at("cpu", 150.0, 4), at("memory", 100.0, 4)]);
         assert_eq!(decision.desired_replicas, 6);
-        assert!(decision.reason.ends_with("a metric wants more replicas"), "{}", decision.reason);
+        assert!(decision.reason.ends_with("a metric wants more replicas and none fewer"), "{}", decision.reason);
     }
 
     #[test]
@@ -128,11 +126,13 @@ mod tests {
     fn a_conflict_holds_unless_a_priority_settles_it() {
         let conflict = || vec![at("cpu", 150.0, 4), at("memory", 25.0, 4)];
         let plain = build::<AllMetricsAgree>("").unwrap();
-        assert_eq!(decide(&plain, 4, conflict()).desired_replicas, 6, "up wins without a priority, as the HPA would");
+        let held = decide(&plain, 4, conflict());
+        assert_eq!(held.desired_replicas, 4, "the HPA's max would take 6");
+        assert!(held.reason.ends_with("holding: metrics disagree on the direction"), "{}", held.reason);
         let memory_first = build::<AllMetricsAgree>(r#"{"priority": ["memory", "cpu"]}"#).unwrap();
         let decision = decide(&memory_first, 4, conflict());
         assert_eq!(decision.desired_replicas, 1);
-        assert!(decision.reason.ends_with("memory has priority"), "{}", decision.reason);
+        assert!(decision.reason.ends_with("metrics disagree; memory has priority"), "{}", decision.reason);
         let cpu_first = build::<AllMetricsAgree>(r#"{"priority": ["cpu"]}"#).unwrap();
         assert_eq!(decide(&cpu_first, 4, conflict()).desired_replicas, 6);
     }

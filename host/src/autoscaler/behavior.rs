@@ -1,0 +1,301 @@
+//! The HPA's `behavior`, applied by the host to whatever a policy recommends: stabilization windows over
+//! recent recommendations, then scaling policies (Pods or Percent per period, `selectPolicy`) over recent scale
+//! events, then `[minReplicas, maxReplicas]`. Defaults, reasons and messages are kube-controller-manager's.
+
+use super::resource::{ScaleEvent, TimedRecommendation};
+use k8s_openapi::api::autoscaling::v2::{HPAScalingRules, HorizontalPodAutoscalerBehavior};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use jiff::Timestamp;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Select {
+    Max,
+    Min,
+    Disabled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Pods(i32),
+    Percent(i32),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rules {
+    pub stabilization_seconds: i64,
+    pub select: Select,
+    /// (step, period in seconds)
+    pub policies: Vec<(Step, i64)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Behavior {
+    pub up: Rules,
+    pub down: Rules,
+}
+
+impl Behavior {
+    /// The spec's behavior over the HPA's defaults (up: no window, 4 pods or 100% per 15 s; down: a 300 s
+    /// window, 100% per 15 s); errors name the field.
+    pub fn from_spec(spec: Option<&HorizontalPodAutoscalerBehavior>) -> Result<Behavior, String> {
+        let up_default = Rules { stabilization_seconds: 0, select: Select::Max, policies: vec![(Step::Percent(100), 15), (Step::Pods(4), 15)] };
+        let down_default = Rules { stabilization_seconds: 300, select: Select::Max, policies: vec![(Step::Percent(100), 15)] };
+        let up = rules(spec.and_then(|behavior| behavior.scale_up.as_ref()), up_default, "spec.behavior.scaleUp")?;
+        let down = rules(spec.and_then(|behavior| behavior.scale_down.as_ref()), down_default, "spec.behavior.scaleDown")?;
+        Ok(Behavior { up, down })
+    }
+
+    fn longest_memory(&self) -> i64 {
+        let periods = self.up.policies.iter().chain(&self.down.policies).map(|(_, period)| *period);
+        periods.chain([self.up.stabilization_seconds, self.down.stabilization_seconds]).max().unwrap_or(0)
+    }
+}
+
+fn rules(spec: Option<&HPAScalingRules>, default: Rules, field: &str) -> Result<Rules, String> {
+    let Some(spec) = spec else { return Ok(default) };
+    let stabilization_seconds = i64::from(spec.stabilization_window_seconds.map_or(Ok(default.stabilization_seconds as i32), |seconds| {
+        if (0..=3600).contains(&seconds) { Ok(seconds) } else { Err(format!("{field}.stabilizationWindowSeconds: {seconds} is outside 0..3600")) }
+    })?);
+    let select = match spec.select_policy.as_deref() {
+        None | Some("Max") => Select::Max,
+        Some("Min") => Select::Min,
+        Some("Disabled") => Select::Disabled,
+        Some(other) => return Err(format!("{field}.selectPolicy: {other:?} is not Max, Min or Disabled")),
+    };
+    let policies = match &spec.policies {
+        None => default.policies,
+        Some(policies) => {
+            let mut parsed = Vec::new();
+            for (index, policy) in policies.iter().enumerate() {
+                let at = format!("{field}.policies[{index}]");
+                if !(1..=1800).contains(&policy.period_seconds) {
+                    return Err(format!("{at}.periodSeconds: {} is outside 1..1800", policy.period_seconds));
+                }
+                if policy.value <= 0 {
+                    return Err(format!("{at}.value: {} must be positive", policy.value));
+                }
+                let step = match policy.type_.as_str() {
+                    "Pods" => Step::Pods(policy.value),
+                    "Percent" => Step::Percent(policy.value),
+                    other => return Err(format!("{at}.type: {other:?} is not Pods or Percent")),
+                };
+                parsed.push((step, i64::from(policy.period_seconds)));
+            }
+            if parsed.is_empty() && select != Select::Disabled {
+                return Err(format!("{field}.policies: at least one policy is needed unless selectPolicy is Disabled"));
+            }
+            parsed
+        }
+    };
+    Ok(Rules { stabilization_seconds, select, policies })
+}
+
+/// A condition as the envelope sets it: (status, reason, message).
+pub type Verdict = (bool, &'static str, &'static str);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Normalized {
+    pub replicas: i32,
+    /// AbleToScale: `ScaleUpStabilized`, `ScaleDownStabilized` or `ReadyForNewScale`.
+    pub able_to_scale: Verdict,
+    /// ScalingLimited: true with `ScaleUpLimit`, `ScaleDownLimit`, `TooManyReplicas` or `TooFewReplicas`.
+    pub limited: Verdict,
+}
+
+/// What the host remembers of an Autoscaler between runs (and across restarts, in its status).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct History {
+    pub recommendations: Vec<TimedRecommendation>,
+    pub scale_events: Vec<ScaleEvent>,
+}
+
+/// Whether `time` lies within the last `seconds` before `now`. Times come back from the status in whole seconds,
+/// so both are compared as whole seconds and a time counts up to a second longer: never shorter, which would let a
+/// window or a rate limit pass early.
+fn within(time: &Time, now: Timestamp, seconds: i64) -> bool {
+    seconds > 0 && now.as_second() - time.0.as_second() <= seconds
+}
+
+impl History {
+    /// Replicas added (`up`) or removed within the last `period` seconds.
+    fn changed_within(&self, period: i64, now: Timestamp, up: bool) -> i32 {
+        let recent = self.scale_events.iter().filter(|event| within(&event.time, now, period));
+        recent.map(|event| event.change).filter(|change| (*change > 0) == up).map(i32::abs).sum()
+    }
+
+    pub fn record_scale(&mut self, change: i32, now: Timestamp) {
+        self.scale_events.push(ScaleEvent { time: Time(now), change });
+    }
+
+    /// Forgets what no window or period looks at any more.
+    fn prune(&mut self, behavior: &Behavior, now: Timestamp) {
+        let memory = behavior.longest_memory();
+        self.recommendations.retain(|recommendation| within(&recommendation.time, now, memory));
+        self.scale_events.retain(|event| within(&event.time, now, memory));
+    }
+}
+
+/// kube-controller-manager's `normalizeDesiredReplicasWithBehaviors`: stabilize `recommended` over the
+/// windows, record it, then hold it to the rate limits and to `[min, max]`.
+pub fn normalize(behavior: &Behavior, history: &mut History, now: Timestamp, current: i32, recommended: i32, min: i32, max: i32) -> Normalized {
+    history.prune(behavior, now);
+    if history.recommendations.is_empty() && behavior.down.stabilization_seconds > 0 {
+        // A fresh Autoscaler does not scale down at once: it starts with the current size as a recommendation.
+        history.recommendations.push(TimedRecommendation { time: Time(now), replicas: current });
+    }
+    let (mut up_floor, mut down_ceiling) = (recommended, recommended);
+    for earlier in &history.recommendations {
+        if within(&earlier.time, now, behavior.up.stabilization_seconds) {
+            up_floor = up_floor.min(earlier.replicas);
+        }
+        if within(&earlier.time, now, behavior.down.stabilization_seconds) {
+            down_ceiling = down_ceiling.max(earlier.replicas);
+        }
+    }
+    let stabilized = current.max(up_floor).min(down_ceiling);
+    history.recommendations.push(TimedRecommendation { time: Time(now), replicas: recommended });
+    let able_to_scale = if stabilized != recommended {
+        if recommended >= current {
+            (true, "ScaleUpStabilized", "recent recommendations were lower than current one, applying the lowest recent recommendation")
+        } else {
+            (true, "ScaleDownStabilized", "recent recommendations were higher than current one, applying the highest recent recommendation")
+        }
+    } else {
+        (true, "ReadyForNewScale", "recommended size matches current size")
+    };
+    let (replicas, reason, message) = rate_limited(behavior, history, now, current, stabilized, min, max);
+    Normalized { replicas, able_to_scale, limited: (replicas != stabilized, reason, message) }
+}
+
+/// The largest (or, with `Min`, smallest) change the rules allow from the size at the start of each period.
+fn limit(rules: &Rules, history: &History, now: Timestamp, current: i32, up: bool) -> i32 {
+    if rules.select == Select::Disabled {
+        return current;
+    }
+    let proposals = rules.policies.iter().map(|(step, period)| {
+        let start = current - history.changed_within(*period, now, true) + history.changed_within(*period, now, false);
+        let start = i64::from(start);
+        let proposal = match (step, up) {
+            (Step::Pods(pods), true) => start + i64::from(*pods),
+            (Step::Pods(pods), false) => start - i64::from(*pods),
+            // Rounded up: a small percentage of a few pods must still add one.
+            (Step::Percent(percent), true) => (start as f64 * (1.0 + f64::from(*percent) / 100.0)).ceil() as i64,
+            (Step::Percent(percent), false) => (start as f64 * (1.0 - f64::from(*percent) / 100.0)) as i64,
+        };
+        proposal.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+    });
+    // Max picks the biggest change: the highest ceiling up, the lowest floor down.
+    match (rules.select, up) {
+        (Select::Min, true) | (Select::Max, false) => proposals.min(),
+        _ => proposals.max(),
+    }
+    .unwrap_or(current)
+}
+
+/// kube-controller-manager's `convertDesiredReplicasWithBehaviorRate`.
+fn rate_limited(behavior: &Behavior, history: &History, now: Timestamp, current: i32, desired: i32, min: i32, max: i32) -> (i32, &'static str, &'static str) {
+    if desired > current {
+        let up_limit = limit(&behavior.up, history, now, current, true).max(current);
+        let (ceiling, reason, message) = if max > up_limit {
+            (up_limit, "ScaleUpLimit", "the desired replica count is increasing faster than the maximum scale rate")
+        } else {
+            (max, "TooManyReplicas", "the desired replica count is more than the maximum replica count")
+        };
+        if desired > ceiling {
+            return (ceiling, reason, message);
+        }
+    } else if desired < current {
+        let down_limit = limit(&behavior.down, history, now, current, false).min(current);
+        let (floor, reason, message) = if min < down_limit {
+            (down_limit, "ScaleDownLimit", "the desired replica count is decreasing faster than the maximum scale rate")
+        } else {
+            (min, "TooFewReplicas", "the desired replica count is less than the minimum replica count")
+        };
+        if desired < floor {
+            return (floor, reason, message);
+        }
+    }
+    (desired, "DesiredWithinRange", "the desired count is within the acceptable range")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::autoscaling::v2::HPAScalingPolicy;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    fn defaults() -> Behavior {
+        Behavior::from_spec(None).unwrap()
+    }
+
+    #[test]
+    fn scale_up_by_default_is_at_most_four_pods_or_double_per_fifteen_seconds() {
+        let mut history = History::default();
+        let normalized = normalize(&defaults(), &mut history, at(0), 2, 20, 1, 100);
+        assert_eq!(normalized.replicas, 6, "max(2 + 4, 2 * 2)");
+        assert_eq!(normalized.limited, (true, "ScaleUpLimit", "the desired replica count is increasing faster than the maximum scale rate"));
+        history.record_scale(4, at(0));
+        // Within the same 15 s the period started at 2: nothing more.
+        assert_eq!(normalize(&defaults(), &mut history, at(10), 6, 20, 1, 100).replicas, 6);
+        assert_eq!(normalize(&defaults(), &mut history, at(15), 6, 20, 1, 100).replicas, 6, "whole seconds count a second longer");
+        // A new period starts from 6: 12.
+        assert_eq!(normalize(&defaults(), &mut history, at(16), 6, 20, 1, 100).replicas, 12);
+        assert_eq!(normalize(&defaults(), &mut History::default(), at(0), 8, 20, 1, 10).limited.1, "TooManyReplicas");
+    }
+
+    #[test]
+    fn scale_down_waits_for_the_highest_recommendation_of_five_minutes() {
+        let mut history = History::default();
+        let first = normalize(&defaults(), &mut history, at(0), 10, 2, 1, 100);
+        assert_eq!(first.replicas, 10, "a fresh Autoscaler remembers the current size");
+        assert_eq!(first.able_to_scale.1, "ScaleDownStabilized");
+        assert_eq!(normalize(&defaults(), &mut history, at(100), 10, 3, 1, 100).replicas, 10);
+        assert_eq!(normalize(&defaults(), &mut history, at(300), 10, 2, 1, 100).replicas, 10);
+        // At 301 s the initial 10 left the window; the highest since is 3.
+        assert_eq!(normalize(&defaults(), &mut history, at(301), 10, 2, 1, 100).replicas, 3);
+    }
+
+    #[test]
+    fn a_noisy_recommendation_does_not_flap() {
+        let mut history = History::default();
+        let mut replicas = 5;
+        for (step, wanted) in [5, 8, 3, 7, 4, 8, 3, 6].into_iter().enumerate() {
+            let normalized = normalize(&defaults(), &mut history, at(15 * step as i64), replicas, wanted, 1, 100);
+            assert!(normalized.replicas >= replicas, "step {step}: never down within the window ({} -> {})", replicas, normalized.replicas);
+            replicas = normalized.replicas;
+        }
+        assert_eq!(replicas, 8);
+    }
+
+    #[test]
+    fn percent_steps_round_up_going_up_and_down_going_down_and_min_max_clamp() {
+        let spec: HorizontalPodAutoscalerBehavior = serde_json::from_value(serde_json::json!({
+            "scaleUp": {"policies": [{"type": "Percent", "value": 10, "periodSeconds": 60}]},
+            "scaleDown": {"stabilizationWindowSeconds": 0, "policies": [{"type": "Percent", "value": 50, "periodSeconds": 60}], "selectPolicy": "Min"}
+        }))
+        .unwrap();
+        let behavior = Behavior::from_spec(Some(&spec)).unwrap();
+        assert_eq!(normalize(&behavior, &mut History::default(), at(0), 3, 10, 1, 100).replicas, 4, "ceil(3 * 1.1)");
+        assert_eq!(normalize(&behavior, &mut History::default(), at(0), 9, 1, 1, 100).replicas, 4, "floor(9 * 0.5)");
+        let floor = normalize(&behavior, &mut History::default(), at(0), 9, 1, 6, 100);
+        assert_eq!((floor.replicas, floor.limited.1), (6, "TooFewReplicas"));
+    }
+
+    #[test]
+    fn disabled_direction_never_moves_and_bad_specs_name_the_field() {
+        let spec = HorizontalPodAutoscalerBehavior {
+            scale_down: Some(HPAScalingRules { select_policy: Some("Disabled".into()), stabilization_window_seconds: Some(0), ..Default::default() }),
+            ..Default::default()
+        };
+        let behavior = Behavior::from_spec(Some(&spec)).unwrap();
+        assert_eq!(normalize(&behavior, &mut History::default(), at(0), 9, 1, 1, 100).replicas, 9);
+        let bad = HorizontalPodAutoscalerBehavior {
+            scale_up: Some(HPAScalingRules { policies: Some(vec![HPAScalingPolicy { type_: "Pods".into(), value: 0, period_seconds: 15 }]), ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(Behavior::from_spec(Some(&bad)).unwrap_err(), "spec.behavior.scaleUp.policies[0].value: 0 must be positive");
+    }
+}

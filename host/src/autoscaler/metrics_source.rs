@@ -1,0 +1,403 @@
+//! Reads an Autoscaler's metrics as the HPA does and turns them into the contract's [`Metric`]s: pod CPU and
+//! memory from `metrics.k8s.io`, Pods and Object metrics from `custom.metrics.k8s.io`, External metrics from
+//! `external.metrics.k8s.io`. Pods are classified by the HPA's rules (deleted and failed pods ignored, pending
+//! pods unready, a pod's CPU untrusted during its initialization period); a metric that cannot be read is
+//! passed on with its error, so the policy and the fallback can act on it.
+
+use crate::contract::types::{Metric, MetricSource, MetricTarget, PodMetric};
+use crate::kube::ApiClient;
+use jiff::Timestamp;
+use k8s_openapi::api::autoscaling::v2::{MetricSpec, MetricStatus};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::Duration;
+use wasp_sdk::quantity::parse_milli;
+
+/// A pod of the scale target, with what the HPA looks at.
+pub struct TargetPod {
+    pub name: String,
+    pending: bool,
+    /// Running and Ready.
+    ready: bool,
+    ready_since: Option<Timestamp>,
+    started: Option<Timestamp>,
+    /// Requests summed over containers, in millicores and bytes; None if a container requests nothing.
+    cpu_request: Option<f64>,
+    memory_request: Option<f64>,
+}
+
+fn quantity(value: &str) -> Option<f64> {
+    parse_milli(value).ok().map(|milli| milli as f64 / 1000.0)
+}
+
+fn timestamp(value: Option<&Value>) -> Option<Timestamp> {
+    value.and_then(Value::as_str).and_then(|text| text.parse().ok())
+}
+
+impl TargetPod {
+    /// None for pods the HPA ignores: being deleted, or failed.
+    pub fn of(pod: &Pod) -> Option<TargetPod> {
+        let value = serde_json::to_value(pod).ok()?;
+        let phase = value.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Pending");
+        if pod.metadata.deletion_timestamp.is_some() || phase == "Failed" || phase == "Succeeded" {
+            return None;
+        }
+        let ready_condition = value.pointer("/status/conditions").and_then(Value::as_array).into_iter().flatten().find(|condition| condition["type"] == "Ready");
+        let request = |resource: &str, scale: f64| -> Option<f64> {
+            let containers = value.pointer("/spec/containers").and_then(Value::as_array)?;
+            containers.iter().map(|container| container.pointer(&format!("/resources/requests/{resource}")).and_then(Value::as_str).and_then(quantity).map(|units| units * scale)).sum()
+        };
+        Some(TargetPod {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            pending: phase == "Pending",
+            ready: phase == "Running" && ready_condition.is_some_and(|condition| condition["status"] == "True"),
+            ready_since: ready_condition.and_then(|condition| timestamp(condition.get("lastTransitionTime"))),
+            started: timestamp(value.pointer("/status/startTime")),
+            cpu_request: request("cpu", 1000.0),
+            memory_request: request("memory", 1.0),
+        })
+    }
+}
+
+/// The HPA's timing rules for CPU readings of starting pods.
+#[derive(Debug, Clone, Copy)]
+pub struct Readiness {
+    pub cpu_initialization_period: Duration,
+    pub initial_readiness_delay: Duration,
+}
+
+/// One pod's resource usage, from a PodMetrics item.
+struct Usage {
+    cpu_millis: f64,
+    memory_bytes: f64,
+    timestamp: Option<Timestamp>,
+    window: Duration,
+}
+
+/// What one Autoscaler's metrics read, and what its status shows of them.
+pub struct Reading {
+    pub metrics: Vec<Metric>,
+    pub statuses: Vec<MetricStatus>,
+    /// `cpu: 45%/50%`, one per metric.
+    pub targets: Vec<String>,
+}
+
+/// A reading's value in its target's unit: percent of requests, average per pod, or the whole value.
+pub fn current_reading(metric: &Metric, replicas: i32) -> Option<f64> {
+    let measured: Vec<&PodMetric> = metric.pods.iter().filter(|pod| pod.ready && pod.value.is_some()).collect();
+    let sum = |pick: fn(&PodMetric) -> f64| measured.iter().map(|pod| pick(pod)).sum::<f64>();
+    match (metric.source, metric.target) {
+        (_, MetricTarget::Utilization(_)) => {
+            let requests = sum(|pod| pod.request.unwrap_or(0.0));
+            (requests > 0.0).then(|| (sum(|pod| pod.value.unwrap_or(0.0)) * 100.0 / requests).floor())
+        }
+        (MetricSource::Resource | MetricSource::Pods, MetricTarget::AverageValue(_)) => {
+            (!measured.is_empty()).then(|| sum(|pod| pod.value.unwrap_or(0.0)) / measured.len() as f64)
+        }
+        (_, MetricTarget::AverageValue(_)) => metric.value.map(|value| value / f64::from(replicas.max(1))),
+        (_, MetricTarget::Value(_)) => metric.value,
+    }
+}
+
+/// A plain number as a Kubernetes quantity: whole, or in thousandths.
+fn format_quantity(value: f64) -> String {
+    let milli = (value * 1000.0).round();
+    if milli % 1000.0 == 0.0 { format!("{}", milli / 1000.0) } else { format!("{milli}m") }
+}
+
+pub struct MetricsReader<'a> {
+    pub api: &'a ApiClient,
+    pub namespace: &'a str,
+    pub selector: &'a str,
+    pub pods: &'a [TargetPod],
+    pub readiness: Readiness,
+    pub now: Timestamp,
+}
+
+impl MetricsReader<'_> {
+    async fn get(&self, path: &str) -> Result<Value, String> {
+        let request = http::Request::get(path).body(Vec::new()).map_err(|error| error.to_string())?;
+        let _permit = self.api.permit().await;
+        self.api.client.request::<Value>(request).await.map_err(|error| match error {
+            kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+            other => other.to_string(),
+        })
+    }
+
+    fn selector_query(selector: &str) -> String {
+        format!("labelSelector={}", urlencode(selector))
+    }
+
+    async fn pod_usage(&self) -> Result<HashMap<String, Usage>, String> {
+        let path = format!("/apis/metrics.k8s.io/v1beta1/namespaces/{}/pods?{}", self.namespace, Self::selector_query(self.selector));
+        let list = self.get(&path).await.map_err(|error| format!("unable to get metrics for resource: {error}"))?;
+        let mut usage = HashMap::new();
+        for item in list["items"].as_array().into_iter().flatten() {
+            let Some(name) = item.pointer("/metadata/name").and_then(Value::as_str) else { continue };
+            let total = |resource: &str| -> f64 {
+                let containers = item["containers"].as_array().into_iter().flatten();
+                containers.filter_map(|container| container.pointer(&format!("/usage/{resource}")).and_then(Value::as_str).and_then(quantity)).sum()
+            };
+            let window = item["window"].as_str().and_then(|text| humantime::parse_duration(text).ok()).unwrap_or(Duration::from_secs(15));
+            let entry = Usage { cpu_millis: total("cpu") * 1000.0, memory_bytes: total("memory"), timestamp: timestamp(item.get("timestamp")), window };
+            usage.insert(name.to_string(), entry);
+        }
+        Ok(usage)
+    }
+
+    /// The HPA's `groupPods` for CPU: a starting pod's reading counts only once it has been Ready a window.
+    fn cpu_ready(&self, pod: &TargetPod, usage: &Usage) -> bool {
+        let (Some(started), Some(ready_since)) = (pod.started, pod.ready_since) else { return false };
+        let initializing = started + self.readiness.cpu_initialization_period > self.now;
+        if initializing {
+            let window_after_ready = ready_since + usage.window;
+            pod.ready && usage.timestamp.is_none_or(|at| at >= window_after_ready)
+        } else {
+            pod.ready || started + self.readiness.initial_readiness_delay <= ready_since
+        }
+    }
+
+    fn started(pod: &TargetPod) -> i64 {
+        pod.started.map_or(0, |started| started.as_second())
+    }
+
+    /// Pods without readings, for metrics that do not read per pod (their ready count scales Value targets).
+    fn ready_pods(&self) -> Vec<PodMetric> {
+        let entry = |pod: &TargetPod| PodMetric { pod: pod.name.clone(), ready: pod.ready, started: Self::started(pod), value: None, request: None };
+        self.pods.iter().map(entry).collect()
+    }
+
+    /// Reads every metric of `specs`, each API once.
+    pub async fn read(&self, specs: &[MetricSpec], replicas: i32) -> Reading {
+        let mut usage: Option<Result<HashMap<String, Usage>, String>> = None;
+        let mut reading = Reading { metrics: Vec::new(), statuses: Vec::new(), targets: Vec::new() };
+        for spec in specs {
+            let metric = match spec.type_.as_str() {
+                "Resource" => {
+                    if usage.is_none() {
+                        usage = Some(self.pod_usage().await);
+                    }
+                    self.resource_metric(spec, usage.as_ref().expect("read above"))
+                }
+                "Pods" => self.pods_metric(spec).await,
+                "Object" => self.object_metric(spec).await,
+                "External" => self.external_metric(spec).await,
+                other => Err(unnamed(other, &format!("metric type {other:?} is not supported (Resource, Pods, Object or External)"))),
+            };
+            let metric = metric.unwrap_or_else(|(name, source, target, error)| Metric {
+                name,
+                source,
+                target,
+                pods: Vec::new(),
+                value: None,
+                error: Some(error),
+                history: Vec::new(),
+            });
+            let current = current_reading(&metric, replicas);
+            reading.targets.push(describe_target(&metric, current));
+            if let Some(status) = status_of(spec, &metric, current) {
+                reading.statuses.push(status);
+            }
+            reading.metrics.push(metric);
+        }
+        reading
+    }
+
+    fn resource_metric(&self, spec: &MetricSpec, usage: &Result<HashMap<String, Usage>, String>) -> Result<Metric, MetricFailure> {
+        let source = spec.resource.as_ref().ok_or_else(|| unnamed("Resource", "spec.metrics[].resource is missing"))?;
+        let name = source.name.clone();
+        let is_cpu = name == "cpu";
+        let scale = if is_cpu { 1000.0 } else { 1.0 };
+        let target = match (source.target.type_.as_str(), source.target.average_utilization, &source.target.average_value) {
+            ("Utilization", Some(percent), _) => MetricTarget::Utilization(f64::from(percent)),
+            ("AverageValue", _, Some(value)) => MetricTarget::AverageValue(quantity(&value.0).unwrap_or(0.0) * scale),
+            (kind, ..) => return Err((name, MetricSource::Resource, MetricTarget::Value(0.0), format!("target type {kind:?} needs its value (Utilization: averageUtilization, AverageValue: averageValue)"))),
+        };
+        let usage = usage.as_ref().map_err(|error| (name.clone(), MetricSource::Resource, target, error.clone()))?;
+        let pods = self
+            .pods
+            .iter()
+            .map(|pod| {
+                let reading = usage.get(&pod.name);
+                let value = reading.map(|usage| if is_cpu { usage.cpu_millis } else { usage.memory_bytes });
+                let ready = match reading {
+                    _ if pod.pending => false,
+                    // A pod without a reading is missing, whatever its readiness (the HPA asks in that order).
+                    None => true,
+                    Some(usage) if is_cpu => self.cpu_ready(pod, usage),
+                    Some(_) => true,
+                };
+                let request = if is_cpu { pod.cpu_request } else { pod.memory_request };
+                PodMetric { pod: pod.name.clone(), ready, started: Self::started(pod), value, request }
+            })
+            .collect();
+        Ok(Metric { name, source: MetricSource::Resource, target, pods, value: None, error: None, history: Vec::new() })
+    }
+
+    async fn pods_metric(&self, spec: &MetricSpec) -> Result<Metric, MetricFailure> {
+        let source = spec.pods.as_ref().ok_or_else(|| unnamed("Pods", "spec.metrics[].pods is missing"))?;
+        let name = source.metric.name.clone();
+        let target = match &source.target.average_value {
+            Some(value) if source.target.type_ == "AverageValue" => MetricTarget::AverageValue(quantity(&value.0).unwrap_or(0.0)),
+            _ => return Err((name, MetricSource::Pods, MetricTarget::Value(0.0), "a Pods metric needs an AverageValue target".into())),
+        };
+        let mut path = format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{}/pods/*/{}?{}", self.namespace, name, Self::selector_query(self.selector));
+        if let Some(selector) = source.metric.selector.as_ref().and_then(selector_string) {
+            path.push_str(&format!("&metricLabelSelector={}", urlencode(&selector)));
+        }
+        let list = self.get(&path).await.map_err(|error| (name.clone(), MetricSource::Pods, target, format!("unable to get metric {name}: {error}")))?;
+        let values: HashMap<&str, f64> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|item| Some((item.pointer("/describedObject/name")?.as_str()?, quantity(item["value"].as_str()?)?)))
+            .collect();
+        let pods = self
+            .pods
+            .iter()
+            .map(|pod| {
+                let value = values.get(pod.name.as_str()).copied();
+                PodMetric { pod: pod.name.clone(), ready: !pod.pending, started: Self::started(pod), value, request: None }
+            })
+            .collect();
+        Ok(Metric { name, source: MetricSource::Pods, target, pods, value: None, error: None, history: Vec::new() })
+    }
+
+    async fn object_metric(&self, spec: &MetricSpec) -> Result<Metric, MetricFailure> {
+        let source = spec.object.as_ref().ok_or_else(|| unnamed("Object", "spec.metrics[].object is missing"))?;
+        let name = source.metric.name.clone();
+        let target = whole_target(&source.target.type_, source.target.value.as_ref(), source.target.average_value.as_ref())
+            .map_err(|error| (name.clone(), MetricSource::Object, MetricTarget::Value(0.0), error))?;
+        let object = &source.described_object;
+        let group_version = object.api_version.as_deref().unwrap_or("v1");
+        let plural = kube::core::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("", "", &object.kind)).plural;
+        let prefix = if group_version.contains('/') { format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{}/{}.{}", self.namespace, plural, group_version.split('/').next().unwrap_or("")) } else { format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{}/{}", self.namespace, plural) };
+        let path = format!("{prefix}/{}/{}", object.name, name);
+        let fail = |error: String| (name.clone(), MetricSource::Object, target, format!("unable to get metric {name} of {} {}: {error}", object.kind, object.name));
+        let list = self.get(&path).await.map_err(fail)?;
+        let value = list["items"].as_array().and_then(|items| items.first()).and_then(|item| item["value"].as_str()).and_then(quantity);
+        let value = value.ok_or_else(|| fail("no value in the answer".into()))?;
+        Ok(Metric { name: name.clone(), source: MetricSource::Object, target, pods: self.ready_pods(), value: Some(value), error: None, history: Vec::new() })
+    }
+
+    async fn external_metric(&self, spec: &MetricSpec) -> Result<Metric, MetricFailure> {
+        let source = spec.external.as_ref().ok_or_else(|| unnamed("External", "spec.metrics[].external is missing"))?;
+        let name = source.metric.name.clone();
+        let target = whole_target(&source.target.type_, source.target.value.as_ref(), source.target.average_value.as_ref())
+            .map_err(|error| (name.clone(), MetricSource::External, MetricTarget::Value(0.0), error))?;
+        let mut path = format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/{}", self.namespace, name);
+        if let Some(selector) = source.metric.selector.as_ref().and_then(selector_string) {
+            path.push_str(&format!("?labelSelector={}", urlencode(&selector)));
+        }
+        let list = self.get(&path).await.map_err(|error| (name.clone(), MetricSource::External, target, format!("unable to get external metric {name}: {error}")))?;
+        let values: Vec<f64> = list["items"].as_array().into_iter().flatten().filter_map(|item| item["value"].as_str().and_then(quantity)).collect();
+        if values.is_empty() {
+            return Err((name.clone(), MetricSource::External, target, format!("unable to get external metric {name}: no series matched")));
+        }
+        let value = Some(values.iter().sum());
+        Ok(Metric { name, source: MetricSource::External, target, pods: self.ready_pods(), value, error: None, history: Vec::new() })
+    }
+}
+
+/// (name, source, target, error) of a metric that could not be read.
+type MetricFailure = (String, MetricSource, MetricTarget, String);
+
+fn unnamed(kind: &str, error: &str) -> MetricFailure {
+    let source = match kind {
+        "Resource" => MetricSource::Resource,
+        "Pods" => MetricSource::Pods,
+        "Object" => MetricSource::Object,
+        _ => MetricSource::External,
+    };
+    (kind.to_lowercase(), source, MetricTarget::Value(0.0), error.to_string())
+}
+
+fn whole_target(kind: &str, value: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>, average: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Result<MetricTarget, String> {
+    match (kind, value, average) {
+        ("Value", Some(value), _) => Ok(MetricTarget::Value(quantity(&value.0).unwrap_or(0.0))),
+        ("AverageValue", _, Some(average)) => Ok(MetricTarget::AverageValue(quantity(&average.0).unwrap_or(0.0))),
+        (kind, ..) => Err(format!("target type {kind:?} needs its value (Value: value, AverageValue: averageValue)")),
+    }
+}
+
+fn selector_string(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> Option<String> {
+    let labels = selector.match_labels.as_ref()?;
+    let text: Vec<String> = labels.iter().map(|(key, value)| format!("{key}={value}")).collect();
+    (!text.is_empty()).then(|| text.join(","))
+}
+
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (byte as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+fn describe_target(metric: &Metric, current: Option<f64>) -> String {
+    let shown = |value: f64| if value.fract() == 0.0 { format!("{value}") } else { format!("{value:.2}") };
+    let now = current.filter(|_| metric.error.is_none());
+    match metric.target {
+        MetricTarget::Utilization(target) => format!("{}: {}/{}%", metric.name, now.map_or("<unknown>".to_string(), |now| format!("{}%", shown(now))), shown(target)),
+        MetricTarget::AverageValue(target) | MetricTarget::Value(target) => format!("{}: {}/{}", metric.name, now.map_or("<unknown>".to_string(), shown), shown(target)),
+    }
+}
+
+/// The HPA's `currentMetrics` entry for a metric read; None when it could not be read.
+fn status_of(spec: &MetricSpec, metric: &Metric, current: Option<f64>) -> Option<MetricStatus> {
+    let current = current.filter(|_| metric.error.is_none())?;
+    let value = match metric.target {
+        MetricTarget::Utilization(_) => {
+            let average = metric.pods.iter().filter(|pod| pod.ready).filter_map(|pod| pod.value).sum::<f64>() / metric.pods.iter().filter(|pod| pod.ready && pod.value.is_some()).count().max(1) as f64;
+            let average = if metric.name == "cpu" { format!("{}m", average.round()) } else { format_quantity(average.round()) };
+            json!({"averageUtilization": current as i32, "averageValue": average})
+        }
+        MetricTarget::AverageValue(_) if metric.name == "cpu" && metric.source == MetricSource::Resource => json!({"averageValue": format!("{}m", current.round())}),
+        MetricTarget::AverageValue(_) => json!({"averageValue": format_quantity(current)}),
+        MetricTarget::Value(_) => json!({"value": format_quantity(current)}),
+    };
+    let status = match spec.type_.as_str() {
+        "Resource" => json!({"type": "Resource", "resource": {"name": metric.name, "current": value}}),
+        "Pods" => json!({"type": "Pods", "pods": {"metric": {"name": metric.name}, "current": value}}),
+        "Object" => json!({"type": "Object", "object": {"metric": {"name": metric.name}, "describedObject": spec.object.as_ref()?.described_object, "current": value}}),
+        _ => json!({"type": "External", "external": {"metric": {"name": metric.name}, "current": value}}),
+    };
+    serde_json::from_value(status).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_metric(ready: bool, value: Option<f64>, request: Option<f64>) -> PodMetric {
+        PodMetric { pod: "p".into(), ready, started: 0, value, request }
+    }
+
+    #[test]
+    fn readings_are_in_the_targets_unit() {
+        let mut metric = Metric {
+            name: "cpu".into(),
+            source: MetricSource::Resource,
+            target: MetricTarget::Utilization(50.0),
+            pods: vec![pod_metric(true, Some(70.0), Some(100.0)), pod_metric(true, Some(71.0), Some(100.0)), pod_metric(false, Some(900.0), Some(100.0))],
+            value: None,
+            error: None,
+            history: Vec::new(),
+        };
+        assert_eq!(current_reading(&metric, 3), Some(70.0), "unready pods are not counted; whole percent");
+        assert_eq!(describe_target(&metric, Some(70.0)), "cpu: 70%/50%");
+        metric.error = Some("down".into());
+        assert_eq!(describe_target(&metric, None), "cpu: <unknown>/50%");
+        let external = Metric { name: "queue".into(), source: MetricSource::External, target: MetricTarget::AverageValue(10.0), pods: vec![], value: Some(45.0), error: None, history: vec![] };
+        assert_eq!(current_reading(&external, 3), Some(15.0));
+    }
+
+    #[test]
+    fn quantities_and_selectors_are_written_as_the_api_expects() {
+        assert_eq!(format_quantity(12.0), "12");
+        assert_eq!(format_quantity(0.25), "250m");
+        assert_eq!(urlencode("app=web,tier in (a)"), "app%3Dweb%2Ctier%20in%20%28a%29");
+    }
+}

@@ -1,0 +1,574 @@
+//! The autoscaler loop: sets the replica count of every workload an [`Autoscaler`](resource::Autoscaler)
+//! targets. A WASM scale policy recommends; the host keeps the HPA's safety rules, which no policy can bypass.
+//!
+//! - [`resource`]: the `Autoscaler` custom resource and its generated CRD.
+//! - [`metrics_source`]: reads the metrics APIs and classifies pods by the HPA's rules.
+//! - [`behavior`]: stabilization windows, rate limits and `[min, max]`, with the HPA's defaults and reasons.
+//! - [`metrics`]: the autoscaler's metric families.
+//!
+//! Every `syncPeriod` a pass reconciles each Autoscaler: read the target's `scale`, its pods and metrics, ask
+//! the policy, hold the answer to the behavior, change the replicas through the `scale` subresource with the
+//! resourceVersion it read, and write the status (with the recommendations and scale events the behavior needs,
+//! so a restart or a failover forgets nothing). A workload that a HorizontalPodAutoscaler also scales is left
+//! alone, with a condition and an event.
+
+pub mod behavior;
+pub mod metrics;
+pub mod metrics_source;
+pub mod resource;
+
+use crate::cluster::SharedCluster;
+use crate::config::AutoscalerSection;
+use crate::contract::types::{MetricSample, Recommendation, ScaleDecision, ScaleRequest};
+use crate::kube::{ApiClient, EventRecorder, ObjectRef};
+use crate::policy::LoadedPolicy;
+use crate::registry::{Generation, PolicyRegistry};
+use behavior::{Behavior, History};
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::autoscaling::v1::Scale;
+use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, HorizontalPodAutoscalerCondition};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::Api;
+use metrics_source::{MetricsReader, Readiness, TargetPod};
+use resource::{Autoscaler, AutoscalerStatus, DEFAULT_POLICY};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The reporting component of the autoscaler's events.
+pub const COMPONENT: &str = "wasp-autoscaler";
+/// Readings kept per metric for the policies' trend windows.
+const HISTORY_SAMPLES: usize = 30;
+/// Autoscalers reconciled at once: each waits on the API server most of its time.
+const CONCURRENT_RECONCILES: usize = 16;
+/// A policy's reason is kept in the status up to this size.
+const MAX_REASON_BYTES: usize = 1024;
+
+/// Counters of what the host sent, whatever the API server answered.
+#[derive(Default)]
+pub struct Stats {
+    pub passes: AtomicU64,
+    pub scale_requests: AtomicU64,
+    pub policy_nanos: AtomicU64,
+}
+
+/// The last pass, as `/policies` and the benchmark report it.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PassSummary {
+    pub finished_at: String,
+    pub autoscalers: usize,
+    pub scaled: usize,
+    pub failed: usize,
+    pub duration_ms: u128,
+    /// Of which in policy calls; the rest is mostly waiting on the API server.
+    pub policy_ms: u128,
+}
+
+/// What one reconciliation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Unchanged,
+    Scaled,
+    Failed,
+}
+
+pub struct AutoscalerLoop {
+    policies: Arc<PolicyRegistry>,
+    cluster: Arc<SharedCluster>,
+    api: ApiClient,
+    events: EventRecorder,
+    metrics: metrics::AutoscalerMetrics,
+    /// Recent readings per (Autoscaler uid, metric name), for the policies' trend windows.
+    samples: Mutex<HashMap<(String, String), VecDeque<MetricSample>>>,
+    last_pass: Mutex<Option<PassSummary>>,
+    pub stats: Stats,
+}
+
+/// Sets `kind` to (status, reason, message), keeping the transition time when the status did not change.
+fn set_condition(conditions: &mut Vec<HorizontalPodAutoscalerCondition>, kind: &str, status: bool, reason: &str, message: &str, now: Timestamp) {
+    let status = if status { "True" } else { "False" }.to_string();
+    let transition = conditions.iter().find(|condition| condition.type_ == kind && condition.status == status).and_then(|condition| condition.last_transition_time.clone());
+    conditions.retain(|condition| condition.type_ != kind);
+    conditions.push(HorizontalPodAutoscalerCondition {
+        type_: kind.into(),
+        status,
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_transition_time: Some(transition.unwrap_or(Time(now))),
+    });
+    let order = |kind: &str| ["AbleToScale", "ScalingActive", "ScalingLimited"].iter().position(|known| *known == kind);
+    conditions.sort_by_key(|condition| order(&condition.type_));
+}
+
+fn truncated(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
+/// The API the target's `scale` subresource is served by.
+fn scale_api(api: &ApiClient, namespace: &str, api_version: &str, kind: &str) -> Api<DynamicObject> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    Api::namespaced_with(api.client.clone(), namespace, &resource)
+}
+
+/// An Autoscaler being reconciled: its identity, its status as it will be written, and where events go.
+struct Reconciliation<'a> {
+    autoscaler: &'a Autoscaler,
+    namespace: String,
+    name: String,
+    status: AutoscalerStatus,
+    now: Timestamp,
+}
+
+impl Reconciliation<'_> {
+    fn object(&self) -> ObjectRef {
+        ObjectRef {
+            api_version: "wasp.dev/v1alpha1".into(),
+            kind: "Autoscaler".into(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.autoscaler.metadata.uid.clone().unwrap_or_default(),
+        }
+    }
+
+    fn target(&self) -> ObjectRef {
+        let target = &self.autoscaler.spec.scale_target_ref;
+        ObjectRef {
+            api_version: target.api_version.clone().unwrap_or_else(|| "apps/v1".into()),
+            kind: target.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: target.name.clone(),
+            uid: String::new(),
+        }
+    }
+
+    fn condition(&mut self, kind: &str, status: bool, reason: &str, message: &str) {
+        set_condition(&mut self.status.conditions, kind, status, reason, message, self.now);
+    }
+}
+
+impl AutoscalerLoop {
+    pub fn new(policies: Arc<PolicyRegistry>, cluster: Arc<SharedCluster>, api: ApiClient, events: &EventRecorder, metrics: metrics::AutoscalerMetrics) -> Arc<Self> {
+        Arc::new(AutoscalerLoop {
+            policies,
+            cluster,
+            api,
+            events: events.for_component(COMPONENT),
+            metrics,
+            samples: Mutex::new(HashMap::new()),
+            last_pass: Mutex::new(None),
+            stats: Stats::default(),
+        })
+    }
+
+    pub fn last_pass(&self) -> Option<PassSummary> {
+        self.last_pass.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Passes every `syncPeriod` while the task lives; waits while the configuration has no autoscaler section.
+    pub async fn run(self: Arc<Self>) {
+        self.cluster.wait_until_ready().await;
+        loop {
+            let period = self.policies.current().config.autoscaler.as_ref().map(|section| section.sync_period);
+            let started = tokio::time::Instant::now();
+            if period.is_some() {
+                self.pass().await;
+            }
+            tokio::time::sleep_until(started + period.unwrap_or(Duration::from_secs(30))).await;
+        }
+    }
+
+    /// Reconciles every Autoscaler once with the current generation. None without an autoscaler section or when
+    /// the Autoscalers cannot be listed.
+    pub async fn pass(&self) -> Option<PassSummary> {
+        let generation = self.policies.current();
+        let section = generation.config.autoscaler.clone()?;
+        let started = Instant::now();
+        let policy_nanos_before = self.stats.policy_nanos.load(Ordering::Relaxed);
+        let listed = {
+            let _permit = self.api.permit().await;
+            Api::<Autoscaler>::all(self.api.client.clone()).list(&ListParams::default()).await
+        };
+        let autoscalers = match listed {
+            Ok(list) => list.items,
+            Err(error) => {
+                tracing::warn!(%error, "could not list Autoscalers (is the CRD installed? kubectl apply -f manifests/05-crd-autoscaler.yaml)");
+                return None;
+            }
+        };
+        let hpa_targets = self.hpa_targets().await;
+        let (generation, section, hpa_targets) = (&generation, &section, &hpa_targets);
+        // Owned items: a stream of futures that borrow their item trips the compiler's higher-ranked lifetimes.
+        let outcomes: Vec<Outcome> = futures::stream::iter(autoscalers.iter().cloned())
+            .map(|autoscaler| async move { self.reconcile(&autoscaler, generation, section, hpa_targets).await })
+            .buffer_unordered(CONCURRENT_RECONCILES)
+            .collect()
+            .await;
+        let live: HashSet<&str> = autoscalers.iter().filter_map(|autoscaler| autoscaler.metadata.uid.as_deref()).collect();
+        self.samples.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).retain(|(uid, _), _| live.contains(uid.as_str()));
+        let took = started.elapsed();
+        self.metrics.passed(took, autoscalers.len());
+        self.stats.passes.fetch_add(1, Ordering::Relaxed);
+        let summary = PassSummary {
+            finished_at: Timestamp::now().to_string(),
+            autoscalers: autoscalers.len(),
+            scaled: outcomes.iter().filter(|outcome| **outcome == Outcome::Scaled).count(),
+            failed: outcomes.iter().filter(|outcome| **outcome == Outcome::Failed).count(),
+            duration_ms: took.as_millis(),
+            policy_ms: u128::from((self.stats.policy_nanos.load(Ordering::Relaxed) - policy_nanos_before) / 1_000_000),
+        };
+        tracing::info!(autoscalers = summary.autoscalers, scaled = summary.scaled, failed = summary.failed, took_ms = summary.duration_ms, policy_ms = summary.policy_ms, "autoscaling pass");
+        *self.last_pass.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(summary.clone());
+        Some(summary)
+    }
+
+    /// (namespace, kind, name) of every workload a HorizontalPodAutoscaler scales, with the HPA's name.
+    async fn hpa_targets(&self) -> HashMap<(String, String, String), String> {
+        let listed = {
+            let _permit = self.api.permit().await;
+            Api::<HorizontalPodAutoscaler>::all(self.api.client.clone()).list(&ListParams::default()).await
+        };
+        match listed {
+            Ok(list) => list
+                .items
+                .into_iter()
+                .filter_map(|hpa| {
+                    let target = hpa.spec?.scale_target_ref;
+                    Some(((hpa.metadata.namespace?, target.kind, target.name), hpa.metadata.name?))
+                })
+                .collect(),
+            Err(error) => {
+                tracing::debug!(%error, "could not list HorizontalPodAutoscalers; conflicts are not checked this pass");
+                HashMap::new()
+            }
+        }
+    }
+
+    async fn reconcile(&self, autoscaler: &Autoscaler, generation: &Generation, section: &AutoscalerSection, hpa_targets: &HashMap<(String, String, String), String>) -> Outcome {
+        let mut run = Reconciliation {
+            autoscaler,
+            namespace: autoscaler.metadata.namespace.clone().unwrap_or_default(),
+            name: autoscaler.metadata.name.clone().unwrap_or_default(),
+            status: autoscaler.status.clone().unwrap_or_default(),
+            now: Timestamp::now(),
+        };
+        let outcome = self.decide(&mut run, generation, section, hpa_targets).await;
+        self.write_status(&run).await;
+        outcome
+    }
+
+    async fn decide(&self, run: &mut Reconciliation<'_>, generation: &Generation, section: &AutoscalerSection, hpa_targets: &HashMap<(String, String, String), String>) -> Outcome {
+        let spec = &run.autoscaler.spec;
+        let target = &spec.scale_target_ref;
+        let policy_name = spec.policy.clone().unwrap_or_else(|| DEFAULT_POLICY.into());
+        run.status.observed_generation = run.autoscaler.metadata.generation;
+        run.status.reference = Some(format!("{}/{}", target.kind, target.name));
+        run.status.policy = Some(policy_name.clone());
+        let (min, max) = (spec.min_replicas.unwrap_or(1), spec.max_replicas);
+        let checked = self.check_spec(run.autoscaler, generation, section, &policy_name, min, max);
+        let (policy, behavior) = match checked {
+            Ok(checked) => checked,
+            Err(message) => return self.refuse(run, "ScalingActive", "InvalidSpec", &message).await,
+        };
+        if let Some(hpa) = hpa_targets.get(&(run.namespace.clone(), target.kind.clone(), target.name.clone())) {
+            let message = format!("HorizontalPodAutoscaler {hpa} also scales {}/{}: wasp leaves it to the HPA", target.kind, target.name);
+            return self.refuse(run, "AbleToScale", "ConflictingHorizontalPodAutoscaler", &message).await;
+        }
+        let api_version = target.api_version.clone().unwrap_or_else(|| "apps/v1".into());
+        let scales = scale_api(&self.api, &run.namespace, &api_version, &target.kind);
+        let scale = {
+            let _permit = self.api.permit().await;
+            scales.get_scale(&target.name).await
+        };
+        let scale = match scale {
+            Ok(scale) => scale,
+            Err(error) => {
+                let message = format!("the autoscaler was unable to get the target's current scale: {}", describe_error(&error));
+                return self.refuse(run, "AbleToScale", "FailedGetScale", &message).await;
+            }
+        };
+        let current = scale.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(0);
+        run.status.current_replicas = current;
+        run.condition("AbleToScale", true, "SucceededGetScale", "the autoscaler was able to get the target's current scale");
+        if current == 0 && min != 0 {
+            run.status.desired_replicas = 0;
+            run.condition("ScalingActive", false, "ScalingDisabled", "scaling is disabled since the replica count of the target is zero");
+            return Outcome::Unchanged;
+        }
+        let (desired, reason, normalize) = if current > max {
+            (max, "Current number of replicas above Spec.MaxReplicas".to_string(), false)
+        } else if current < min {
+            (min, "Current number of replicas below Spec.MinReplicas".to_string(), false)
+        } else {
+            let selector = scale.status.as_ref().and_then(|status| status.selector.clone()).unwrap_or_default();
+            match self.recommend(run, section, &policy, &selector, current, min, max).await {
+                Some((desired, reason)) => (desired, reason, true),
+                None => return Outcome::Failed,
+            }
+        };
+        run.status.last_reason = Some(truncated(&reason, MAX_REASON_BYTES));
+        let mut history = History { recommendations: std::mem::take(&mut run.status.recommendations), scale_events: std::mem::take(&mut run.status.scale_events) };
+        let mut limit_note = String::new();
+        let desired = if normalize {
+            let normalized = behavior::normalize(&behavior, &mut history, run.now, current, desired, min, max);
+            let (_, able_reason, able_message) = normalized.able_to_scale;
+            run.condition("AbleToScale", true, able_reason, able_message);
+            let (limited, limit_reason, limit_message) = normalized.limited;
+            run.condition("ScalingLimited", limited, limit_reason, limit_message);
+            if able_reason != "ReadyForNewScale" {
+                self.metrics.limited(able_reason);
+            }
+            if limited {
+                self.metrics.limited(limit_reason);
+                limit_note = format!("; limited by {limit_reason}");
+            }
+            normalized.replicas
+        } else {
+            run.condition("ScalingLimited", true, if current > max { "TooManyReplicas" } else { "TooFewReplicas" }, &reason);
+            desired
+        };
+        run.status.desired_replicas = desired;
+        let outcome = if desired != current && !section.dry_run {
+            let why = format!("policy {policy_name}: {}{limit_note}", truncated(&reason, MAX_REASON_BYTES));
+            self.scale(run, &scales, &scale, current, desired, &why, &mut history).await
+        } else {
+            Outcome::Unchanged
+        };
+        run.status.recommendations = history.recommendations;
+        run.status.scale_events = history.scale_events;
+        outcome
+    }
+
+    /// The policy and behavior the spec asks for, or why the spec cannot be followed.
+    fn check_spec(&self, autoscaler: &Autoscaler, generation: &Generation, section: &AutoscalerSection, policy_name: &str, min: i32, max: i32) -> Result<(Arc<LoadedPolicy>, Behavior), String> {
+        let spec = &autoscaler.spec;
+        if min < 1 {
+            return Err(format!("spec.minReplicas: {min} must be at least 1"));
+        }
+        if max < min {
+            return Err(format!("spec.maxReplicas: {max} is less than minReplicas {min}"));
+        }
+        if let Some(fallback) = &spec.fallback {
+            if fallback.failure_threshold == 0 || !(min..=max).contains(&fallback.replicas) {
+                return Err(format!("spec.fallback: failureThreshold must be at least 1 and replicas within [{min}, {max}], not {} and {}", fallback.failure_threshold, fallback.replicas));
+            }
+        }
+        if spec.settings.as_ref().is_some_and(|settings| !settings.is_object()) {
+            return Err("spec.settings: must be an object".into());
+        }
+        let behavior = Behavior::from_spec(spec.behavior.as_ref())?;
+        if !section.policies.iter().any(|name| name == policy_name) {
+            return Err(format!("spec.policy: {policy_name:?} is not one of the host's scale policies ({})", section.policies.join(", ")));
+        }
+        let policy = generation.plans.scaling.get(policy_name).cloned().ok_or_else(|| format!("spec.policy: {policy_name:?} is not loaded"))?;
+        Ok((policy, behavior))
+    }
+
+    /// Records a condition that stops this reconciliation, and a warning event with the same words.
+    async fn refuse(&self, run: &mut Reconciliation<'_>, condition: &str, reason: &str, message: &str) -> Outcome {
+        run.condition(condition, false, reason, message);
+        tracing::warn!(autoscaler = %format!("{}/{}", run.namespace, run.name), reason, message, "not scaling");
+        self.events.event(&run.object(), "Warning", reason, message).await;
+        Outcome::Failed
+    }
+
+    /// Reads the metrics, asks the policy (or applies the fallback) and returns (desired, reason); None when
+    /// nothing can be decided this time (the conditions and events say why).
+    #[allow(clippy::too_many_arguments)]
+    async fn recommend(&self, run: &mut Reconciliation<'_>, section: &AutoscalerSection, policy: &Arc<LoadedPolicy>, selector: &str, current: i32, min: i32, max: i32) -> Option<(i32, String)> {
+        let spec = &run.autoscaler.spec;
+        let pods = {
+            let _permit = self.api.permit().await;
+            Api::<Pod>::namespaced(self.api.client.clone(), &run.namespace).list(&ListParams::default().labels(selector)).await
+        };
+        let pods: Vec<TargetPod> = match pods {
+            Ok(list) => list.items.iter().filter_map(TargetPod::of).collect(),
+            Err(error) => {
+                let message = format!("the autoscaler was unable to list the target's pods: {}", describe_error(&error));
+                self.refuse(run, "ScalingActive", "FailedGetPods", &message).await;
+                return None;
+            }
+        };
+        let readiness = Readiness { cpu_initialization_period: section.cpu_initialization_period, initial_readiness_delay: section.initial_readiness_delay };
+        let reader = MetricsReader { api: &self.api, namespace: &run.namespace, selector, pods: &pods, readiness, now: run.now };
+        let mut reading = reader.read(&spec.metrics, current).await;
+        run.status.current_metrics = std::mem::take(&mut reading.statuses);
+        run.status.targets = Some(reading.targets.join(", "));
+        let uid = run.autoscaler.metadata.uid.clone().unwrap_or_default();
+        self.remember_readings(&uid, &mut reading.metrics, current, run.now);
+        for metric in reading.metrics.iter().filter(|metric| metric.error.is_some()) {
+            self.metrics.metric_error(match metric.source {
+                crate::contract::types::MetricSource::Resource => "metrics.k8s.io",
+                crate::contract::types::MetricSource::External => "external.metrics.k8s.io",
+                _ => "custom.metrics.k8s.io",
+            });
+        }
+        let failed: Vec<&str> = reading.metrics.iter().filter_map(|metric| metric.error.as_deref()).collect();
+        if !reading.metrics.is_empty() && failed.len() == reading.metrics.len() {
+            run.status.metric_failures = run.status.metric_failures.saturating_add(1);
+            let reason = match reading.metrics[0].source {
+                crate::contract::types::MetricSource::Resource => "FailedGetResourceMetric",
+                crate::contract::types::MetricSource::Pods => "FailedGetPodsMetric",
+                crate::contract::types::MetricSource::Object => "FailedGetObjectMetric",
+                crate::contract::types::MetricSource::External => "FailedGetExternalMetric",
+            };
+            let message = failed.join("; ");
+            match &spec.fallback {
+                Some(fallback) if run.status.metric_failures >= fallback.failure_threshold => {
+                    run.condition("ScalingActive", false, reason, &message);
+                    let because = format!("fallback: no metric could be read in {} syncs in a row ({message})", run.status.metric_failures);
+                    return Some((fallback.replicas, because));
+                }
+                _ => {
+                    self.refuse(run, "ScalingActive", reason, &message).await;
+                    return None;
+                }
+            }
+        }
+        run.status.metric_failures = 0;
+        let recommendations = run
+            .status
+            .recommendations
+            .iter()
+            .map(|recommendation| Recommendation { at: recommendation.time.0.as_second(), replicas: recommendation.replicas.max(0) as u32 })
+            .collect();
+        let request = ScaleRequest {
+            workload: format!("{}/{}/{}", run.namespace, spec.scale_target_ref.kind, spec.scale_target_ref.name),
+            now: run.now.as_second(),
+            current_replicas: current as u32,
+            min_replicas: min as u32,
+            max_replicas: max as u32,
+            metrics: reading.metrics,
+            recommendations,
+        };
+        let settings = spec.settings.as_ref().map(|settings| settings.to_string());
+        let started = Instant::now();
+        let answer = crate::runtime::off_async_worker(|| {
+            let cluster = self.cluster.read();
+            policy.recommend_with_settings(&cluster, &request, settings.as_deref())
+        });
+        self.stats.policy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.metrics.recommended(policy.name(), answer.is_ok());
+        match answer {
+            Ok(ScaleDecision { desired_replicas, reason, .. }) => {
+                let names: Vec<&str> = request.metrics.iter().map(|metric| metric.name.as_str()).collect();
+                let message = format!("the policy {} computed the replica count from {}", policy.name(), names.join(", "));
+                run.condition("ScalingActive", true, "ValidMetricFound", &message);
+                Some((i32::try_from(desired_replicas).unwrap_or(i32::MAX), reason))
+            }
+            Err(error) => {
+                let message = format!("policy {} failed: {}", policy.name(), truncated(&error.to_string(), MAX_REASON_BYTES));
+                self.refuse(run, "ScalingActive", "FailedComputeMetricsReplicas", &message).await;
+                None
+            }
+        }
+    }
+
+    /// Adds this reading of each metric to its window and hands the window to the policy.
+    fn remember_readings(&self, uid: &str, metrics: &mut [crate::contract::types::Metric], replicas: i32, now: Timestamp) {
+        let mut samples = self.samples.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for metric in metrics {
+            let window = samples.entry((uid.to_string(), metric.name.clone())).or_default();
+            if let Some(value) = metric_source_reading(metric, replicas) {
+                window.push_back(MetricSample { at: now.as_second(), value });
+                while window.len() > HISTORY_SAMPLES {
+                    window.pop_front();
+                }
+            }
+            metric.history = window.iter().cloned().collect();
+        }
+    }
+
+    /// Changes the replicas through the `scale` subresource, on the resourceVersion read: a change made by
+    /// someone else meanwhile makes this one fail rather than overwrite it.
+    #[allow(clippy::too_many_arguments)]
+    async fn scale(&self, run: &mut Reconciliation<'_>, scales: &Api<DynamicObject>, read: &Scale, current: i32, desired: i32, why: &str, history: &mut History) -> Outcome {
+        let mut update = read.clone();
+        update.spec.get_or_insert_with(Default::default).replicas = Some(desired);
+        update.status = None;
+        self.stats.scale_requests.fetch_add(1, Ordering::Relaxed);
+        let target_name = &run.autoscaler.spec.scale_target_ref.name;
+        let answer = {
+            let _permit = self.api.permit().await;
+            scales.replace_scale(target_name, &PostParams::default(), &update).await
+        };
+        let up = desired > current;
+        let message = format!("New size: {desired}; reason: {why}");
+        match answer {
+            Ok(_) => {
+                self.metrics.scaled(up, "ok");
+                history.record_scale(desired - current, run.now);
+                run.status.last_scale_time = Some(Time(run.now));
+                tracing::info!(autoscaler = %format!("{}/{}", run.namespace, run.name), from = current, to = desired, why, "rescaled");
+                let (object, target) = (run.object(), run.target());
+                self.events.event(&object, "Normal", "SuccessfulRescale", &message).await;
+                self.events.event(&target, "Normal", "SuccessfulRescale", &message).await;
+                Outcome::Scaled
+            }
+            Err(error) => {
+                let conflict = matches!(&error, kube::Error::Api(status) if status.code == 409);
+                self.metrics.scaled(up, if conflict { "conflict" } else { "error" });
+                let detail = if conflict { "the target's scale changed since it was read; trying again next sync".to_string() } else { describe_error(&error) };
+                run.condition("AbleToScale", false, "FailedUpdateScale", &format!("the autoscaler was unable to update the target scale: {detail}"));
+                self.events.event(&run.object(), "Warning", "FailedRescale", &format!("{message}; error: {detail}")).await;
+                Outcome::Failed
+            }
+        }
+    }
+
+    async fn write_status(&self, run: &Reconciliation<'_>) {
+        let autoscalers: Api<Autoscaler> = Api::namespaced(self.api.client.clone(), &run.namespace);
+        let patch = serde_json::json!({"status": run.status});
+        let written = {
+            let _permit = self.api.permit().await;
+            autoscalers.patch_status(&run.name, &PatchParams::default(), &Patch::Merge(patch)).await
+        };
+        if let Err(error) = written {
+            tracing::warn!(autoscaler = %format!("{}/{}", run.namespace, run.name), error = %describe_error(&error), "could not write the status");
+        }
+    }
+}
+
+fn metric_source_reading(metric: &crate::contract::types::Metric, replicas: i32) -> Option<f64> {
+    metric.error.is_none().then(|| metrics_source::current_reading(metric, replicas)).flatten().filter(|value| value.is_finite())
+}
+
+fn describe_error(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_while_its_status_holds() {
+        let (earlier, later) = (Timestamp::from_second(1_800_000_000).unwrap(), Timestamp::from_second(1_800_000_100).unwrap());
+        let mut conditions = Vec::new();
+        set_condition(&mut conditions, "ScalingLimited", false, "DesiredWithinRange", "ok", earlier);
+        set_condition(&mut conditions, "AbleToScale", true, "ReadyForNewScale", "ok", earlier);
+        set_condition(&mut conditions, "ScalingLimited", false, "DesiredWithinRange", "ok", later);
+        assert_eq!(conditions.iter().map(|condition| condition.type_.as_str()).collect::<Vec<_>>(), ["AbleToScale", "ScalingLimited"]);
+        assert_eq!(conditions[1].last_transition_time, Some(Time(earlier)));
+        set_condition(&mut conditions, "ScalingLimited", true, "ScaleUpLimit", "fast", later);
+        assert_eq!(conditions[1].last_transition_time, Some(Time(later)));
+        assert_eq!(truncated("ééé", 3), "é...");
+    }
+}
