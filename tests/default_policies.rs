@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use wasp::contract::types::{EvictContext, Metric, PendingPod, PodMetric, PolicyKind, ScaleRequest, ViewScope};
+use wasp::contract::types::{EvictContext, Metric, MetricSource, MetricTarget, PendingPod, PodMetric, PolicyKind, ScaleRequest, ViewScope};
 
 #[test]
 fn every_default_policy_describes_itself() {
@@ -172,30 +172,44 @@ fn the_time_and_the_pending_pods_reach_evict_policies_and_room_for_comes_back() 
 }
 
 #[test]
-fn scale_policy_applies_the_hpa_formula() {
+fn scale_policy_applies_the_hpa_formula_and_an_autoscalers_own_settings_only_to_its_call() {
     let runtime = runtime();
     let hpa = load(&runtime, "hpa", r#"{"tolerance": 0.1}"#);
+    // CPU held to 50% of 1000m per pod.
     let metric = |values: &[f64]| Metric {
         name: "cpu".into(),
-        target_average: 500.0,
+        source: MetricSource::Resource,
+        target: MetricTarget::Utilization(50.0),
         pods: values
             .iter()
             .enumerate()
-            .map(|(index, value)| PodMetric { pod: format!("web-{index}"), ready: true, value: Some(*value) })
+            .map(|(index, value)| PodMetric { pod: format!("web-{index}"), ready: true, started: 0, value: Some(*value), request: Some(1000.0) })
             .collect(),
+        value: None,
+        error: None,
+        history: vec![],
     };
     let request = |values: &[f64]| ScaleRequest {
-        workload: "default/deployment/web".into(),
+        workload: "default/Deployment/web".into(),
+        now: 0,
         current_replicas: values.len() as u32,
         min_replicas: 1,
         max_replicas: 20,
         metrics: vec![metric(values)],
+        recommendations: vec![],
     };
     let cluster = cluster_of(vec![]);
     assert_eq!(hpa.recommend(&cluster, &request(&[900.0, 900.0, 900.0])).unwrap().desired_replicas, 6);
     assert_eq!(hpa.recommend(&cluster, &request(&[520.0, 480.0])).unwrap().desired_replicas, 2);
+    // 60% of 50% is outside the configured 10% tolerance, inside an Autoscaler's own 30%.
+    let busy = request(&[600.0, 600.0]);
+    assert_eq!(hpa.recommend_with_settings(&cluster, &busy, Some(r#"{"tolerance": 0.3}"#)).unwrap().desired_replicas, 2);
+    assert_eq!(hpa.recommend(&cluster, &busy).unwrap().desired_replicas, 3, "the pooled instance has its own settings back");
+    let refused = hpa.recommend_with_settings(&cluster, &busy, Some(r#"{"tolerance": 7}"#)).unwrap_err();
+    assert!(refused.to_string().starts_with("invalid settings: "), "{refused}");
+    assert_eq!(hpa.recommend(&cluster, &busy).unwrap().desired_replicas, 3);
     let error = hpa.recommend(&cluster, &ScaleRequest { metrics: vec![], ..request(&[1.0]) }).unwrap_err();
-    assert_eq!(error.to_string(), "default/deployment/web: no metrics to scale on");
+    assert_eq!(error.to_string(), "default/Deployment/web: no metrics to scale on");
 }
 
 #[test]

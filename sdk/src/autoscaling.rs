@@ -7,7 +7,7 @@
 //! up, unready pods 0 when scaling up, and a change those assumptions turn around is abandoned. Resource
 //! utilization is whole percent of the pods' summed requests, truncated as the HPA truncates it.
 
-use crate::types::{Metric, MetricSource, MetricTarget, PodMetric};
+use crate::types::{Metric, MetricSample, MetricSource, MetricTarget, PodMetric};
 
 /// The HPA's default: a change under 10% of the target is not worth a scale.
 pub const DEFAULT_TOLERANCE: f64 = 0.1;
@@ -84,7 +84,7 @@ pub fn propose(metric: &Metric, current_replicas: u32, tolerance: f64) -> Result
             let reading = metric.value.ok_or_else(|| format!("metric {name}: no value was read"))?;
             Ok(whole_value(metric, reading, target, current_replicas, tolerance))
         }
-        (source, target) => Err(format!("metric {name}: a {source:?} metric cannot be held to a {target:?} target")),
+        (source, target) => Err(format!("metric {name}: a {} metric cannot be held to a {} target", source_name(source), target_name(target))),
     }
 }
 
@@ -155,26 +155,45 @@ fn per_pod(metric: &Metric, rule: PerPod, current_replicas: u32, tolerance: f64)
     Ok(Proposal { replicas: if turned { current_replicas } else { replicas }, ratio: adjusted, reading })
 }
 
-/// The replicas a reading of `metric` would call for (a forecast, say), in the target's unit: the pods measured
-/// now scaled by reading over target, or for Object and External metrics the HPA's rule for their target.
-pub fn replicas_for_reading(metric: &Metric, reading: f64, current_replicas: u32, tolerance: f64) -> Option<u32> {
-    let (target, per_pod) = match metric.target {
-        MetricTarget::Utilization(target) => (target, true),
-        MetricTarget::AverageValue(target) => (target, matches!(metric.source, MetricSource::Resource | MetricSource::Pods)),
-        MetricTarget::Value(target) => (target, false),
-    };
-    if !(target.is_finite() && target > 0.0 && reading.is_finite()) {
+/// The HPA's name of a metric type: `Resource`, `Pods`, `Object`, `External`.
+pub fn source_name(source: MetricSource) -> &'static str {
+    match source {
+        MetricSource::Resource => "Resource",
+        MetricSource::Pods => "Pods",
+        MetricSource::Object => "Object",
+        MetricSource::External => "External",
+    }
+}
+
+/// The HPA's name of a target type: `Utilization`, `AverageValue`, `Value`.
+pub fn target_name(target: MetricTarget) -> &'static str {
+    match target {
+        MetricTarget::Utilization(_) => "Utilization",
+        MetricTarget::AverageValue(_) => "AverageValue",
+        MetricTarget::Value(_) => "Value",
+    }
+}
+
+/// The whole load of a reading: the reading times the pods it averages over (the value itself for a Value
+/// target). A trend must follow this, not the average, which falls whenever replicas are added.
+pub fn load_of(sample: &MetricSample) -> f64 {
+    sample.value * f64::from(sample.pods.max(1))
+}
+
+/// The replicas a whole `load` (a forecast, say; see [`load_of`]) calls for: enough pods to bring the average to
+/// the target, or for a Value target the HPA's rule for the reading.
+pub fn replicas_for_load(metric: &Metric, load: f64, current_replicas: u32, tolerance: f64) -> Option<u32> {
+    if !load.is_finite() {
         return None;
     }
-    if !per_pod {
-        return Some(whole_value(metric, reading, target, current_replicas, tolerance).replicas);
+    match metric.target {
+        MetricTarget::Utilization(target) | MetricTarget::AverageValue(target) if target.is_finite() && target > 0.0 => {
+            let ratio = load / (target * current_replicas.max(1) as f64);
+            Some(if within(ratio, tolerance) { current_replicas } else { ceil_replicas(load / target) })
+        }
+        MetricTarget::Value(target) if target.is_finite() && target > 0.0 => Some(whole_value(metric, load, target, current_replicas, tolerance).replicas),
+        _ => None,
     }
-    let ratio = reading / target;
-    let pods = metric.pods.iter().filter(|pod| pod.ready && pod.value.is_some()).count();
-    if pods == 0 {
-        return None;
-    }
-    Some(if within(ratio, tolerance) { current_replicas } else { ceil_replicas(ratio * pods as f64) })
 }
 
 /// `cpu at 150% of 50% wants 5`, `queue at 30 of 10 per pod wants 3`: a proposal for a reason.
@@ -227,7 +246,7 @@ mod tests {
         let mut metric = MetricBuilder::average("qps", 10.0).ready(5.0).build();
         metric.target = MetricTarget::Utilization(50.0);
         metric.source = MetricSource::Pods;
-        assert!(propose(&metric, 1, DEFAULT_TOLERANCE).unwrap_err().starts_with("metric qps: a Pods metric cannot"));
+        assert!(propose(&metric, 1, DEFAULT_TOLERANCE).unwrap_err().starts_with("metric qps: a Pods metric cannot be held to a Utilization target"));
         let failed = MetricBuilder::average("qps", 10.0).error("the custom metrics API is unavailable").build();
         assert_eq!(propose(&failed, 1, DEFAULT_TOLERANCE).unwrap_err(), "metric qps: the custom metrics API is unavailable");
         let no_request = MetricBuilder::utilization("cpu", 50.0).ready(5.0).request(0.0).build();
@@ -235,10 +254,13 @@ mod tests {
     }
 
     #[test]
-    fn a_forecast_reading_scales_the_measured_pods() {
+    fn a_whole_load_calls_for_enough_pods_to_reach_the_target() {
         let metric = MetricBuilder::average("qps", 10.0).ready(10.0).ready(10.0).build();
-        assert_eq!(replicas_for_reading(&metric, 20.0, 2, DEFAULT_TOLERANCE), Some(4));
-        assert_eq!(replicas_for_reading(&metric, 10.5, 2, DEFAULT_TOLERANCE), Some(2));
-        assert_eq!(replicas_for_reading(&metric, f64::NAN, 2, DEFAULT_TOLERANCE), None);
+        assert_eq!(load_of(&MetricSample { at: 0, value: 20.0, pods: 2 }), 40.0);
+        assert_eq!(replicas_for_load(&metric, 40.0, 2, DEFAULT_TOLERANCE), Some(4));
+        assert_eq!(replicas_for_load(&metric, 21.0, 2, DEFAULT_TOLERANCE), Some(2), "5% over the target");
+        assert_eq!(replicas_for_load(&metric, f64::NAN, 2, DEFAULT_TOLERANCE), None);
+        let external = MetricBuilder::external("queue", MetricTarget::Value(100.0), 100.0).ready_pods(2).build();
+        assert_eq!(replicas_for_load(&external, 300.0, 2, DEFAULT_TOLERANCE), Some(6), "ceil(3.0 * 2 ready)");
     }
 }

@@ -343,9 +343,9 @@ impl MetricBuilder {
         self
     }
 
-    /// Earlier readings, `(seconds since the epoch, reading)`, oldest first.
-    pub fn history(mut self, samples: &[(i64, f64)]) -> Self {
-        self.metric.history = samples.iter().map(|(at, value)| MetricSample { at: *at, value: *value }).collect();
+    /// Earlier readings, `(seconds since the epoch, reading, pods averaged over)`, oldest first.
+    pub fn history(mut self, samples: &[(i64, f64, u32)]) -> Self {
+        self.metric.history = samples.iter().map(|(at, value, pods)| MetricSample { at: *at, value: *value, pods: *pods }).collect();
         self
     }
 

@@ -4,7 +4,9 @@
 //! - [`store`]: objects, resource versions, watch history.
 //! - [`api`] and [`subresources`]: the HTTP surface (discovery, verbs, watch, binding, eviction, status, scale).
 //! - [`controllers`]: kubelet-like pod lifecycle, Deployment/ReplicaSet/StatefulSet and PDB status controllers.
-//! - [`metrics`]: metrics.k8s.io and custom.metrics.k8s.io from a load model.
+//! - [`metrics`]: metrics.k8s.io, custom.metrics.k8s.io (pods and objects) and external.metrics.k8s.io from a
+//!   load model.
+//! - [`resources`]: the served types, and those CustomResourceDefinitions add.
 //! - [`scenario`]: YAML scenarios and timed events; [`faults`]: injected errors, latency, dropped watches.
 //! - [`openapi`]: `/openapi/v3` for kubectl's validation and `explain`; [`tables`]: server-side printing;
 //!   [`events`]: the events.k8s.io/v1 view of core/v1 events.

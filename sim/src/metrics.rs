@@ -229,8 +229,10 @@ pub fn serve(state: &ServerState, method: &Method, target: &Target, query: &Hash
     let in_namespace = |pod: &&std::sync::Arc<Value>, namespace: &Option<String>| namespace.as_deref().is_none_or(|namespace| namespace_of(pod) == namespace);
     let mut body = match target {
         Target::Collection { resource, namespace } if resource.kind == "PodMetrics" => {
-            let items = pods.iter().filter(|pod| is_running(pod) && in_namespace(pod, namespace)).map(|pod| pod_metrics(state, pod, &ready)).collect();
-            list("PodMetricsList", "metrics.k8s.io/v1beta1", items)
+            // PodMetrics copy their pod's labels: select the pods first rather than build every pod's metrics.
+            let selector = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
+            let selected = pods.iter().filter(|pod| is_running(pod) && in_namespace(pod, namespace) && selector.matches(pod));
+            list("PodMetricsList", "metrics.k8s.io/v1beta1", selected.map(|pod| pod_metrics(state, pod, &ready)).collect())
         }
         Target::Object { resource, namespace, name } if resource.kind == "PodMetrics" => {
             let pod = store.get(resources::pods(), namespace.as_deref(), name)?;

@@ -309,7 +309,9 @@ mod tests {
 
     #[test]
     fn every_writable_served_kind_and_every_referenced_message_is_known() {
-        for resource in crate::resources::RESOURCES.iter().filter(|resource| !resource.read_only) {
+        // CustomResourceDefinitions arrive as JSON: no kubectl generator sends them as protobuf.
+        let writable = crate::resources::RESOURCES.iter().filter(|resource| !resource.read_only && resource.kind != "CustomResourceDefinition");
+        for resource in writable {
             let message = format!("{}.{}", package(&resource.api_version()), resource.kind);
             assert!(messages().contains_key(&message), "{message} is missing from sim/openapi/protobuf.json");
         }

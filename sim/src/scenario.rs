@@ -230,6 +230,13 @@ impl Scenario {
         Ok(())
     }
 
+    /// When the last point of any load curve is reached.
+    pub fn longest_curve(&self) -> Duration {
+        let workloads = self.workloads.iter().flat_map(|workload| [&workload.load.cpu, &workload.load.memory, &workload.load.qps]);
+        let curves = workloads.chain(self.external_metrics.values());
+        curves.filter_map(|curve| curve.0.last().map(|point| point.at)).max().unwrap_or_default()
+    }
+
     /// Creates the namespaces, nodes, workloads and budgets, and registers the load curves.
     pub fn apply(&self, store: &Store, load: &LoadModel) -> Result<(), ApiError> {
         let namespaces = resources::find("", "v1", "namespaces").expect("served");

@@ -224,6 +224,7 @@ async fn the_install_manifests_apply() {
     let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
     let applied = cluster.ok(&["apply", "-f", manifests.to_str().unwrap()]).await;
     for created in [
+        "customresourcedefinition.apiextensions.k8s.io/autoscalers.wasp.dev created",
         "namespace/wasp-system created",
         "serviceaccount/wasp created",
         "clusterrole.rbac.authorization.k8s.io/wasp-scheduler created",
@@ -239,6 +240,19 @@ async fn the_install_manifests_apply() {
     assert!(!again.contains("created"), "{again}");
     let listed = cluster.ok(&["get", "sa,role,rolebinding,svc,secrets", "-n", "wasp-system"]).await;
     assert!(listed.contains("serviceaccount/wasp"), "{listed}");
+    // The CRD is served at once: Autoscalers apply (validated by the server) and print their columns.
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/autoscalers.yaml");
+    let applied = cluster.ok(&["apply", "-f", examples.to_str().unwrap()]).await;
+    assert!(applied.contains("autoscaler.wasp.dev/web created"), "{applied}");
+    let status = json!({"status": {"reference": "Deployment/web", "policy": "hpa", "targets": "cpu: 45%/50%", "currentReplicas": 3}});
+    cluster.ok(&["patch", "autoscaler", "web", "--subresource=status", "--type=merge", "-p", &status.to_string()]).await;
+    let printed = cluster.ok(&["get", "autoscalers"]).await;
+    let header: Vec<&str> = printed.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "REFERENCE", "POLICY", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"], "{printed}");
+    let web = printed.lines().find(|line| line.starts_with("web ")).unwrap();
+    assert_eq!(web.split_whitespace().take(8).collect::<Vec<_>>()[..7], ["web", "Deployment/web", "hpa", "cpu:", "45%/50%", "2", "20"], "{printed}");
+    let short = cluster.ok(&["get", "was", "-o", "name"]).await;
+    assert!(short.contains("autoscaler.wasp.dev/api"), "{short}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,6 +315,7 @@ async fn generators_send_protobuf_which_is_decoded() {
         (&["create", "role", "reader", "--verb=get", "--resource=pods"][..], "role.rbac.authorization.k8s.io/reader created"),
         (&["create", "rolebinding", "reader", "--role=reader", "--serviceaccount=generated:robot"][..], "rolebinding.rbac.authorization.k8s.io/reader created"),
         (&["create", "clusterrole", "node-reader", "--verb=get,list", "--resource=nodes"][..], "clusterrole.rbac.authorization.k8s.io/node-reader created"),
+        (&["autoscale", "deployment", "web", "--max=5", "--cpu-percent=60"][..], "horizontalpodautoscaler.autoscaling/web autoscaled"),
     ] {
         let mut args = args.to_vec();
         if !created.starts_with("clusterrole") {

@@ -34,6 +34,8 @@ fn generate() -> Value {
         "policy/v1/PodDisruptionBudget" => policy::v1::PodDisruptionBudget,
         "policy/v1/Eviction" => policy::v1::Eviction,
         "autoscaling/v1/Scale" => autoscaling::v1::Scale,
+        "autoscaling/v2/HorizontalPodAutoscaler" => autoscaling::v2::HorizontalPodAutoscaler,
+        "apiextensions.k8s.io/v1/CustomResourceDefinition" => k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
         "rbac.authorization.k8s.io/v1/ClusterRole" => rbac::v1::ClusterRole,
         "rbac.authorization.k8s.io/v1/ClusterRoleBinding" => rbac::v1::ClusterRoleBinding,
         "rbac.authorization.k8s.io/v1/Role" => rbac::v1::Role,

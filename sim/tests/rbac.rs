@@ -25,6 +25,7 @@ fn collection(object: &Value) -> String {
     let base = if api_version.contains('/') { format!("/apis/{api_version}") } else { format!("/api/{api_version}") };
     let (plural, namespaced) = match object["kind"].as_str().unwrap() {
         "Namespace" => ("namespaces", false),
+        "CustomResourceDefinition" => ("customresourcedefinitions", false),
         "ClusterRole" => ("clusterroles", false),
         "ClusterRoleBinding" => ("clusterrolebindings", false),
         "ServiceAccount" => ("serviceaccounts", true),

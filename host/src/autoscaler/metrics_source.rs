@@ -83,20 +83,22 @@ pub struct Reading {
     pub targets: Vec<String>,
 }
 
-/// A reading's value in its target's unit: percent of requests, average per pod, or the whole value.
-pub fn current_reading(metric: &Metric, replicas: i32) -> Option<f64> {
+/// A reading in its target's unit (percent of requests, average per pod, or the whole value), with the pods it
+/// is an average over (1 for a whole value): their product is the whole load.
+pub fn current_reading(metric: &Metric, replicas: i32) -> Option<(f64, u32)> {
     let measured: Vec<&PodMetric> = metric.pods.iter().filter(|pod| pod.ready && pod.value.is_some()).collect();
     let sum = |pick: fn(&PodMetric) -> f64| measured.iter().map(|pod| pick(pod)).sum::<f64>();
+    let pods = measured.len() as u32;
     match (metric.source, metric.target) {
         (_, MetricTarget::Utilization(_)) => {
             let requests = sum(|pod| pod.request.unwrap_or(0.0));
-            (requests > 0.0).then(|| (sum(|pod| pod.value.unwrap_or(0.0)) * 100.0 / requests).floor())
+            (requests > 0.0).then(|| ((sum(|pod| pod.value.unwrap_or(0.0)) * 100.0 / requests).floor(), pods))
         }
         (MetricSource::Resource | MetricSource::Pods, MetricTarget::AverageValue(_)) => {
-            (!measured.is_empty()).then(|| sum(|pod| pod.value.unwrap_or(0.0)) / measured.len() as f64)
+            (pods > 0).then(|| (sum(|pod| pod.value.unwrap_or(0.0)) / f64::from(pods), pods))
         }
-        (_, MetricTarget::AverageValue(_)) => metric.value.map(|value| value / f64::from(replicas.max(1))),
-        (_, MetricTarget::Value(_)) => metric.value,
+        (_, MetricTarget::AverageValue(_)) => metric.value.map(|value| (value / f64::from(replicas.max(1)), replicas.max(1) as u32)),
+        (_, MetricTarget::Value(_)) => metric.value.map(|value| (value, 1)),
     }
 }
 
@@ -194,7 +196,7 @@ impl MetricsReader<'_> {
                 error: Some(error),
                 history: Vec::new(),
             });
-            let current = current_reading(&metric, replicas);
+            let current = current_reading(&metric, replicas).map(|(value, _)| value);
             reading.targets.push(describe_target(&metric, current));
             if let Some(status) = status_of(spec, &metric, current) {
                 reading.statuses.push(status);
@@ -386,12 +388,12 @@ mod tests {
             error: None,
             history: Vec::new(),
         };
-        assert_eq!(current_reading(&metric, 3), Some(70.0), "unready pods are not counted; whole percent");
+        assert_eq!(current_reading(&metric, 3), Some((70.0, 2)), "unready pods are not counted; whole percent");
         assert_eq!(describe_target(&metric, Some(70.0)), "cpu: 70%/50%");
         metric.error = Some("down".into());
         assert_eq!(describe_target(&metric, None), "cpu: <unknown>/50%");
         let external = Metric { name: "queue".into(), source: MetricSource::External, target: MetricTarget::AverageValue(10.0), pods: vec![], value: Some(45.0), error: None, history: vec![] };
-        assert_eq!(current_reading(&external, 3), Some(15.0));
+        assert_eq!(current_reading(&external, 3), Some((15.0, 3)));
     }
 
     #[test]

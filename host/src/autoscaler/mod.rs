@@ -483,8 +483,8 @@ impl AutoscalerLoop {
         let mut samples = self.samples.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for metric in metrics {
             let window = samples.entry((uid.to_string(), metric.name.clone())).or_default();
-            if let Some(value) = metric_source_reading(metric, replicas) {
-                window.push_back(MetricSample { at: now.as_second(), value });
+            if let Some((value, pods)) = metric_source_reading(metric, replicas) {
+                window.push_back(MetricSample { at: now.as_second(), value, pods });
                 while window.len() > HISTORY_SAMPLES {
                     window.pop_front();
                 }
@@ -543,8 +543,8 @@ impl AutoscalerLoop {
     }
 }
 
-fn metric_source_reading(metric: &crate::contract::types::Metric, replicas: i32) -> Option<f64> {
-    metric.error.is_none().then(|| metrics_source::current_reading(metric, replicas)).flatten().filter(|value| value.is_finite())
+fn metric_source_reading(metric: &crate::contract::types::Metric, replicas: i32) -> Option<(f64, u32)> {
+    metric.error.is_none().then(|| metrics_source::current_reading(metric, replicas)).flatten().filter(|(value, _)| value.is_finite())
 }
 
 fn describe_error(error: &kube::Error) -> String {

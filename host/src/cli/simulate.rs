@@ -1,6 +1,7 @@
 //! `wasp simulate`: a scenario on the simulated API server, scheduled by the host over HTTP exactly as against
 //! a real cluster, then a report: pods per node, what could not be placed and why, timings; with a rescheduler
-//! section, its runs and the cluster after them.
+//! section, its runs and the cluster after them; with Autoscalers (`--autoscalers`), their replicas against the
+//! load over the scenario's load curves.
 
 use crate::cluster::ClusterState;
 use crate::config::HostConfig;
@@ -12,7 +13,8 @@ use crate::runtime::Runtime;
 use crate::scheduler::Scheduler;
 use clap::Args;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::ListParams;
+use crate::autoscaler::resource::Autoscaler;
+use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -106,6 +108,12 @@ pub struct SimulateArgs {
     /// List every node's pods, however many nodes (by default clusters of more than 20 nodes get a summary).
     #[arg(long)]
     full: bool,
+    /// Autoscalers to create (YAML, one or more documents); the configuration needs an autoscaler section.
+    #[arg(long)]
+    autoscalers: Option<PathBuf>,
+    /// How long to follow the Autoscalers (default: the scenario's longest load curve, plus 30 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    autoscale_for: Option<Duration>,
 }
 
 /// Above this many nodes, the report summarizes instead of listing every node.
@@ -117,8 +125,14 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         Some(path) => HostConfig::load(path)?,
         None => HostConfig::built_in(),
     };
+    let autoscalers: Vec<Autoscaler> = match &args.autoscalers {
+        Some(path) if config.autoscaler.is_none() => anyhow::bail!("{}: the configuration has no autoscaler section to run them", path.display()),
+        Some(path) => super::manifests::read_objects(path, "Autoscaler")?,
+        None => Vec::new(),
+    };
+    let follow = args.autoscale_for.unwrap_or_else(|| scenario.longest_curve() + Duration::from_secs(30));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(simulate(&scenario, &config, args.timeout, args.full))
+    runtime.block_on(simulate(&scenario, &config, args.timeout, args.full, (&autoscalers, follow)))
 }
 
 /// An API client for a simulator. kube's own retries are off: the loops back off by themselves.
@@ -126,7 +140,7 @@ pub fn sim_client(simulator: &Simulator) -> anyhow::Result<ApiClient> {
     ApiClient::from_config(kube::Config::new(simulator.url().parse()?))
 }
 
-async fn simulate(scenario: &Scenario, config: &HostConfig, timeout: Duration, full: bool) -> anyhow::Result<()> {
+async fn simulate(scenario: &Scenario, config: &HostConfig, timeout: Duration, full: bool, (autoscalers, follow): (&[Autoscaler], Duration)) -> anyhow::Result<()> {
     // Policies load (and compile) before the simulated cluster starts, so the scenario's timed events happen
     // at their time relative to the scheduler's first decisions.
     let policies = Arc::new(PolicyRegistry::new(&Runtime::new(None)?, config.clone(), None)?);
@@ -152,7 +166,56 @@ async fn simulate(scenario: &Scenario, config: &HostConfig, timeout: Duration, f
         tokio::time::sleep_until((started + last_event + Duration::from_secs(1)).into()).await;
         reschedule(&client, &host, &profiles, started, timeout, full).await?;
     }
+    if !autoscalers.is_empty() {
+        autoscale(&client, &host, autoscalers, started, follow).await?;
+    }
     worker.abort();
+    Ok(())
+}
+
+/// Creates the Autoscalers (and their CRD), runs the autoscaler for `follow` after the simulation started,
+/// and prints, every few seconds, each target's replicas against its metrics.
+async fn autoscale(client: &Client, host: &Host, autoscalers: &[Autoscaler], started: Instant, follow: Duration) -> anyhow::Result<()> {
+    let crd = <Autoscaler as kube::CustomResourceExt>::crd();
+    Api::all(client.clone()).create(&PostParams::default(), &crd).await?;
+    let mut names = Vec::new();
+    for autoscaler in autoscalers {
+        let namespace = autoscaler.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let mut autoscaler = autoscaler.clone();
+        autoscaler.metadata.namespace = Some(namespace.clone());
+        Api::<Autoscaler>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &autoscaler).await?;
+        names.push((namespace, autoscaler.metadata.name.clone().unwrap_or_default()));
+    }
+    let worker = tokio::spawn(host.autoscaler.clone().run());
+    println!();
+    println!("autoscaler ({} Autoscalers, until {}s):", names.len(), follow.as_secs());
+    println!("{:>7}  {:<28} {:>8} {:>8}  METRICS", "TIME", "AUTOSCALER", "REPLICAS", "DESIRED");
+    let mut next_row = Instant::now();
+    while started.elapsed() < follow {
+        if Instant::now() >= next_row {
+            for (namespace, name) in &names {
+                let status = Api::<Autoscaler>::namespaced(client.clone(), namespace).get(name).await?.status.unwrap_or_default();
+                println!(
+                    "{:>6.0}s  {:<28} {:>8} {:>8}  {}",
+                    started.elapsed().as_secs_f64(),
+                    format!("{namespace}/{name}"),
+                    status.current_replicas,
+                    status.desired_replicas,
+                    status.targets.unwrap_or_default()
+                );
+            }
+            next_row += Duration::from_secs(5);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    worker.abort();
+    let scaled = host.autoscaler.stats.scale_requests.load(Ordering::Relaxed);
+    let events = Api::<k8s_openapi::api::core::v1::Event>::all(client.clone()).list(&ListParams::default()).await?.items;
+    println!();
+    println!("{scaled} replica changes:");
+    for event in events.iter().filter(|event| event.reason.as_deref() == Some("SuccessfulRescale") && event.involved_object.kind.as_deref() == Some("Autoscaler")) {
+        println!("  {}/{}: {}", event.involved_object.namespace.as_deref().unwrap_or(""), event.involved_object.name.as_deref().unwrap_or(""), event.message.as_deref().unwrap_or(""));
+    }
     Ok(())
 }
 

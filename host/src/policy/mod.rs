@@ -361,12 +361,13 @@ impl LoadedPolicy {
     pub fn recommend_with_settings(&self, cluster: &ClusterState, request: &ScaleRequest, settings: Option<&str>) -> Result<ScaleDecision, CallError> {
         self.with_instance(cluster, "recommend", |instance| {
             let Some(settings) = settings else { return instance.recommend(request) };
-            instance.configure(settings).map_err(|error| match error {
+            let configured = instance.configure(settings).map_err(|error| match error {
                 CallError::Guest(message) => CallError::Guest(format!("invalid settings: {message}")),
                 other => other,
-            })?;
-            let decision = instance.recommend(request);
-            // An instance left with another caller's settings must not go back to the pool: a trap discards it.
+            });
+            let decision = configured.and_then(|()| instance.recommend(request));
+            // Restored even after a refusal (a component may have half-applied it); an instance left with another
+            // caller's settings must not go back to the pool: a trap discards it.
             instance.configure(&self.options.settings).map_err(|error| CallError::Trap {
                 operation: "configure",
                 message: format!("could not restore the policy's own settings: {error}"),

@@ -70,7 +70,7 @@ fn scale_sample() -> ScaleRequest {
         pods: vec![PodMetric { pod: "web-1".into(), ready: true, started: now - 600, value: Some(60.0), request: Some(100.0) }],
         value: None,
         error: None,
-        history: vec![MetricSample { at: now - 15, value: 55.0 }, MetricSample { at: now, value: 60.0 }],
+        history: vec![MetricSample { at: now - 15, value: 55.0, pods: 1 }, MetricSample { at: now, value: 60.0, pods: 1 }],
     };
     let recommendations = vec![Recommendation { at: now - 15, replicas: 1 }];
     ScaleRequest { workload: "default/Deployment/web".into(), now, current_replicas: 1, min_replicas: 1, max_replicas: 3, metrics: vec![metric], recommendations }

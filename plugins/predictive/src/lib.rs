@@ -1,12 +1,13 @@
-//! `predictive`: scale ahead of a rising trend. Each metric's recent readings (the host keeps them) are
+//! `predictive`: scale ahead of a rising trend. Each metric's whole load over its recent readings (the host keeps
+//! them; a reading times the pods it averages over, so adding replicas does not look like a falling load) is
 //! extrapolated `horizon` ahead, by a least-squares line or Holt's double exponential smoothing, and the
 //! replicas that forecast calls for are added before the target is exceeded; the HPA's proposal for today's
 //! reading is the floor. A falling trend never scales down early: scale-down follows the readings, through the
 //! host's stabilization window.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::autoscaling::{describe, propose, replicas_for_reading, DEFAULT_TOLERANCE};
-use wasp_sdk::types::{Metric, MetricProposal, MetricSample, ScaleDecision, ScaleRequest};
+use wasp_sdk::autoscaling::{describe, load_of, propose, replicas_for_load, DEFAULT_TOLERANCE};
+use wasp_sdk::types::{Metric, MetricProposal, ScaleDecision, ScaleRequest};
 use wasp_sdk::{Policy, Scale};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,28 +73,28 @@ impl Policy for Predictive {
     }
 }
 
-/// (forecast reading at `at`, trend per second) from readings oldest first.
-fn linear(samples: &[MetricSample], at: i64) -> (f64, f64) {
+/// (forecast load at `at`, trend per second) from (time, load) oldest first.
+fn linear(samples: &[(i64, f64)], at: i64) -> (f64, f64) {
     let count = samples.len() as f64;
-    let mean_t = samples.iter().map(|sample| sample.at as f64).sum::<f64>() / count;
-    let mean_v = samples.iter().map(|sample| sample.value).sum::<f64>() / count;
-    let covariance: f64 = samples.iter().map(|sample| (sample.at as f64 - mean_t) * (sample.value - mean_v)).sum();
-    let variance: f64 = samples.iter().map(|sample| (sample.at as f64 - mean_t).powi(2)).sum();
+    let mean_t = samples.iter().map(|(time, _)| *time as f64).sum::<f64>() / count;
+    let mean_v = samples.iter().map(|(_, load)| load).sum::<f64>() / count;
+    let covariance: f64 = samples.iter().map(|(time, load)| (*time as f64 - mean_t) * (load - mean_v)).sum();
+    let variance: f64 = samples.iter().map(|(time, _)| (*time as f64 - mean_t).powi(2)).sum();
     let slope = if variance > 0.0 { covariance / variance } else { 0.0 };
     (mean_v + slope * (at as f64 - mean_t), slope)
 }
 
-fn holt(samples: &[MetricSample], at: i64, alpha: f64, beta: f64) -> (f64, f64) {
-    let span = (samples[samples.len() - 1].at - samples[0].at) as f64;
-    let step = (span / (samples.len() - 1) as f64).max(1.0);
-    let mut level = samples[0].value;
-    let mut trend = samples[1].value - samples[0].value;
-    for sample in &samples[1..] {
+fn holt(samples: &[(i64, f64)], at: i64, alpha: f64, beta: f64) -> (f64, f64) {
+    let (first, last) = (samples[0], samples[samples.len() - 1]);
+    let step = ((last.0 - first.0) as f64 / (samples.len() - 1) as f64).max(1.0);
+    let mut level = first.1;
+    let mut trend = samples[1].1 - first.1;
+    for (_, load) in &samples[1..] {
         let previous = level;
-        level = alpha * sample.value + (1.0 - alpha) * (level + trend);
+        level = alpha * load + (1.0 - alpha) * (level + trend);
         trend = beta * (level - previous) + (1.0 - beta) * trend;
     }
-    let steps_ahead = (at - samples[samples.len() - 1].at) as f64 / step;
+    let steps_ahead = (at - last.0) as f64 / step;
     (level + trend * steps_ahead, trend / step)
 }
 
@@ -102,25 +103,25 @@ impl Predictive {
     fn metric_proposal(&self, metric: &Metric, request: &ScaleRequest) -> Result<(u32, String), String> {
         let current = request.current_replicas;
         let now = propose(metric, current, self.settings.tolerance)?;
-        let samples = &metric.history;
+        let samples: Vec<(i64, f64)> = metric.history.iter().map(|sample| (sample.at, load_of(sample))).collect();
         let today = describe(metric, &now);
         if samples.len() < self.settings.min_samples as usize {
             return Ok((now.replicas, format!("{today} ({} of {} readings for a forecast)", samples.len(), self.settings.min_samples)));
         }
         let ahead = request.now + i64::from(self.settings.horizon_seconds);
         let (forecast, per_second) = match self.settings.method {
-            Method::Linear => linear(samples, ahead),
-            Method::Holt => holt(samples, ahead, self.settings.alpha, self.settings.beta),
+            Method::Linear => linear(&samples, ahead),
+            Method::Holt => holt(&samples, ahead, self.settings.alpha, self.settings.beta),
         };
         if per_second <= 0.0 {
             return Ok((now.replicas, format!("{today}; not rising")));
         }
-        let Some(ahead_replicas) = replicas_for_reading(metric, forecast, current, self.settings.tolerance) else {
+        let Some(ahead_replicas) = replicas_for_load(metric, forecast, current, self.settings.tolerance) else {
             return Ok((now.replicas, today));
         };
         let replicas = now.replicas.max(ahead_replicas);
         let horizon = self.settings.horizon_seconds;
-        Ok((replicas, format!("{today}; rising {per_second:.3}/s, {forecast:.3} in {horizon}s wants {ahead_replicas}")))
+        Ok((replicas, format!("{today}; load rising {per_second:.3}/s, {forecast:.3} in {horizon}s wants {ahead_replicas}")))
     }
 }
 
@@ -158,9 +159,10 @@ mod tests {
     use wasp_sdk::guest::build;
     use wasp_sdk::testing::{scale_request, MetricBuilder};
 
-    /// Two pods serving `per_pod` requests per second each now (target 10), after `history`.
+    /// Two pods serving `per_pod` requests per second each now (target 10), after `history` (per pod, 2 pods).
     fn qps(per_pod: f64, history: &[(i64, f64)]) -> Metric {
-        MetricBuilder::average("qps", 10.0).ready(per_pod).ready(per_pod).history(history).build()
+        let samples: Vec<(i64, f64, u32)> = history.iter().map(|(at, value)| (*at, *value, 2)).collect();
+        MetricBuilder::average("qps", 10.0).ready(per_pod).ready(per_pod).history(&samples).build()
     }
 
     fn at_time(now: i64, metric: Metric) -> ScaleRequest {
@@ -178,11 +180,25 @@ mod tests {
     fn a_steady_ramp_is_met_before_the_target_is_exceeded() {
         for method in ["linear", "holt"] {
             let policy = build::<Predictive>(&format!(r#"{{"method": "{method}", "horizonSeconds": 120}}"#)).unwrap();
-            // 9.5 per pod is within the target: the HPA would keep 2. In 120 s the ramp reaches 21.5: 5 pods.
+            // 9.5 per pod is within the target: the HPA would keep 2. In 120 s the ramp reaches 21.5 per pod,
+            // 43 in all: 5 pods.
             let decision = policy.recommend(&at_time(60, qps(9.5, &ramp(9.5)))).unwrap();
             assert_eq!(decision.desired_replicas, 5, "{method}: {}", decision.reason);
-            assert!(decision.reason.contains("rising 0.100/s"), "{method}: {}", decision.reason);
+            assert!(decision.reason.contains("load rising 0.200/s"), "{method}: {}", decision.reason);
         }
+    }
+
+    #[test]
+    fn an_average_that_falls_because_replicas_were_added_is_not_a_falling_load() {
+        let policy = build::<Predictive>(r#"{"method": "linear"}"#).unwrap();
+        // 18 req/s in all, steady: 9 per pod on 2 pods, then 6 per pod on 3.
+        let samples = [(0, 9.0, 2), (15, 9.0, 2), (30, 6.0, 3), (45, 6.0, 3)];
+        let metric = MetricBuilder::average("qps", 10.0).ready(6.0).ready(6.0).ready(6.0).history(&samples).build();
+        let mut request = scale_request(3, 1, 20, vec![metric]);
+        request.now = 45;
+        let decision = policy.recommend(&request).unwrap();
+        assert!(decision.reason.ends_with("not rising"), "{}", decision.reason);
+        assert_eq!(decision.desired_replicas, 2, "the HPA's rule today: ceil(0.6 * 3)");
     }
 
     #[test]
