@@ -7,7 +7,7 @@
 //! up, unready pods 0 when scaling up, and a change those assumptions turn around is abandoned. Resource
 //! utilization is whole percent of the pods' summed requests, truncated as the HPA truncates it.
 
-use crate::types::{Metric, MetricSample, MetricSource, MetricTarget, PodMetric};
+use crate::types::{Metric, MetricProposal, MetricSample, MetricSource, MetricTarget, PodMetric, ScaleRequest};
 
 /// The HPA's default: a change under 10% of the target is not worth a scale.
 pub const DEFAULT_TOLERANCE: f64 = 0.1;
@@ -193,6 +193,36 @@ pub fn replicas_for_load(metric: &Metric, load: f64, current_replicas: u32, tole
         }
         MetricTarget::Value(target) if target.is_finite() && target > 0.0 => Some(whole_value(metric, load, target, current_replicas, tolerance).replicas),
         _ => None,
+    }
+}
+
+/// A `tolerance` setting as the HPA allows it: a fraction in [0, 1).
+pub fn check_tolerance(tolerance: f64) -> Result<(), String> {
+    if (0.0..1.0).contains(&tolerance) { Ok(()) } else { Err(format!("tolerance: {tolerance} is outside [0, 1)")) }
+}
+
+/// What every metric of a request wants, by [`propose`]: the proposals of the metrics that could be read, their
+/// descriptions for a reason, and the errors of those that could not.
+#[derive(Debug, Default)]
+pub struct Proposals {
+    pub proposals: Vec<MetricProposal>,
+    pub details: Vec<String>,
+    pub failures: Vec<String>,
+}
+
+impl Proposals {
+    pub fn of(request: &ScaleRequest, tolerance: f64) -> Proposals {
+        let mut all = Proposals::default();
+        for metric in &request.metrics {
+            match propose(metric, request.current_replicas, tolerance) {
+                Ok(proposal) => {
+                    all.details.push(describe(metric, &proposal));
+                    all.proposals.push(MetricProposal { metric: metric.name.clone(), replicas: proposal.replicas });
+                }
+                Err(error) => all.failures.push(error),
+            }
+        }
+        all
     }
 }
 

@@ -331,10 +331,11 @@ impl AutoscalerLoop {
             run.condition("ScalingLimited", limited, limit_reason, limit_message);
             if able_reason != "ReadyForNewScale" {
                 self.metrics.limited(able_reason);
+                limit_note = format!("; {able_reason} (the policy wanted {desired})");
             }
             if limited {
                 self.metrics.limited(limit_reason);
-                limit_note = format!("; limited by {limit_reason}");
+                limit_note.push_str(&format!("; limited by {limit_reason}"));
             }
             normalized.replicas
         } else {

@@ -210,11 +210,14 @@ async fn autoscale(client: &Client, host: &Host, autoscalers: &[Autoscaler], sta
     }
     worker.abort();
     let scaled = host.autoscaler.stats.scale_requests.load(Ordering::Relaxed);
-    let events = Api::<k8s_openapi::api::core::v1::Event>::all(client.clone()).list(&ListParams::default()).await?.items;
+    let mut events = Api::<k8s_openapi::api::core::v1::Event>::all(client.clone()).list(&ListParams::default()).await?.items;
+    events.retain(|event| event.reason.as_deref() == Some("SuccessfulRescale") && event.involved_object.kind.as_deref() == Some("Autoscaler"));
+    events.sort_by_key(|event| event.first_timestamp.clone().map(|time| time.0));
     println!();
     println!("{scaled} replica changes:");
-    for event in events.iter().filter(|event| event.reason.as_deref() == Some("SuccessfulRescale") && event.involved_object.kind.as_deref() == Some("Autoscaler")) {
-        println!("  {}/{}: {}", event.involved_object.namespace.as_deref().unwrap_or(""), event.involved_object.name.as_deref().unwrap_or(""), event.message.as_deref().unwrap_or(""));
+    for event in &events {
+        let object = &event.involved_object;
+        println!("  {}/{}: {}", object.namespace.as_deref().unwrap_or(""), object.name.as_deref().unwrap_or(""), event.message.as_deref().unwrap_or(""));
     }
     Ok(())
 }

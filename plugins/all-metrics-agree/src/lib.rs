@@ -5,8 +5,8 @@
 //! listed metric that wants a change. A metric that cannot be read cannot agree to a scale-down.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::autoscaling::{describe, propose, DEFAULT_TOLERANCE};
-use wasp_sdk::types::{MetricProposal, ScaleDecision, ScaleRequest};
+use wasp_sdk::autoscaling::{check_tolerance, Proposals, DEFAULT_TOLERANCE};
+use wasp_sdk::types::{ScaleDecision, ScaleRequest};
 use wasp_sdk::{Policy, Scale};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -35,9 +35,7 @@ impl Policy for AllMetricsAgree {
         priority: metric names, most important first; settles up-versus-down conflicts (default: a conflict holds)";
 
     fn new(settings: Settings) -> Result<Self, String> {
-        if !(0.0..1.0).contains(&settings.tolerance) {
-            return Err(format!("tolerance: {} is outside [0, 1)", settings.tolerance));
-        }
+        check_tolerance(settings.tolerance)?;
         if let Some(empty) = settings.priority.iter().position(String::is_empty) {
             return Err(format!("priority[{empty}]: a metric name must not be empty"));
         }
@@ -55,16 +53,7 @@ impl Scale for AllMetricsAgree {
             return Err(format!("{}: no metrics to scale on", request.workload));
         }
         let current = request.current_replicas;
-        let (mut proposals, mut details, mut failures) = (Vec::new(), Vec::new(), Vec::new());
-        for metric in &request.metrics {
-            match propose(metric, current, self.settings.tolerance) {
-                Ok(proposal) => {
-                    details.push(describe(metric, &proposal));
-                    proposals.push(MetricProposal { metric: metric.name.clone(), replicas: proposal.replicas });
-                }
-                Err(error) => failures.push(error),
-            }
-        }
+        let Proposals { proposals, details, failures } = Proposals::of(request, self.settings.tolerance);
         if proposals.is_empty() {
             return Err(failures.join("; "));
         }

@@ -6,8 +6,8 @@
 //! host's job.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::autoscaling::{describe, propose, DEFAULT_TOLERANCE};
-use wasp_sdk::types::{MetricProposal, ScaleDecision, ScaleRequest};
+use wasp_sdk::autoscaling::{check_tolerance, Proposals, DEFAULT_TOLERANCE};
+use wasp_sdk::types::{ScaleDecision, ScaleRequest};
 use wasp_sdk::{Policy, Scale};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,9 +43,7 @@ impl Policy for Hpa {
         combine: max (default, the HPA's rule) or min across metrics";
 
     fn new(settings: Settings) -> Result<Self, String> {
-        if !(0.0..1.0).contains(&settings.tolerance) {
-            return Err(format!("tolerance: {} is outside [0, 1)", settings.tolerance));
-        }
+        check_tolerance(settings.tolerance)?;
         Ok(Hpa { settings })
     }
 
@@ -60,16 +58,7 @@ impl Scale for Hpa {
             return Err(format!("{}: no metrics to scale on", request.workload));
         }
         let current = request.current_replicas;
-        let (mut proposals, mut details, mut failures) = (Vec::new(), Vec::new(), Vec::new());
-        for metric in &request.metrics {
-            match propose(metric, current, self.settings.tolerance) {
-                Ok(proposal) => {
-                    details.push(describe(metric, &proposal));
-                    proposals.push(MetricProposal { metric: metric.name.clone(), replicas: proposal.replicas });
-                }
-                Err(error) => failures.push(error),
-            }
-        }
+        let Proposals { proposals, details, failures } = Proposals::of(request, self.settings.tolerance);
         let replicas = proposals.iter().map(|proposal| proposal.replicas);
         let chosen = match self.settings.combine {
             Combine::Max => replicas.max(),
@@ -94,7 +83,7 @@ mod tests {
     use super::*;
     use wasp_sdk::guest::build;
     use wasp_sdk::testing::{scale_request, MetricBuilder};
-    use wasp_sdk::types::MetricTarget;
+    use wasp_sdk::types::{MetricProposal, MetricTarget};
 
     fn hpa() -> Hpa {
         build::<Hpa>("").unwrap()

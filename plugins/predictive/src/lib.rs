@@ -6,7 +6,7 @@
 //! host's stabilization window.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::autoscaling::{describe, load_of, propose, replicas_for_load, DEFAULT_TOLERANCE};
+use wasp_sdk::autoscaling::{check_tolerance, describe, load_of, propose, replicas_for_load, DEFAULT_TOLERANCE};
 use wasp_sdk::types::{Metric, MetricProposal, ScaleDecision, ScaleRequest};
 use wasp_sdk::{Policy, Scale};
 
@@ -62,9 +62,7 @@ impl Policy for Predictive {
         if settings.min_samples < 2 {
             return Err(format!("minSamples: {} is too few to see a trend (at least 2)", settings.min_samples));
         }
-        if !(0.0..1.0).contains(&settings.tolerance) {
-            return Err(format!("tolerance: {} is outside [0, 1)", settings.tolerance));
-        }
+        check_tolerance(settings.tolerance)?;
         Ok(Predictive { settings })
     }
 

@@ -4,8 +4,8 @@
 //! Times are in a fixed UTC offset: a component has no time zone database.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::autoscaling::{describe, propose, DEFAULT_TOLERANCE};
-use wasp_sdk::types::{MetricProposal, ScaleDecision, ScaleRequest};
+use wasp_sdk::autoscaling::{check_tolerance, Proposals, DEFAULT_TOLERANCE};
+use wasp_sdk::types::{ScaleDecision, ScaleRequest};
 use wasp_sdk::{Policy, Scale};
 
 const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
@@ -113,9 +113,7 @@ impl Policy for Scheduled {
             let label = format!("{}-{}", schedule.start, schedule.end);
             windows.push(Window { days: if days == 0 { 0x7f } else { days }, start, end, replicas: schedule.replicas, label });
         }
-        if !(0.0..1.0).contains(&settings.tolerance) {
-            return Err(format!("tolerance: {} is outside [0, 1)", settings.tolerance));
-        }
+        check_tolerance(settings.tolerance)?;
         Ok(Scheduled { offset, windows, tolerance: settings.tolerance })
     }
 
@@ -131,16 +129,7 @@ impl Scale for Scheduled {
         let minute_of_week = (local + 3 * MINUTES_PER_DAY).rem_euclid(7 * MINUTES_PER_DAY);
         let open = self.windows.iter().filter(|window| window.is_open(minute_of_week)).max_by_key(|window| window.replicas);
         let current = request.current_replicas;
-        let (mut proposals, mut details, mut failures) = (Vec::new(), Vec::new(), Vec::new());
-        for metric in &request.metrics {
-            match propose(metric, current, self.tolerance) {
-                Ok(proposal) => {
-                    details.push(describe(metric, &proposal));
-                    proposals.push(MetricProposal { metric: metric.name.clone(), replicas: proposal.replicas });
-                }
-                Err(error) => failures.push(error),
-            }
-        }
+        let Proposals { proposals, mut details, failures } = Proposals::of(request, self.tolerance);
         let from_metrics = proposals.iter().map(|proposal| proposal.replicas).max();
         let floor = open.map_or(request.min_replicas, |window| window.replicas);
         let desired = match from_metrics {
