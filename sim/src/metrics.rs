@@ -120,6 +120,12 @@ impl LoadModel {
         self.started.elapsed()
     }
 
+    /// Whether some workload's load is split across its Ready pods (it has requests per second).
+    pub fn splits_load(&self) -> bool {
+        let workloads = self.workloads.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        workloads.values().any(|load| !load.qps.0.is_empty())
+    }
+
     /// Requests per second of a whole workload now.
     pub fn workload_qps(&self, workload: &str) -> f64 {
         self.sample(workload, |load| &load.qps, 0.0)
@@ -148,7 +154,7 @@ impl LoadModel {
 
     /// (millicores, bytes) a running pod uses now, one of `ready` Ready pods of its workload.
     pub fn pod_usage(&self, pod: &Value, ready: usize) -> (f64, f64) {
-        let workload = pod.pointer(&format!("/metadata/labels/{}", WORKLOAD_LABEL.replace('/', "~1"))).and_then(Value::as_str).unwrap_or("");
+        let workload = workload_of(pod);
         let (mut cpu, mut memory) = (0.0, 0.0);
         for container in pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
             let request = |name: &str| container.pointer(&format!("/resources/requests/{name}")).and_then(Value::as_str);
@@ -167,11 +173,11 @@ impl LoadModel {
 }
 
 fn is_running(pod: &Value) -> bool {
-    pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+    crate::store::field(pod, &["status", "phase"]).and_then(Value::as_str) == Some("Running")
 }
 
 fn workload_of(pod: &Value) -> &str {
-    pod.pointer(&format!("/metadata/labels/{}", WORKLOAD_LABEL.replace('/', "~1"))).and_then(Value::as_str).unwrap_or("")
+    pod.get("metadata").and_then(|metadata| metadata.get("labels")).and_then(|labels| labels.get(WORKLOAD_LABEL)).and_then(Value::as_str).unwrap_or("")
 }
 
 /// Ready pods per workload: the load is split across them.
@@ -225,13 +231,14 @@ pub fn serve(state: &ServerState, method: &Method, target: &Target, query: &Hash
     }
     let store = &state.store;
     let pods = store.all(resources::pods());
-    let ready = ready_per_workload(&pods);
+    // Counting every workload's Ready pods costs a pass over all pods: only when some load depends on it.
+    let ready = if state.load.splits_load() { ready_per_workload(&pods) } else { HashMap::new() };
     let in_namespace = |pod: &&std::sync::Arc<Value>, namespace: &Option<String>| namespace.as_deref().is_none_or(|namespace| namespace_of(pod) == namespace);
     let mut body = match target {
         Target::Collection { resource, namespace } if resource.kind == "PodMetrics" => {
             // PodMetrics copy their pod's labels: select the pods first rather than build every pod's metrics.
             let selector = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
-            let selected = pods.iter().filter(|pod| is_running(pod) && in_namespace(pod, namespace) && selector.matches(pod));
+            let selected = pods.iter().filter(|pod| in_namespace(pod, namespace) && selector.matches(pod) && is_running(pod));
             list("PodMetricsList", "metrics.k8s.io/v1beta1", selected.map(|pod| pod_metrics(state, pod, &ready)).collect())
         }
         Target::Object { resource, namespace, name } if resource.kind == "PodMetrics" => {

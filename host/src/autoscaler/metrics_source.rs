@@ -67,6 +67,20 @@ pub struct Readiness {
     pub initial_readiness_delay: Duration,
 }
 
+impl Readiness {
+    /// The HPA's `groupPods` for CPU: during its initialization period a pod's reading counts only once the pod
+    /// has been Ready for a whole metrics window; after it, an unready pod counts unless it never was Ready (it
+    /// turned unready within `initial_readiness_delay` of starting).
+    fn cpu_ready(&self, pod: &TargetPod, usage: &Usage, now: Timestamp) -> bool {
+        let (Some(started), Some(ready_since)) = (pod.started, pod.ready_since) else { return false };
+        if started + self.cpu_initialization_period > now {
+            pod.ready && usage.timestamp.is_none_or(|at| at >= ready_since + usage.window)
+        } else {
+            pod.ready || started + self.initial_readiness_delay <= ready_since
+        }
+    }
+}
+
 /// One pod's resource usage, from a PodMetrics item.
 struct Usage {
     cpu_millis: f64,
@@ -148,18 +162,6 @@ impl MetricsReader<'_> {
         Ok(usage)
     }
 
-    /// The HPA's `groupPods` for CPU: a starting pod's reading counts only once it has been Ready a window.
-    fn cpu_ready(&self, pod: &TargetPod, usage: &Usage) -> bool {
-        let (Some(started), Some(ready_since)) = (pod.started, pod.ready_since) else { return false };
-        let initializing = started + self.readiness.cpu_initialization_period > self.now;
-        if initializing {
-            let window_after_ready = ready_since + usage.window;
-            pod.ready && usage.timestamp.is_none_or(|at| at >= window_after_ready)
-        } else {
-            pod.ready || started + self.readiness.initial_readiness_delay <= ready_since
-        }
-    }
-
     fn started(pod: &TargetPod) -> i64 {
         pod.started.map_or(0, |started| started.as_second())
     }
@@ -227,7 +229,7 @@ impl MetricsReader<'_> {
                     _ if pod.pending => false,
                     // A pod without a reading is missing, whatever its readiness (the HPA asks in that order).
                     None => true,
-                    Some(usage) if is_cpu => self.cpu_ready(pod, usage),
+                    Some(usage) if is_cpu => self.readiness.cpu_ready(pod, usage, self.now),
                     Some(_) => true,
                 };
                 let request = if is_cpu { pod.cpu_request } else { pod.memory_request };
@@ -394,6 +396,29 @@ mod tests {
         assert_eq!(describe_target(&metric, None), "cpu: <unknown>/50%");
         let external = Metric { name: "queue".into(), source: MetricSource::External, target: MetricTarget::AverageValue(10.0), pods: vec![], value: Some(45.0), error: None, history: vec![] };
         assert_eq!(current_reading(&external, 3), Some((15.0, 3)));
+    }
+
+    #[test]
+    fn a_starting_pods_cpu_counts_once_it_has_been_ready_a_whole_window() {
+        let readiness = Readiness { cpu_initialization_period: Duration::from_secs(300), initial_readiness_delay: Duration::from_secs(30) };
+        let at = |seconds: i64| Timestamp::from_second(1_800_000_000 + seconds).unwrap();
+        let pod = |ready: bool, ready_since: i64| TargetPod {
+            name: "p".into(),
+            pending: false,
+            ready,
+            ready_since: Some(at(ready_since)),
+            started: Some(at(0)),
+            cpu_request: Some(100.0),
+            memory_request: None,
+        };
+        let usage = |timestamp: i64| Usage { cpu_millis: 50.0, memory_bytes: 0.0, timestamp: Some(at(timestamp)), window: Duration::from_secs(15) };
+        // Ready at 10 s: a reading taken at 20 s covers time before readiness, one at 25 s does not.
+        assert!(!readiness.cpu_ready(&pod(true, 10), &usage(20), at(20)));
+        assert!(readiness.cpu_ready(&pod(true, 10), &usage(25), at(25)));
+        assert!(!readiness.cpu_ready(&pod(false, 10), &usage(60), at(60)), "unready while initializing");
+        // After the initialization period: an unready pod counts unless it turned unready right after starting.
+        assert!(readiness.cpu_ready(&pod(false, 200), &usage(400), at(400)));
+        assert!(!readiness.cpu_ready(&pod(false, 20), &usage(400), at(400)), "never became ready");
     }
 
     #[test]

@@ -381,8 +381,15 @@ impl AutoscalerLoop {
 
     /// Records a condition that stops this reconciliation, and a warning event with the same words.
     async fn refuse(&self, run: &mut Reconciliation<'_>, condition: &str, reason: &str, message: &str) -> Outcome {
+        let known = run.status.conditions.iter().any(|existing| existing.type_ == condition && existing.status == "False" && existing.reason.as_deref() == Some(reason));
         run.condition(condition, false, reason, message);
-        tracing::warn!(autoscaler = %format!("{}/{}", run.namespace, run.name), reason, message, "not scaling");
+        let autoscaler = format!("{}/{}", run.namespace, run.name);
+        // Said once at warning level; every sync after that, while nothing changes, only at debug level.
+        if known {
+            tracing::debug!(%autoscaler, reason, message, "not scaling");
+        } else {
+            tracing::warn!(%autoscaler, reason, message, "not scaling");
+        }
         self.events.event(&run.object(), "Warning", reason, message).await;
         Outcome::Failed
     }
