@@ -9,6 +9,7 @@ use crate::kube::ApiClient;
 use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::{MetricSpec, MetricStatus};
 use k8s_openapi::api::core::v1::Pod;
+use kube::core::{Expression, Selector, SelectorExt};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -81,8 +82,83 @@ impl Readiness {
     }
 }
 
+/// The usage of the pods `selector` selects in `namespace` (every pod of it without one), by pod name.
+pub async fn read_pod_usage(api: &ApiClient, namespace: &str, selector: Option<&str>) -> Result<HashMap<String, Usage>, String> {
+    let query = selector.map_or(String::new(), |selector| format!("?labelSelector={}", urlencode(selector)));
+    let path = format!("/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods{query}");
+    let list = get_json(api, &path).await.map_err(|error| format!("unable to get metrics for resource: {error}"))?;
+    let mut usage = HashMap::new();
+    for item in list["items"].as_array().into_iter().flatten() {
+        let Some(name) = item.pointer("/metadata/name").and_then(Value::as_str) else { continue };
+        let total = |resource: &str| -> f64 {
+            let containers = item["containers"].as_array().into_iter().flatten();
+            containers.filter_map(|container| container["usage"][resource].as_str().and_then(quantity)).sum()
+        };
+        let window = item["window"].as_str().and_then(|text| humantime::parse_duration(text).ok()).unwrap_or(Duration::from_secs(15));
+        let entry = Usage { cpu_millis: total("cpu") * 1000.0, memory_bytes: total("memory"), timestamp: timestamp(item.get("timestamp")), window };
+        usage.insert(name.to_string(), entry);
+    }
+    Ok(usage)
+}
+
+async fn get_json(api: &ApiClient, path: &str) -> Result<Value, String> {
+    let request = http::Request::get(path).body(Vec::new()).map_err(|error| error.to_string())?;
+    let _permit = api.permit().await;
+    api.client.request::<Value>(request).await.map_err(|error| match error {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        other => other.to_string(),
+    })
+}
+
+/// A label selector in the API's query syntax (`app=web,tier in (a,b),!legacy`), as a `scale`'s
+/// `status.selector` states it; None if it is not one.
+pub fn parse_selector(text: &str) -> Option<Selector> {
+    let (mut terms, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (index, character) in text.char_indices() {
+        match character {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                terms.push(&text[start..index]);
+                start = index + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&text[start..]);
+    let set = |values: &str| -> Option<std::collections::BTreeSet<String>> {
+        let inner = values.trim().strip_prefix('(')?.strip_suffix(')')?;
+        Some(inner.split(',').map(|value| value.trim().to_string()).filter(|value| !value.is_empty()).collect())
+    };
+    let mut expressions = Vec::new();
+    for term in terms.into_iter().map(str::trim).filter(|term| !term.is_empty()) {
+        let expression = if let Some(key) = term.strip_prefix('!') {
+            Expression::DoesNotExist(key.trim().to_string())
+        } else if let Some((key, value)) = term.split_once("!=") {
+            Expression::NotEqual(key.trim().to_string(), value.trim().to_string())
+        } else if let Some((key, value)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            Expression::Equal(key.trim().to_string(), value.trim().to_string())
+        } else if let Some((key, values)) = term.split_once(" notin ") {
+            Expression::NotIn(key.trim().to_string(), set(values)?)
+        } else if let Some((key, values)) = term.split_once(" in ") {
+            Expression::In(key.trim().to_string(), set(values)?)
+        } else if term.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')) {
+            Expression::Exists(term.to_string())
+        } else {
+            return None;
+        };
+        expressions.push(expression);
+    }
+    Some(expressions.into_iter().collect())
+}
+
+/// Whether `selector` selects `pod`.
+pub fn selects(selector: &Selector, pod: &Pod) -> bool {
+    selector.matches(pod.metadata.labels.as_ref().unwrap_or(&Default::default()))
+}
+
 /// One pod's resource usage, from a PodMetrics item.
-struct Usage {
+pub struct Usage {
     cpu_millis: f64,
     memory_bytes: f64,
     timestamp: Option<Timestamp>,
@@ -129,37 +205,17 @@ pub struct MetricsReader<'a> {
     pub pods: &'a [TargetPod],
     pub readiness: Readiness,
     pub now: Timestamp,
+    /// The namespace's pod usage, read once for every Autoscaler of the pass; None to read this target's.
+    pub namespace_usage: Option<&'a Result<HashMap<String, Usage>, String>>,
 }
 
 impl MetricsReader<'_> {
     async fn get(&self, path: &str) -> Result<Value, String> {
-        let request = http::Request::get(path).body(Vec::new()).map_err(|error| error.to_string())?;
-        let _permit = self.api.permit().await;
-        self.api.client.request::<Value>(request).await.map_err(|error| match error {
-            kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
-            other => other.to_string(),
-        })
+        get_json(self.api, path).await
     }
 
     fn selector_query(selector: &str) -> String {
         format!("labelSelector={}", urlencode(selector))
-    }
-
-    async fn pod_usage(&self) -> Result<HashMap<String, Usage>, String> {
-        let path = format!("/apis/metrics.k8s.io/v1beta1/namespaces/{}/pods?{}", self.namespace, Self::selector_query(self.selector));
-        let list = self.get(&path).await.map_err(|error| format!("unable to get metrics for resource: {error}"))?;
-        let mut usage = HashMap::new();
-        for item in list["items"].as_array().into_iter().flatten() {
-            let Some(name) = item.pointer("/metadata/name").and_then(Value::as_str) else { continue };
-            let total = |resource: &str| -> f64 {
-                let containers = item["containers"].as_array().into_iter().flatten();
-                containers.filter_map(|container| container.pointer(&format!("/usage/{resource}")).and_then(Value::as_str).and_then(quantity)).sum()
-            };
-            let window = item["window"].as_str().and_then(|text| humantime::parse_duration(text).ok()).unwrap_or(Duration::from_secs(15));
-            let entry = Usage { cpu_millis: total("cpu") * 1000.0, memory_bytes: total("memory"), timestamp: timestamp(item.get("timestamp")), window };
-            usage.insert(name.to_string(), entry);
-        }
-        Ok(usage)
     }
 
     fn started(pod: &TargetPod) -> i64 {
@@ -178,12 +234,15 @@ impl MetricsReader<'_> {
         let mut reading = Reading { metrics: Vec::new(), statuses: Vec::new(), targets: Vec::new() };
         for spec in specs {
             let metric = match spec.type_.as_str() {
-                "Resource" => {
-                    if usage.is_none() {
-                        usage = Some(self.pod_usage().await);
+                "Resource" => match self.namespace_usage {
+                    Some(shared) => self.resource_metric(spec, shared),
+                    None => {
+                        if usage.is_none() {
+                            usage = Some(read_pod_usage(self.api, self.namespace, Some(self.selector)).await);
+                        }
+                        self.resource_metric(spec, usage.as_ref().expect("read above"))
                     }
-                    self.resource_metric(spec, usage.as_ref().expect("read above"))
-                }
+                },
                 "Pods" => self.pods_metric(spec).await,
                 "Object" => self.object_metric(spec).await,
                 "External" => self.external_metric(spec).await,
@@ -419,6 +478,18 @@ mod tests {
         // After the initialization period: an unready pod counts unless it turned unready right after starting.
         assert!(readiness.cpu_ready(&pod(false, 200), &usage(400), at(400)));
         assert!(!readiness.cpu_ready(&pod(false, 20), &usage(400), at(400)), "never became ready");
+    }
+
+    #[test]
+    fn a_scales_selector_is_evaluated_as_the_api_server_would() {
+        let selector = parse_selector("app=web,tier in (a, b),!legacy,env!=dev").unwrap();
+        let labels = |pairs: &[(&str, &str)]| pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
+        assert!(selector.matches(&labels(&[("app", "web"), ("tier", "b")])));
+        assert!(!selector.matches(&labels(&[("app", "web"), ("tier", "c")])));
+        assert!(!selector.matches(&labels(&[("app", "web"), ("tier", "a"), ("legacy", "yes")])));
+        assert!(!selector.matches(&labels(&[("app", "web"), ("tier", "a"), ("env", "dev")])));
+        assert!(parse_selector("app in web").is_none(), "a set needs parentheses");
+        assert!(parse_selector("").unwrap().selects_all());
     }
 
     #[test]

@@ -71,6 +71,14 @@ pub struct PassSummary {
     pub policy_ms: u128,
 }
 
+/// What a pass reads once per namespace for all its Autoscalers, rather than once per Autoscaler: the pods
+/// (each Autoscaler selects its own by its target's selector) and their metrics.
+#[derive(Default)]
+struct NamespaceReads {
+    pods: tokio::sync::OnceCell<Result<Vec<Pod>, String>>,
+    usage: tokio::sync::OnceCell<Result<HashMap<String, metrics_source::Usage>, String>>,
+}
+
 /// What one reconciliation did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
@@ -211,10 +219,11 @@ impl AutoscalerLoop {
             }
         };
         let hpa_targets = self.hpa_targets().await;
-        let (generation, section, hpa_targets) = (&generation, &section, &hpa_targets);
+        let reads: HashMap<String, NamespaceReads> = autoscalers.iter().filter_map(|autoscaler| autoscaler.metadata.namespace.clone()).map(|namespace| (namespace, NamespaceReads::default())).collect();
+        let (generation, section, hpa_targets, reads) = (&generation, &section, &hpa_targets, &reads);
         // Owned items: a stream of futures that borrow their item trips the compiler's higher-ranked lifetimes.
         let outcomes: Vec<Outcome> = futures::stream::iter(autoscalers.iter().cloned())
-            .map(|autoscaler| async move { self.reconcile(&autoscaler, generation, section, hpa_targets).await })
+            .map(|autoscaler| async move { self.reconcile(&autoscaler, generation, section, hpa_targets, reads).await })
             .buffer_unordered(CONCURRENT_RECONCILES)
             .collect()
             .await;
@@ -258,7 +267,7 @@ impl AutoscalerLoop {
         }
     }
 
-    async fn reconcile(&self, autoscaler: &Autoscaler, generation: &Generation, section: &AutoscalerSection, hpa_targets: &HashMap<(String, String, String), String>) -> Outcome {
+    async fn reconcile(&self, autoscaler: &Autoscaler, generation: &Generation, section: &AutoscalerSection, hpa_targets: &HashMap<(String, String, String), String>, reads: &HashMap<String, NamespaceReads>) -> Outcome {
         let mut run = Reconciliation {
             autoscaler,
             namespace: autoscaler.metadata.namespace.clone().unwrap_or_default(),
@@ -266,12 +275,20 @@ impl AutoscalerLoop {
             status: autoscaler.status.clone().unwrap_or_default(),
             now: Timestamp::now(),
         };
-        let outcome = self.decide(&mut run, generation, section, hpa_targets).await;
+        let namespace_reads = reads.get(&run.namespace);
+        let outcome = self.decide(&mut run, generation, section, hpa_targets, namespace_reads).await;
         self.write_status(&run).await;
         outcome
     }
 
-    async fn decide(&self, run: &mut Reconciliation<'_>, generation: &Generation, section: &AutoscalerSection, hpa_targets: &HashMap<(String, String, String), String>) -> Outcome {
+    async fn decide(
+        &self,
+        run: &mut Reconciliation<'_>,
+        generation: &Generation,
+        section: &AutoscalerSection,
+        hpa_targets: &HashMap<(String, String, String), String>,
+        reads: Option<&NamespaceReads>,
+    ) -> Outcome {
         let spec = &run.autoscaler.spec;
         let target = &spec.scale_target_ref;
         let policy_name = spec.policy.clone().unwrap_or_else(|| DEFAULT_POLICY.into());
@@ -315,7 +332,7 @@ impl AutoscalerLoop {
             (min, "Current number of replicas below Spec.MinReplicas".to_string(), false)
         } else {
             let selector = scale.status.as_ref().and_then(|status| status.selector.clone()).unwrap_or_default();
-            match self.recommend(run, section, &policy, &selector, current, min, max).await {
+            match self.recommend(run, section, &policy, (&selector, reads), current, min, max).await {
                 Some((desired, reason)) => (desired, reason, true),
                 None => return Outcome::Failed,
             }
@@ -397,22 +414,41 @@ impl AutoscalerLoop {
     /// Reads the metrics, asks the policy (or applies the fallback) and returns (desired, reason); None when
     /// nothing can be decided this time (the conditions and events say why).
     #[allow(clippy::too_many_arguments)]
-    async fn recommend(&self, run: &mut Reconciliation<'_>, section: &AutoscalerSection, policy: &Arc<LoadedPolicy>, selector: &str, current: i32, min: i32, max: i32) -> Option<(i32, String)> {
+    async fn recommend(
+        &self,
+        run: &mut Reconciliation<'_>,
+        section: &AutoscalerSection,
+        policy: &Arc<LoadedPolicy>,
+        (selector, reads): (&str, Option<&NamespaceReads>),
+        current: i32,
+        min: i32,
+        max: i32,
+    ) -> Option<(i32, String)> {
         let spec = &run.autoscaler.spec;
-        let pods = {
-            let _permit = self.api.permit().await;
-            Api::<Pod>::namespaced(self.api.client.clone(), &run.namespace).list(&ListParams::default().labels(selector)).await
+        // A selector the host can evaluate picks its pods from the namespace's, read once for the pass.
+        let shared = reads.zip(metrics_source::parse_selector(selector));
+        let pods = match &shared {
+            Some((reads, parsed)) => {
+                let all = reads.pods.get_or_init(|| self.list_pods(&run.namespace, None)).await;
+                all.as_ref().map(|pods| pods.iter().filter(|pod| metrics_source::selects(parsed, pod)).filter_map(TargetPod::of).collect()).map_err(Clone::clone)
+            }
+            None => self.list_pods(&run.namespace, Some(selector)).await.map(|pods| pods.iter().filter_map(TargetPod::of).collect()),
         };
         let pods: Vec<TargetPod> = match pods {
-            Ok(list) => list.items.iter().filter_map(TargetPod::of).collect(),
+            Ok(pods) => pods,
             Err(error) => {
-                let message = format!("the autoscaler was unable to list the target's pods: {}", describe_error(&error));
+                let message = format!("the autoscaler was unable to list the target's pods: {error}");
                 self.refuse(run, "ScalingActive", "FailedGetPods", &message).await;
                 return None;
             }
         };
+        let reads_resources = spec.metrics.iter().any(|metric| metric.type_ == "Resource");
+        let namespace_usage = match &shared {
+            Some((reads, _)) if reads_resources => Some(reads.usage.get_or_init(|| metrics_source::read_pod_usage(&self.api, &run.namespace, None)).await),
+            _ => None,
+        };
         let readiness = Readiness { cpu_initialization_period: section.cpu_initialization_period, initial_readiness_delay: section.initial_readiness_delay };
-        let reader = MetricsReader { api: &self.api, namespace: &run.namespace, selector, pods: &pods, readiness, now: run.now };
+        let reader = MetricsReader { api: &self.api, namespace: &run.namespace, selector, pods: &pods, readiness, now: run.now, namespace_usage };
         let mut reading = reader.read(&spec.metrics, current).await;
         run.status.current_metrics = std::mem::take(&mut reading.statuses);
         run.status.targets = Some(reading.targets.join(", "));
@@ -484,6 +520,13 @@ impl AutoscalerLoop {
                 None
             }
         }
+    }
+
+    /// The pods of `namespace`, those `selector` selects if given.
+    async fn list_pods(&self, namespace: &str, selector: Option<&str>) -> Result<Vec<Pod>, String> {
+        let params = selector.map_or_else(ListParams::default, |selector| ListParams::default().labels(selector));
+        let _permit = self.api.permit().await;
+        Api::<Pod>::namespaced(self.api.client.clone(), namespace).list(&params).await.map(|list| list.items).map_err(|error| describe_error(&error))
     }
 
     /// Adds this reading of each metric to its window and hands the window to the policy.
