@@ -159,7 +159,7 @@ async fn replicas_follow_a_load_up_and_down_within_the_behavior() {
     assert_eq!((active["status"].as_str(), active["reason"].as_str()), (Some("True"), Some("ValidMetricFound")), "{status}");
     let rescaled = harness.events("SuccessfulRescale").await;
     let message = rescaled[0].message.clone().unwrap();
-    assert!(message.starts_with("New size: 5; reason: policy hpa: cpu at 110% of requests (target 50%) wants 5"), "{message}");
+    assert!(message.starts_with("New size: 5 (from 2); reason: policy hpa: cpu at 110% of requests (target 50%) wants 5"), "{message}");
     assert!(rescaled.iter().any(|event| event.involved_object.kind.as_deref() == Some("Deployment")), "an event on the target too");
 
     // The load falls to 4 req/s: 5 pods at 18% want ceil(0.36 * 5) = 2, after the 2 s window.
@@ -329,4 +329,29 @@ async fn predictive_meets_a_ramp_earlier_than_the_hpa_rule() {
     let (hpa_at, predictive_at) = (hpa_at.unwrap(), predictive_at.unwrap());
     println!("8 replicas on a ramp: hpa after {hpa_at:?}, predictive after {predictive_at:?}");
     assert!(predictive_at + Duration::from_secs(2) <= hpa_at, "predictive at {predictive_at:?}, hpa at {hpa_at:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_that_someone_changed_meanwhile_is_not_overwritten() {
+    // Every scale update answers 409, as when the Deployment changed after the host read its scale.
+    let conflicts = "faults: {seed: 7, rules: [{verbs: [update], resources: [deployments.apps/scale], errorRate: 1.0, status: 409}]}\n";
+    let harness = start(&format!("{conflicts}{}", scenario(2)), config()).await;
+    harness.set_load(web_load(20.0));
+    harness.autoscale(&cpu_autoscaler("web", "hpa", "")).await;
+    let faults = &harness.simulator.state.faults;
+    let simulator_counts = || faults.counts(0);
+    let started = Instant::now();
+    while simulator_counts().0 < 2 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the host sent {:?} scale updates", simulator_counts());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    harness.passes(1).await;
+    assert_eq!(harness.replicas().await, 2, "nothing overwrote the scale");
+    assert!(harness.scale_requests() >= 2, "tried again on the next syncs");
+    let status = harness.status("web").await;
+    let able = status["conditions"].as_array().unwrap().iter().find(|condition| condition["type"] == "AbleToScale").unwrap().clone();
+    assert_eq!((able["status"].as_str(), able["reason"].as_str()), (Some("False"), Some("FailedUpdateScale")), "{status}");
+    assert!(able["message"].as_str().unwrap().contains("the target's scale changed since it was read"), "{status}");
+    let failed = harness.events("FailedRescale").await;
+    assert!(failed[0].message.as_deref().unwrap().starts_with("New size: 5 (from 2); reason: policy hpa:"), "{failed:?}");
 }

@@ -68,6 +68,7 @@ impl ApiError {
     /// An injected fault, with the status code the fault plan asked for.
     pub fn injected(code: u16) -> Self {
         let reason = match code {
+            409 => "Conflict",
             429 => "TooManyRequests",
             500 => "InternalError",
             503 => "ServiceUnavailable",

@@ -19,7 +19,7 @@ pub struct FaultRule {
     /// Share of matching requests that fail, 0 to 1.
     #[serde(default)]
     pub error_rate: f64,
-    /// Status code of a failure: 429, 500, 503 or 504.
+    /// Status code of a failure: 409 (a write conflict), 429, 500, 503 or 504.
     #[serde(default = "default_status")]
     pub status: u16,
     /// Added to every matching request.
@@ -53,8 +53,8 @@ impl FaultSpec {
             if !(0.0..=1.0).contains(&rule.error_rate) {
                 return Err(format!("faults.rules[{index}].errorRate: {} is outside 0..1", rule.error_rate));
             }
-            if ![429, 500, 503, 504].contains(&rule.status) {
-                return Err(format!("faults.rules[{index}].status: {} is not one of 429, 500, 503, 504", rule.status));
+            if ![409, 429, 500, 503, 504].contains(&rule.status) {
+                return Err(format!("faults.rules[{index}].status: {} is not one of 409, 429, 500, 503, 504", rule.status));
             }
         }
         Ok(())

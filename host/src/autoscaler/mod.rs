@@ -558,7 +558,7 @@ impl AutoscalerLoop {
             scales.replace_scale(target_name, &PostParams::default(), &update).await
         };
         let up = desired > current;
-        let message = format!("New size: {desired}; reason: {why}");
+        let message = format!("New size: {desired} (from {current}); reason: {why}");
         match answer {
             Ok(_) => {
                 self.metrics.scaled(up, "ok");
