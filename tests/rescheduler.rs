@@ -226,6 +226,13 @@ async fn a_node_labelled_for_maintenance_is_drained_though_it_stays_schedulable(
     node_in_maintenance_is_emptied(Mark::Label).await;
 }
 
+/// One read guard: a second `read()` in the same expression waits behind an informer's pending write while the
+/// first guard blocks that write, a deadlock (it hung a CI run).
+fn host_sees_taint(host: &Host, node: &str) -> bool {
+    let state = host.cluster.read();
+    state.node_id(node).is_some_and(|id| state.node(id).is_some_and(|(node, _)| !node.taints.is_empty()))
+}
+
 const TWO_NODES_SIX_REPLICAS: &str = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 2, cpu: '4', memory: 16Gi}]\n\
      workloads: [{name: web, replicas: 6, schedulerName: wasp, cpu: 500m, pdb: {minAvailable: 5}}]\n";
 
@@ -240,7 +247,7 @@ async fn a_dry_run_simulates_budgets_and_placement_and_changes_nothing() {
     let on_tainted = before.values().filter(|node| **node == tainted).count();
     harness.taint(&tainted).await;
     let host = harness.host.clone();
-    common::eventually("the host sees the taint", || host.cluster.read().node_id(&tainted).is_some_and(|id| !host.cluster.read().node(id).unwrap().0.taints.is_empty())).await;
+    common::eventually("the host sees the taint", || host_sees_taint(&host, &tainted)).await;
 
     let plan = harness.host.rescheduler.run_once(false).await.unwrap();
     assert!(plan.dry_run);
@@ -331,7 +338,7 @@ async fn a_strategy_that_fails_evicts_nothing_and_the_others_go_on() {
     let tainted = before.values().next().unwrap().clone();
     harness.taint(&tainted).await;
     let host = harness.host.clone();
-    common::eventually("the host sees the taint", || host.cluster.read().node_id(&tainted).is_some_and(|id| !host.cluster.read().node(id).unwrap().0.taints.is_empty())).await;
+    common::eventually("the host sees the taint", || host_sees_taint(&host, &tainted)).await;
     let plan = harness.host.rescheduler.run_once(false).await.unwrap();
     assert_eq!(plan.failures.len(), 1, "{}", plan.table());
     assert_eq!(plan.failures[0].policy, "misbehaving");
