@@ -104,6 +104,7 @@ impl Harness {
                 return started.elapsed();
             }
             assert!(started.elapsed() < patience, "web has {replicas} replicas, not {expected}, after {patience:?}; status: {}", self.status("web").await);
+            // The poll interval of a condition wait (bounded by the deadline above), not a fixed wait.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -324,6 +325,7 @@ async fn predictive_meets_a_ramp_earlier_than_the_hpa_rule() {
                 *reached = Some(started.elapsed());
             }
         }
+        // The poll interval of a condition wait (bounded by the deadline above), not a fixed wait.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (hpa_at, predictive_at) = (hpa_at.unwrap(), predictive_at.unwrap());
@@ -343,6 +345,7 @@ async fn a_scale_that_someone_changed_meanwhile_is_not_overwritten() {
     let started = Instant::now();
     while simulator_counts().0 < 2 {
         assert!(started.elapsed() < Duration::from_secs(10), "the host sent {:?} scale updates", simulator_counts());
+        // The poll interval of a condition wait (bounded by the deadline above), not a fixed wait.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     harness.passes(1).await;
