@@ -16,7 +16,7 @@ fn documents() -> BTreeMap<String, Vec<serde_yaml::Value>> {
     let mut by_kind: BTreeMap<String, Vec<serde_yaml::Value>> = BTreeMap::new();
     let root = common::repo_root().join("manifests");
     let mut files = Vec::new();
-    for directory in [root.clone(), root.join("examples")] {
+    for directory in [root.clone(), root.join("examples"), root.join("cert-manager")] {
         for entry in std::fs::read_dir(&directory).unwrap().flatten() {
             if entry.path().extension().is_some_and(|extension| extension == "yaml") {
                 files.push(entry.path());
@@ -105,6 +105,42 @@ fn the_install_is_consistent() {
         assert!(allows(&role_rules, "coordination.k8s.io", "leases", verb), "the Role does not allow {verb} leases");
     }
     assert!(role_rules.iter().filter_map(|rule| rule.resource_names.as_ref()).flatten().all(|name| *name == config.leader_election.lease_name));
+
+    // Webhooks: fail open and fast, never sent kube-system or wasp's own pods, called only for pods that may
+    // concern them, through the Service onto the container's webhook port, with the certificate mounted where
+    // `wasp run` reads it; the host may watch namespaces.
+    assert!(allows(&rules, "", "namespaces", "watch"), "the webhooks read namespaces' scheduler choice");
+    let service: k8s_openapi::api::core::v1::Service = typed(documents["Service"].iter().find(|d| d["metadata"]["name"] == "wasp-webhook").unwrap());
+    let service_port = &service.spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
+    let webhook_port = container.ports.as_ref().unwrap().iter().find(|port| port.name.as_deref() == Some("webhook")).unwrap();
+    assert_eq!(service_port.target_port, Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("webhook".into())));
+    let listen = &args[args.iter().position(|arg| arg == "--webhook-listen").unwrap() + 1];
+    assert!(listen.ends_with(&format!(":{}", webhook_port.container_port)), "{listen}");
+    let tls_volume = pod_spec.volumes.as_ref().unwrap().iter().find(|volume| volume.name == "webhook-tls").unwrap();
+    assert_eq!(tls_volume.secret.as_ref().unwrap().secret_name.as_deref(), Some("wasp-webhook-tls"));
+    for (flag, file) in [("--tls-cert-file", "tls.crt"), ("--tls-private-key-file", "tls.key")] {
+        assert_eq!(args[args.iter().position(|arg| arg == flag).unwrap() + 1], format!("{}/{file}", mount_of("webhook-tls")));
+    }
+    for (kind, path) in [("ValidatingWebhookConfiguration", "/validate-pods"), ("MutatingWebhookConfiguration", "/mutate-pods")] {
+        let configuration = &documents[kind][0];
+        let webhook = &configuration["webhooks"][0];
+        assert_eq!(webhook["failurePolicy"], "Ignore", "{kind}: wasp being down must never block pod creation");
+        assert_eq!(webhook["sideEffects"], "None", "{kind}");
+        assert!(webhook["timeoutSeconds"].as_i64().unwrap() <= 5, "{kind}: a short timeout");
+        assert!(webhook["matchConditions"][0]["expression"].as_str().unwrap().contains("schedulerName"), "{kind}");
+        let client = &webhook["clientConfig"]["service"];
+        assert_eq!((client["name"].as_str(), client["namespace"].as_str(), client["path"].as_str()), (Some("wasp-webhook"), service.metadata.namespace.as_deref(), Some(path)), "{kind}");
+        assert_eq!(client["port"].as_i64(), Some(i64::from(service_port.port)), "{kind}");
+        let excluded = &webhook["namespaceSelector"]["matchExpressions"][0];
+        assert_eq!((excluded["key"].as_str(), excluded["operator"].as_str()), (Some("kubernetes.io/metadata.name"), Some("NotIn")));
+        for namespace in ["kube-system", config.leader_election.lease_namespace.as_str()] {
+            assert!(excluded["values"].as_sequence().unwrap().iter().any(|value| value == namespace), "{kind} must not be sent {namespace}'s pods");
+        }
+        assert_eq!(configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "wasp-system/wasp-webhook");
+    }
+    let certificate = &documents["Certificate"][0];
+    assert_eq!(certificate["spec"]["secretName"], "wasp-webhook-tls");
+    assert!(certificate["spec"]["dnsNames"].as_sequence().unwrap().iter().any(|name| name == "wasp-webhook.wasp-system.svc"));
 
     // The examples ask for a profile of this configuration.
     let profiles: Vec<&str> = config.scheduler.profiles.iter().map(|profile| profile.scheduler_name.as_str()).collect();

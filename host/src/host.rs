@@ -5,9 +5,15 @@
 //! standby is warm and Ready (a rolling update of the 2-replica Deployment can finish), and a failover starts
 //! deciding at once on a full view. Only the holder of the Lease runs the loops.
 //!
-//! The scheduler, the rescheduler and the autoscaler run side by side. The rescheduler and autoscaler loops run
+//! The scheduler, the rescheduler, the autoscaler and the stray-pod check run side by side; every replica
+//! serves the admission webhooks, leader or not. The rescheduler and autoscaler loops run
 //! whether or not the configuration has their sections, so a reload that adds one takes effect without a restart.
 
+use crate::admission::metrics::AdmissionMetrics;
+use crate::admission::stray::StrayPods;
+use crate::admission::tls::ReloadingCertificate;
+use crate::admission::webhook::{TlsListener, Webhooks};
+use crate::admission::WebhookServing;
 use crate::autoscaler::metrics::AutoscalerMetrics;
 use crate::autoscaler::AutoscalerLoop;
 use crate::cluster::{informer, SharedCluster};
@@ -24,6 +30,7 @@ use crate::scheduler::metrics::SchedulerMetrics;
 use crate::scheduler::Scheduler;
 use crate::serve::Endpoints;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The reporting component of events about the host itself (a refused reload, say).
@@ -38,9 +45,18 @@ pub struct Host {
     pub scheduler: Arc<Scheduler>,
     pub rescheduler: Arc<Rescheduler>,
     pub autoscaler: Arc<AutoscalerLoop>,
+    pub stray_pods: Arc<StrayPods>,
     pub endpoints: Arc<Endpoints>,
+    admission_metrics: AdmissionMetrics,
+    webhooks: Arc<AtomicU8>,
     informers: Mutex<Option<informer::Informers>>,
 }
+
+/// Whether `wasp run` serves the webhooks, as `/readyz` reports it: a replica that should serve them is not
+/// Ready until it does, so the Service sends the API server's calls only to replicas that answer.
+const WEBHOOKS_OFF: u8 = 0;
+const WEBHOOKS_STARTING: u8 = 1;
+const WEBHOOKS_SERVING: u8 = 2;
 
 impl Host {
     pub fn new(api: ApiClient, policies: Arc<PolicyRegistry>, identity: HostIdentity) -> Arc<Host> {
@@ -59,6 +75,17 @@ impl Host {
         let autoscaler = AutoscalerLoop::new(policies.clone(), cluster.clone(), api.clone(), &events, autoscaler_metrics);
         let reported = autoscaler.clone();
         endpoints.status_section("autoscaler", Box::new(move || serde_json::json!({"lastPass": reported.last_pass()})));
+        let admission_metrics = AdmissionMetrics::register(&mut endpoints.metrics);
+        let stray_pods = StrayPods::new(cluster.clone(), policies.clone(), &events, admission_metrics.clone());
+        let webhooks = Arc::new(AtomicU8::new(WEBHOOKS_OFF));
+        let serving = webhooks.clone();
+        endpoints.readiness_check(
+            "webhooks",
+            Box::new(move || match serving.load(Ordering::Relaxed) {
+                WEBHOOKS_STARTING => Err("waiting for the first list of namespaces".into()),
+                _ => Ok(()),
+            }),
+        );
         let scraped = scheduler.clone();
         endpoints.on_scrape(Box::new(move || scraped.update_metrics()));
         let informed = cluster.clone();
@@ -80,7 +107,9 @@ impl Host {
                 _ => Ok(()),
             }),
         );
-        Arc::new(Host { api, identity, cluster, policies, events, scheduler, rescheduler, autoscaler, endpoints: Arc::new(endpoints), informers: Mutex::new(None) })
+        let endpoints = Arc::new(endpoints);
+        let informers = Mutex::new(None);
+        Arc::new(Host { api, identity, cluster, policies, events, scheduler, rescheduler, autoscaler, stray_pods, endpoints, admission_metrics, webhooks, informers })
     }
 
     /// A host on `api` with `config` (policy files still reload when watched, the configuration does not).
@@ -100,6 +129,27 @@ impl Host {
     /// Serves `/metrics`, `/healthz`, `/readyz` and `/policies` on `address`; returns the bound address.
     pub async fn serve(&self, address: SocketAddr) -> anyhow::Result<SocketAddr> {
         crate::serve::serve(self.endpoints.clone(), address).await
+    }
+
+    /// Serves the admission webhooks over TLS; returns the bound address. Fails at once when the certificate
+    /// files do not hold a certificate and its key, or the address cannot be bound; answers from when the
+    /// namespaces are listed (`/readyz` says so until then).
+    pub async fn serve_webhooks(&self, serving: WebhookServing) -> anyhow::Result<SocketAddr> {
+        let certificate = ReloadingCertificate::load(serving.certificate.clone())?;
+        let listener = TlsListener::bind(&certificate, serving.address).await?;
+        let address = listener.local_addr()?;
+        self.webhooks.store(WEBHOOKS_STARTING, Ordering::Relaxed);
+        let namespaces = crate::admission::watch_namespaces(self.api.client.clone());
+        let webhooks = Arc::new(Webhooks { policies: self.policies.clone(), namespaces: namespaces.clone(), metrics: self.admission_metrics.clone() });
+        let state = self.webhooks.clone();
+        tokio::spawn(async move {
+            if namespaces.wait_until_ready().await.is_ok() {
+                state.store(WEBHOOKS_SERVING, Ordering::Relaxed);
+                listener.serve(crate::admission::webhook::router(webhooks)).await;
+            }
+        });
+        tokio::spawn(certificate.keep_current(serving.reload_interval));
+        Ok(address)
     }
 
     /// Reloads policies and configuration whenever their files change: a refusal is logged, counted and
@@ -124,7 +174,7 @@ impl Host {
     /// Runs the loops the configuration enables until the task is dropped (no leader election: one replica).
     pub async fn run_loops(self: Arc<Self>) {
         self.start_informers();
-        tokio::join!(self.scheduler.clone().run(), self.rescheduler.clone().run(), self.autoscaler.clone().run());
+        tokio::join!(self.scheduler.clone().run(), self.rescheduler.clone().run(), self.autoscaler.clone().run(), self.stray_pods.clone().run());
     }
 
     /// Syncs the informers, then runs the loops only while holding the Lease; returns when the Lease is lost

@@ -11,10 +11,13 @@
 //! - [`serve`]: `/metrics`, `/healthz`, `/readyz`, `/policies`.
 //! - [`scheduler`]: named scheduler profiles driven by filter and score policies.
 //! - [`rescheduler`]: evict policies inside a safety envelope; evictions through the Eviction API.
+//! - [`admission`]: webhooks that refuse pods naming a scheduler nobody runs and give pods their namespace's
+//!   scheduler; stray pods reported.
 //! - [`autoscaler`]: `Autoscaler` resources scaled by scale policies inside the HPA's behavior rules.
 //! - [`host`]: the loops on their shared ground, as `wasp run` starts them.
 //! - [`cli`]: the `wasp` command line.
 
+pub mod admission;
 pub mod autoscaler;
 pub mod cli;
 pub mod cluster;

@@ -102,11 +102,50 @@ pub struct Normalized {
     pub limited: Verdict,
 }
 
-/// What the host remembers of an Autoscaler between runs (and across restarts, in its status).
+/// What the host remembers of an Autoscaler between syncs (in memory) and across restarts (in its status).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct History {
+    /// The latest time each replica count was recommended. One entry per count loses nothing: a window holds
+    /// a count exactly when it holds the latest time it was recommended.
     pub recommendations: Vec<TimedRecommendation>,
     pub scale_events: Vec<ScaleEvent>,
+}
+
+/// How far behind the status may let a recommendation's time fall before it is written again. An Autoscaler
+/// that keeps recommending the same count then changes nothing in its status for this long, and its status is
+/// not written (a thousand steady Autoscalers cost no writes); a restart reads the times back this much later,
+/// so it can only make a window hold a count longer, never shorter.
+pub const STATUS_TIME_SLACK: i64 = 60;
+
+impl History {
+    /// From an Autoscaler's status, after a restart or a failover (see [`STATUS_TIME_SLACK`]).
+    pub fn restored(recommendations: &[TimedRecommendation], scale_events: &[ScaleEvent]) -> History {
+        let later = |time: &Time| Time(time.0.checked_add(jiff::SignedDuration::from_secs(STATUS_TIME_SLACK)).unwrap_or(time.0));
+        History {
+            recommendations: recommendations.iter().map(|recommendation| TimedRecommendation { time: later(&recommendation.time), replicas: recommendation.replicas }).collect(),
+            scale_events: scale_events.to_vec(),
+        }
+    }
+
+    /// The recommendations as the status keeps them: a time the status already has stands while it is less than
+    /// [`STATUS_TIME_SLACK`] behind the one in memory.
+    pub fn persisted_recommendations(&self, written: &[TimedRecommendation]) -> Vec<TimedRecommendation> {
+        self.recommendations
+            .iter()
+            .map(|recommendation| {
+                let kept = written.iter().find(|old| {
+                    let behind = recommendation.time.0.as_second() - old.time.0.as_second();
+                    old.replicas == recommendation.replicas && (0..STATUS_TIME_SLACK).contains(&behind)
+                });
+                kept.unwrap_or(recommendation).clone()
+            })
+            .collect()
+    }
+
+    fn recommend(&mut self, replicas: i32, now: Timestamp) {
+        self.recommendations.retain(|earlier| earlier.replicas != replicas);
+        self.recommendations.push(TimedRecommendation { time: Time(now), replicas });
+    }
 }
 
 /// Whether `time` lies within the last `seconds` before `now`. Times come back from the status in whole seconds,
@@ -141,7 +180,7 @@ pub fn normalize(behavior: &Behavior, history: &mut History, now: Timestamp, cur
     history.prune(behavior, now);
     if history.recommendations.is_empty() && behavior.down.stabilization_seconds > 0 {
         // A fresh Autoscaler does not scale down at once: it starts with the current size as a recommendation.
-        history.recommendations.push(TimedRecommendation { time: Time(now), replicas: current });
+        history.recommend(current, now);
     }
     let (mut up_floor, mut down_ceiling) = (recommended, recommended);
     for earlier in &history.recommendations {
@@ -153,7 +192,7 @@ pub fn normalize(behavior: &Behavior, history: &mut History, now: Timestamp, cur
         }
     }
     let stabilized = current.max(up_floor).min(down_ceiling);
-    history.recommendations.push(TimedRecommendation { time: Time(now), replicas: recommended });
+    history.recommend(recommended, now);
     let able_to_scale = if stabilized != recommended {
         if recommended >= current {
             (true, "ScaleUpStabilized", "recent recommendations were lower than current one, applying the lowest recent recommendation")
@@ -256,6 +295,28 @@ mod tests {
         assert_eq!(normalize(&defaults(), &mut history, at(300), 10, 2, 1, 100).replicas, 10);
         // At 301 s the initial 10 left the window; the highest since is 3.
         assert_eq!(normalize(&defaults(), &mut history, at(301), 10, 2, 1, 100).replicas, 3);
+    }
+
+    #[test]
+    fn the_status_keeps_one_time_per_count_and_a_restart_never_shortens_a_window() {
+        let mut history = History::default();
+        for (second, wanted) in [(0, 10), (15, 4), (30, 10), (45, 4)] {
+            normalize(&defaults(), &mut history, at(second), 10, wanted, 1, 100);
+        }
+        let counts: Vec<(i32, i64)> = history.recommendations.iter().map(|r| (r.replicas, r.time.0.as_second() - at(0).as_second())).collect();
+        assert_eq!(counts, [(10, 30), (4, 45)], "the latest time of each count");
+        // Written at 45 s; 55 s later the same counts still stand in the status, at 61 s behind they are renewed.
+        let written = history.persisted_recommendations(&[]);
+        normalize(&defaults(), &mut history, at(100), 10, 4, 1, 100);
+        assert_eq!(history.persisted_recommendations(&written), written, "nothing to write");
+        normalize(&defaults(), &mut history, at(106), 10, 4, 1, 100);
+        let renewed = history.persisted_recommendations(&written);
+        assert_eq!(renewed[0], written[0], "10 was last recommended at 30 s: unchanged");
+        assert_eq!(renewed[1].time.0, at(106), "4 was 61 s behind");
+        // A restart at 300 s reads 10 as recommended at 90 s, not 30 s: the 300 s window still holds it at 330 s.
+        let mut restored = History::restored(&written, &[]);
+        assert_eq!(normalize(&defaults(), &mut restored, at(331), 10, 4, 1, 100).replicas, 10);
+        assert_eq!(normalize(&defaults(), &mut history, at(331), 10, 4, 1, 100).replicas, 4, "in memory: exact");
     }
 
     #[test]

@@ -112,7 +112,7 @@ async fn get_json(api: &ApiClient, path: &str) -> Result<Value, String> {
 
 /// A label selector in the API's query syntax (`app=web,tier in (a,b),!legacy`), as a `scale`'s
 /// `status.selector` states it; None if it is not one.
-pub fn parse_selector(text: &str) -> Option<Selector> {
+pub fn parse_selector(text: &str) -> Option<PodSelector> {
     let (mut terms, mut depth, mut start) = (Vec::new(), 0i32, 0);
     for (index, character) in text.char_indices() {
         match character {
@@ -149,12 +149,53 @@ pub fn parse_selector(text: &str) -> Option<Selector> {
         };
         expressions.push(expression);
     }
-    Some(expressions.into_iter().collect())
+    let required_label = expressions.iter().find_map(|expression| match expression {
+        Expression::Equal(key, value) => Some((key.clone(), value.clone())),
+        _ => None,
+    });
+    Some(PodSelector { selector: expressions.into_iter().collect(), required_label })
 }
 
-/// Whether `selector` selects `pod`.
-pub fn selects(selector: &Selector, pod: &Pod) -> bool {
-    selector.matches(pod.metadata.labels.as_ref().unwrap_or(&Default::default()))
+/// A label selector the host evaluates itself.
+pub struct PodSelector {
+    selector: Selector,
+    /// A `key=value` term of the selector: a pod without that label is not selected, so an index on it narrows
+    /// a namespace's pods to the few that may be.
+    required_label: Option<(String, String)>,
+}
+
+impl PodSelector {
+    pub fn selects(&self, pod: &Pod) -> bool {
+        self.selector.matches(pod.metadata.labels.as_ref().unwrap_or(&Default::default()))
+    }
+}
+
+/// A namespace's pods, read once per pass for all its Autoscalers, indexed by label: a thousand Autoscalers in
+/// one namespace each test a few candidates rather than every pod.
+pub struct NamespacePods {
+    pods: Vec<Pod>,
+    by_label: HashMap<(String, String), Vec<usize>>,
+}
+
+impl NamespacePods {
+    pub fn new(pods: Vec<Pod>) -> NamespacePods {
+        let mut by_label: HashMap<(String, String), Vec<usize>> = HashMap::new();
+        for (index, pod) in pods.iter().enumerate() {
+            for (key, value) in pod.metadata.labels.iter().flatten() {
+                by_label.entry((key.clone(), value.clone())).or_default().push(index);
+            }
+        }
+        NamespacePods { pods, by_label }
+    }
+
+    /// The pods `selector` selects.
+    pub fn selected<'a>(&'a self, selector: &'a PodSelector) -> impl Iterator<Item = &'a Pod> + 'a {
+        let candidates: Box<dyn Iterator<Item = &Pod>> = match &selector.required_label {
+            Some(label) => Box::new(self.by_label.get(label).into_iter().flatten().map(|index| &self.pods[*index])),
+            None => Box::new(self.pods.iter()),
+        };
+        candidates.filter(|pod| selector.selects(pod))
+    }
 }
 
 /// One pod's resource usage, from a PodMetrics item.
@@ -482,14 +523,35 @@ mod tests {
 
     #[test]
     fn a_scales_selector_is_evaluated_as_the_api_server_would() {
-        let selector = parse_selector("app=web,tier in (a, b),!legacy,env!=dev").unwrap();
+        let selector = parse_selector("app=web,tier in (a, b),!legacy,env!=dev").unwrap().selector;
         let labels = |pairs: &[(&str, &str)]| pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
         assert!(selector.matches(&labels(&[("app", "web"), ("tier", "b")])));
         assert!(!selector.matches(&labels(&[("app", "web"), ("tier", "c")])));
         assert!(!selector.matches(&labels(&[("app", "web"), ("tier", "a"), ("legacy", "yes")])));
         assert!(!selector.matches(&labels(&[("app", "web"), ("tier", "a"), ("env", "dev")])));
         assert!(parse_selector("app in web").is_none(), "a set needs parentheses");
-        assert!(parse_selector("").unwrap().selects_all());
+        assert!(parse_selector("").unwrap().selector.selects_all());
+    }
+
+    #[test]
+    fn the_label_index_finds_exactly_what_the_selector_selects() {
+        let pod = |name: &str, labels: &[(&str, &str)]| {
+            let mut pod = Pod::default();
+            pod.metadata.name = Some(name.into());
+            pod.metadata.labels = Some(labels.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect());
+            pod
+        };
+        let pods = NamespacePods::new(vec![pod("a", &[("app", "web"), ("tier", "a")]), pod("b", &[("app", "web"), ("tier", "c")]), pod("c", &[("app", "db")]), pod("d", &[])]);
+        let names = |selector: &str| -> Vec<String> {
+            let selector = parse_selector(selector).unwrap();
+            pods.selected(&selector).filter_map(|pod| pod.metadata.name.clone()).collect()
+        };
+        assert_eq!(names("app=web"), ["a", "b"]);
+        assert_eq!(names("tier in (a, c),app=web"), ["a", "b"], "indexed by the equality whatever its place");
+        assert_eq!(names("tier in (c)"), ["b"], "no equality: every pod is tested");
+        assert_eq!(names("app!=web"), ["c", "d"]);
+        assert_eq!(names(""), ["a", "b", "c", "d"]);
+        assert!(names("app=nothing").is_empty());
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub struct PassSummary {
 /// (each Autoscaler selects its own by its target's selector) and their metrics.
 #[derive(Default)]
 struct NamespaceReads {
-    pods: tokio::sync::OnceCell<Result<Vec<Pod>, String>>,
+    pods: tokio::sync::OnceCell<Result<metrics_source::NamespacePods, String>>,
     usage: tokio::sync::OnceCell<Result<HashMap<String, metrics_source::Usage>, String>>,
 }
 
@@ -95,6 +95,9 @@ pub struct AutoscalerLoop {
     metrics: metrics::AutoscalerMetrics,
     /// Recent readings per (Autoscaler uid, metric name), for the policies' trend windows.
     samples: Mutex<HashMap<(String, String), VecDeque<MetricSample>>>,
+    /// The behavior's history per Autoscaler uid: exact here, a little behind in the status (see
+    /// [`behavior::STATUS_TIME_SLACK`]), read from there only after a restart.
+    histories: Mutex<HashMap<String, History>>,
     last_pass: Mutex<Option<PassSummary>>,
     pub stats: Stats,
 }
@@ -178,6 +181,7 @@ impl AutoscalerLoop {
             events: events.for_component(COMPONENT),
             metrics,
             samples: Mutex::new(HashMap::new()),
+            histories: Mutex::new(HashMap::new()),
             last_pass: Mutex::new(None),
             stats: Stats::default(),
         })
@@ -229,6 +233,7 @@ impl AutoscalerLoop {
             .await;
         let live: HashSet<&str> = autoscalers.iter().filter_map(|autoscaler| autoscaler.metadata.uid.as_deref()).collect();
         self.samples.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).retain(|(uid, _), _| live.contains(uid.as_str()));
+        self.histories.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).retain(|uid, _| live.contains(uid.as_str()));
         let took = started.elapsed();
         self.metrics.passed(took, autoscalers.len());
         self.stats.passes.fetch_add(1, Ordering::Relaxed);
@@ -277,7 +282,10 @@ impl AutoscalerLoop {
         };
         let namespace_reads = reads.get(&run.namespace);
         let outcome = self.decide(&mut run, generation, section, hpa_targets, namespace_reads).await;
-        self.write_status(&run).await;
+        // The HPA's rule: a status is written when it changed.
+        if autoscaler.status.as_ref() != Some(&run.status) {
+            self.write_status(&run).await;
+        }
         outcome
     }
 
@@ -338,7 +346,8 @@ impl AutoscalerLoop {
             }
         };
         run.status.last_reason = Some(truncated(&reason, MAX_REASON_BYTES));
-        let mut history = History { recommendations: std::mem::take(&mut run.status.recommendations), scale_events: std::mem::take(&mut run.status.scale_events) };
+        let uid = run.autoscaler.metadata.uid.clone().unwrap_or_default();
+        let mut history = self.history_of(&uid, &run.status);
         let mut limit_note = String::new();
         let desired = if normalize {
             let normalized = behavior::normalize(&behavior, &mut history, run.now, current, desired, min, max);
@@ -366,9 +375,16 @@ impl AutoscalerLoop {
         } else {
             Outcome::Unchanged
         };
-        run.status.recommendations = history.recommendations;
-        run.status.scale_events = history.scale_events;
+        run.status.recommendations = history.persisted_recommendations(&run.status.recommendations);
+        run.status.scale_events = history.scale_events.clone();
+        self.histories.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(uid, history);
         outcome
+    }
+
+    /// The behavior's history of the Autoscaler `uid`: from memory, or after a restart from its status.
+    fn history_of(&self, uid: &str, status: &AutoscalerStatus) -> History {
+        let histories = self.histories.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        histories.get(uid).cloned().unwrap_or_else(|| History::restored(&status.recommendations, &status.scale_events))
     }
 
     /// The policy and behavior the spec asks for, or why the spec cannot be followed.
@@ -429,8 +445,8 @@ impl AutoscalerLoop {
         let shared = reads.zip(metrics_source::parse_selector(selector));
         let pods = match &shared {
             Some((reads, parsed)) => {
-                let all = reads.pods.get_or_init(|| self.list_pods(&run.namespace, None)).await;
-                all.as_ref().map(|pods| pods.iter().filter(|pod| metrics_source::selects(parsed, pod)).filter_map(TargetPod::of).collect()).map_err(Clone::clone)
+                let all = reads.pods.get_or_init(|| async { self.list_pods(&run.namespace, None).await.map(metrics_source::NamespacePods::new) }).await;
+                all.as_ref().map(|pods| pods.selected(parsed).filter_map(TargetPod::of).collect()).map_err(Clone::clone)
             }
             None => self.list_pods(&run.namespace, Some(selector)).await.map(|pods| pods.iter().filter_map(TargetPod::of).collect()),
         };
@@ -484,8 +500,8 @@ impl AutoscalerLoop {
             }
         }
         run.status.metric_failures = 0;
-        let recommendations = run
-            .status
+        let recommendations = self
+            .history_of(&uid, &run.status)
             .recommendations
             .iter()
             .map(|recommendation| Recommendation { at: recommendation.time.0.as_second(), replicas: recommendation.replicas.max(0) as u32 })

@@ -1,5 +1,6 @@
 //! The `wasp` command line: one subcommand module per area.
 
+mod certs;
 mod configmap;
 mod manifests;
 mod policy;
@@ -35,6 +36,8 @@ enum Command {
     Run(run::RunArgs),
     /// One rescheduling run against a cluster: print the plan (with --dry-run, evict nothing).
     Reschedule(reschedule::RescheduleArgs),
+    /// Make a CA and a webhook serving certificate; print the Secret (and the caBundle on stderr).
+    Certs(certs::CertsArgs),
     /// Print the Autoscaler CustomResourceDefinition (generated from the Rust type) for kubectl apply.
     Crd,
     /// Schedule a scenario's workloads on a simulated cluster with the policies, and report what happened.
@@ -54,6 +57,7 @@ pub fn main() -> ExitCode {
         Command::Reschedule(_) => "warn",
         Command::Configmap(_) => "warn",
         Command::Crd => "warn",
+        Command::Certs(_) => "warn",
     };
     init_logging(default_level);
     let result = match cli.command {
@@ -65,6 +69,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Reschedule(args) => reschedule::run(args),
         Command::Configmap(args) => configmap::run(args),
+        Command::Certs(args) => certs::run(args),
         Command::Crd => {
             print!("{}", crate::autoscaler::resource::crd_yaml());
             Ok(())

@@ -2,6 +2,7 @@
 //! then the endpoints, then leader election and the loops, swapping in policies and configuration when their
 //! files change.
 
+use crate::admission::WebhookServing;
 use crate::config::HostConfig;
 use crate::host::Host;
 use crate::kube::{ApiClient, HostIdentity};
@@ -36,6 +37,18 @@ pub struct RunArgs {
     /// Full rescan of the policy files, as a backstop for missed file events.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     rescan_interval: std::time::Duration,
+    /// Where the admission webhooks are served (HTTPS), when a certificate is given.
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    webhook_listen: SocketAddr,
+    /// The webhooks' serving certificate (PEM; re-read when it changes). Without it, no webhook is served.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The serving certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// How often the certificate files are re-read.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    tls_reload_interval: std::time::Duration,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -63,6 +76,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         host.start_informers();
         let address = host.serve(args.listen).await?;
         tracing::info!(%address, instance = %host.identity.instance, profiles = ?host.scheduler.profile_names(), "serving /metrics, /healthz, /readyz, /policies");
+        if let (Some(certificate), Some(private_key)) = (args.tls_cert_file.clone(), args.tls_private_key_file.clone()) {
+            let mut serving = WebhookServing::new(args.webhook_listen, certificate, private_key);
+            serving.reload_interval = args.tls_reload_interval;
+            let address = host.serve_webhooks(serving).await?;
+            tracing::info!(%address, "serving the admission webhooks /validate-pods and /mutate-pods");
+        }
         if args.no_leader_election {
             host.run_loops().await;
             return Ok(());

@@ -125,6 +125,11 @@ impl SharedCluster {
         self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).values().cloned().collect()
     }
 
+    /// The pending pods `wanted` keeps, copied out without copying the others.
+    pub fn pending_where(&self, wanted: impl Fn(&Pod) -> bool) -> Vec<Pod> {
+        self.pending().values().filter(|pod| wanted(pod)).cloned().collect()
+    }
+
     /// A scheduler could not place the pending pod `uid`, for `message`.
     pub fn note_unschedulable(&self, uid: &str, message: &str) {
         let mut reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -2,10 +2,12 @@
 //! profiles, the policies the rescheduler and autoscaler may use, and leader election. Validated as a whole,
 //! with errors that name the field; out-of-range values are errors, not surprises at run time.
 
+mod admission;
 mod autoscaler;
 mod policy;
 mod rescheduler;
 
+pub use admission::{AdmissionMode, AdmissionSection};
 pub use autoscaler::AutoscalerSection;
 pub use policy::{OperationDeadlines, PolicyConfig};
 pub use rescheduler::{EvictionLimits, NamespaceFilter, Pacing, Protections, ReschedulerSection, Strategy, SYSTEM_CRITICAL_PRIORITY};
@@ -40,6 +42,9 @@ pub struct HostConfig {
     /// Present: Autoscalers are reconciled with the scale policies it lists, loaded and kept current.
     #[serde(default)]
     pub autoscaler: Option<AutoscalerSection>,
+    /// What the admission webhooks (served when `wasp run` has a certificate) and the stray-pod check decide.
+    #[serde(default)]
+    pub admission: AdmissionSection,
     /// Leader election for `wasp run`: the holder of the Lease runs every loop; the others stand by, warm.
     #[serde(default)]
     pub leader_election: LeaderElection,
@@ -225,6 +230,8 @@ impl HostConfig {
         if let Some(section) = &self.autoscaler {
             section.validate()?;
         }
+        let profiles: Vec<&str> = scheduler.profiles.iter().map(|profile| profile.scheduler_name.as_str()).collect();
+        self.admission.validate(&profiles)?;
         for (name, policy) in &self.policies {
             policy.validate(&format!("policies.{name}"))?;
         }
@@ -302,6 +309,10 @@ mod tests {
             assert_eq!(parse_error(&format!("{base}{section}")), expected, "{section}");
         }
         let twice = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a}]}\nrescheduler: {strategies: [{policy: e}, {policy: e}]}");
+        let admission = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a}]}\nadmission: {otherSchedulers: [default-scheduler, a]}");
+        assert_eq!(admission, "admission.otherSchedulers[1]: \"a\" is a wasp profile; list only schedulers wasp does not run");
+        let mode = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a}]}\nadmission: {mode: warning}");
+        assert!(mode.contains("unknown variant `warning`, expected `deny` or `warn`"), "{mode}");
         assert_eq!(twice, "rescheduler.strategies[1].policy: e is listed twice");
         let defaults = HostConfig::parse(&format!("{base}dryRun: true}}")).unwrap().rescheduler.unwrap();
         assert_eq!((defaults.interval.as_secs(), defaults.limits.max_per_run, defaults.limits.max_per_workload), (300, Some(10), Some(1)));

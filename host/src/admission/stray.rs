@@ -1,0 +1,67 @@
+//! Pods that slipped past the webhook (created while it was down, before it was installed, or admitted in
+//! `warn` mode) and wait for a scheduler nobody runs: no scheduler owns them, so without this nobody says
+//! anything. Each gets one Warning event `NoSuchScheduler` with the webhook's message once it has waited
+//! `strayPodGrace`, and `wasp_stray_pods` counts them by the name they gave.
+
+use super::metrics::AdmissionMetrics;
+use super::review::KnownSchedulers;
+use crate::cluster::SharedCluster;
+use crate::kube::{EventRecorder, ObjectRef};
+use crate::registry::PolicyRegistry;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The reporting component of the events.
+pub const COMPONENT: &str = "wasp-admission";
+/// How often pending pods are checked: a stray pod is reported within its grace plus this.
+const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+pub struct StrayPods {
+    cluster: Arc<SharedCluster>,
+    policies: Arc<PolicyRegistry>,
+    events: EventRecorder,
+    metrics: AdmissionMetrics,
+    /// Uids already reported, while they wait: one event per pod.
+    reported: Mutex<HashSet<String>>,
+}
+
+impl StrayPods {
+    pub fn new(cluster: Arc<SharedCluster>, policies: Arc<PolicyRegistry>, events: &EventRecorder, metrics: AdmissionMetrics) -> Arc<StrayPods> {
+        Arc::new(StrayPods { cluster, policies, events: events.for_component(COMPONENT), metrics, reported: Mutex::new(HashSet::new()) })
+    }
+
+    pub async fn run(self: Arc<Self>) {
+        self.cluster.wait_until_ready().await;
+        loop {
+            self.check(jiff::Timestamp::now().as_second()).await;
+            tokio::time::sleep(CHECK_INTERVAL).await;
+        }
+    }
+
+    /// Counts the stray pods and reports those that waited their grace (at `now`, Unix seconds); returns how
+    /// many were reported.
+    pub async fn check(&self, now: i64) -> usize {
+        let generation = self.policies.current();
+        let known = KnownSchedulers::of(&generation.config);
+        let grace = generation.config.admission.stray_pod_grace.as_secs() as i64;
+        let stray = self.cluster.pending_where(|pod| !pod.terminating && !known.runs(&pod.scheduler_name));
+        let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+        for pod in &stray {
+            *counts.entry(pod.scheduler_name.clone()).or_default() += 1;
+        }
+        self.metrics.stray_pods(&counts);
+        let due: Vec<_> = {
+            let mut reported = self.reported.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let waiting: HashSet<&str> = stray.iter().map(|pod| pod.uid.as_str()).collect();
+            reported.retain(|uid| waiting.contains(uid.as_str()));
+            stray.iter().filter(|pod| now - pod.created_at >= grace && reported.insert(pod.uid.clone())).collect()
+        };
+        for pod in &due {
+            let message = known.unknown(&pod.scheduler_name);
+            tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), scheduler = %pod.scheduler_name, %message, "pod waits for a scheduler nobody runs");
+            self.events.event(&ObjectRef::pod(&pod.namespace, &pod.name, &pod.uid), "Warning", "NoSuchScheduler", &message).await;
+        }
+        due.len()
+    }
+}

@@ -1,0 +1,116 @@
+//! The webhook's serving certificate, read from files (a mounted Secret) and re-read when they change, so a
+//! rotation by cert-manager (or `wasp certs` and a `kubectl apply`) takes effect without a restart. New TLS
+//! handshakes get the new certificate; connections already open keep theirs.
+
+use anyhow::{bail, Context};
+use arc_swap::ArcSwap;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A PEM file larger than this is no certificate or key.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+#[derive(Debug, Clone)]
+pub struct CertificateFiles {
+    pub certificate: PathBuf,
+    pub private_key: PathBuf,
+}
+
+impl CertificateFiles {
+    fn read(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        Ok((read_bounded(&self.certificate)?, read_bounded(&self.private_key)?))
+    }
+}
+
+fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let size = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.len();
+    if size > MAX_PEM_BYTES {
+        bail!("{} is {size} bytes, more than a PEM certificate or key can be", path.display());
+    }
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The certificate chain and key in `pem` files, checked to belong together.
+fn certified_key(files: &CertificateFiles, certificate: &[u8], key: &[u8]) -> anyhow::Result<CertifiedKey> {
+    let chain = CertificateDer::pem_slice_iter(certificate).collect::<Result<Vec<_>, _>>().with_context(|| format!("{}: not a PEM certificate chain", files.certificate.display()))?;
+    if chain.is_empty() {
+        bail!("{}: no certificate in it", files.certificate.display());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key).with_context(|| format!("{}: not a PEM private key", files.private_key.display()))?;
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key).with_context(|| format!("{}: unsupported private key", files.private_key.display()))?;
+    let certified = CertifiedKey::new(chain, signing);
+    certified.keys_match().with_context(|| format!("{} does not match the certificate in {}", files.private_key.display(), files.certificate.display()))?;
+    Ok(certified)
+}
+
+/// Serves the last good certificate of its files to every handshake.
+#[derive(Debug)]
+pub struct ReloadingCertificate {
+    files: CertificateFiles,
+    current: ArcSwap<CertifiedKey>,
+    /// The bytes the current certificate was made from: a rescan that reads the same bytes does nothing.
+    loaded_from: Mutex<(Vec<u8>, Vec<u8>)>,
+}
+
+impl ReloadingCertificate {
+    /// Fails when the files do not hold a certificate and its key: a webhook must not start without one.
+    pub fn load(files: CertificateFiles) -> anyhow::Result<Arc<ReloadingCertificate>> {
+        let (certificate, key) = files.read()?;
+        let certified = certified_key(&files, &certificate, &key)?;
+        Ok(Arc::new(ReloadingCertificate { files, current: ArcSwap::from_pointee(certified), loaded_from: Mutex::new((certificate, key)) }))
+    }
+
+    /// Re-reads the files: Ok(true) when a new certificate now serves, Ok(false) when they did not change. On
+    /// error (a rotation half written, a wrong key), the previous certificate keeps serving.
+    pub fn reload(&self) -> anyhow::Result<bool> {
+        let read = self.files.read()?;
+        let mut loaded_from = self.loaded_from.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if *loaded_from == read {
+            return Ok(false);
+        }
+        let certified = certified_key(&self.files, &read.0, &read.1)?;
+        self.current.store(Arc::new(certified));
+        *loaded_from = read;
+        Ok(true)
+    }
+
+    /// Re-reads the files every `interval` while the task lives. A Secret volume changes by swapping a symlink,
+    /// which file notifications report unreliably; reading two small files is cheap.
+    pub async fn keep_current(self: Arc<Self>, interval: Duration) {
+        let mut failing = false;
+        loop {
+            tokio::time::sleep(interval).await;
+            match self.reload() {
+                Ok(true) => {
+                    failing = false;
+                    tracing::info!(certificate = %self.files.certificate.display(), "webhook serving certificate reloaded");
+                }
+                Ok(false) => failing = false,
+                // Said once per failure, not every interval: a Secret being rewritten fails for a moment.
+                Err(error) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = format!("{error:#}"), "webhook serving certificate not reloaded; the previous one keeps serving");
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    pub fn server_config(self: &Arc<Self>) -> anyhow::Result<rustls::ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?.with_no_client_auth().with_cert_resolver(self.clone());
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
+    }
+}
+
+impl ResolvesServerCert for ReloadingCertificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}

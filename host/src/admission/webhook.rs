@@ -1,0 +1,215 @@
+//! The two webhooks over HTTPS: `POST /validate-pods` refuses (or warns about) pods that name a scheduler nobody
+//! runs or that contradict their namespace, `POST /mutate-pods` gives a pod its namespace's scheduler. Each
+//! answer reads the live configuration, so a profile added by hot reload admits its pods from that moment.
+//!
+//! A body that is no AdmissionReview of a pod gets a 400 that says what is wrong; the API server then applies
+//! the webhook's failure policy (`Ignore` in the shipped manifests).
+
+use super::metrics::AdmissionMetrics;
+use super::review::{self, KnownSchedulers, NamespaceChoice};
+use super::tls::ReloadingCertificate;
+use crate::config::AdmissionMode;
+use crate::registry::PolicyRegistry;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::DynamicObject;
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The API server sends objects of up to 3 MiB (its request limit); an AdmissionReview carries one, plus
+/// some metadata. Anything larger is not from the API server.
+pub const MAX_REVIEW_BYTES: usize = 4 << 20;
+
+/// What the webhooks read: the live configuration and the namespaces' choices.
+pub struct Webhooks {
+    pub policies: Arc<PolicyRegistry>,
+    pub namespaces: Store<Namespace>,
+    pub metrics: AdmissionMetrics,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Webhook {
+    Validate,
+    Mutate,
+}
+
+impl Webhook {
+    fn name(self) -> &'static str {
+        match self {
+            Webhook::Validate => "validate",
+            Webhook::Mutate => "mutate",
+        }
+    }
+}
+
+/// Why a body is refused with a 400.
+fn malformed(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, message).into_response()
+}
+
+impl Webhooks {
+    fn namespace(&self, name: Option<&str>) -> NamespaceChoice {
+        let Some(name) = name else { return NamespaceChoice::default() };
+        match self.namespaces.get(&ObjectRef::new(name)) {
+            Some(namespace) => NamespaceChoice::of(&namespace),
+            None => NamespaceChoice { namespace: name.to_string(), ..Default::default() },
+        }
+    }
+
+    /// The AdmissionRequest for a pod in `body`, or why there is none.
+    async fn read(body: Body) -> Result<(AdmissionRequest<DynamicObject>, Option<Pod>), String> {
+        let bytes = axum::body::to_bytes(body, MAX_REVIEW_BYTES).await.map_err(|_| format!("the body is larger than {MAX_REVIEW_BYTES} bytes: not an AdmissionReview from the API server"))?;
+        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(&bytes).map_err(|error| format!("not an AdmissionReview: {error}"))?;
+        if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
+            return Err(format!("expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got {:?}, {:?}", review.types.api_version, review.types.kind));
+        }
+        let request: AdmissionRequest<DynamicObject> = review.try_into().map_err(|_| "the AdmissionReview has no request".to_string())?;
+        if request.kind.group != "" || request.kind.kind != "Pod" {
+            return Err(format!("this webhook reviews pods, not {}/{} (check the webhook configuration's rules)", request.kind.group, request.kind.kind));
+        }
+        if request.operation != Operation::Create {
+            return Ok((request, None));
+        }
+        let object = request.object.as_ref().ok_or("the request has no object")?;
+        let value = serde_json::to_value(object).map_err(|error| error.to_string())?;
+        let pod: Pod = serde_json::from_value(value).map_err(|error| format!("request.object is not a Pod: {error}"))?;
+        Ok((request, Some(pod)))
+    }
+
+    async fn answer(&self, webhook: Webhook, body: Body) -> Response {
+        let started = Instant::now();
+        let (request, pod) = match Self::read(body).await {
+            Ok(read) => read,
+            Err(message) => {
+                tracing::warn!(webhook = webhook.name(), %message, "malformed AdmissionReview");
+                self.metrics.reviewed(webhook.name(), "malformed", started.elapsed());
+                return malformed(message);
+            }
+        };
+        let mut response = AdmissionResponse::from(&request);
+        let mut result = "allowed";
+        if let Some(pod) = pod {
+            let namespace = self.namespace(request.namespace.as_deref());
+            let pod_name = format!("{}/{}", request.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().or(pod.metadata.generate_name.as_deref()).unwrap_or(""));
+            match webhook {
+                Webhook::Mutate => {
+                    if let Some(scheduler) = review::namespace_default(&pod, &namespace) {
+                        let patch: json_patch::Patch = match serde_json::from_value(serde_json::json!([{"op": "add", "path": "/spec/schedulerName", "value": scheduler}])) {
+                            Ok(patch) => patch,
+                            Err(error) => return malformed(error.to_string()),
+                        };
+                        match response.clone().with_patch(patch) {
+                            Ok(patched) => {
+                                tracing::debug!(pod = %pod_name, %scheduler, namespace = %namespace.namespace, "scheduler set from the namespace");
+                                response = patched;
+                                result = "mutated";
+                            }
+                            Err(error) => tracing::warn!(pod = %pod_name, %error, "could not encode the patch"),
+                        }
+                    }
+                }
+                Webhook::Validate => {
+                    let generation = self.policies.current();
+                    let known = KnownSchedulers::of(&generation.config);
+                    if let Err(message) = review::validate(&pod, &namespace, &known) {
+                        match generation.config.admission.mode {
+                            AdmissionMode::Deny => {
+                                tracing::info!(pod = %pod_name, %message, "pod refused");
+                                response = response.deny(&message);
+                                response.result.code = 403;
+                                response.result.reason = "Forbidden".into();
+                                result = "denied";
+                            }
+                            AdmissionMode::Warn => {
+                                tracing::info!(pod = %pod_name, %message, "pod admitted with a warning");
+                                response.warnings = Some(vec![message]);
+                                result = "warned";
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.metrics.reviewed(webhook.name(), result, started.elapsed());
+        axum::Json(review_json(response)).into_response()
+    }
+}
+
+/// The answer as kube-apiserver reads it. kube's type writes the patch as an array of numbers, which Go's JSON
+/// decoder accepts; every Go webhook sends the base64 string a `[]byte` encodes to, and so does this one.
+fn review_json(response: AdmissionResponse) -> serde_json::Value {
+    use base64::Engine;
+    let mut review = serde_json::to_value(response.into_review()).unwrap_or_default();
+    if let Some(patch) = review.pointer_mut("/response/patch") {
+        let bytes: Vec<u8> = serde_json::from_value(patch.take()).unwrap_or_default();
+        *patch = serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    review
+}
+
+async fn validate_pods(State(webhooks): State<Arc<Webhooks>>, body: Body) -> Response {
+    webhooks.answer(Webhook::Validate, body).await
+}
+
+async fn mutate_pods(State(webhooks): State<Arc<Webhooks>>, body: Body) -> Response {
+    webhooks.answer(Webhook::Mutate, body).await
+}
+
+pub fn router(webhooks: Arc<Webhooks>) -> Router {
+    Router::new().route("/validate-pods", post(validate_pods)).route("/mutate-pods", post(mutate_pods)).route("/healthz", get(|| async { "ok" })).with_state(webhooks)
+}
+
+/// A bound TLS listener; [`serve`](Self::serve) answers on it.
+pub struct TlsListener {
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl TlsListener {
+    /// Binds `address` (port 0 picks one) with `certificate`; connections wait in the backlog until served.
+    pub async fn bind(certificate: &Arc<ReloadingCertificate>, address: SocketAddr) -> anyhow::Result<TlsListener> {
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(certificate.server_config()?));
+        let listener = tokio::net::TcpListener::bind(address).await.map_err(|error| anyhow::anyhow!("binding the webhook address {address}: {error}"))?;
+        Ok(TlsListener { listener, acceptor })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves `router` while the task lives. A failed handshake or connection costs only that connection.
+    pub async fn serve(self, router: Router) {
+        loop {
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, say: wait a little rather than spin.
+                    tracing::warn!(%error, "webhook: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let (acceptor, router) = (self.acceptor.clone(), router.clone());
+            tokio::spawn(async move {
+                let tls = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(error)) => return tracing::debug!(%peer, %error, "webhook: TLS handshake failed"),
+                    Err(_) => return tracing::debug!(%peer, "webhook: TLS handshake timed out"),
+                };
+                let service = hyper_util::service::TowerToHyperService::new(router);
+                let served = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(tls), service).await;
+                if let Err(error) = served {
+                    tracing::debug!(%peer, %error, "webhook: connection ended with an error");
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Admission: the webhooks over real HTTPS with a certificate made by `wasp certs`' code, the host on the
+//! simulated API server (namespaces, pods, events), the configuration reloaded from its file. What the API
+//! server does with the answers (kubectl's output, failure policy) is tested in `admission_end_to_end`.
+
+mod common;
+
+use bytes::Bytes;
+use common::repo_root;
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
+use kube::api::{ListParams, PostParams};
+use kube::Api;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use wasp::admission::certs;
+use wasp::admission::WebhookServing;
+use wasp::config::HostConfig;
+use wasp::host::Host;
+use wasp::kube::{ApiClient, HostIdentity};
+use wasp::registry::PolicyRegistry;
+use wasp::runtime::Runtime;
+use wasp_sim::{Scenario, Simulator};
+
+/// Two profiles; `extra` is appended (an admission section, say).
+fn config_text(profiles: &[&str], extra: &str) -> String {
+    let policy_dir = repo_root().join("plugins/out");
+    let profiles: Vec<String> = profiles.iter().map(|name| format!("{{schedulerName: {name}, filters: [resources-fit]}}")).collect();
+    format!("policyDir: {}\nscheduler: {{profiles: [{}]}}\n{extra}", policy_dir.display(), profiles.join(", "))
+}
+
+struct Harness {
+    _simulator: Simulator,
+    api: ApiClient,
+    host: Arc<Host>,
+    registry: Arc<PolicyRegistry>,
+    config_path: PathBuf,
+    tls_dir: tempfile::TempDir,
+    address: SocketAddr,
+    ca: String,
+}
+
+fn write_certificate(dir: &Path) -> String {
+    let generated = certs::generate(&["127.0.0.1".to_string()], 30).unwrap();
+    // Key first: a reader between the two writes sees the old pair or a mismatch, which it must survive.
+    std::fs::write(dir.join("tls.key"), &generated.private_key).unwrap();
+    std::fs::write(dir.join("tls.crt"), &generated.certificate).unwrap();
+    generated.ca
+}
+
+async fn start(config: &str) -> Harness {
+    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
+    let simulator = Simulator::start(&Scenario::parse("nodeGroups: [{name: n, count: 2, cpu: '4', memory: 8Gi}]").unwrap(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let api = ApiClient::from_config(kube::Config::new(simulator.url().parse().unwrap())).unwrap();
+    let tls_dir = tempfile::tempdir().unwrap();
+    let config_path = tls_dir.path().join("config.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    let registry = Arc::new(PolicyRegistry::new(&Runtime::new(None).unwrap(), HostConfig::load(&config_path).unwrap(), Some(config_path.clone())).unwrap());
+    let host = Host::new(api.clone(), registry.clone(), HostIdentity::named("wasp", None));
+    host.start_informers();
+    let ca = write_certificate(tls_dir.path());
+    let mut serving = WebhookServing::new("127.0.0.1:0".parse().unwrap(), tls_dir.path().join("tls.crt"), tls_dir.path().join("tls.key"));
+    serving.reload_interval = Duration::from_millis(50);
+    let address = host.serve_webhooks(serving).await.unwrap();
+    Harness { _simulator: simulator, api, host, registry, config_path, tls_dir, address, ca }
+}
+
+/// An AdmissionReview as kube-apiserver sends it for a pod created in `namespace`.
+fn review(namespace: &str, pod: Value) -> Vec<u8> {
+    let gvk = json!({"group": "", "version": "v1", "kind": "Pod"});
+    let gvr = json!({"group": "", "version": "v1", "resource": "pods"});
+    let request = json!({
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+        "name": pod["metadata"]["name"], "namespace": namespace, "operation": "CREATE",
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": pod, "oldObject": null, "dryRun": false, "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+    });
+    serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})).unwrap()
+}
+
+fn pod(name: &str, scheduler: Option<&str>) -> Value {
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "nginx"}], "schedulerName": "default-scheduler"}});
+    if let Some(scheduler) = scheduler {
+        pod["spec"]["schedulerName"] = json!(scheduler);
+    }
+    pod
+}
+
+/// POSTs `body` over HTTPS trusting only `ca`: (status, body), or why the connection failed.
+async fn https_post(address: SocketAddr, ca: &str, path: &str, body: Vec<u8>) -> Result<(u16, String), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(certificate.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots).with_no_client_auth();
+    let stream = tokio::net::TcpStream::connect(address).await.map_err(|error| error.to_string())?;
+    let name = ServerName::IpAddress(address.ip().into());
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, stream).await.map_err(|error| error.to_string())?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await.map_err(|error| error.to_string())?;
+    tokio::spawn(connection);
+    let request = hyper::Request::post(format!("https://{address}{path}")).header("content-type", "application/json").body(http_body_util::Full::new(Bytes::from(body))).unwrap();
+    let response = sender.send_request(request).await.map_err(|error| error.to_string())?;
+    let status = response.status().as_u16();
+    let body = http_body_util::BodyExt::collect(response.into_body()).await.map_err(|error| error.to_string())?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+impl Harness {
+    /// The webhook's `response` for `body`, after checking it is a 200 AdmissionReview for the request's uid.
+    async fn answer(&self, path: &str, body: Vec<u8>) -> Value {
+        let (status, text) = https_post(self.address, &self.ca, path, body).await.unwrap();
+        assert_eq!(status, 200, "{text}");
+        let review: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!((review["apiVersion"].as_str(), review["kind"].as_str()), (Some("admission.k8s.io/v1"), Some("AdmissionReview")), "{text}");
+        assert_eq!(review["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+        review["response"].clone()
+    }
+
+    async fn create_namespace(&self, name: &str, annotations: Value) {
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name, "annotations": annotations}})).unwrap();
+        Api::<Namespace>::all(self.api.client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    }
+
+    fn rewrite_config(&self, text: &str) {
+        std::fs::write(&self.config_path, text).unwrap();
+        let report = self.registry.reload();
+        assert!(report.errors.is_empty(), "{:?}", report.error_messages());
+    }
+}
+
+/// The JSON Patch a mutating answer carries.
+fn patch_of(response: &Value) -> Value {
+    use base64::Engine;
+    let encoded = response["patch"].as_str().expect("a patch");
+    assert_eq!(response["patchType"], "JSONPatch");
+    serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_naming_no_running_scheduler_are_denied_or_warned_and_a_reload_admits_a_new_profile() {
+    let harness = start(&config_text(&["wasp", "wasp-batch"], "")).await;
+    let denied = harness.answer("/validate-pods", review("default", pod("typo", Some("wsap")))).await;
+    assert_eq!(denied["allowed"], false);
+    assert_eq!(denied["status"]["message"], r#"no scheduler named "wsap" runs in this cluster; known: default-scheduler, wasp, wasp-batch; did you mean "wasp"?"#);
+    assert_eq!((denied["status"]["code"].as_i64(), denied["status"]["reason"].as_str()), (Some(403), Some("Forbidden")));
+    for admitted in ["wasp", "wasp-batch", "default-scheduler"] {
+        let answer = harness.answer("/validate-pods", review("default", pod("ok", Some(admitted)))).await;
+        assert_eq!(answer["allowed"], true, "{admitted}: {answer}");
+        assert!(answer.get("warnings").is_none());
+    }
+    let conflicting = json!({"metadata": {"name": "legacy", "annotations": {"scheduler.alpha.kubernetes.io/name": "wasp-batch"}}, "spec": {"containers": [], "schedulerName": "wasp"}});
+    let answer = harness.answer("/validate-pods", review("default", conflicting)).await;
+    assert_eq!(answer["allowed"], false);
+    assert!(answer["status"]["message"].as_str().unwrap().contains("in its annotation scheduler.alpha.kubernetes.io/name"), "{answer}");
+
+    // A profile added by hot reload admits its pods from that moment; warn mode admits with a warning.
+    harness.rewrite_config(&config_text(&["wasp", "wasp-batch", "gpu"], ""));
+    assert_eq!(harness.answer("/validate-pods", review("default", pod("gpu-job", Some("gpu")))).await["allowed"], true);
+    harness.rewrite_config(&config_text(&["wasp"], "admission: {mode: warn, otherSchedulers: [default-scheduler, volcano]}"));
+    let warned = harness.answer("/validate-pods", review("default", pod("typo", Some("wsap")))).await;
+    assert_eq!(warned["allowed"], true);
+    assert_eq!(warned["warnings"], json!([r#"no scheduler named "wsap" runs in this cluster; known: default-scheduler, volcano, wasp; did you mean "wasp"?"#]));
+    assert_eq!(harness.answer("/validate-pods", review("default", pod("v", Some("volcano")))).await["allowed"], true, "listed as another scheduler");
+
+    let metrics = common::http_get(harness.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap(), "/metrics").await.1;
+    assert!(metrics.contains(r#"wasp_admission_reviews_total{webhook="validate",result="denied"} 2"#), "{metrics}");
+    assert!(metrics.contains(r#"wasp_admission_reviews_total{webhook="validate",result="warned"} 1"#), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_gives_its_scheduler_to_pods_that_name_none_and_may_enforce_it() {
+    let harness = start(&config_text(&["wasp", "wasp-batch"], "")).await;
+    harness.create_namespace("team-a", json!({"wasp.dev/scheduler": "wasp-batch"})).await;
+    harness.create_namespace("team-b", json!({"wasp.dev/scheduler": "wasp", "wasp.dev/scheduler-policy": "enforce"})).await;
+    // The namespace cache follows the watch: wait until it has both.
+    let mut mutated = Value::Null;
+    for _ in 0..200 {
+        mutated = harness.answer("/mutate-pods", review("team-b", pod("p", None))).await;
+        if mutated.get("patch").is_some() {
+            break;
+        }
+        // The poll interval of a condition wait bounded by the loop's count (10 s), not a fixed wait.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(patch_of(&mutated), json!([{"op": "add", "path": "/spec/schedulerName", "value": "wasp"}]));
+    let mutated = harness.answer("/mutate-pods", review("team-a", pod("p", None))).await;
+    assert_eq!(patch_of(&mutated), json!([{"op": "add", "path": "/spec/schedulerName", "value": "wasp-batch"}]));
+    let own_choice = harness.answer("/mutate-pods", review("team-a", pod("p", Some("wasp")))).await;
+    assert_eq!((own_choice["allowed"].as_bool(), own_choice.get("patch")), (Some(true), None), "a pod's own choice is kept");
+    let elsewhere = harness.answer("/mutate-pods", review("default", pod("p", None))).await;
+    assert_eq!(elsewhere.get("patch"), None);
+    // team-b enforces: a pod naming another (running) scheduler is refused; team-a only suggests.
+    let refused = harness.answer("/validate-pods", review("team-b", pod("p", Some("wasp-batch")))).await;
+    assert_eq!(refused["status"]["message"], r#"namespace team-b requires scheduler "wasp" (wasp.dev/scheduler-policy: enforce); the pod names "wasp-batch""#);
+    assert_eq!(harness.answer("/validate-pods", review("team-a", pod("p", Some("wasp")))).await["allowed"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_reviews_get_a_clear_400_and_the_webhook_keeps_serving() {
+    let harness = start(&config_text(&["wasp"], "")).await;
+    let post = |body: Vec<u8>| https_post(harness.address, &harness.ca, "/validate-pods", body);
+    let (status, message) = post(b"{not json".to_vec()).await.unwrap();
+    assert_eq!(status, 400);
+    assert!(message.starts_with("not an AdmissionReview: key must be a string at line 1"), "{message}");
+    let mut wrong_kind: Value = serde_json::from_slice(&review("default", pod("p", None))).unwrap();
+    wrong_kind["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
+    let (status, message) = post(serde_json::to_vec(&wrong_kind).unwrap()).await.unwrap();
+    assert_eq!((status, message.as_str()), (400, "this webhook reviews pods, not apps/Deployment (check the webhook configuration's rules)"));
+    let mut missing: Value = serde_json::from_slice(&review("default", pod("p", None))).unwrap();
+    missing["request"].as_object_mut().unwrap().remove("uid");
+    let (status, message) = post(serde_json::to_vec(&missing).unwrap()).await.unwrap();
+    assert_eq!(status, 400);
+    assert!(message.contains("missing field `uid`"), "{message}");
+    let (status, message) = post(serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"})).unwrap()).await.unwrap();
+    assert_eq!((status, message.as_str()), (400, r#"expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got "admission.k8s.io/v1beta1", "AdmissionReview""#));
+    let mut not_a_pod: Value = serde_json::from_slice(&review("default", pod("p", None))).unwrap();
+    not_a_pod["request"]["object"]["spec"] = json!("a string");
+    let (status, message) = post(serde_json::to_vec(&not_a_pod).unwrap()).await.unwrap();
+    assert_eq!(status, 400);
+    assert!(message.starts_with("request.object is not a Pod: invalid type: string"), "{message}");
+    let huge = vec![b' '; 10 << 20];
+    let (status, message) = post(huge).await.unwrap();
+    assert_eq!((status, message.as_str()), (400, "the body is larger than 4194304 bytes: not an AdmissionReview from the API server"));
+    // Still serving, and the failures are counted.
+    assert_eq!(harness.answer("/validate-pods", review("default", pod("p", Some("wsap")))).await["allowed"], false);
+    let metrics = common::http_get(harness.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap(), "/metrics").await.1;
+    assert!(metrics.contains(r#"wasp_admission_reviews_total{webhook="validate",result="malformed"} 6"#), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_certificate_is_served_without_a_restart_and_a_broken_one_is_not() {
+    let harness = start(&config_text(&["wasp"], "")).await;
+    let old_ca = harness.ca.clone();
+    let body = || review("default", pod("p", Some("wasp")));
+    assert!(https_post(harness.address, &old_ca, "/validate-pods", body()).await.is_ok());
+    // A half-written rotation (a key that does not match) keeps the old certificate serving.
+    let unrelated = certs::generate(&["127.0.0.1".to_string()], 30).unwrap();
+    std::fs::write(harness.tls_dir.path().join("tls.key"), &unrelated.private_key).unwrap();
+    // Several reload intervals (50 ms) pass; the old certificate must still serve through all of them.
+    for _ in 0..10 {
+        assert!(https_post(harness.address, &old_ca, "/validate-pods", body()).await.is_ok());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let new_ca = write_certificate(harness.tls_dir.path());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while https_post(harness.address, &new_ca, "/validate-pods", body()).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "the new certificate is not served");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let error = https_post(harness.address, &old_ca, "/validate-pods", body()).await.unwrap_err();
+    assert!(error.contains("invalid peer certificate"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_slipped_through_gets_one_event_and_is_counted() {
+    let harness = start(&config_text(&["wasp"], "admission: {strayPodGrace: 0s}")).await;
+    let pods: Api<Pod> = Api::namespaced(harness.api.client.clone(), "default");
+    for (name, scheduler) in [("typo", "wsap"), ("other", "wasp")] {
+        let pod: Pod = serde_json::from_value(pod(name, Some(scheduler))).unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    harness.host.cluster.wait_until_ready().await;
+    let cluster = harness.host.cluster.clone();
+    common::eventually("the informer sees both pods", move || cluster.pending_pods().len() == 2).await;
+    let now = jiff::Timestamp::now().as_second();
+    assert_eq!(harness.host.stray_pods.check(now).await, 1);
+    assert_eq!(harness.host.stray_pods.check(now + 60).await, 0, "once per pod");
+    let events: Api<Event> = Api::namespaced(harness.api.client.clone(), "default");
+    let stray: Vec<Event> = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("NoSuchScheduler")).collect();
+    assert_eq!(stray.len(), 1);
+    assert_eq!(stray[0].involved_object.name.as_deref(), Some("typo"));
+    assert_eq!(stray[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(stray[0].message.as_deref(), Some(r#"no scheduler named "wsap" runs in this cluster; known: default-scheduler, wasp; did you mean "wasp"?"#));
+    let metrics = common::http_get(harness.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap(), "/metrics").await.1;
+    assert!(metrics.contains(r#"wasp_stray_pods{scheduler="wsap"} 1"#), "{metrics}");
+    // Deleted, it is no longer counted.
+    pods.delete("typo", &Default::default()).await.unwrap();
+    let cluster = harness.host.cluster.clone();
+    common::eventually("the informer sees the deletion", move || cluster.pending_pods().len() == 1).await;
+    harness.host.stray_pods.check(now + 120).await;
+    let metrics = common::http_get(harness.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap(), "/metrics").await.1;
+    assert!(!metrics.contains("wasp_stray_pods{"), "{metrics}");
+}
