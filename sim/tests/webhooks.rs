@@ -420,7 +420,7 @@ async fn service_references_resolve_through_endpoints() {
     let (status, _, answer) = post(&simulator, "/api/v1/namespaces/default/endpoints", &endpoints).await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
     let (status, _, answer) = create_pod(&simulator, "default", &pod("x", json!({}))).await;
-    assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     assert_eq!(answer["message"], "admission webhook \"service.wasp.dev\" denied the request: via the service");
     assert_eq!(server.calls("/validate").len(), 1, "the certificate for hook.default.svc was accepted");
 }
