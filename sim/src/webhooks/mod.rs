@@ -355,3 +355,43 @@ pub fn validate_configuration(kind: &str, configuration: &Value) -> Result<(), A
     }
     conditions::validate(webhooks).map_err(|(field, why)| ApiError::invalid(kind, name, &field, &why))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_match_as_kube_apiservers_rule_matcher() {
+        let pods = resources::pods();
+        let namespaces = resources::find("", "v1", "namespaces").unwrap();
+        let deployments = resources::find("apps", "v1", "deployments").unwrap();
+        let rule = |operations: &[&str], groups: &[&str], resources: &[&str], scope: &str| {
+            json!({"operations": operations, "apiGroups": groups, "apiVersions": ["*"], "resources": resources, "scope": scope})
+        };
+        assert!(rule_matches(&rule(&["*"], &[""], &["pods"], "*"), pods, "CREATE"));
+        assert!(!rule_matches(&rule(&["UPDATE"], &[""], &["pods"], "*"), pods, "CREATE"));
+        assert!(!rule_matches(&rule(&["CREATE"], &["apps"], &["pods"], "*"), pods, "CREATE"));
+        assert!(rule_matches(&rule(&["CREATE"], &["*"], &["*"], "*"), deployments, "CREATE"));
+        // `pods/*` and `*/*` reach the main resource too; `*/status` does not.
+        assert!(rule_matches(&rule(&["CREATE"], &[""], &["pods/*"], "*"), pods, "CREATE"));
+        assert!(rule_matches(&rule(&["CREATE"], &[""], &["*/*"], "*"), pods, "CREATE"));
+        assert!(!rule_matches(&rule(&["CREATE"], &[""], &["*/status"], "*"), pods, "CREATE"));
+        // Namespaces are cluster-scoped, though their objects name a namespace.
+        assert!(rule_matches(&rule(&["CREATE"], &[""], &["*"], "Cluster"), namespaces, "CREATE"));
+        assert!(!rule_matches(&rule(&["CREATE"], &[""], &["*"], "Namespaced"), namespaces, "CREATE"));
+        assert!(rule_matches(&rule(&["CREATE"], &[""], &["*"], "Namespaced"), pods, "CREATE"));
+        assert!(!rule_matches(&rule(&["CREATE"], &[""], &["*"], "Cluster"), pods, "CREATE"));
+    }
+
+    #[test]
+    fn answers_are_checked_like_kube_apiserver_checks_them() {
+        let answer = |response: Value| json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
+        assert!(verify(answer(json!({"uid": "u", "allowed": true})), "u", false).is_ok());
+        assert_eq!(verify(answer(json!({"uid": "v", "allowed": true})), "u", false).unwrap_err(), "expected response.uid=\"u\", got \"v\"");
+        assert_eq!(verify(json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}), "u", false).unwrap_err(),
+            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got admission.k8s.io/v1beta1, Kind=AdmissionReview");
+        assert_eq!(verify(answer(json!({"uid": "u", "allowed": true, "patch": "W10="})), "u", true).unwrap_err(), "webhook returned response.patch but not response.patchType");
+        assert_eq!(verify(answer(json!({"uid": "u", "allowed": true, "patch": "W10=", "patchType": "JSONPatch"})), "u", false).unwrap_err(), "validating webhook may not return response.patchType");
+        assert!(verify(answer(json!({"uid": "u", "allowed": true, "patch": "W10=", "patchType": "JSONPatch"})), "u", true).is_ok());
+    }
+}
