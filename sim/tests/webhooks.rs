@@ -423,6 +423,12 @@ async fn service_references_resolve_through_endpoints() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     assert_eq!(answer["message"], "admission webhook \"service.wasp.dev\" denied the request: via the service");
     assert_eq!(server.calls("/validate").len(), 1, "the certificate for hook.default.svc was accepted");
+
+    // The Rust helper replaces the Endpoints: a server elsewhere is now called instead.
+    let moved = HookServer::start(&pki, Duration::ZERO, allow()).await;
+    simulator.set_service_endpoint("default", "hook", moved.address).unwrap();
+    assert_eq!(create_pod(&simulator, "default", &pod("x", json!({}))).await.0, StatusCode::CREATED);
+    assert_eq!((server.calls("/validate").len(), moved.calls("/validate").len()), (1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
