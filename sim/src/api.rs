@@ -223,9 +223,10 @@ async fn route(
             })
         }
         (Method::POST, Target::Collection { resource, namespace }) => {
-            let (object, warnings) = checked_fields(resource, parse_body(&body)?, query)?;
-            let object = if events::is_events_v1(resource) { events::to_core(&object) } else { object };
-            let created = create(store, resource, namespace.as_deref(), object)?;
+            let (object, mut warnings) = checked_fields(resource, parse_body(&body)?, query)?;
+            let request = Creation { resource, namespace: namespace.as_deref(), user: &user, dry_run: dry_run(query) };
+            let (created, admission_warnings) = create(store, &request, object).await?;
+            warnings.extend(admission_warnings);
             Ok(with_warnings(json_response(StatusCode::CREATED, &events::view(resource, &created)), &warnings))
         }
         (Method::PUT, Target::Object { resource, namespace, name }) => {
@@ -240,13 +241,14 @@ async fn route(
             // Server-side apply of an object that does not exist creates it (`kubectl apply --server-side`).
             if applying && store.get(events::storage(resource), namespace.as_deref(), &name).is_err_and(|error| error.code == 404) {
                 let PatchBody::Merge(object) = &patch else { unreachable!("apply patches are merge patches") };
-                let (mut object, warnings) = checked_fields(resource, object.clone(), query)?;
+                let (mut object, mut warnings) = checked_fields(resource, object.clone(), query)?;
                 if !object.get("metadata").is_some_and(Value::is_object) {
                     object["metadata"] = json!({});
                 }
                 object["metadata"]["name"] = json!(name);
-                let object = if events::is_events_v1(resource) { events::to_core(&object) } else { object };
-                let created = create(store, resource, namespace.as_deref(), object)?;
+                let request = Creation { resource, namespace: namespace.as_deref(), user: &user, dry_run: dry_run(query) };
+                let (created, admission_warnings) = create(store, &request, object).await?;
+                warnings.extend(admission_warnings);
                 return Ok(with_warnings(json_response(StatusCode::CREATED, &events::view(resource, &created)), &warnings));
             }
             let updated = store.mutate(events::storage(resource), namespace.as_deref(), &name, |object| {
@@ -261,7 +263,7 @@ async fn route(
                 if has_status_subresource(resource) {
                     restore(object, "status", status_before);
                 }
-                Ok(())
+                crate::defaults::apply_on_update(resource, object)
             })?;
             Ok(json_response(StatusCode::OK, &events::view(resource, &updated)))
         }
@@ -289,8 +291,66 @@ async fn route(
     }
 }
 
-/// Creates `object`; a CustomResourceDefinition is checked first and its types served from then on.
-fn create(store: &Store, resource: &'static ResourceType, namespace: Option<&str>, mut object: Value) -> Result<Arc<Value>, ApiError> {
+/// A create request, as admission sees it.
+struct Creation<'a> {
+    resource: &'static ResourceType,
+    /// From the request path.
+    namespace: Option<&'a str>,
+    user: &'a crate::auth::User,
+    dry_run: bool,
+}
+
+fn dry_run(query: &HashMap<String, String>) -> bool {
+    query.get("dryRun").is_some_and(|value| value == "All")
+}
+
+/// Creates `object` (in the request's version): admission webhooks first when any are configured, then a
+/// CustomResourceDefinition is checked and its types served from then on. Returns the webhooks' warnings.
+async fn create(store: &Store, request: &Creation<'_>, object: Value) -> Result<(Arc<Value>, Vec<String>), ApiError> {
+    let resource = request.resource;
+    let (object, warnings) = if crate::webhooks::configured(store) { admit(store, request, object).await? } else { (object, Vec::new()) };
+    let object = if events::is_events_v1(resource) { events::to_core(&object) } else { object };
+    let created = create_checked(store, resource, request.namespace, object)?;
+    Ok((created, warnings))
+}
+
+/// Admission of a create, on the object as kube-apiserver hands it to webhooks: its namespace known to exist,
+/// defaulted, apiVersion and kind set. The store fills in the rest (name from generateName, uid, timestamps)
+/// afterwards, so validating webhooks see no uid yet, unlike kube-apiserver's.
+async fn admit(store: &Store, request: &Creation<'_>, mut object: Value) -> Result<(Value, Vec<String>), ApiError> {
+    let resource = request.resource;
+    if !object.is_object() {
+        return Err(ApiError::bad_request(format!("the body of a {} must be a JSON object", resource.kind)));
+    }
+    if !object.get("metadata").is_some_and(Value::is_object) {
+        object["metadata"] = json!({});
+    }
+    let namespace = if resource.namespaced {
+        let in_body = object.pointer("/metadata/namespace").and_then(Value::as_str).filter(|namespace| !namespace.is_empty()).map(str::to_string);
+        let namespace = match (request.namespace, in_body) {
+            (Some(path), Some(body)) if path != body => {
+                return Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"))
+            }
+            (Some(path), _) => path.to_string(),
+            (None, body) => body.unwrap_or_else(|| "default".into()),
+        };
+        let namespaces = resources::find("", "v1", "namespaces").expect("served");
+        store.get(namespaces, None, &namespace).map_err(|_| ApiError::not_found("namespaces", "", &namespace))?;
+        object["metadata"]["namespace"] = json!(namespace);
+        Some(namespace)
+    } else {
+        None
+    };
+    object["apiVersion"] = json!(resource.api_version());
+    object["kind"] = json!(resource.kind);
+    crate::defaults::apply(resource, &mut object)?;
+    let admission = crate::webhooks::Request { resource, namespace: namespace.as_deref(), user: request.user, dry_run: request.dry_run };
+    let warnings = crate::webhooks::admit_create(store, &admission, &mut object).await?;
+    Ok((object, warnings))
+}
+
+/// Stores a new object; a CustomResourceDefinition is checked first and its types served from then on.
+fn create_checked(store: &Store, resource: &'static ResourceType, namespace: Option<&str>, mut object: Value) -> Result<Arc<Value>, ApiError> {
     if resource.kind == "CustomResourceDefinition" {
         let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
         resources::register_custom(&object).map_err(|message| ApiError::invalid("CustomResourceDefinition", &name, "spec", &message))?;
@@ -332,6 +392,8 @@ fn known_fields(resource: &ResourceType) -> &'static [&'static str] {
         ("rbac.authorization.k8s.io", "ClusterRole") => &["apiVersion", "kind", "metadata", "rules", "aggregationRule"],
         ("rbac.authorization.k8s.io", "Role") => &["apiVersion", "kind", "metadata", "rules"],
         ("rbac.authorization.k8s.io", "ClusterRoleBinding" | "RoleBinding") => &["apiVersion", "kind", "metadata", "roleRef", "subjects"],
+        ("", "Endpoints") => &["apiVersion", "kind", "metadata", "subsets"],
+        ("admissionregistration.k8s.io", _) => &["apiVersion", "kind", "metadata", "webhooks"],
         _ => &["apiVersion", "kind", "metadata", "spec", "status"],
     }
 }
@@ -401,7 +463,7 @@ fn replace(store: &Store, resource: &'static ResourceType, namespace: Option<&st
         if has_status_subresource(resource) {
             restore(current, "status", status);
         }
-        Ok(())
+        crate::defaults::apply_on_update(resource, current)
     })
 }
 

@@ -44,6 +44,17 @@ impl User {
             _ => Vec::new(),
         }
     }
+
+    /// `authentication.k8s.io/v1` UserInfo, as admission webhooks receive it. The admin is in `system:masters`
+    /// (what the kubeconfig of a kind or kubeadm cluster is); RBAC here never looks at these two groups.
+    pub fn user_info(&self) -> Value {
+        let groups = match self {
+            User::Admin => vec!["system:masters".into(), "system:authenticated".into()],
+            User::Anonymous => vec!["system:unauthenticated".into()],
+            User::ServiceAccount { .. } => self.groups(),
+        };
+        json!({"username": self.username(), "groups": groups})
+    }
 }
 
 /// What a request does, in RBAC's terms.
@@ -195,15 +206,5 @@ pub fn forbidden(user: &User, attributes: &Attributes) -> ApiError {
         attributes.verb,
         resource.group
     );
-    let qualified = if resource.group.is_empty() { resource.plural.to_string() } else { format!("{}.{}", resource.plural, resource.group) };
-    let message = if attributes.name.is_empty() {
-        format!("{qualified} is forbidden: {reason}")
-    } else {
-        format!("{qualified} \"{}\" is forbidden: {reason}", attributes.name)
-    };
-    let mut details = json!({"group": resource.group, "kind": resource.plural});
-    if !attributes.name.is_empty() {
-        details["name"] = json!(attributes.name);
-    }
-    ApiError { code: 403, reason: "Forbidden", message, details: Some(details) }
+    ApiError::forbidden(resource.plural, resource.group, attributes.name, &reason)
 }

@@ -47,6 +47,18 @@ pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError
             }
         }
         ("", "Node") if object.get("status").is_none() => object["status"] = json!({}),
+        // Every namespace carries its name as a label (kube-apiserver since 1.21), which is what webhooks'
+        // namespaceSelectors usually select on.
+        ("", "Namespace") => {
+            if !object.pointer("/metadata/labels").is_some_and(Value::is_object) {
+                object["metadata"]["labels"] = json!({});
+            }
+            object["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+        }
+        ("admissionregistration.k8s.io", kind @ ("MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration")) => {
+            webhook_defaults(kind, object);
+            crate::webhooks::validate_configuration(kind, object)?;
+        }
         ("", "Secret") => {
             // stringData is write-only: merged into data, base64-encoded, as the API server does.
             if let Some(Value::Object(strings)) = object.as_object_mut().and_then(|map| map.remove("stringData")) {
@@ -83,6 +95,46 @@ pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError
         _ => {}
     }
     Ok(())
+}
+
+/// What updates keep as creates make it: a Namespace's name label, webhook configurations' defaults and
+/// validity.
+pub fn apply_on_update(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError> {
+    match (resource.group, resource.kind) {
+        ("", "Namespace") | ("admissionregistration.k8s.io", _) => apply(resource, object),
+        _ => Ok(()),
+    }
+}
+
+/// kube-apiserver's defaults for each webhook of a configuration, stored as it stores them.
+fn webhook_defaults(kind: &str, configuration: &mut Value) {
+    for hook in configuration.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten() {
+        let mut defaults = vec![
+            ("failurePolicy", json!("Fail")),
+            ("matchPolicy", json!("Equivalent")),
+            ("namespaceSelector", json!({})),
+            ("objectSelector", json!({})),
+            ("timeoutSeconds", json!(10)),
+        ];
+        if kind == "MutatingWebhookConfiguration" {
+            defaults.push(("reinvocationPolicy", json!("Never")));
+        }
+        for (field, value) in defaults {
+            if hook.get(field).is_none_or(Value::is_null) {
+                hook[field] = value;
+            }
+        }
+        if let Some(service) = hook.pointer_mut("/clientConfig/service").filter(|service| service.is_object()) {
+            if service.get("port").is_none_or(Value::is_null) {
+                service["port"] = json!(443);
+            }
+        }
+        for rule in hook.get_mut("rules").and_then(Value::as_array_mut).into_iter().flatten() {
+            if rule.get("scope").is_none_or(Value::is_null) {
+                rule["scope"] = json!("*");
+            }
+        }
+    }
 }
 
 /// Standard base64 with padding.

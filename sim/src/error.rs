@@ -37,6 +37,24 @@ impl ApiError {
             .with_details(name, group, resource)
     }
 
+    /// `pods "x" is forbidden: <why>` (`pods is forbidden: <why>` without a name), as `apierrors.NewForbidden`.
+    pub fn forbidden(resource: &str, group: &str, name: &str, why: &str) -> Self {
+        let qualified = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
+        let message = if name.is_empty() { format!("{qualified} is forbidden: {why}") } else { format!("{qualified} \"{name}\" is forbidden: {why}") };
+        let mut details = json!({"group": group, "kind": resource});
+        if !name.is_empty() {
+            details["name"] = json!(name);
+        }
+        ApiError { code: 403, reason: "Forbidden", message, details: Some(details) }
+    }
+
+    /// `Internal error occurred: <why>`, as `apierrors.NewInternalError`.
+    pub fn internal(why: &str) -> Self {
+        let mut error = Self::new(500, "InternalError", format!("Internal error occurred: {why}"));
+        error.details = Some(json!({"causes": [{"message": why}]}));
+        error
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }
@@ -83,6 +101,10 @@ impl ApiError {
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": self.message, "reason": self.reason, "code": self.code,
         });
+        // Status omits an empty reason (a webhook's denial may have none); kubectl then prints no "(Reason)".
+        if self.reason.is_empty() {
+            body.as_object_mut().expect("built as an object").remove("reason");
+        }
         if let Some(details) = &self.details {
             body["details"] = details.clone();
         }

@@ -10,6 +10,7 @@
 //! - [`scenario`]: YAML scenarios and timed events; [`faults`]: injected errors, latency, dropped watches.
 //! - [`openapi`]: `/openapi/v3` for kubectl's validation and `explain`; [`tables`]: server-side printing;
 //!   [`events`]: the events.k8s.io/v1 view of core/v1 events.
+//! - [`webhooks`]: admission webhooks (mutating, then validating) called on create.
 //! - [`server`]: running it all on a loopback port, with a kubeconfig.
 
 pub mod api;
@@ -31,6 +32,7 @@ pub mod server;
 pub mod store;
 pub mod subresources;
 pub mod tables;
+pub mod webhooks;
 
 pub use scenario::Scenario;
 pub use server::{Simulator, SimulatorOptions};

@@ -100,6 +100,24 @@ impl Simulator {
         )
     }
 
+    /// Points Service `namespace/name` at `address` for admission webhook calls (the simulator has no cluster
+    /// network): stores its Endpoints, replacing any, with that one ready address and port. The namespace must
+    /// exist.
+    pub fn set_service_endpoint(&self, namespace: &str, name: &str, address: SocketAddr) -> anyhow::Result<()> {
+        let endpoints = crate::resources::find("", "v1", "endpoints").expect("endpoints are served");
+        let subsets = serde_json::json!([{"addresses": [{"ip": address.ip().to_string()}], "ports": [{"port": address.port(), "protocol": "TCP"}]}]);
+        let failed = |error: crate::error::ApiError| anyhow::anyhow!("endpoints {namespace}/{name}: {}", error.message);
+        match self.store.get(endpoints, Some(namespace), name) {
+            Ok(_) => self.store.mutate(endpoints, Some(namespace), name, |object| {
+                object["subsets"] = subsets;
+                Ok(())
+            }),
+            Err(_) => self.store.create(endpoints, Some(namespace), serde_json::json!({"metadata": {"name": name}, "subsets": subsets})),
+        }
+        .map(drop)
+        .map_err(failed)
+    }
+
     pub fn write_kubeconfig(&self, path: &Path) -> anyhow::Result<()> {
         std::fs::write(path, self.kubeconfig()).with_context(|| format!("writing {}", path.display()))
     }

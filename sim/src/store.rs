@@ -352,9 +352,10 @@ impl Store {
         if taken(&state, &name) {
             return Err(ApiError::already_exists(resource.plural, resource.group, &name));
         }
+        // Named first: defaults may use the name (a Namespace's `kubernetes.io/metadata.name` label).
+        object["metadata"]["name"] = json!(name);
         crate::defaults::apply(resource, &mut object)?;
         let metadata = &mut object["metadata"];
-        metadata["name"] = json!(name);
         metadata["uid"] = json!(uuid::Uuid::new_v4().to_string());
         metadata["creationTimestamp"] = json!(now_rfc3339());
         metadata["generation"] = json!(1);

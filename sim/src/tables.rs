@@ -113,6 +113,10 @@ fn columns(resource: &ResourceType) -> Vec<Column> {
             AGE,
             column("Selector", "string", 1, "Route service traffic to pods with label keys and values matching this selector."),
         ],
+        ("", "Endpoints") => vec![NAME, column("Endpoints", "string", 0, "The set of all endpoints is the union of all subsets. Addresses are placed into subsets according to the IPs they share. A single address with multiple ports, some of which are ready and some of which are not (because they come from different containers) will result in the address being displayed in different subsets for the different ports. No address will appear in both Addresses and NotReadyAddresses in the same subset. Sets of addresses and ports that comprise a service."), AGE],
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration") => {
+            vec![NAME, column("Webhooks", "integer", 0, "Webhooks indicates the number of webhooks included in the configuration"), AGE]
+        }
         ("", "Event") | ("events.k8s.io", "Event") => vec![
             column("Last Seen", "string", 0, "The time at which the most recent occurrence of this event was recorded."),
             column("Type", "string", 0, "Type of this event (Normal, Warning), new types could be added in the future"),
@@ -436,6 +440,10 @@ fn cells(resource: &ResourceType, object: &Value) -> Vec<Value> {
                 json!(or_none(selector.join(","))),
             ]
         }
+        ("", "Endpoints") => vec![name, json!(endpoints_text(object)), age(object)],
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration") => {
+            vec![name, json!(object.get("webhooks").and_then(Value::as_array).map_or(0, Vec::len)), age(object)]
+        }
         ("", "Event") => event_cells(object),
         ("events.k8s.io", "Event") => event_cells(&crate::events::to_core(object)),
         ("apps", "Deployment") => {
@@ -475,6 +483,27 @@ fn cells(resource: &ResourceType, object: &Value) -> Vec<Value> {
         }
         ("coordination.k8s.io", "Lease") => vec![name, json!(text(object.pointer("/spec/holderIdentity"))), age(object)],
         _ => vec![name, age(object)],
+    }
+}
+
+/// `10.0.0.1:443,10.0.0.2:443 + 1 more...`, as kubectl's endpoints printer: ready addresses with each port, the
+/// first three shown.
+fn endpoints_text(endpoints: &Value) -> String {
+    let mut all = Vec::new();
+    for subset in endpoints.get("subsets").and_then(Value::as_array).into_iter().flatten() {
+        let ports: Vec<i64> = subset.get("ports").and_then(Value::as_array).into_iter().flatten().map(|port| int(port.get("port"))).collect();
+        for ip in subset.get("addresses").and_then(Value::as_array).into_iter().flatten().map(|address| text(address.get("ip"))) {
+            if ports.is_empty() {
+                all.push(ip.clone());
+            }
+            all.extend(ports.iter().map(|port| format!("{ip}:{port}")));
+        }
+    }
+    let shown = all.iter().take(3).cloned().collect::<Vec<_>>().join(",");
+    match all.len() {
+        0 => "<none>".into(),
+        1..=3 => shown,
+        count => format!("{shown} + {} more...", count - 3),
     }
 }
 
@@ -531,6 +560,10 @@ mod tests {
         assert_eq!(names(find("coordination.k8s.io", "v1", "leases").unwrap(), false), ["NAME", "HOLDER", "AGE"]);
         assert_eq!(names(find("", "v1", "namespaces").unwrap(), false), ["NAME", "STATUS", "AGE"]);
         assert_eq!(names(find("", "v1", "configmaps").unwrap(), false), ["NAME", "DATA", "AGE"]);
+        assert_eq!(names(find("", "v1", "endpoints").unwrap(), false), ["NAME", "ENDPOINTS", "AGE"]);
+        for plural in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
+            assert_eq!(names(find("admissionregistration.k8s.io", "v1", plural).unwrap(), false), ["NAME", "WEBHOOKS", "AGE"]);
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! The simulator embeds the file (no schemars at run time); this test keeps it current:
 //! `WASP_SIM_REGENERATE_OPENAPI=1 cargo test -p wasp-sim --test openapi_schemas` rewrites it.
 
-use k8s_openapi::api::{apps, autoscaling, coordination, core, events, policy, rbac};
+use k8s_openapi::api::{admissionregistration, apps, autoscaling, coordination, core, events, policy, rbac};
 use schemars::{generate::SchemaSettings, JsonSchema};
 use serde_json::{json, Map, Value};
 
@@ -25,6 +25,7 @@ fn generate() -> Value {
         "v1/Secret" => core::v1::Secret,
         "v1/ServiceAccount" => core::v1::ServiceAccount,
         "v1/Service" => core::v1::Service,
+        "v1/Endpoints" => core::v1::Endpoints,
         "v1/Binding" => core::v1::Binding,
         "events.k8s.io/v1/Event" => events::v1::Event,
         "coordination.k8s.io/v1/Lease" => coordination::v1::Lease,
@@ -35,6 +36,8 @@ fn generate() -> Value {
         "policy/v1/Eviction" => policy::v1::Eviction,
         "autoscaling/v1/Scale" => autoscaling::v1::Scale,
         "autoscaling/v2/HorizontalPodAutoscaler" => autoscaling::v2::HorizontalPodAutoscaler,
+        "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration" => admissionregistration::v1::MutatingWebhookConfiguration,
+        "admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration" => admissionregistration::v1::ValidatingWebhookConfiguration,
         "apiextensions.k8s.io/v1/CustomResourceDefinition" => k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
         "rbac.authorization.k8s.io/v1/ClusterRole" => rbac::v1::ClusterRole,
         "rbac.authorization.k8s.io/v1/ClusterRoleBinding" => rbac::v1::ClusterRoleBinding,
