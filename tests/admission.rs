@@ -1,6 +1,7 @@
 //! Admission: the webhooks over real HTTPS with a certificate made by `wasp certs`' code, the host on the
-//! simulated API server (namespaces, pods, events), the configuration reloaded from its file. What the API
-//! server does with the answers (kubectl's output, failure policy) is tested in `admission_end_to_end`.
+//! simulated API server (namespaces, pods, events), the configuration reloaded from its file; then the whole
+//! path: kubectl creating pods through the simulator, which calls the webhooks as kube-apiserver does, from the
+//! webhook configurations shipped in manifests/.
 
 mod common;
 
@@ -33,7 +34,7 @@ fn config_text(profiles: &[&str], extra: &str) -> String {
 }
 
 struct Harness {
-    _simulator: Simulator,
+    simulator: Simulator,
     api: ApiClient,
     host: Arc<Host>,
     registry: Arc<PolicyRegistry>,
@@ -44,7 +45,10 @@ struct Harness {
 }
 
 fn write_certificate(dir: &Path) -> String {
-    let generated = certs::generate(&["127.0.0.1".to_string()], 30).unwrap();
+    // The names the API server checks for the shipped Service, and the address the tests call directly.
+    let mut names = certs::service_names("wasp-webhook", "wasp-system");
+    names.push("127.0.0.1".into());
+    let generated = certs::generate(&names, 30).unwrap();
     // Key first: a reader between the two writes sees the old pair or a mismatch, which it must survive.
     std::fs::write(dir.join("tls.key"), &generated.private_key).unwrap();
     std::fs::write(dir.join("tls.crt"), &generated.certificate).unwrap();
@@ -65,7 +69,7 @@ async fn start(config: &str) -> Harness {
     let mut serving = WebhookServing::new("127.0.0.1:0".parse().unwrap(), tls_dir.path().join("tls.crt"), tls_dir.path().join("tls.key"));
     serving.reload_interval = Duration::from_millis(50);
     let address = host.serve_webhooks(serving).await.unwrap();
-    Harness { _simulator: simulator, api, host, registry, config_path, tls_dir, address, ca }
+    Harness { simulator, api, host, registry, config_path, tls_dir, address, ca }
 }
 
 /// An AdmissionReview as kube-apiserver sends it for a pod created in `namespace`.
@@ -284,4 +288,93 @@ async fn a_pod_that_slipped_through_gets_one_event_and_is_counted() {
     harness.host.stray_pods.check(now + 120).await;
     let metrics = common::http_get(harness.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap(), "/metrics").await.1;
     assert!(!metrics.contains("wasp_stray_pods{"), "{metrics}");
+}
+
+/// kubectl, with default flags, against the simulator: (success, stdout, stderr).
+async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
+    let (kubeconfig, args) = (kubeconfig.to_path_buf(), args.iter().map(ToString::to_string).collect::<Vec<_>>());
+    let output = tokio::task::spawn_blocking(move || std::process::Command::new("kubectl").args(&args).env("KUBECONFIG", &kubeconfig).output().expect("kubectl is installed"))
+        .await
+        .unwrap();
+    (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// A counter of `/metrics`, 0 when absent.
+fn counter(metrics: &str, series: &str) -> u64 {
+    metrics.lines().find_map(|line| line.strip_prefix(series)).and_then(|value| value.trim().parse().ok()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_api_server_kubectl_prints_the_denial_and_a_namespace_gets_its_profile() {
+    let harness = start(&config_text(&["wasp", "wasp-batch"], "admission: {strayPodGrace: 0s}")).await;
+    let kubeconfig = harness.tls_dir.path().join("kubeconfig");
+    harness.simulator.write_kubeconfig(&kubeconfig).unwrap();
+    let metrics_address = harness.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let reviews = |webhook: &'static str, result: &'static str| async move {
+        counter(&common::http_get(metrics_address, "/metrics").await.1, &format!("wasp_admission_reviews_total{{webhook=\"{webhook}\",result=\"{result}\"}}"))
+    };
+    // The shipped Service and webhook configurations, with the caBundle `wasp certs` would print; the Service
+    // resolves to the host's webhook port.
+    harness.create_namespace("wasp-system", json!({})).await;
+    harness.simulator.set_service_endpoint("wasp-system", "wasp-webhook", harness.address).unwrap();
+    let shipped = std::fs::read_to_string(repo_root().join("manifests/40-webhooks.yaml")).unwrap();
+    let ca_bundle = { use base64::Engine; base64::engine::general_purpose::STANDARD.encode(&harness.ca) };
+    let mut documents = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(&shipped) {
+        let mut value: Value = serde::Deserialize::deserialize(document).unwrap();
+        if let Some(webhooks) = value["webhooks"].as_array_mut() {
+            webhooks.iter_mut().for_each(|webhook| webhook["clientConfig"]["caBundle"] = json!(ca_bundle));
+        }
+        documents.push(serde_yaml::to_string(&value).unwrap());
+    }
+    let manifest = harness.tls_dir.path().join("webhooks.yaml");
+    std::fs::write(&manifest, documents.join("---\n")).unwrap();
+    let (applied, _, stderr) = kubectl(&kubeconfig, &["apply", "-f", manifest.to_str().unwrap()]).await;
+    assert!(applied, "{stderr}");
+
+    // A typo is refused at creation, with the host's message, and nothing is stored.
+    let (created, _, stderr) = kubectl(&kubeconfig, &["run", "typo", "--image=nginx", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]).await;
+    assert!(!created);
+    assert_eq!(
+        stderr.trim_end(),
+        r#"Error from server (Forbidden): admission webhook "scheduler-name.pods.wasp.dev" denied the request: no scheduler named "wsap" runs in this cluster; known: default-scheduler, wasp, wasp-batch; did you mean "wasp"?"#
+    );
+    assert_eq!(reviews("validate", "denied").await, 1);
+    let pods: Api<Pod> = Api::namespaced(harness.api.client.clone(), "default");
+    assert!(pods.get_opt("typo").await.unwrap().is_none());
+    // A pod of the default scheduler is not even sent to the validating webhook (matchConditions).
+    let sent_before = reviews("validate", "allowed").await;
+    let (created, _, stderr) = kubectl(&kubeconfig, &["run", "plain", "--image=nginx"]).await;
+    assert!(created, "{stderr}");
+    let (created, _, stderr) = kubectl(&kubeconfig, &["run", "batch", "--image=nginx", r#"--overrides={"spec":{"schedulerName":"wasp-batch"}}"#]).await;
+    assert!(created, "{stderr}");
+    assert_eq!(reviews("validate", "allowed").await, sent_before + 1, "only the pod naming wasp-batch was sent");
+
+    // One line opts a namespace in; its pods that name no scheduler land with the profile.
+    for args in [&["create", "namespace", "team-a"][..], &["annotate", "namespace", "team-a", "wasp.dev/scheduler=wasp"]] {
+        let (ok, _, stderr) = kubectl(&kubeconfig, args).await;
+        assert!(ok, "{stderr}");
+    }
+    // The host's namespace cache follows a watch: wait until it answers with the profile.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while harness.answer("/mutate-pods", review("team-a", pod("probe", None))).await.get("patch").is_none() {
+        assert!(std::time::Instant::now() < deadline, "the namespace's annotation never reached the webhook");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (created, _, stderr) = kubectl(&kubeconfig, &["run", "web", "-n", "team-a", "--image=nginx"]).await;
+    assert!(created, "{stderr}");
+    let (_, scheduler, _) = kubectl(&kubeconfig, &["get", "pod", "web", "-n", "team-a", "-o", "jsonpath={.spec.schedulerName}"]).await;
+    assert_eq!(scheduler, "wasp");
+
+    // wasp unreachable (its Service points nowhere): pods are still created, and the one with a typo is reported
+    // by the running host once it waits.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    harness.simulator.set_service_endpoint("wasp-system", "wasp-webhook", closed).unwrap();
+    let (created, _, stderr) = kubectl(&kubeconfig, &["run", "slipped", "--image=nginx", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]).await;
+    assert!(created, "failurePolicy Ignore: {stderr}");
+    let cluster = harness.host.cluster.clone();
+    common::eventually("the host sees the stray pod", move || cluster.pending_pods().iter().any(|pod| pod.name == "slipped")).await;
+    harness.host.stray_pods.check(jiff::Timestamp::now().as_second()).await;
+    let (_, events, _) = kubectl(&kubeconfig, &["get", "events", "--field-selector", "reason=NoSuchScheduler", "-o", "jsonpath={.items[*].message}"]).await;
+    assert_eq!(events, r#"no scheduler named "wsap" runs in this cluster; known: default-scheduler, wasp, wasp-batch; did you mean "wasp"?"#);
 }

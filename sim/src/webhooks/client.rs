@@ -97,7 +97,8 @@ fn endpoint_address(store: &Store, namespace: &str, name: &str, service_port: u1
         };
         let ports = subset["ports"].as_array().map(Vec::as_slice).unwrap_or_default();
         let port = match &port_name {
-            Some(wanted) => ports.iter().find(|port| port["name"].as_str().unwrap_or("") == wanted),
+            // An Endpoints written by hand (or by `Simulator::set_service_endpoint`) may leave its one port unnamed.
+            Some(wanted) => ports.iter().find(|port| port["name"].as_str().unwrap_or("") == wanted).or_else(|| ports.first().filter(|_| ports.len() == 1)),
             None if ports.len() == 1 => ports.first(),
             None => ports.iter().find(|port| port["port"].as_u64() == Some(u64::from(service_port))),
         };
