@@ -2,10 +2,15 @@
 //! at a time, for scale policies to build on: `hpa` takes the largest proposal as the HPA does, others combine
 //! the same proposals their own way or feed it a forecast reading instead of today's.
 //!
-//! Per metric: `ratio = reading / target`; no change while `|ratio - 1| <= tolerance`; else
+//! Per metric: `ratio = reading / target`; no change while `1 - tolerance <= ratio <= 1 + tolerance`; else
 //! `ceil(ratio * ready pods)`. Pods without a reading count at the target when scaling down and 0 when scaling
 //! up, unready pods 0 when scaling up, and a change those assumptions turn around is abandoned. Resource
 //! utilization is whole percent of the pods' summed requests, truncated as the HPA truncates it.
+//!
+//! Like the HPA, the arithmetic is done on whole milli-units (Kubernetes' `MilliValue()`): the contract's
+//! values are decimal quantities (CPU in millicores, everything else in its unit), which `f64` cannot divide
+//! exactly (`2.1 / 0.3` is `7.000000000000001`, whose ceiling is 8 where the HPA's `2100 / 300` gives 7),
+//! and the HPA truncates averages and assumed usage to whole milli-units.
 
 use crate::types::{Metric, MetricProposal, MetricSample, MetricSource, MetricTarget, PodMetric, ScaleRequest};
 
@@ -22,45 +27,69 @@ pub struct Proposal {
     pub reading: f64,
 }
 
+/// The replica calculator's `Tolerances.isWithin`: `1 - tolerance <= ratio <= 1 + tolerance`. (Not
+/// `|ratio - 1| <= tolerance`, which leaves a ratio of exactly 1.1 outside a 0.1 tolerance: `1.1 - 1.0` is
+/// `0.10000000000000009` in `f64`.)
 fn within(ratio: f64, tolerance: f64) -> bool {
-    (ratio - 1.0).abs() <= tolerance
+    1.0 - tolerance <= ratio && ratio <= 1.0 + tolerance
 }
 
+/// A replica count as the HPA's `int32`: rounded up, saturating at `math.MaxInt32` as
+/// `getUsageRatioReplicaCount` and `GetExternalPerPodMetricReplicas` do.
 fn ceil_replicas(value: f64) -> u32 {
-    value.ceil().clamp(0.0, u32::MAX as f64) as u32
+    value.ceil().clamp(0.0, i32::MAX as f64) as u32
+}
+
+/// What one unit of `metric`'s values is worth in the HPA's milli-units: the contract carries CPU in
+/// millicores already, every other quantity in its unit.
+fn milli_per_unit(metric: &Metric) -> f64 {
+    if matches!(metric.source, MetricSource::Resource) && metric.name == "cpu" { 1.0 } else { 1000.0 }
+}
+
+/// A contract value as the HPA's whole milli-value (`i64`, saturating). The host's values are quantities
+/// parsed to thousandths, so rounding recovers them exactly.
+fn to_milli(value: f64, per_unit: f64) -> i64 {
+    (value * per_unit).round() as i64
+}
+
+/// A target as a milli-value: at least 1, as `MilliValue()` rounds a positive quantity up.
+fn target_milli(target: f64, per_unit: f64) -> f64 {
+    to_milli(target, per_unit).max(1) as f64
 }
 
 /// How pods' readings compare with a per-pod target.
 enum PerPod {
     /// Whole percent of the summed requests, against a percent.
     Utilization(f64),
-    /// The pods' average, against an average.
+    /// The pods' average, against an average in milli-units.
     Average(f64),
 }
 
 impl PerPod {
-    /// (ratio, reading) of these pods' (value, request) pairs.
-    fn ratio(&self, readings: &[(f64, f64)]) -> (f64, f64) {
+    /// (ratio, reading) of these pods' (value, request) pairs in milli-units; the reading is whole percent or
+    /// the average in milli-units. `GetResourceUtilizationRatio`: `int32(usage * 100 / requests)`;
+    /// `GetMetricUsageRatio`: `usage / len(metrics)`, both in integers.
+    fn ratio(&self, readings: &[(i64, i64)]) -> (f64, f64) {
+        let usage: i128 = readings.iter().map(|(value, _)| i128::from(*value)).sum();
         match self {
             PerPod::Utilization(target) => {
-                let usage: f64 = readings.iter().map(|(value, _)| value).sum();
-                let requests: f64 = readings.iter().map(|(_, request)| request).sum();
-                let percent = if requests > 0.0 { (usage * 100.0 / requests).floor() } else { 0.0 };
+                let requests: i128 = readings.iter().map(|(_, request)| i128::from(*request)).sum();
+                let percent = if requests > 0 { (usage * 100 / requests) as f64 } else { 0.0 };
                 (percent / target, percent)
             }
             PerPod::Average(target) => {
-                let average = readings.iter().map(|(value, _)| value).sum::<f64>() / readings.len() as f64;
+                let average = (usage / readings.len().max(1) as i128) as f64;
                 (average / target, average)
             }
         }
     }
 
     /// What a pod without a reading is assumed to use on a scale-down: the request at the target (at least
-    /// 100%), or the target average.
-    fn assumed_at_target(&self, request: f64) -> f64 {
+    /// 100%, `requests[pod] * max(100, target) / 100` in integers), or the target average.
+    fn assumed_at_target(&self, request: i64) -> i64 {
         match self {
-            PerPod::Utilization(target) => request * target.max(100.0) / 100.0,
-            PerPod::Average(target) => *target,
+            PerPod::Utilization(target) => (i128::from(request) * target.max(100.0) as i128 / 100) as i64,
+            PerPod::Average(target) => *target as i64,
         }
     }
 }
@@ -77,7 +106,8 @@ pub fn propose(metric: &Metric, current_replicas: u32, tolerance: f64) -> Result
     match (metric.source, metric.target) {
         (MetricSource::Resource, MetricTarget::Utilization(target)) => per_pod(metric, PerPod::Utilization(positive(target)?), current_replicas, tolerance),
         (MetricSource::Resource | MetricSource::Pods, MetricTarget::AverageValue(target)) => {
-            per_pod(metric, PerPod::Average(positive(target)?), current_replicas, tolerance)
+            let target = target_milli(positive(target)?, milli_per_unit(metric));
+            per_pod(metric, PerPod::Average(target), current_replicas, tolerance)
         }
         (MetricSource::Object | MetricSource::External, MetricTarget::Value(target) | MetricTarget::AverageValue(target)) => {
             let target = positive(target)?;
@@ -90,16 +120,22 @@ pub fn propose(metric: &Metric, current_replicas: u32, tolerance: f64) -> Result
 
 /// The replicas an Object or External `reading` calls for: the HPA's `GetObjectMetricReplicas` (a Value target
 /// scales the ready pods by the ratio) and `GetObjectPerPodMetricReplicas` (an AverageValue target divides the
-/// reading by it). Also what a forecast reading of any metric calls for, see [`replicas_for_reading`].
+/// reading by it), in milli-units. Also what a forecast of a Value target calls for, see [`replicas_for_load`].
 fn whole_value(metric: &Metric, reading: f64, target: f64, current_replicas: u32, tolerance: f64) -> Proposal {
+    let per_unit = milli_per_unit(metric);
+    let (usage, target) = (to_milli(reading, per_unit) as f64, target_milli(target, per_unit));
     match metric.target {
         MetricTarget::AverageValue(_) => {
-            let ratio = reading / (target * current_replicas.max(1) as f64);
-            let replicas = if within(ratio, tolerance) { current_replicas } else { ceil_replicas(reading / target) };
-            Proposal { replicas, ratio, reading: reading / current_replicas.max(1) as f64 }
+            // `usage / (target * statusReplicas)`: from 0 replicas the HPA's ratio is infinite, never within the
+            // tolerance, so it scales to `ceil(usage / target)`.
+            let ratio = usage / (target * f64::from(current_replicas.max(1)));
+            let replicas = if current_replicas > 0 && within(ratio, tolerance) { current_replicas } else { ceil_replicas(usage / target) };
+            // The HPA reports `ceil(usage / statusReplicas)`.
+            let average = (usage / f64::from(current_replicas.max(1))).ceil();
+            Proposal { replicas, ratio, reading: average / per_unit }
         }
         _ => {
-            let ratio = reading / target;
+            let ratio = usage / target;
             let ready = metric.pods.iter().filter(|pod| pod.ready).count();
             let replicas = match current_replicas {
                 0 => ceil_replicas(ratio),
@@ -113,23 +149,34 @@ fn whole_value(metric: &Metric, reading: f64, target: f64, current_replicas: u32
 
 fn per_pod(metric: &Metric, rule: PerPod, current_replicas: u32, tolerance: f64) -> Result<Proposal, String> {
     let name = &metric.name;
-    let request_of = |pod: &PodMetric| match rule {
-        PerPod::Utilization(_) => pod.request.filter(|request| *request > 0.0).ok_or_else(|| format!("metric {name}: missing request for {name} in pod {}", pod.pod)),
-        PerPod::Average(_) => Ok(0.0),
-    };
-    let (mut measured, mut missing, mut unready) = (Vec::new(), Vec::new(), 0usize);
+    let per_unit = milli_per_unit(metric);
+    let (mut measured, mut missing, mut unready) = (Vec::new(), Vec::new(), Vec::new());
     for pod in &metric.pods {
+        let request = pod.request.filter(|request| *request > 0.0).map(|request| to_milli(request, per_unit));
         match (pod.ready, pod.value) {
-            (false, _) => unready += 1,
-            (true, None) => missing.push(request_of(pod)?),
-            (true, Some(value)) => measured.push((value, request_of(pod)?)),
+            (false, _) => unready.push((pod, request)),
+            (true, None) => missing.push((pod, request)),
+            (true, Some(value)) => measured.push((pod, to_milli(value, per_unit), request)),
         }
     }
     if measured.is_empty() {
         return Err(format!("metric {name}: did not receive metrics for targeted pods (pods might be unready)"));
     }
+    // `calculatePodRequests`: utilization needs the request of every pod of the target, unready and missing
+    // ones included (they are counted at their own request below).
+    let request_of = |pod: &PodMetric, request: Option<i64>| match rule {
+        PerPod::Utilization(_) => request.ok_or_else(|| format!("metric {name}: missing request for {name} in pod {}", pod.pod)),
+        PerPod::Average(_) => Ok(0),
+    };
+    let measured = measured.into_iter().map(|(pod, value, request)| Ok((value, request_of(pod, request)?))).collect::<Result<Vec<_>, String>>()?;
+    let missing = missing.into_iter().map(|(pod, request)| request_of(pod, request)).collect::<Result<Vec<_>, String>>()?;
+    let unready = unready.into_iter().map(|(pod, request)| request_of(pod, request)).collect::<Result<Vec<_>, String>>()?;
     let (ratio, reading) = rule.ratio(&measured);
-    let scale_up_with_unready = unready > 0 && ratio > 1.0;
+    let reading = match rule {
+        PerPod::Utilization(_) => reading,
+        PerPod::Average(_) => reading / per_unit,
+    };
+    let scale_up_with_unready = !unready.is_empty() && ratio > 1.0;
     if !scale_up_with_unready && missing.is_empty() {
         let replicas = if within(ratio, tolerance) { current_replicas } else { ceil_replicas(ratio * measured.len() as f64) };
         return Ok(Proposal { replicas, ratio, reading });
@@ -139,11 +186,11 @@ fn per_pod(metric: &Metric, rule: PerPod, current_replicas: u32, tolerance: f64)
     if ratio < 1.0 {
         assumed.extend(missing.iter().map(|request| (rule.assumed_at_target(*request), *request)));
     } else if ratio > 1.0 {
-        assumed.extend(missing.iter().map(|request| (0.0, *request)));
+        assumed.extend(missing.iter().map(|request| (0, *request)));
     }
     if scale_up_with_unready {
-        let typical_request = assumed.iter().map(|(_, request)| request).sum::<f64>() / assumed.len() as f64;
-        assumed.extend(std::iter::repeat_n((0.0, typical_request), unready));
+        // Each unready pod at 0 of its own request (`metrics[pod] = 0` against `requests[pod]`).
+        assumed.extend(unready.iter().map(|request| (0, *request)));
     }
     let (adjusted, _) = rule.ratio(&assumed);
     let flipped = (ratio < 1.0 && adjusted > 1.0) || (ratio > 1.0 && adjusted < 1.0);

@@ -79,6 +79,9 @@ impl Scale for Hpa {
 wasp_sdk::export_policy!(Hpa);
 
 #[cfg(test)]
+mod upstream;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use wasp_sdk::guest::build;
