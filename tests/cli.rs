@@ -136,3 +136,29 @@ fn simulate_summarizes_a_large_cluster_and_lists_a_small_one() {
     assert!(ok);
     assert_eq!(stdout.lines().filter(|line| line.starts_with("n-")).count(), 30, "{stdout}");
 }
+
+#[test]
+fn certs_prints_a_secret_the_webhook_serves_and_the_ca_bundle() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let (ok, stdout, stderr) = wasp(&["certs", "--namespace", "wasp-system", "--name", "127.0.0.1", "--out-dir", out]);
+    assert!(ok, "{stderr}");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_yaml::from_str(&stdout).unwrap();
+    assert_eq!((secret.type_.as_deref(), secret.metadata.name.as_deref(), secret.metadata.namespace.as_deref()), (Some("kubernetes.io/tls"), Some("wasp-webhook-tls"), Some("wasp-system")));
+    let data = secret.data.unwrap();
+    for (key, file) in [("tls.crt", "tls.crt"), ("tls.key", "tls.key"), ("ca.crt", "ca.crt")] {
+        assert_eq!(data[key].0, std::fs::read(dir.path().join(file)).unwrap(), "{key} as written to --out-dir");
+    }
+    // The webhook accepts the pair, and the printed caBundle is the CA that signed it.
+    let files = wasp::admission::tls::CertificateFiles { certificate: dir.path().join("tls.crt"), private_key: dir.path().join("tls.key") };
+    assert!(wasp::admission::tls::ReloadingCertificate::load(files).is_ok());
+    let bundle = base64::engine::general_purpose::STANDARD.encode(&data["ca.crt"].0);
+    assert!(stderr.contains(&bundle), "{stderr}");
+    assert!(stderr.contains("kubectl patch validatingwebhookconfiguration wasp --type=json"), "{stderr}");
+    assert!(stderr.contains("wasp-webhook.wasp-system.svc"), "{stderr}");
+    // A name that is neither a DNS name nor an address is refused with the reason.
+    let (ok, _, stderr) = wasp(&["certs", "--name", "not a name!"]);
+    assert!(!ok);
+    assert!(stderr.contains("a name is neither a DNS name nor an IP address"), "{stderr}");
+}

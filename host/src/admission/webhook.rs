@@ -27,6 +27,9 @@ use std::time::Instant;
 /// The API server sends objects of up to 3 MiB (its request limit); an AdmissionReview carries one, plus
 /// some metadata. Anything larger is not from the API server.
 pub const MAX_REVIEW_BYTES: usize = 4 << 20;
+/// A larger body is read to its end (up to this much, discarded) before the 400, so the client has finished
+/// sending when the answer comes and reads it instead of failing on a closed connection.
+const MAX_DRAINED_BYTES: usize = 64 << 20;
 
 /// What the webhooks read: the live configuration and the namespaces' choices.
 pub struct Webhooks {
@@ -50,6 +53,26 @@ impl Webhook {
     }
 }
 
+/// The body if it is at most [`MAX_REVIEW_BYTES`].
+async fn read_bounded(mut body: Body) -> Result<Vec<u8>, String> {
+    use http_body_util::BodyExt;
+    let (mut bytes, mut total) = (Vec::new(), 0usize);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| format!("reading the body: {error}"))?;
+        let Ok(data) = frame.into_data() else { continue };
+        total += data.len();
+        if total <= MAX_REVIEW_BYTES {
+            bytes.extend_from_slice(&data);
+        } else if total > MAX_DRAINED_BYTES {
+            break;
+        }
+    }
+    if total > MAX_REVIEW_BYTES {
+        return Err(format!("the body is larger than {MAX_REVIEW_BYTES} bytes: not an AdmissionReview from the API server"));
+    }
+    Ok(bytes)
+}
+
 /// Why a body is refused with a 400.
 fn malformed(message: String) -> Response {
     (StatusCode::BAD_REQUEST, message).into_response()
@@ -66,7 +89,7 @@ impl Webhooks {
 
     /// The AdmissionRequest for a pod in `body`, or why there is none.
     async fn read(body: Body) -> Result<(AdmissionRequest<DynamicObject>, Option<Pod>), String> {
-        let bytes = axum::body::to_bytes(body, MAX_REVIEW_BYTES).await.map_err(|_| format!("the body is larger than {MAX_REVIEW_BYTES} bytes: not an AdmissionReview from the API server"))?;
+        let bytes = read_bounded(body).await?;
         let review: AdmissionReview<DynamicObject> = serde_json::from_slice(&bytes).map_err(|error| format!("not an AdmissionReview: {error}"))?;
         if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
             return Err(format!("expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got {:?}, {:?}", review.types.api_version, review.types.kind));
