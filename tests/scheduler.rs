@@ -5,7 +5,7 @@ mod common;
 
 use common::{fixture_wasm, policy_wasm, repo_root};
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -544,4 +544,42 @@ async fn a_pod_the_host_cannot_read_is_told_why_instead_of_waiting_silently() {
     assert!(message.starts_with("the pod cannot be scheduled: ") && message.contains("1e30"), "{message}");
     let (_, event) = harness.failed_scheduling("absurd").await;
     assert_eq!(event.message.as_deref(), Some(message.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_pod_is_not_attempted_until_its_last_gate_is_removed() {
+    let harness = start(TWO_PODS, default_config()).await;
+    harness.placements("app=app", 2).await;
+    let sent_before = harness.scheduler.stats.bind_requests.load(Ordering::Relaxed);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "gated", "labels": {"app": "gated"}},
+        "spec": {"schedulerName": "wasp", "schedulingGates": [{"name": "example.com/quota"}, {"name": "example.com/images"}],
+                 "containers": [{"name": "a", "resources": {"requests": {"cpu": "100m"}}}]}
+    }))
+    .unwrap();
+    harness.pods().create(&PostParams::default(), &pod).await.unwrap();
+    let condition = |pod: &Pod| pod.status.as_ref().and_then(|status| status.conditions.clone()).unwrap_or_default().into_iter().find(|c| c.type_ == "PodScheduled");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let gated = loop {
+        if let Some(found) = condition(&harness.pods().get("gated").await.unwrap()) {
+            break found;
+        }
+        assert!(std::time::Instant::now() < deadline, "no PodScheduled condition on a gated pod");
+        // The poll interval of a deadline-bounded condition wait.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!((gated.status.as_str(), gated.reason.as_deref()), ("False", Some("SchedulingGated")));
+    assert_eq!(gated.message.as_deref(), Some("Scheduling is blocked due to non-empty scheduling gates"));
+    // One gate removed: still gated.
+    let one_left = json!({"spec": {"schedulingGates": [{"name": "example.com/images"}]}});
+    harness.pods().patch("gated", &PatchParams::default(), &Patch::Merge(one_left)).await.unwrap();
+    // A pod created after the patch and placed: the host's one watch has delivered the patch by then.
+    let after: Pod = serde_json::from_value(json!({"metadata": {"name": "after", "labels": {"app": "after"}}, "spec": {"schedulerName": "wasp", "containers": [{"name": "a"}]}})).unwrap();
+    harness.pods().create(&PostParams::default(), &after).await.unwrap();
+    harness.placements("app=after", 1).await;
+    assert_eq!(harness.scheduler.stats.bind_requests.load(Ordering::Relaxed), sent_before + 1, "no binding was attempted for the gated pod");
+    // The last gate removed: scheduled.
+    harness.pods().patch("gated", &PatchParams::default(), &Patch::Merge(json!({"spec": {"schedulingGates": null}}))).await.unwrap();
+    harness.placements("app=gated", 1).await;
+    assert_eq!(harness.scheduler.stats.bind_requests.load(Ordering::Relaxed), sent_before + 2);
 }

@@ -37,16 +37,19 @@ fn timestamp(value: Option<&Value>) -> Option<Timestamp> {
 }
 
 impl TargetPod {
-    /// None for pods the HPA ignores: being deleted, or failed.
+    /// None for pods the HPA ignores: being deleted, or failed (kube-controller-manager's `groupPods`).
     pub fn of(pod: &Pod) -> Option<TargetPod> {
         let value = serde_json::to_value(pod).ok()?;
         let phase = value.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Pending");
-        if pod.metadata.deletion_timestamp.is_some() || phase == "Failed" || phase == "Succeeded" {
+        if pod.metadata.deletion_timestamp.is_some() || phase == "Failed" {
             return None;
         }
         let ready_condition = value.pointer("/status/conditions").and_then(Value::as_array).into_iter().flatten().find(|condition| condition["type"] == "Ready");
+        // Requests of the app containers and of the sidecars (init containers that keep running), as
+        // `calculatePodRequests` sums them; a container without the request leaves the pod without one.
+        let sidecars = value.pointer("/spec/initContainers").and_then(Value::as_array).into_iter().flatten().filter(|container| container["restartPolicy"] == "Always");
+        let containers: Vec<&Value> = value.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten().chain(sidecars).collect();
         let request = |resource: &str, scale: f64| -> Option<f64> {
-            let containers = value.pointer("/spec/containers").and_then(Value::as_array)?;
             containers.iter().map(|container| container.pointer(&format!("/resources/requests/{resource}")).and_then(Value::as_str).and_then(quantity).map(|units| units * scale)).sum()
         };
         Some(TargetPod {
@@ -531,6 +534,31 @@ mod tests {
         assert!(!selector.matches(&labels(&[("app", "web"), ("tier", "a"), ("env", "dev")])));
         assert!(parse_selector("app in web").is_none(), "a set needs parentheses");
         assert!(parse_selector("").unwrap().selector.selects_all());
+    }
+
+    #[test]
+    fn requests_count_sidecars_and_only_failed_or_deleted_pods_are_ignored() {
+        let pod = |phase: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "p"},
+                "spec": {
+                    "containers": [{"name": "app", "resources": {"requests": {"cpu": "200m", "memory": "64Mi"}}}],
+                    "initContainers": [
+                        {"name": "setup", "resources": {"requests": {"cpu": "1"}}},
+                        {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "50m", "memory": "16Mi"}}}
+                    ]
+                },
+                "status": {"phase": phase}
+            }))
+            .unwrap()
+        };
+        let running = TargetPod::of(&pod("Running")).unwrap();
+        assert_eq!((running.cpu_request, running.memory_request), (Some(250.0), Some(80.0 * 1024.0 * 1024.0)), "app + sidecar, not the init step");
+        assert!(TargetPod::of(&pod("Failed")).is_none());
+        assert!(TargetPod::of(&pod("Succeeded")).is_some(), "upstream counts it (it has no metrics: a missing pod)");
+        let mut deleted = pod("Running");
+        deleted.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+        assert!(TargetPod::of(&deleted).is_none());
     }
 
     #[test]

@@ -170,6 +170,11 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
                 changes.push(ClusterEvent::PodUpdated { uid: uid.clone(), labels_changed, requests_changed })
             }
         },
+        None if !pod.terminating && !finished && is_gated(source) => {
+            if !says_gated(source) {
+                changes.push(ClusterEvent::PodGated(Arc::new(pod)));
+            }
+        }
         None if !pod.terminating && !finished => {
             cluster.pending().insert(uid.clone(), pod.clone());
             changes.push(ClusterEvent::PodPending(Arc::new(pod)));
@@ -182,6 +187,21 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
     }
     changes
 }
+
+/// Whether the pod has `spec.schedulingGates`: kube-scheduler does not attempt it until the last is removed.
+fn is_gated(pod: &KubePod) -> bool {
+    pod.spec.as_ref().and_then(|spec| spec.scheduling_gates.as_ref()).is_some_and(|gates| !gates.is_empty())
+}
+
+/// Whether the pod's status already says `PodScheduled=False` for its gates (so saying it again would only
+/// loop: the status change comes back as an update).
+fn says_gated(pod: &KubePod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|status| status.conditions.as_ref());
+    conditions.into_iter().flatten().any(|condition| condition.type_ == "PodScheduled" && condition.reason.as_deref() == Some(SCHEDULING_GATED))
+}
+
+/// kube-scheduler's reason for a pod held by its scheduling gates.
+pub const SCHEDULING_GATED: &str = "SchedulingGated";
 
 #[cfg(test)]
 mod tests {

@@ -29,6 +29,9 @@ pub enum ClusterEvent {
     PodPending(Arc<Pod>),
     /// A pending pod was bound, deleted or stopped.
     PendingGone { uid: String },
+    /// A pod that waits for its `schedulingGates` to be removed, first seen so (its status does not say it yet):
+    /// no scheduler attempts it.
+    PodGated(Arc<Pod>),
     /// A pending pod the host cannot read (a quantity it cannot parse, say): no scheduler will place it, and its
     /// owner must be told why.
     PodUnreadable(Arc<UnreadablePod>),

@@ -47,10 +47,21 @@ impl Binder {
         self.not_scheduled(&object_of(pod), "Unschedulable", message, profile).await;
     }
 
+    /// `PodScheduled=False` for a pod held by its scheduling gates, as kube-scheduler says it (no event: nothing
+    /// failed).
+    pub async fn gated(&self, pod: &Pod) {
+        let message = "Scheduling is blocked due to non-empty scheduling gates";
+        self.set_not_scheduled(&object_of(pod), crate::cluster::informer::SCHEDULING_GATED, message).await;
+    }
+
     /// A `FailedScheduling` Warning event and `PodScheduled=False` with `reason` (kube-scheduler's
     /// `Unschedulable`, or `SchedulerError` when the pod cannot be considered at all).
     pub async fn not_scheduled(&self, pod: &ObjectRef, reason: &str, message: &str, profile: &str) {
         self.events.for_component(profile).event(pod, "Warning", "FailedScheduling", message).await;
+        self.set_not_scheduled(pod, reason, message).await;
+    }
+
+    async fn set_not_scheduled(&self, pod: &ObjectRef, reason: &str, message: &str) {
         let pods: Api<KubePod> = Api::namespaced(self.api.client.clone(), &pod.namespace);
         let _permit = self.api.permit().await;
         let condition = json!({"status": {"conditions": [{

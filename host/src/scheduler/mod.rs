@@ -268,6 +268,13 @@ impl Scheduler {
                 }
             }
             ClusterEvent::PendingGone { uid } => self.queue.remove(&uid),
+            ClusterEvent::PodGated(pod) => {
+                self.queue.remove(&pod.uid);
+                if self.policies.current().plans.scheduling.contains_key(&pod.scheduler_name) {
+                    let binder = self.binder.clone();
+                    tokio::spawn(async move { binder.gated(&pod).await });
+                }
+            }
             ClusterEvent::PodUnreadable(pod) => {
                 self.queue.remove(&pod.uid);
                 if self.policies.current().plans.scheduling.contains_key(&pod.scheduler_name) {
@@ -298,7 +305,7 @@ fn requeue_hint(event: &ClusterEvent) -> Option<Change> {
         ClusterEvent::PodUpdated { .. } => None,
         // Fewer nodes never make room.
         ClusterEvent::NodeRemoved { .. } => None,
-        ClusterEvent::PodPending(_) | ClusterEvent::PendingGone { .. } | ClusterEvent::PodUnreadable(_) => None,
+        ClusterEvent::PodPending(_) | ClusterEvent::PendingGone { .. } | ClusterEvent::PodGated(_) | ClusterEvent::PodUnreadable(_) => None,
     }
 }
 
