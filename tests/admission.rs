@@ -366,6 +366,14 @@ async fn through_the_api_server_kubectl_prints_the_denial_and_a_namespace_gets_i
     let (_, scheduler, _) = kubectl(&kubeconfig, &["get", "pod", "web", "-n", "team-a", "-o", "jsonpath={.spec.schedulerName}"]).await;
     assert_eq!(scheduler, "wasp");
 
+    // In warn mode the pod is created and kubectl prints the host's message as a warning.
+    harness.rewrite_config(&config_text(&["wasp", "wasp-batch"], "admission: {mode: warn, strayPodGrace: 0s}"));
+    let (created, stdout, stderr) = kubectl(&kubeconfig, &["run", "warned", "--image=nginx", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]).await;
+    assert!(created, "{stderr}");
+    assert_eq!(stdout.trim_end(), "pod/warned created");
+    assert_eq!(stderr.trim_end(), r#"Warning: no scheduler named "wsap" runs in this cluster; known: default-scheduler, wasp, wasp-batch; did you mean "wasp"?"#);
+    pods.delete("warned", &Default::default()).await.unwrap();
+
     // wasp unreachable (its Service points nowhere): pods are still created, and the one with a typo is reported
     // by the running host once it waits.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();

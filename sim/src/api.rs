@@ -415,9 +415,12 @@ fn checked_fields(resource: &ResourceType, mut object: Value, query: &HashMap<St
     Ok((object, unknown.into_iter().map(|field| format!("unknown field \"{field}\"")).collect()))
 }
 
+/// `Warning: 299 - "text"` headers, quoted as kube-apiserver's `NewWarningHeader` quotes them (`\"` and `\\`),
+/// which kubectl unquotes back to the text.
 fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     for warning in warnings {
-        if let Ok(value) = format!("299 - \"{}\"", warning.replace('"', "'")).parse() {
+        let quoted = warning.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(value) = format!("299 - \"{quoted}\"").parse() {
             response.headers_mut().append("warning", value);
         }
     }
