@@ -13,7 +13,7 @@ for manifest in plugins/*/Cargo.toml; do
 done
 
 packages=()
-for name in "${policies[@]}" misbehaving zone-pin; do packages+=(-p "$name"); done
+for name in "${policies[@]}" misbehaving zone-pin scaffolded; do packages+=(-p "$name"); done
 cargo build --quiet --target wasm32-wasip2 --profile policy "${packages[@]}"
 
 built="${CARGO_TARGET_DIR:-target}/wasm32-wasip2/policy"
@@ -22,6 +22,8 @@ for name in "${policies[@]}"; do
   cp "$built/${name//-/_}.wasm" "plugins/out/$name.wasm"
 done
 cp "$built/misbehaving.wasm" target/wasm-fixtures/misbehaving.wasm
+# What `wasp policy new` writes, built as a user's policy would be.
+cp "$built/scaffolded.wasm" target/wasm-fixtures/scaffolded.wasm
 # Two versions of one policy that decide differently, for the hot reload tests and benchmark.
 cp "$built/zone_pin.wasm" target/wasm-fixtures/zone-pin-east.wasm
 cargo build --quiet --target wasm32-wasip2 --profile policy -p zone-pin --features west

@@ -162,3 +162,23 @@ fn certs_prints_a_secret_the_webhook_serves_and_the_ca_bundle() {
     assert!(!ok);
     assert!(stderr.contains("a name is neither a DNS name nor an IP address"), "{stderr}");
 }
+
+#[test]
+fn a_new_policy_is_scaffolded_and_what_it_writes_loads_with_every_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, stdout, stderr) = wasp(&["policy", "new", "keep-off-spot", "--kind", "filter,score", "--dir", dir.path().to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("cargo test && wasp policy build"), "{stdout}");
+    let root = dir.path().join("keep-off-spot");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("[workspace]") && manifest.contains("lto = true") && manifest.contains("wasp-sdk = { path = "), "{manifest}");
+    let source = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    assert!(source.contains("impl Filter for KeepOffSpot") && source.contains("impl Score for KeepOffSpot") && !source.contains("impl Evict"), "{source}");
+    let (ok, _, stderr) = wasp(&["policy", "new", "keep-off-spot", "--kind", "filter", "--dir", dir.path().to_str().unwrap()]);
+    assert!(!ok && stderr.contains("exists already"), "{stderr}");
+    // The same template with every kind, built by scripts/build-policies.sh from tests/fixtures/scaffolded.
+    let (ok, stdout, stderr) = wasp(&["policy", "inspect", "target/wasm-fixtures/scaffolded.wasm"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("kinds      filter, score, evict, scale"), "{stdout}");
+    assert!(stdout.contains(r#"settings   {"label":"example.com/scaffolded"}"#), "{stdout}");
+}

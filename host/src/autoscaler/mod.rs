@@ -98,6 +98,8 @@ pub struct AutoscalerLoop {
     /// The behavior's history per Autoscaler uid: exact here, a little behind in the status (see
     /// [`behavior::STATUS_TIME_SLACK`]), read from there only after a restart.
     histories: Mutex<HashMap<String, History>>,
+    /// Why HorizontalPodAutoscalers could not be listed last time, if they could not.
+    hpa_list_error: Mutex<Option<String>>,
     last_pass: Mutex<Option<PassSummary>>,
     pub stats: Stats,
 }
@@ -182,6 +184,7 @@ impl AutoscalerLoop {
             metrics,
             samples: Mutex::new(HashMap::new()),
             histories: Mutex::new(HashMap::new()),
+            hpa_list_error: Mutex::new(None),
             last_pass: Mutex::new(None),
             stats: Stats::default(),
         })
@@ -257,16 +260,26 @@ impl AutoscalerLoop {
             Api::<HorizontalPodAutoscaler>::all(self.api.client.clone()).list(&ListParams::default()).await
         };
         match listed {
-            Ok(list) => list
-                .items
-                .into_iter()
-                .filter_map(|hpa| {
-                    let target = hpa.spec?.scale_target_ref;
-                    Some(((hpa.metadata.namespace?, target.kind, target.name), hpa.metadata.name?))
-                })
-                .collect(),
+            Ok(list) => {
+                *self.hpa_list_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+                list.items
+                    .into_iter()
+                    .filter_map(|hpa| {
+                        let target = hpa.spec?.scale_target_ref;
+                        Some(((hpa.metadata.namespace?, target.kind, target.name), hpa.metadata.name?))
+                    })
+                    .collect()
+            }
             Err(error) => {
-                tracing::debug!(%error, "could not list HorizontalPodAutoscalers; conflicts are not checked this pass");
+                // At warning level once (a missing RBAC rule would otherwise pass unnoticed), then at debug level.
+                let error = describe_error(&error);
+                let mut last = self.hpa_list_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if last.as_deref() != Some(error.as_str()) {
+                    tracing::warn!(%error, "could not list HorizontalPodAutoscalers; conflicts are not checked until it works");
+                } else {
+                    tracing::debug!(%error, "could not list HorizontalPodAutoscalers");
+                }
+                *last = Some(error);
                 HashMap::new()
             }
         }
@@ -580,6 +593,7 @@ impl AutoscalerLoop {
                 self.metrics.scaled(up, "ok");
                 history.record_scale(desired - current, run.now);
                 run.status.last_scale_time = Some(Time(run.now));
+                run.condition("AbleToScale", true, "SucceededRescale", &format!("the autoscaler was able to update the target scale to {desired}"));
                 tracing::info!(autoscaler = %format!("{}/{}", run.namespace, run.name), from = current, to = desired, why, "rescaled");
                 let (object, target) = (run.object(), run.target());
                 self.events.event(&object, "Normal", "SuccessfulRescale", &message).await;

@@ -6,6 +6,7 @@ mod manifests;
 mod policy;
 mod reschedule;
 mod run;
+mod scaffold;
 #[cfg(feature = "sim")]
 mod sim;
 #[cfg(feature = "sim")]

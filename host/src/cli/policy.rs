@@ -12,6 +12,25 @@ use std::path::{Path, PathBuf};
 
 #[derive(Subcommand)]
 pub enum PolicyCommand {
+    /// Start a policy crate (builds outside this repository): an example rule per kind and passing tests.
+    New {
+        /// The policy's name: lowercase, digits and dashes; also the component's file name.
+        name: String,
+        /// What it decides: filter, score, evict, scale (comma-separated or repeated).
+        #[arg(long = "kind", required = true)]
+        kinds: Vec<String>,
+        /// Where the crate's folder is made.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// The wasp-sdk to depend on (default: the sdk/ of the checkout this wasp was built from).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
+    /// Build a policy crate into a wasm32-wasip2 component (NAME.wasm in the crate) and check it as the host loads it.
+    Build {
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
     /// Name, version, kinds, contract version, size and settings of a component.
     Inspect {
         file: PathBuf,
@@ -39,6 +58,15 @@ pub enum PolicyCommand {
 
 pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
     match command {
+        PolicyCommand::New { name, kinds, dir, sdk } => {
+            let root = super::scaffold::new_policy(&name, &kinds, &dir, sdk.as_deref())?;
+            println!("created {}\n  cd {} && cargo test && wasp policy build", root.display(), root.display());
+            Ok(())
+        }
+        PolicyCommand::Build { dir } => {
+            let component = super::scaffold::build_policy(&dir)?;
+            inspect(&component, false)
+        }
         PolicyCommand::Inspect { file, json } => inspect(&file, json),
         PolicyCommand::Eval { file, pod, nodes, pods, settings } => {
             eval(&file, &pod, &nodes, pods.as_deref(), settings.as_deref())

@@ -166,9 +166,16 @@ impl Candidate {
     /// Waits until this candidate holds the lease.
     pub async fn acquire(&mut self) {
         let mut last_holder = String::new();
+        let mut last_error = String::new();
         loop {
             let attempt = tokio::time::timeout(self.settings.renew_deadline, self.try_acquire_or_renew()).await;
             match attempt.unwrap_or_else(|_| Err(timed_out())) {
+                // Said at warning level when it changes (a missing Role, an unreachable API server), else a
+                // standby that can never lead would look like one waiting its turn.
+                Err(error) if error.to_string() != last_error => {
+                    tracing::warn!(lease = %self.settings.lease_name, %error, "lease attempt failed; retrying");
+                    last_error = error.to_string();
+                }
                 Ok(Attempt::Won) => {
                     tracing::info!(lease = %self.settings.lease_name, identity = %self.identity, "became leader");
                     return;

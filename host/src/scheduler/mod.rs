@@ -233,8 +233,16 @@ impl Scheduler {
                             scheduler.cluster.forget(&pod.uid);
                             scheduler.queue.remove(&pod.uid);
                         }
-                        _ => {
+                        // Refused (a 403 for a missing RBAC rule, say) or failed: the pod's owner sees why, as
+                        // kube-scheduler reports a failed binding cycle, and the pod is tried again after a backoff.
+                        other => {
                             scheduler.cluster.forget(&pod.uid);
+                            let detail = match &other {
+                                kube::Error::Api(status) => status.message.clone(),
+                                other => other.to_string(),
+                            };
+                            let message = format!("binding rejected: {detail}");
+                            scheduler.binder.not_scheduled(&crate::kube::ObjectRef::pod(&pod.namespace, &pod.name, &pod.uid), "SchedulerError", &message, &profile).await;
                             scheduler.queue.backoff(queued);
                         }
                     }
