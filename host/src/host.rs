@@ -78,14 +78,6 @@ impl Host {
         let admission_metrics = AdmissionMetrics::register(&mut endpoints.metrics);
         let stray_pods = StrayPods::new(cluster.clone(), policies.clone(), &events, admission_metrics.clone());
         let webhooks = Arc::new(AtomicU8::new(WEBHOOKS_OFF));
-        let serving = webhooks.clone();
-        endpoints.readiness_check(
-            "webhooks",
-            Box::new(move || match serving.load(Ordering::Relaxed) {
-                WEBHOOKS_STARTING => Err("waiting for the first list of namespaces".into()),
-                _ => Ok(()),
-            }),
-        );
         let scraped = scheduler.clone();
         endpoints.on_scrape(Box::new(move || scraped.update_metrics()));
         let informed = cluster.clone();
@@ -93,18 +85,28 @@ impl Host {
             "informers",
             Box::new(move || {
                 let synced = informed.synced();
-                match (synced.nodes, synced.pods) {
+                Some(match (synced.nodes, synced.pods) {
                     (true, true) => Ok(()),
                     (nodes, pods) => Err(format!("waiting for the first list (nodes listed: {nodes}, pods listed: {pods})")),
-                }
+                })
             }),
         );
         let registry = policies.clone();
         endpoints.readiness_check(
             "policies",
             Box::new(move || match registry.current().number {
-                0 => Err("no policy generation serves yet".into()),
-                _ => Ok(()),
+                0 => Some(Err("no policy generation serves yet".into())),
+                _ => Some(Ok(())),
+            }),
+        );
+        // Listed only where `wasp run` serves the webhooks.
+        let serving = webhooks.clone();
+        endpoints.readiness_check(
+            "webhooks",
+            Box::new(move || match serving.load(Ordering::Relaxed) {
+                WEBHOOKS_OFF => None,
+                WEBHOOKS_STARTING => Some(Err("waiting for the first list of namespaces".into())),
+                _ => Some(Ok(())),
             }),
         );
         let endpoints = Arc::new(endpoints);

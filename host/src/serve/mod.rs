@@ -13,8 +13,8 @@ use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// A readiness check: `Ok` when ready, else why not.
-pub type ReadinessCheck = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// A readiness check: `Ok` when ready, else why not; `None` when it does not apply (a part the host does not run).
+pub type ReadinessCheck = Box<dyn Fn() -> Option<Result<(), String>> + Send + Sync>;
 /// Brings scrape-time gauges (queue sizes, say) up to date before `/metrics` encodes them.
 pub type ScrapeHook = Box<dyn Fn() + Send + Sync>;
 /// A loop's part of `/policies` (the rescheduler's last run, say).
@@ -66,8 +66,9 @@ impl Endpoints {
         let mut ready = true;
         for (name, check) in &self.checks {
             match check() {
-                Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
-                Err(reason) => {
+                None => {}
+                Some(Ok(())) => body.push_str(&format!("[+]{name} ok\n")),
+                Some(Err(reason)) => {
                     ready = false;
                     body.push_str(&format!("[-]{name} failed: {reason}\n"));
                 }
