@@ -107,6 +107,25 @@ fn configmap_carries_the_components_and_refuses_more_than_a_mebibyte() {
         .map(|entry| (entry.file_name().to_string_lossy().into_owned(), entry.metadata().unwrap().len() as usize))
         .collect();
     assert_eq!(seen, expected);
+
+    // --bundle: the whole default set in one ConfigMap, well under 1 MiB; the registry reads every policy
+    // back out of it, byte for byte, from a directory that holds only the bundle.
+    let (ok, stdout, stderr) = wasp(&["configmap", "--from-dir", "plugins/out", "--bundle"]);
+    assert!(ok, "{stderr}");
+    let config_map: k8s_openapi::api::core::v1::ConfigMap = serde_yaml::from_str(&stdout).unwrap();
+    assert_eq!(config_map.metadata.name.as_deref(), Some("wasp-policies"));
+    let binary = config_map.binary_data.unwrap();
+    assert_eq!(binary.keys().collect::<Vec<_>>(), ["policies.tar.zst"]);
+    let bundle = &binary["policies.tar.zst"].0;
+    assert!(bundle.len() * 4 / 3 < 1 << 20, "{} bytes, {} in base64", bundle.len(), bundle.len() * 4 / 3);
+    let mounted = tempfile::tempdir().unwrap();
+    std::fs::write(mounted.path().join("policies.tar.zst"), bundle).unwrap();
+    let snapshot = wasp::registry::source::SourceSnapshot::read(mounted.path(), None);
+    assert!(snapshot.unreadable.is_empty(), "{:?}", snapshot.unreadable);
+    let unpacked: BTreeMap<String, usize> = snapshot.policies.iter().map(|(name, file)| (format!("{name}.wasm"), file.bytes.len())).collect();
+    assert_eq!(unpacked, expected);
+    assert_eq!(snapshot.policies["resources-fit"].bytes, fit);
+    assert!(snapshot.policies["resources-fit"].path.to_string_lossy().ends_with("policies.tar.zst:resources-fit.wasm"));
 }
 
 #[test]

@@ -60,6 +60,15 @@ fn settings_that_fail_validation_are_refused_with_the_reason() {
     let options = PolicyOptions { settings: "{not json".into(), ..Default::default() };
     let error = LoadedPolicy::load(&runtime, &source, &wasm, options).err().unwrap().to_string();
     assert!(error.contains("settings rejected: invalid settings for resources-fit: key must be a string"), "{error}");
+    // Another policy's file under this name: said as such before its settings are tried.
+    let options = PolicyOptions { settings: r#"{"preferredZone": "a"}"#.into(), ..Default::default() };
+    let error = LoadedPolicy::load_as(&runtime, "prefer-zone.wasm", &wasm, options, Some("prefer-zone")).err().unwrap();
+    assert!(error.name_mismatch);
+    assert_eq!(error.to_string(), r#"policy prefer-zone.wasm: the component calls itself "resources-fit", but the file name loads it as "prefer-zone""#);
+    // A value of the wrong type names its field, not only a column.
+    let options = PolicyOptions { settings: r#"{"ignoredResources": 3}"#.into(), ..Default::default() };
+    let error = LoadedPolicy::load(&runtime, &source, &wasm, options).err().unwrap().to_string();
+    assert!(error.contains("invalid settings for resources-fit: ignoredResources: invalid type: integer `3`, expected a sequence"), "{error}");
 }
 
 fn misbehaving(settings: &str, failure_mode: FailureMode) -> LoadedPolicy {

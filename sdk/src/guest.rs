@@ -48,8 +48,16 @@ pub fn describe<P: Policy>(version: &str) -> Descriptor {
 /// Parses settings JSON (empty means all defaults) and builds the policy, or says what is wrong.
 pub fn build<P: Policy>(settings: &str) -> Result<P, String> {
     let settings = if settings.trim().is_empty() { "{}" } else { settings };
-    let parsed: P::Settings =
-        serde_json::from_str(settings).map_err(|error| format!("invalid settings for {}: {error}", P::NAME))?;
+    // The error names the field (`label: invalid type: integer `3`, expected a string`), not only a column.
+    let parsed: P::Settings = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(settings)).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        match path.as_str() {
+            // The whole document, or a syntax error before any field.
+            "." | "?" => format!("invalid settings for {}: {inner}", P::NAME),
+            _ => format!("invalid settings for {}: {path}: {inner}", P::NAME),
+        }
+    })?;
     P::new(parsed).map_err(|error| format!("invalid settings for {}: {error}", P::NAME))
 }
 

@@ -52,7 +52,7 @@ pub mod types {
 pub const CONTRACT_VERSION: &str = "0.3.0";
 
 pub use cluster::{Cluster, NodeInfo, PodInfo};
-pub use policy::{Evict, Filter, Normalization, Policy, Scale, Score, Verdict};
+pub use policy::{Evict, Filter, NoSettings, Normalization, Policy, Scale, Score, Verdict};
 pub use serde;
 pub use serde_json;
 pub use types::{NodeId, PodId, PolicyKind, ViewScope};

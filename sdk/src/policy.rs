@@ -6,6 +6,11 @@ use crate::types::{EvictContext, Eviction, FilterResult, NodeId, Placement, Pod,
 use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
 
+/// The settings of a policy that has none: `{}` or nothing is accepted, any field is an error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoSettings {}
+
 pub trait Policy: Sized + 'static {
     /// Settings as JSON; missing fields take their defaults, so `Default` must be a valid configuration.
     type Settings: Serialize + DeserializeOwned + Default;

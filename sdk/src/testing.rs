@@ -366,3 +366,26 @@ pub fn scale_request(current_replicas: u32, min: u32, max: u32, metrics: Vec<Met
         recommendations: Vec::new(),
     }
 }
+
+/// Builds a policy from settings JSON as the host's `configure` call will (empty: all defaults), or says what
+/// is wrong with them: `build::<MyPolicy>(r#"{"zone": "west"}"#)`.
+pub use crate::guest::build;
+
+/// Each candidate's verdict from `filter_all` (what the host calls), by node name: `("a", Verdict::Pass)`,
+/// `("b", Verdict::reject("Insufficient cpu"))`.
+pub fn verdicts(policy: &dyn crate::Filter, pod: &Pod, cluster: &crate::Cluster) -> Vec<(String, crate::Verdict)> {
+    let nodes: Vec<&crate::NodeInfo> = cluster.nodes().collect();
+    let ids: Vec<crate::NodeId> = nodes.iter().map(|node| node.id).collect();
+    let result = policy.filter_all(pod, cluster, &ids);
+    nodes
+        .iter()
+        .zip(&result.verdicts)
+        .map(|(node, code)| {
+            let verdict = match *code {
+                0 => crate::Verdict::Pass,
+                code => crate::Verdict::Reject(result.rejections[code as usize - 1].iter().cloned().map(Into::into).collect()),
+            };
+            (node.name().to_string(), verdict)
+        })
+        .collect()
+}

@@ -34,6 +34,8 @@ fn collection(object: &Value) -> String {
         "ConfigMap" => ("configmaps", true),
         "Deployment" => ("deployments", true),
         "Service" => ("services", true),
+        "ValidatingWebhookConfiguration" => ("validatingwebhookconfigurations", false),
+        "MutatingWebhookConfiguration" => ("mutatingwebhookconfigurations", false),
         kind => panic!("no path for {kind}"),
     };
     if namespaced {

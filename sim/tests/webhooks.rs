@@ -232,7 +232,8 @@ async fn warnings_come_back_as_warning_headers() {
     let (status, headers, answer) = create_pod(&simulator, "default", &pod("x", json!({}))).await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
     let warnings: Vec<&str> = headers.get_all("warning").iter().map(|value| value.to_str().unwrap()).collect();
-    assert_eq!(warnings, ["299 - \"scheduler 'wsap' looks like a typo\"", "299 - \"second\""]);
+    // Quoted as kube-apiserver's NewWarningHeader quotes (kubectl unquotes them back).
+    assert_eq!(warnings, [r#"299 - "scheduler \"wsap\" looks like a typo""#, r#"299 - "second""#]);
     assert!(stored_pod(&simulator, "default", "x").is_some());
 }
 

@@ -192,7 +192,7 @@ impl Scale for {ty} {{
         ));
     }
     let view = if has("evict") { "\n    const VIEW: ViewScope = ViewScope::NodesAndPods;" } else { "" };
-    let mut test_uses = vec!["    use super::*;".to_string(), "    use wasp_sdk::guest::build;".to_string()];
+    let mut test_uses = vec!["    use super::*;".to_string(), "    use wasp_sdk::testing::build;".to_string()];
     if has("filter") || has("score") || has("evict") {
         test_uses.push("    use wasp_sdk::testing::{NodeBuilder, PodBuilder};".into());
     }

@@ -155,7 +155,18 @@ impl HostConfig {
     pub fn load(path: &Path) -> anyhow::Result<HostConfig> {
         use anyhow::Context;
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("configuration {}", path.display()))
+        Self::parse_at(&text, path).with_context(|| format!("configuration {}", path.display()))
+    }
+
+    /// The configuration read from the file at `path`: a relative `policyDir` is relative to the file's folder,
+    /// as a user reading the file expects, not to wherever the host was started.
+    pub fn parse_at(text: &str, path: &Path) -> anyhow::Result<HostConfig> {
+        let mut config = Self::parse(text)?;
+        if config.policy_dir.is_relative() {
+            let folder = path.parent().filter(|folder| !folder.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            config.policy_dir = folder.join(&config.policy_dir);
+        }
+        Ok(config)
     }
 
     /// The built-in configuration (the default policy set in `plugins/out`).
@@ -249,6 +260,17 @@ mod tests {
 
     fn parse_error(text: &str) -> String {
         format!("{:#}", HostConfig::parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn a_relative_policy_dir_is_relative_to_the_configuration_file() {
+        let text = "policyDir: ../../plugins/out\nscheduler: {profiles: [{schedulerName: a}]}";
+        let config = HostConfig::parse_at(text, Path::new("examples/config/x.yaml")).unwrap();
+        assert_eq!(config.policy_dir, Path::new("examples/config/../../plugins/out"));
+        let absolute = HostConfig::parse_at("policyDir: /etc/wasp/policies\nscheduler: {profiles: [{schedulerName: a}]}", Path::new("/x/c.yaml")).unwrap();
+        assert_eq!(absolute.policy_dir, Path::new("/etc/wasp/policies"));
+        let bare = HostConfig::parse_at(text, Path::new("c.yaml")).unwrap();
+        assert_eq!(bare.policy_dir, Path::new("./../../plugins/out"));
     }
 
     #[test]

@@ -16,11 +16,13 @@ pub struct LoadError {
     /// The file (or other origin) the bytes came from.
     pub origin: String,
     pub reason: String,
+    /// The component calls itself by another name than the one it was loaded as.
+    pub name_mismatch: bool,
 }
 
 impl LoadError {
     pub fn new(origin: &str, reason: impl Into<String>) -> Self {
-        LoadError { origin: origin.to_string(), reason: reason.into() }
+        LoadError { origin: origin.to_string(), reason: reason.into(), name_mismatch: false }
     }
 }
 

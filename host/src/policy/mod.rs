@@ -156,15 +156,22 @@ impl LoadedPolicy {
     /// Compiles (or takes from the cache), checks the contract version and exports, asks the component to
     /// describe itself and configures one instance with `options.settings`. Any failure names `source`.
     pub fn load(runtime: &Arc<Runtime>, source: &str, wasm: &[u8], options: PolicyOptions) -> Result<Self, LoadError> {
+        Self::load_as(runtime, source, wasm, options, None)
+    }
+
+    /// [`load`](Self::load), refusing a component that does not call itself `expected_name` before its settings
+    /// are tried: another policy's file copied over this one is named as such, not as settings it rejects.
+    pub fn load_as(runtime: &Arc<Runtime>, source: &str, wasm: &[u8], options: PolicyOptions, expected_name: Option<&str>) -> Result<Self, LoadError> {
         let fail = |reason: String| LoadError::new(source, reason);
         check_binary_kind(wasm).map_err(fail)?;
         let digest = hex::encode(Sha256::digest(wasm));
         let (component, cache) =
             runtime.compile(&digest, wasm).map_err(|error| fail(format!("does not compile: {error:#}")))?;
         // From here the cache counts this load as a user of the component: a failure gives it back.
-        Self::configure_compiled(runtime, source, wasm, digest.clone(), component, cache, options).inspect_err(|_| runtime.release(&digest))
+        Self::configure_compiled(runtime, source, wasm, digest.clone(), component, cache, options, expected_name).inspect_err(|_| runtime.release(&digest))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn configure_compiled(
         runtime: &Arc<Runtime>,
         source: &str,
@@ -173,6 +180,7 @@ impl LoadedPolicy {
         component: wasmtime::component::Component,
         cache: CacheOutcome,
         options: PolicyOptions,
+        expected_name: Option<&str>,
     ) -> Result<Self, LoadError> {
         let fail = |reason: String| LoadError::new(source, reason);
         let contract_version = load::check_contract(runtime.engine(), &component).map_err(fail)?;
@@ -188,6 +196,10 @@ impl LoadedPolicy {
             .map_err(|error| fail(error.to_string()))?;
         let descriptor = instance.describe().map_err(|error| fail(error.to_string()))?;
         load::check_descriptor(&descriptor).map_err(fail)?;
+        if let Some(expected) = expected_name.filter(|expected| *expected != descriptor.name) {
+            let reason = format!("the component calls itself {:?}, but the file name loads it as {expected:?}", descriptor.name);
+            return Err(LoadError { name_mismatch: true, ..LoadError::new(source, reason) });
+        }
         instance.configure(&options.settings).map_err(|error| fail(format!("settings rejected: {error}")))?;
 
         let name: Arc<str> = Arc::from(descriptor.name.as_str());

@@ -11,6 +11,7 @@
 //! removed while something uses it is refused. Every refusal names the file, who uses it and the reason, in the
 //! log, the metrics (by [`RefusalReason`]) and [`PolicyRegistry::status`], which never waits for a reload.
 
+pub mod bundle;
 mod canary;
 pub mod metrics;
 mod plans;
@@ -364,7 +365,11 @@ impl PolicyRegistry {
         let Some(text) = &snapshot.config else { return Ok(None) };
         let refused = |reason: RefusalReason, message: String| Refusal::new(reason, self.config_refused(message));
         let text = text.clone().map_err(|message| refused(RefusalReason::Unreadable, message))?;
-        let config = HostConfig::parse(&text).map_err(|error| refused(RefusalReason::Config, format!("{error:#}")))?;
+        let parsed = match &self.config_path {
+            Some(path) => HostConfig::parse_at(&text, path),
+            None => HostConfig::parse(&text),
+        };
+        let config = parsed.map_err(|error| refused(RefusalReason::Config, format!("{error:#}")))?;
         if config == old.config {
             return Ok(None);
         }
@@ -440,12 +445,10 @@ impl PolicyRegistry {
 
     fn load_and_canary(&self, name: &str, file: &PolicyFile, options: PolicyOptions, users: &[crate::config::PolicyUser]) -> Result<LoadedPolicy, Refusal> {
         let source = file.path.display().to_string();
-        let policy = LoadedPolicy::load(&self.runtime, &source, &file.bytes, options)
-            .map_err(|error| Refusal::new(RefusalReason::InvalidPolicy, error.to_string()))?;
-        if policy.name() != name {
-            let message = format!("policy {source}: the component calls itself {:?}, but the file name loads it as {name:?}", policy.name());
-            return Err(Refusal::new(RefusalReason::NameMismatch, message));
-        }
+        let policy = LoadedPolicy::load_as(&self.runtime, &source, &file.bytes, options, Some(name)).map_err(|error| {
+            let reason = if error.name_mismatch { RefusalReason::NameMismatch } else { RefusalReason::InvalidPolicy };
+            Refusal::new(reason, error.to_string())
+        })?;
         if let Some(missing) = plans::kinds_missing(&policy, users) {
             return Err(Refusal::new(RefusalReason::Kinds, format!("policy {source}: {missing}")));
         }

@@ -2,8 +2,10 @@
 //!
 //! The directory may be a ConfigMap volume: the kubelet keeps the data in a timestamped `..<time>/` directory,
 //! points `..data` at it and exposes each key as a symlink `name -> ..data/name`. Entries starting with `..` are
-//! the writer's own and are skipped; reading a visible name follows the symlinks to the current data.
+//! the writer's own and are skipped; reading a visible name follows the symlinks to the current data. Policies
+//! are `NAME.wasm` files, or components of a bundle (`*.tar.zst`, see [`super::bundle`]).
 
+use super::bundle::{unpack, BUNDLE_SUFFIX};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -68,16 +70,19 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 impl SourceSnapshot {
     pub fn read(policy_dir: &Path, config_path: Option<&Path>) -> SourceSnapshot {
         let mut snapshot = SourceSnapshot { policies: BTreeMap::new(), config: None, unreadable: Vec::new() };
+        let mut bundles = Vec::new();
         match std::fs::read_dir(policy_dir) {
             Ok(entries) => {
                 for entry in entries.flatten() {
                     let file_name = entry.file_name().to_string_lossy().into_owned();
-                    let Some(name) = file_name.strip_suffix(".wasm") else { continue };
                     if file_name.starts_with("..") {
                         continue;
                     }
+                    let bundle = file_name.ends_with(BUNDLE_SUFFIX);
+                    let Some(name) = file_name.strip_suffix(".wasm").or(bundle.then_some(file_name.as_str())) else { continue };
                     let path = entry.path();
                     match read_policy(&path) {
+                        Ok(bytes) if bundle => bundles.push((path, bytes)),
                         Ok(bytes) => {
                             let digest = sha256_hex(&bytes);
                             snapshot.policies.insert(name.to_string(), PolicyFile { path, bytes, digest });
@@ -90,11 +95,42 @@ impl SourceSnapshot {
             }
             Err(error) => snapshot.unreadable.push(format!("policy directory {}: {error}", policy_dir.display())),
         }
+        snapshot.add_bundles(bundles);
         snapshot.config = config_path.map(|path| {
             let bytes = read_regular(path, crate::config::MAX_CONFIG_BYTES as u64).map_err(|error| format!("reading {}: {error}", path.display()))?;
             String::from_utf8(bytes).map_err(|_| format!("reading {}: not UTF-8 text", path.display()))
         });
         snapshot
+    }
+
+    /// The components of each bundle, in file name order. A loose `NAME.wasm` takes precedence over a bundle's
+    /// (drop one file next to the default set's bundle to replace that policy); a name in two bundles is an error,
+    /// and the first bundle's component is kept.
+    fn add_bundles(&mut self, mut bundles: Vec<(PathBuf, Vec<u8>)>) {
+        bundles.sort_by(|a, b| a.0.cmp(&b.0));
+        let loose: std::collections::BTreeSet<String> = self.policies.keys().cloned().collect();
+        for (bundle, bytes) in bundles {
+            let components = match unpack(&bytes) {
+                Ok(components) => components,
+                Err(error) => {
+                    self.unreadable.push(format!("{}: {error}", bundle.display()));
+                    continue;
+                }
+            };
+            for (file_name, bytes) in components {
+                let name = file_name.trim_end_matches(".wasm").to_string();
+                if loose.contains(&name) {
+                    continue;
+                }
+                let path = PathBuf::from(format!("{}:{file_name}", bundle.display()));
+                if let Some(first) = self.policies.get(&name) {
+                    self.unreadable.push(format!("{}: {name} is also in {}, which is kept", path.display(), first.path.display()));
+                    continue;
+                }
+                let digest = sha256_hex(&bytes);
+                self.policies.insert(name, PolicyFile { path, bytes, digest });
+            }
+        }
     }
 
     pub fn fingerprint(&self) -> Fingerprint {
@@ -128,6 +164,23 @@ mod tests {
         assert_eq!(before, SourceSnapshot::read(dir.path(), None).fingerprint(), "same contents, same fingerprint");
         std::fs::write(data.join("a.wasm"), b"second").unwrap();
         assert_ne!(before, SourceSnapshot::read(dir.path(), None).fingerprint());
+    }
+
+    #[test]
+    fn bundles_add_their_components_and_a_loose_file_replaces_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let pack = |entries: &[(&str, &[u8])]| super::super::bundle::pack(&entries.iter().map(|(name, bytes)| (name.to_string(), bytes.to_vec())).collect::<Vec<_>>()).unwrap();
+        std::fs::write(dir.path().join("a.tar.zst"), pack(&[("a.wasm", b"bundled a"), ("b.wasm", b"bundled b")])).unwrap();
+        std::fs::write(dir.path().join("z.tar.zst"), pack(&[("b.wasm", b"other b"), ("c.wasm", b"bundled c")])).unwrap();
+        std::fs::write(dir.path().join("a.wasm"), b"loose a").unwrap();
+        std::fs::write(dir.path().join("broken.tar.zst"), b"not a bundle").unwrap();
+        let snapshot = SourceSnapshot::read(dir.path(), None);
+        let contents: Vec<(&str, &[u8])> = snapshot.policies.iter().map(|(name, file)| (name.as_str(), file.bytes.as_slice())).collect();
+        assert_eq!(contents, [("a", b"loose a".as_slice()), ("b", b"bundled b"), ("c", b"bundled c")]);
+        assert!(snapshot.policies["c"].path.ends_with("z.tar.zst:c.wasm"), "{:?}", snapshot.policies["c"].path);
+        assert_eq!(snapshot.unreadable.len(), 2, "{:?}", snapshot.unreadable);
+        assert!(snapshot.unreadable.iter().any(|error| error.contains("broken.tar.zst: not zstd")), "{:?}", snapshot.unreadable);
+        assert!(snapshot.unreadable.iter().any(|error| error.contains("z.tar.zst:b.wasm: b is also in") && error.contains("a.tar.zst:b.wasm, which is kept")), "{:?}", snapshot.unreadable);
     }
 
     #[test]

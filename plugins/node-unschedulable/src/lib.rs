@@ -1,21 +1,16 @@
 //! `node-unschedulable`: kube-scheduler's NodeUnschedulable. Cordoned nodes (`spec.unschedulable`) are rejected
 //! unless the pod tolerates the `node.kubernetes.io/unschedulable:NoSchedule` taint.
 
-use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{Pod, Taint, TaintEffect};
-use wasp_sdk::{Cluster, Filter, NodeInfo, Policy, Verdict};
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Settings {}
+use wasp_sdk::{Cluster, Filter, NodeInfo, NoSettings, Policy, Verdict};
 
 pub struct NodeUnschedulable;
 
 impl Policy for NodeUnschedulable {
-    type Settings = Settings;
+    type Settings = NoSettings;
     const NAME: &'static str = "node-unschedulable";
 
-    fn new(_: Settings) -> Result<Self, String> {
+    fn new(_: NoSettings) -> Result<Self, String> {
         Ok(NodeUnschedulable)
     }
 

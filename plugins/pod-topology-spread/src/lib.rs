@@ -3,28 +3,23 @@
 //! nodes in domains with fewer matching pods for `ScheduleAnyway` constraints. Counts are computed once per pod
 //! over the nodes eligible under `nodeAffinityPolicy` and `nodeTaintsPolicy`.
 
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::spread::{domain_counts, resolved_selector};
 use wasp_sdk::types::{FilterResult, LabelSelector, NodeId, Pod, TopologySpreadConstraint, UnsatisfiableAction, ViewScope};
-use wasp_sdk::{Cluster, Filter, NodeInfo, Policy, Score, Verdict};
+use wasp_sdk::{Cluster, Filter, NodeInfo, NoSettings, Policy, Score, Verdict};
 
 const NOT_MATCH: &str = "node(s) didn't match pod topology spread constraints";
 const MISSING_LABEL: &str = "node(s) didn't match pod topology spread constraints (missing required label)";
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Settings {}
-
 pub struct PodTopologySpread;
 
 impl Policy for PodTopologySpread {
-    type Settings = Settings;
+    type Settings = NoSettings;
     const NAME: &'static str = "pod-topology-spread";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
 
-    fn new(_: Settings) -> Result<Self, String> {
+    fn new(_: NoSettings) -> Result<Self, String> {
         Ok(PodTopologySpread)
     }
 

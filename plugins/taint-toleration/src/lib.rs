@@ -2,22 +2,17 @@
 //! `NoExecute` taint the pod does not tolerate; the score prefers nodes with fewer untolerated
 //! `PreferNoSchedule` taints.
 
-use serde::{Deserialize, Serialize};
 use wasp_sdk::matching::first_untolerated_taint;
 use wasp_sdk::types::{Pod, TaintEffect};
-use wasp_sdk::{Cluster, Filter, NodeInfo, Normalization, Policy, Score, Verdict};
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Settings {}
+use wasp_sdk::{Cluster, Filter, NodeInfo, Normalization, NoSettings, Policy, Score, Verdict};
 
 pub struct TaintToleration;
 
 impl Policy for TaintToleration {
-    type Settings = Settings;
+    type Settings = NoSettings;
     const NAME: &'static str = "taint-toleration";
 
-    fn new(_: Settings) -> Result<Self, String> {
+    fn new(_: NoSettings) -> Result<Self, String> {
         Ok(TaintToleration)
     }
 
