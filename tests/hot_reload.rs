@@ -295,6 +295,41 @@ fn deleting_a_policy_in_use_is_refused_and_unchanged_files_do_nothing() {
 }
 
 #[test]
+fn a_bundle_swaps_only_the_policies_that_changed_and_a_loose_file_overrides_it() {
+    let mut volume = PolicyVolume::new(east());
+    let loose = volume.files.clone();
+    let bundle = |zone_pin: Vec<u8>| {
+        let mut components: Vec<(String, Vec<u8>)> = loose.iter().filter(|(name, _)| *name != "zone-pin.wasm").map(|(name, bytes)| (name.clone(), bytes.clone())).collect();
+        components.push(("zone-pin.wasm".into(), zone_pin));
+        wasp::registry::bundle::pack(&components).unwrap()
+    };
+    // The same policies, now delivered as one bundle: nothing to swap.
+    volume.files.clear();
+    volume.set("policies.tar.zst", Some(bundle(east())));
+    let registry = volume.registry();
+    let report = registry.reload();
+    assert!(report.unchanged || (report.swapped.is_empty() && report.errors.is_empty()), "{report:?}");
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&east()));
+    // A new bundle in which one policy changed: that one swaps, the others keep their versions.
+    let before = serving_digest(&registry, "resources-fit");
+    volume.set("policies.tar.zst", Some(bundle(west())));
+    let report = registry.reload();
+    assert_eq!(report.swapped, ["zone-pin"], "{report:?}");
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&west()));
+    assert_eq!(serving_digest(&registry, "resources-fit"), before);
+    let source = registry.status().policies.into_iter().find(|status| status.name == "zone-pin").unwrap().source;
+    assert!(source.ends_with("policies.tar.zst:zone-pin.wasm"), "{source}");
+    // A loose file next to the bundle replaces its policy; a damaged bundle is refused and what served stays.
+    volume.set("zone-pin.wasm", Some(east()));
+    assert_eq!(registry.reload().swapped, ["zone-pin"]);
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&east()));
+    volume.set("policies.tar.zst", Some(b"half a bundle".to_vec()));
+    let report = registry.reload();
+    assert!(report.error_messages().contains("policies.tar.zst: not zstd"), "{:?}", report.error_messages());
+    assert_eq!(serving_digest(&registry, "resources-fit"), before, "the loaded version keeps serving");
+}
+
+#[test]
 fn a_new_version_that_no_longer_implements_what_its_users_need_is_refused() {
     let mut volume = PolicyVolume::new(east());
     let registry = volume.registry();
