@@ -2,7 +2,7 @@
 //! view and the configured policy. [`export_policy!`](crate::export_policy) expands to calls into this module.
 
 use crate::cluster::Cluster;
-use crate::policy::Policy;
+use crate::policy::{Evict, Filter, Policy, Scale, Score};
 use crate::types::{
     ClusterDelta, Descriptor, EvictContext, Eviction, FilterResult, NodeId, Pod, PolicyKind, ScaleDecision, ScaleRequest,
 };
@@ -10,35 +10,113 @@ use crate::types::{
 pub struct GuestState<P: Policy> {
     cluster: Cluster,
     policy: Option<P>,
+    exports: Exports<P>,
 }
 
-impl<P: Policy> Default for GuestState<P> {
-    fn default() -> Self {
-        GuestState { cluster: Cluster::new(), policy: None }
+/// What a policy type implements, found at compile time by [`export_policy!`](crate::export_policy): a policy
+/// implements [`Filter`], [`Score`], [`Evict`] or [`Scale`] and is exported as such, with nothing to wire by hand
+/// and no instance to build (so its settings may have no valid default).
+pub struct Exports<P> {
+    pub filter: fn(&P) -> Option<&dyn Filter>,
+    pub score: fn(&P) -> Option<&dyn Score>,
+    pub evict: fn(&P) -> Option<&dyn Evict>,
+    pub scale: fn(&P) -> Option<&dyn Scale>,
+    /// filter, score, evict, scale.
+    pub implemented: [bool; 4],
+}
+
+impl<P> Exports<P> {
+    pub fn kinds(&self) -> Vec<PolicyKind> {
+        let kinds = [PolicyKind::Filter, PolicyKind::Score, PolicyKind::Evict, PolicyKind::Scale];
+        kinds.into_iter().zip(self.implemented).filter_map(|(kind, implemented)| implemented.then_some(kind)).collect()
     }
 }
 
-/// The kinds a policy implements, read off an instance built with the default settings.
-pub fn kinds<P: Policy>() -> Vec<PolicyKind> {
-    let Ok(policy) = P::new(P::Settings::default()) else {
-        return Vec::new();
-    };
-    [
-        (policy.as_filter().is_some(), PolicyKind::Filter),
-        (policy.as_score().is_some(), PolicyKind::Score),
-        (policy.as_evict().is_some(), PolicyKind::Evict),
-        (policy.as_scale().is_some(), PolicyKind::Scale),
-    ]
-    .into_iter()
-    .filter_map(|(implemented, kind)| implemented.then_some(kind))
-    .collect()
+/// Autoref specialization on the concrete policy type of [`export_policy!`](crate::export_policy): for
+/// `(&&Probe::<P>::new())`, a method of the `Implements*` traits (impl for `&Probe<P>`, where `P` has the trait)
+/// is found before the `Lacks*` fallback (impl for `Probe<P>`, one dereference away).
+#[doc(hidden)]
+pub mod detect {
+    use super::{Evict, Filter, Scale, Score};
+    use std::marker::PhantomData;
+
+    pub struct Probe<P>(PhantomData<P>);
+
+    impl<P> Probe<P> {
+        #[allow(clippy::new_without_default)]
+        pub const fn new() -> Self {
+            Probe(PhantomData)
+        }
+    }
+
+    macro_rules! detector {
+        ($kind:ident, $implements:ident, $lacks:ident, $as:ident, $has:ident) => {
+            pub trait $implements<P> {
+                fn $as<'a>(&self, policy: &'a P) -> Option<&'a dyn $kind>;
+                fn $has(&self) -> bool {
+                    true
+                }
+            }
+            impl<P: $kind> $implements<P> for &Probe<P> {
+                fn $as<'a>(&self, policy: &'a P) -> Option<&'a dyn $kind> {
+                    Some(policy)
+                }
+            }
+            pub trait $lacks<P> {
+                fn $as<'a>(&self, _policy: &'a P) -> Option<&'a dyn $kind> {
+                    None
+                }
+                fn $has(&self) -> bool {
+                    false
+                }
+            }
+            impl<P> $lacks<P> for Probe<P> {}
+        };
+    }
+
+    detector!(Filter, ImplementsFilter, LacksFilter, as_filter, is_filter);
+    detector!(Score, ImplementsScore, LacksScore, as_score, is_score);
+    detector!(Evict, ImplementsEvict, LacksEvict, as_evict, is_evict);
+    detector!(Scale, ImplementsScale, LacksScale, as_scale, is_scale);
 }
 
-pub fn describe<P: Policy>(version: &str) -> Descriptor {
+/// The [`Exports`] of a concrete policy type (what [`export_policy!`](crate::export_policy) uses; tests may too).
+#[macro_export]
+macro_rules! exports_of {
+    ($policy:ty) => {{
+        #[allow(unused_imports)]
+        use $crate::guest::detect::{
+            ImplementsEvict as _, ImplementsFilter as _, ImplementsScale as _, ImplementsScore as _, LacksEvict as _, LacksFilter as _,
+            LacksScale as _, LacksScore as _, Probe,
+        };
+        fn filter(policy: &$policy) -> Option<&dyn $crate::Filter> {
+            (&&Probe::<$policy>::new()).as_filter(policy)
+        }
+        fn score(policy: &$policy) -> Option<&dyn $crate::Score> {
+            (&&Probe::<$policy>::new()).as_score(policy)
+        }
+        fn evict(policy: &$policy) -> Option<&dyn $crate::Evict> {
+            (&&Probe::<$policy>::new()).as_evict(policy)
+        }
+        fn scale(policy: &$policy) -> Option<&dyn $crate::Scale> {
+            (&&Probe::<$policy>::new()).as_scale(policy)
+        }
+        let probe = &&Probe::<$policy>::new();
+        $crate::guest::Exports::<$policy> {
+            filter,
+            score,
+            evict,
+            scale,
+            implemented: [probe.is_filter(), probe.is_score(), probe.is_evict(), probe.is_scale()],
+        }
+    }};
+}
+
+pub fn describe<P: Policy>(version: &str, exports: &Exports<P>) -> Descriptor {
     Descriptor {
         name: P::NAME.to_string(),
         version: version.to_string(),
-        kinds: kinds::<P>(),
+        kinds: exports.kinds(),
         view: P::VIEW,
         default_settings: serde_json::to_string(&P::Settings::default()).unwrap_or_else(|_| "{}".to_string()),
         settings_doc: P::SETTINGS_DOC.to_string(),
@@ -62,6 +140,14 @@ pub fn build<P: Policy>(settings: &str) -> Result<P, String> {
 }
 
 impl<P: Policy> GuestState<P> {
+    pub fn new(exports: Exports<P>) -> Self {
+        GuestState { cluster: Cluster::new(), policy: None, exports }
+    }
+
+    pub fn describe(&self, version: &str) -> Descriptor {
+        describe(version, &self.exports)
+    }
+
     pub fn configure(&mut self, settings: &str) -> Result<(), String> {
         self.policy = Some(build::<P>(settings)?);
         Ok(())
@@ -82,22 +168,22 @@ impl<P: Policy> GuestState<P> {
     }
 
     pub fn filter(&self, pod: &Pod, candidates: &[NodeId]) -> Result<FilterResult, String> {
-        let filter = self.policy()?.as_filter().ok_or_else(|| Self::missing("filter"))?;
+        let filter = (self.exports.filter)(self.policy()?).ok_or_else(|| Self::missing("filter"))?;
         Ok(filter.filter_all(pod, &self.cluster, candidates))
     }
 
     pub fn score(&self, pod: &Pod, candidates: &[NodeId]) -> Result<Vec<u32>, String> {
-        let score = self.policy()?.as_score().ok_or_else(|| Self::missing("score"))?;
+        let score = (self.exports.score)(self.policy()?).ok_or_else(|| Self::missing("score"))?;
         Ok(score.score_all(pod, &self.cluster, candidates))
     }
 
     pub fn propose(&self, context: &EvictContext) -> Result<Vec<Eviction>, String> {
-        let evict = self.policy()?.as_evict().ok_or_else(|| Self::missing("evict"))?;
+        let evict = (self.exports.evict)(self.policy()?).ok_or_else(|| Self::missing("evict"))?;
         Ok(evict.propose(&self.cluster, context))
     }
 
     pub fn recommend(&self, request: &ScaleRequest) -> Result<ScaleDecision, String> {
-        self.policy()?.as_scale().ok_or_else(|| Self::missing("scale"))?.recommend(request)
+        (self.exports.scale)(self.policy()?).ok_or_else(|| Self::missing("scale"))?.recommend(request)
     }
 }
 
@@ -121,12 +207,12 @@ macro_rules! export_policy {
             struct Component;
 
             ::std::thread_local! {
-                static STATE: RefCell<$crate::guest::GuestState<$policy>> = RefCell::new(Default::default());
+                static STATE: RefCell<$crate::guest::GuestState<$policy>> = RefCell::new($crate::guest::GuestState::new($crate::exports_of!($policy)));
             }
 
             impl exports::policy::Guest for Component {
                 fn describe() -> Descriptor {
-                    $crate::guest::describe::<$policy>(env!("CARGO_PKG_VERSION"))
+                    STATE.with_borrow(|state| state.describe(env!("CARGO_PKG_VERSION")))
                 }
                 fn configure(settings: String) -> Result<(), String> {
                     STATE.with_borrow_mut(|state| state.configure(&settings))
@@ -159,4 +245,44 @@ macro_rules! export_policy {
             $crate::bindings::__export_policy_component!(Component with_types_in $crate::bindings);
         };
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::types::{Pod, PolicyKind};
+    use crate::{Cluster, Filter, NoSettings, NodeInfo, Policy, Score, Verdict};
+
+    /// A filter and score whose settings have no valid default.
+    struct Picky;
+
+    impl Policy for Picky {
+        type Settings = NoSettings;
+        const NAME: &'static str = "picky";
+
+        fn new(_: NoSettings) -> Result<Self, String> {
+            Err("zone: required".into())
+        }
+    }
+
+    impl Filter for Picky {
+        fn filter(&self, _pod: &Pod, _node: &NodeInfo, _cluster: &Cluster) -> Verdict {
+            Verdict::Pass
+        }
+    }
+
+    impl Score for Picky {
+        fn score(&self, _pod: &Pod, _node: &NodeInfo, _cluster: &Cluster) -> i64 {
+            1
+        }
+    }
+
+    #[test]
+    fn the_kinds_are_what_the_type_implements_without_building_it() {
+        let exports = crate::exports_of!(Picky);
+        assert_eq!(exports.kinds(), [PolicyKind::Filter, PolicyKind::Score]);
+        assert!((exports.filter)(&Picky).is_some() && (exports.score)(&Picky).is_some());
+        assert!((exports.evict)(&Picky).is_none() && (exports.scale)(&Picky).is_none());
+        let descriptor = super::describe("1.0.0", &exports);
+        assert_eq!((descriptor.name.as_str(), descriptor.kinds.len()), ("picky", 2));
+    }
 }

@@ -1,5 +1,6 @@
 //! The traits a policy implements. [`Policy`] says what it is and how it is configured; [`Filter`], [`Score`],
-//! [`Evict`] and [`Scale`] are the four kinds of decision, and a policy may implement several.
+//! [`Evict`] and [`Scale`] are the four kinds of decision, and a policy may implement several:
+//! `export_policy!` exports each one the type implements.
 
 use crate::cluster::{Cluster, NodeInfo};
 use crate::types::{EvictContext, Eviction, FilterResult, NodeId, Placement, Pod, PodId, ScaleDecision, ScaleRequest, ViewScope};
@@ -12,7 +13,8 @@ use std::borrow::Cow;
 pub struct NoSettings {}
 
 pub trait Policy: Sized + 'static {
-    /// Settings as JSON; missing fields take their defaults, so `Default` must be a valid configuration.
+    /// Settings as JSON; missing fields take their defaults (`Default` is what `describe` shows; `new` may still
+    /// refuse it, for a setting that must be given).
     type Settings: Serialize + DeserializeOwned + Default;
 
     /// The name profiles refer to, e.g. `resources-fit`.
@@ -25,19 +27,6 @@ pub trait Policy: Sized + 'static {
 
     /// Builds the policy from validated settings; return a readable error naming the setting that is wrong.
     fn new(settings: Self::Settings) -> Result<Self, String>;
-
-    fn as_filter(&self) -> Option<&dyn Filter> {
-        None
-    }
-    fn as_score(&self) -> Option<&dyn Score> {
-        None
-    }
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        None
-    }
-    fn as_scale(&self) -> Option<&dyn Scale> {
-        None
-    }
 }
 
 /// The reason given for a candidate id the policy's cluster view does not hold.

@@ -117,52 +117,61 @@ impl Webhooks {
                 return malformed(message);
             }
         };
-        let mut response = AdmissionResponse::from(&request);
-        let mut result = "allowed";
-        if let Some(pod) = pod {
-            let namespace = self.namespace(request.namespace.as_deref());
-            let pod_name = format!("{}/{}", request.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().or(pod.metadata.generate_name.as_deref()).unwrap_or(""));
-            match webhook {
-                Webhook::Mutate => {
-                    if let Some(scheduler) = review::namespace_default(&pod, &namespace) {
-                        let patch: json_patch::Patch = match serde_json::from_value(serde_json::json!([{"op": "add", "path": "/spec/schedulerName", "value": scheduler}])) {
-                            Ok(patch) => patch,
-                            Err(error) => return malformed(error.to_string()),
-                        };
-                        match response.clone().with_patch(patch) {
-                            Ok(patched) => {
-                                tracing::debug!(pod = %pod_name, %scheduler, namespace = %namespace.namespace, "scheduler set from the namespace");
-                                response = patched;
-                                result = "mutated";
-                            }
-                            Err(error) => tracing::warn!(pod = %pod_name, %error, "could not encode the patch"),
-                        }
-                    }
-                }
-                Webhook::Validate => {
-                    let generation = self.policies.current();
-                    let known = KnownSchedulers::of(&generation.config);
-                    if let Err(message) = review::validate(&pod, &namespace, &known) {
-                        match generation.config.admission.mode {
-                            AdmissionMode::Deny => {
-                                tracing::info!(pod = %pod_name, %message, "pod refused");
-                                response = response.deny(&message);
-                                response.result.code = 403;
-                                response.result.reason = "Forbidden".into();
-                                result = "denied";
-                            }
-                            AdmissionMode::Warn => {
-                                tracing::info!(pod = %pod_name, %message, "pod admitted with a warning");
-                                response.warnings = Some(vec![message]);
-                                result = "warned";
-                            }
-                        }
-                    }
+        let response = AdmissionResponse::from(&request);
+        let (response, result) = match pod {
+            None => (response, "allowed"),
+            Some(pod) => {
+                let namespace = self.namespace(request.namespace.as_deref());
+                let name = pod.metadata.name.as_deref().or(pod.metadata.generate_name.as_deref()).unwrap_or("");
+                let pod_name = format!("{}/{name}", request.namespace.as_deref().unwrap_or(""));
+                match webhook {
+                    Webhook::Mutate => self.mutate(response, &pod, &namespace, &pod_name),
+                    Webhook::Validate => self.validate(response, &pod, &namespace, &pod_name),
                 }
             }
-        }
+        };
         self.metrics.reviewed(webhook.name(), result, started.elapsed());
         axum::Json(review_json(response)).into_response()
+    }
+
+    /// The namespace's scheduler for a pod that chose none, as a JSON Patch.
+    fn mutate(&self, response: AdmissionResponse, pod: &Pod, namespace: &NamespaceChoice, pod_name: &str) -> (AdmissionResponse, &'static str) {
+        let Some(scheduler) = review::namespace_default(pod, namespace) else { return (response, "allowed") };
+        let operation = serde_json::json!([{"op": "add", "path": "/spec/schedulerName", "value": scheduler}]);
+        let patched = serde_json::from_value::<json_patch::Patch>(operation).map_err(|error| error.to_string()).and_then(|patch| response.clone().with_patch(patch).map_err(|error| error.to_string()));
+        match patched {
+            Ok(patched) => {
+                tracing::debug!(pod = %pod_name, %scheduler, namespace = %namespace.namespace, "scheduler set from the namespace");
+                (patched, "mutated")
+            }
+            // Not expected: the patch is built here. The pod is admitted unchanged, as a down webhook would.
+            Err(error) => {
+                tracing::warn!(pod = %pod_name, %error, "could not encode the patch");
+                (response, "allowed")
+            }
+        }
+    }
+
+    /// Refused (or, in `warn` mode, admitted with a warning) when the pod names a scheduler nobody runs or
+    /// contradicts its namespace; the live configuration says which schedulers run.
+    fn validate(&self, response: AdmissionResponse, pod: &Pod, namespace: &NamespaceChoice, pod_name: &str) -> (AdmissionResponse, &'static str) {
+        let generation = self.policies.current();
+        let Err(message) = review::validate(pod, namespace, &KnownSchedulers::of(&generation.config)) else { return (response, "allowed") };
+        match generation.config.admission.mode {
+            AdmissionMode::Deny => {
+                tracing::info!(pod = %pod_name, %message, "pod refused");
+                let mut denied = response.deny(&message);
+                denied.result.code = 403;
+                denied.result.reason = "Forbidden".into();
+                (denied, "denied")
+            }
+            AdmissionMode::Warn => {
+                tracing::info!(pod = %pod_name, %message, "pod admitted with a warning");
+                let mut warned = response;
+                warned.warnings = Some(vec![message]);
+                (warned, "warned")
+            }
+        }
     }
 }
 

@@ -93,9 +93,7 @@ fn lib_rs(name: &str, kinds: &[&str]) -> String {
     uses.push(format!("use wasp_sdk::{{{}}};", imports.join(", ")));
     let mut rules = Vec::new();
     let mut tests = Vec::new();
-    let mut accessors = String::new();
     if has("filter") {
-        accessors.push_str("\n    fn as_filter(&self) -> Option<&dyn Filter> {\n        Some(self)\n    }\n");
         rules.push(format!(
             r#"/// Nodes labelled `<label>=avoid` are rejected, with a reason the scheduler counts in its
 /// `0/N nodes are available: ...` message.
@@ -122,7 +120,6 @@ impl Filter for {ty} {{
         ));
     }
     if has("score") {
-        accessors.push_str("\n    fn as_score(&self) -> Option<&dyn Score> {\n        Some(self)\n    }\n");
         rules.push(format!(
             r#"/// Nodes labelled `<label>=prefer` score 100, the others 0.
 impl Score for {ty} {{
@@ -143,7 +140,6 @@ impl Score for {ty} {{
         ));
     }
     if has("evict") {
-        accessors.push_str("\n    fn as_evict(&self) -> Option<&dyn Evict> {\n        Some(self)\n    }\n");
         rules.push(format!(
             r#"/// Pods on nodes labelled `<label>=retire` are proposed; the host decides within its limits and budgets.
 impl Evict for {ty} {{
@@ -170,7 +166,6 @@ impl Evict for {ty} {{
         ));
     }
     if has("scale") {
-        accessors.push_str("\n    fn as_scale(&self) -> Option<&dyn Scale> {\n        Some(self)\n    }\n");
         rules.push(format!(
             r#"/// The HPA's rule: each metric proposes replicas, the largest proposal wins. The host applies min/max,
 /// stabilization and rate limits whatever this returns.
@@ -232,7 +227,7 @@ impl Policy for {ty} {{
         }}
         Ok({ty} {{ settings }})
     }}
-{accessors}}}
+}}
 
 {rules}
 

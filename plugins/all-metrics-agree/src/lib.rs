@@ -41,10 +41,6 @@ impl Policy for AllMetricsAgree {
         }
         Ok(AllMetricsAgree { settings })
     }
-
-    fn as_scale(&self) -> Option<&dyn Scale> {
-        Some(self)
-    }
 }
 
 impl Scale for AllMetricsAgree {

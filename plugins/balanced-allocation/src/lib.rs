@@ -19,10 +19,6 @@ impl Policy for BalancedAllocation {
         validate_resource_weights("resources", &settings.resources)?;
         Ok(BalancedAllocation { resources: settings.resources.into_iter().map(|entry| entry.name).collect() })
     }
-
-    fn as_score(&self) -> Option<&dyn Score> {
-        Some(self)
-    }
 }
 
 impl Score for BalancedAllocation {

@@ -45,10 +45,6 @@ impl Policy for DrainForMaintenance {
         }
         Ok(DrainForMaintenance { settings })
     }
-
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        Some(self)
-    }
 }
 
 impl Evict for DrainForMaintenance {

@@ -42,10 +42,6 @@ impl Policy for HighNodeUtilization {
         settings.thresholds.validate("thresholds")?;
         Ok(HighNodeUtilization { settings })
     }
-
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        Some(self)
-    }
 }
 
 impl Evict for HighNodeUtilization {

@@ -46,10 +46,6 @@ impl Policy for Hpa {
         check_tolerance(settings.tolerance)?;
         Ok(Hpa { settings })
     }
-
-    fn as_scale(&self) -> Option<&dyn Scale> {
-        Some(self)
-    }
 }
 
 impl Scale for Hpa {

@@ -19,10 +19,6 @@ impl Policy for LeastAllocated {
         validate_resource_weights("resources", &settings.resources)?;
         Ok(LeastAllocated { resources: settings.resources })
     }
-
-    fn as_score(&self) -> Option<&dyn Score> {
-        Some(self)
-    }
 }
 
 impl Score for LeastAllocated {

@@ -64,10 +64,6 @@ impl Policy for LowNodeUtilization {
         }
         Ok(LowNodeUtilization { settings })
     }
-
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        Some(self)
-    }
 }
 
 impl Evict for LowNodeUtilization {

@@ -82,10 +82,6 @@ impl Policy for MakeRoomForPending {
         }
         Ok(MakeRoomForPending { settings })
     }
-
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        Some(self)
-    }
 }
 
 impl Evict for MakeRoomForPending {

@@ -117,14 +117,6 @@ impl Policy for NodeAffinity {
             .collect::<Result<Vec<_>, String>>()?;
         Ok(NodeAffinity { added_required, added_preferred })
     }
-
-    fn as_filter(&self) -> Option<&dyn Filter> {
-        Some(self)
-    }
-
-    fn as_score(&self) -> Option<&dyn Score> {
-        Some(self)
-    }
 }
 
 impl Filter for NodeAffinity {

@@ -13,10 +13,6 @@ impl Policy for NodeUnschedulable {
     fn new(_: NoSettings) -> Result<Self, String> {
         Ok(NodeUnschedulable)
     }
-
-    fn as_filter(&self) -> Option<&dyn Filter> {
-        Some(self)
-    }
 }
 
 impl Filter for NodeUnschedulable {

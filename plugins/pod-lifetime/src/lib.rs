@@ -50,10 +50,6 @@ impl Policy for PodLifetime {
         }
         Ok(PodLifetime { settings })
     }
-
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        Some(self)
-    }
 }
 
 impl Evict for PodLifetime {

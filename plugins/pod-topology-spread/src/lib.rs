@@ -22,14 +22,6 @@ impl Policy for PodTopologySpread {
     fn new(_: NoSettings) -> Result<Self, String> {
         Ok(PodTopologySpread)
     }
-
-    fn as_filter(&self) -> Option<&dyn Filter> {
-        Some(self)
-    }
-
-    fn as_score(&self) -> Option<&dyn Score> {
-        Some(self)
-    }
 }
 
 /// One constraint with its selector resolved (matchLabelKeys folded in) and matching pods counted per domain.

@@ -65,10 +65,6 @@ impl Policy for Predictive {
         check_tolerance(settings.tolerance)?;
         Ok(Predictive { settings })
     }
-
-    fn as_scale(&self) -> Option<&dyn Scale> {
-        Some(self)
-    }
 }
 
 /// (forecast load at `at`, trend per second) from (time, load) oldest first.

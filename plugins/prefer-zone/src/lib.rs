@@ -22,10 +22,6 @@ impl Policy for PreferZone {
     fn new(settings: Settings) -> Result<Self, String> {
         Ok(PreferZone { zone: settings.zone })     // return Err("zone: ...") to reject settings
     }
-
-    fn as_score(&self) -> Option<&dyn Score> {
-        Some(self)
-    }
 }
 
 impl Score for PreferZone {

@@ -34,10 +34,6 @@ impl Policy for RemoveDuplicates {
         }
         Ok(RemoveDuplicates { settings })
     }
-
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        Some(self)
-    }
 }
 
 impl Evict for RemoveDuplicates {

@@ -37,10 +37,6 @@ impl Policy for RemovePodsHavingTooManyRestarts {
         }
         Ok(RemovePodsHavingTooManyRestarts { settings })
     }
-
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        Some(self)
-    }
 }
 
 impl Evict for RemovePodsHavingTooManyRestarts {

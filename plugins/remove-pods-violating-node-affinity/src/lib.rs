@@ -53,10 +53,6 @@ impl Policy for RemovePodsViolatingNodeAffinity {
         let has = |kind: &str| settings.node_affinity_type.iter().any(|entry| entry == kind);
         Ok(RemovePodsViolatingNodeAffinity { required: has(REQUIRED), preferred: has(PREFERRED) })
     }
-
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        Some(self)
-    }
 }
 
 impl Evict for RemovePodsViolatingNodeAffinity {

@@ -42,10 +42,6 @@ impl Policy for RemovePodsViolatingNodeTaints {
         }
         Ok(RemovePodsViolatingNodeTaints { settings })
     }
-
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        Some(self)
-    }
 }
 
 impl Evict for RemovePodsViolatingNodeTaints {

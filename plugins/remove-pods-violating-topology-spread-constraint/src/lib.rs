@@ -30,10 +30,6 @@ impl Policy for RemovePodsViolatingTopologySpreadConstraint {
     fn new(settings: Settings) -> Result<Self, String> {
         Ok(RemovePodsViolatingTopologySpreadConstraint { settings })
     }
-
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        Some(self)
-    }
 }
 
 impl Evict for RemovePodsViolatingTopologySpreadConstraint {

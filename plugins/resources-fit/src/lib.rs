@@ -45,10 +45,6 @@ impl Policy for ResourcesFit {
         }
         Ok(ResourcesFit { settings })
     }
-
-    fn as_filter(&self) -> Option<&dyn Filter> {
-        Some(self)
-    }
 }
 
 impl ResourcesFit {

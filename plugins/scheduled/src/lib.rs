@@ -116,10 +116,6 @@ impl Policy for Scheduled {
         check_tolerance(settings.tolerance)?;
         Ok(Scheduled { offset, windows, tolerance: settings.tolerance })
     }
-
-    fn as_scale(&self) -> Option<&dyn Scale> {
-        Some(self)
-    }
 }
 
 impl Scale for Scheduled {

@@ -15,14 +15,6 @@ impl Policy for TaintToleration {
     fn new(_: NoSettings) -> Result<Self, String> {
         Ok(TaintToleration)
     }
-
-    fn as_filter(&self) -> Option<&dyn Filter> {
-        Some(self)
-    }
-
-    fn as_score(&self) -> Option<&dyn Score> {
-        Some(self)
-    }
 }
 
 impl Filter for TaintToleration {

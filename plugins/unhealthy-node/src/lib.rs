@@ -52,10 +52,6 @@ impl Policy for UnhealthyNode {
         }
         Ok(UnhealthyNode { settings })
     }
-
-    fn as_evict(&self) -> Option<&dyn Evict> {
-        Some(self)
-    }
 }
 
 impl Evict for UnhealthyNode {
