@@ -12,6 +12,14 @@ use tokio::sync::broadcast;
 const GENERATE_NAME_ATTEMPTS: usize = 8;
 /// Changes kept by default for watches that resume from a resource version; older ones get `410 Gone`.
 pub const DEFAULT_HISTORY: usize = 100_000;
+/// Bytes of JSON text the history may hold besides what the table shares with it (previous versions, deleted
+/// objects): 100k changes of pods are ~250 MB of text otherwise. Older changes go first, as with the count.
+/// `WASP_SIM_HISTORY_BYTES` overrides it.
+pub const HISTORY_BYTES: usize = 64 << 20;
+
+fn history_bytes_limit() -> usize {
+    std::env::var("WASP_SIM_HISTORY_BYTES").ok().and_then(|text| text.parse().ok()).unwrap_or(HISTORY_BYTES)
+}
 /// Events buffered per watcher before a slow one is cut off (it then resumes or relists).
 const FAN_OUT_BUFFER: usize = 200_000;
 
@@ -37,6 +45,8 @@ pub struct Event {
     pub resource: &'static ResourceType,
     pub kind: EventKind,
     pub object: Arc<Value>,
+    /// `object` as JSON text, as stored: watches write it as it is instead of serializing the object again.
+    pub text: Arc<str>,
     /// The object before this change (for watches whose selector it leaves or enters).
     pub previous: Option<Arc<Value>>,
     pub revision: u64,
@@ -49,8 +59,21 @@ type Key = (String, String);
 /// Readers get a parsed copy; the history shares the text with the table instead of keeping whole values.
 type Stored = Arc<str>;
 
+/// Serialized into a buffer kept per thread, then copied once at its exact size: growing a fresh `String` per
+/// write (128 bytes, doubled to ~2 KiB) left the allocator sorting freed chunks of every size.
 fn to_stored(object: &Value) -> Stored {
-    Arc::from(serde_json::to_string(object).expect("JSON values serialize"))
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUFFER.with_borrow_mut(|buffer| {
+        buffer.clear();
+        serde_json::to_writer(&mut *buffer, object).expect("JSON values serialize");
+        let text: Stored = Arc::from(std::str::from_utf8(buffer).expect("serde_json writes UTF-8"));
+        if buffer.capacity() > 1 << 20 {
+            *buffer = Vec::new();
+        }
+        text
+    })
 }
 
 fn parse(stored: &Stored) -> Arc<Value> {
@@ -67,11 +90,17 @@ struct Change {
 }
 
 impl Change {
+    /// Text this change keeps alive on its own, roughly: the previous version (the object is usually the table's).
+    fn bytes(&self) -> usize {
+        self.previous.as_ref().map_or(0, |previous| previous.len()) + if self.kind == EventKind::Deleted { self.object.len() } else { 0 }
+    }
+
     fn event(&self) -> Arc<Event> {
         Arc::new(Event {
             resource: self.resource,
             kind: self.kind,
             object: parse(&self.object),
+            text: self.object.clone(),
             previous: self.previous.as_ref().map(parse),
             revision: self.revision,
         })
@@ -86,6 +115,9 @@ struct State {
     owned: HashMap<(String, String), Owned>,
     history: VecDeque<Change>,
     history_limit: usize,
+    /// What `Change::bytes` adds up to over the history, and its bound.
+    history_bytes: usize,
+    history_bytes_limit: usize,
 }
 
 /// What an owner owns, with counts kept current on every write.
@@ -230,7 +262,7 @@ impl Store {
     /// A store that keeps `limit` changes for resuming watches.
     pub fn with_history(limit: usize) -> Self {
         let (events, _) = broadcast::channel(FAN_OUT_BUFFER);
-        let state = State { revision: 1, objects: HashMap::new(), owned: HashMap::new(), history: VecDeque::new(), history_limit: limit.max(1) };
+        let state = State { revision: 1, objects: HashMap::new(), owned: HashMap::new(), history: VecDeque::new(), history_limit: limit.max(1), history_bytes: 0, history_bytes_limit: history_bytes_limit() };
         Store { state: Mutex::new(state), events }
     }
 
@@ -268,11 +300,14 @@ impl Store {
         if kind != EventKind::Deleted {
             state.index(&resource_id, &key, &object);
         }
-        state.history.push_back(Change { resource, kind, object: text, previous: replaced, revision });
-        let event = Arc::new(Event { resource, kind, object: object.clone(), previous, revision });
-        if state.history.len() > state.history_limit {
-            state.history.pop_front();
+        let change = Change { resource, kind, object: text.clone(), previous: replaced, revision };
+        state.history_bytes += change.bytes();
+        state.history.push_back(change);
+        while state.history.len() > 1 && (state.history.len() > state.history_limit || state.history_bytes > state.history_bytes_limit) {
+            let oldest = state.history.pop_front().expect("not empty");
+            state.history_bytes -= oldest.bytes();
         }
+        let event = Arc::new(Event { resource, kind, object: object.clone(), text, previous, revision });
         // No receivers is fine: nobody is watching.
         let _ = self.events.send(event);
         object
@@ -498,14 +533,14 @@ impl Store {
                 .map(|table| {
                     table
                         .values()
-                        .map(|object| {
-                            let object = parse(object);
+                        .map(|text| {
+                            let object = parse(text);
                             let revision = object
                                 .pointer("/metadata/resourceVersion")
                                 .and_then(Value::as_str)
                                 .and_then(|text| text.parse().ok())
                                 .unwrap_or(0);
-                            Arc::new(Event { resource, kind: EventKind::Added, object, previous: None, revision })
+                            Arc::new(Event { resource, kind: EventKind::Added, object, text: text.clone(), previous: None, revision })
                         })
                         .collect()
                 })
