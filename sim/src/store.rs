@@ -700,6 +700,19 @@ mod tests {
     }
 
     #[test]
+    fn a_generated_name_that_is_taken_is_generated_again() {
+        let store = store_with_default_namespace();
+        let pod = || json!({"metadata": {"generateName": "web-"}, "spec": {"containers": [{"name": "a"}]}});
+        fastrand::seed(7);
+        let first = store.create(resources::pods(), Some("default"), pod()).unwrap();
+        // The same seed draws the same suffix first: taken, so another is drawn, not a 409.
+        fastrand::seed(7);
+        let second = store.create(resources::pods(), Some("default"), pod()).unwrap();
+        assert!(name_of(&first).starts_with("web-") && name_of(&second).starts_with("web-"));
+        assert_ne!(name_of(&first), name_of(&second));
+    }
+
+    #[test]
     fn watch_resumes_from_history_and_expires() {
         let store = store_with_default_namespace();
         store.create(resources::nodes(), None, json!({"metadata": {"name": "a"}})).unwrap();
