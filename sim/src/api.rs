@@ -624,6 +624,20 @@ struct WatchView {
 }
 
 impl WatchView {
+    /// The line of one event: the stored text as it is when the client sees the object as stored.
+    fn event_line(&self, kind: EventKind, event: &Event) -> Result<Bytes, Infallible> {
+        if self.table.is_some() || events::is_events_v1(self.resource) {
+            return self.line(kind.as_str(), &event.object);
+        }
+        let mut line = Vec::with_capacity(event.text.len() + 40);
+        line.extend_from_slice(b"{\"type\":\"");
+        line.extend_from_slice(kind.as_str().as_bytes());
+        line.extend_from_slice(b"\",\"object\":");
+        line.extend_from_slice(event.text.as_bytes());
+        line.extend_from_slice(b"}\n");
+        Ok(Bytes::from(line))
+    }
+
     fn line(&self, kind: &str, object: &Value) -> Result<Bytes, Infallible> {
         let object = events::view(self.resource, object);
         match self.table {
@@ -676,8 +690,8 @@ fn watch(
     let store = state.store.clone();
     let bookmark_interval = state.bookmark_interval;
     tokio::spawn(async move {
-        let mut queue: VecDeque<(EventKind, Arc<Value>)> =
-            backlog.iter().filter_map(|event| filter.view(event).map(|kind| (kind, event.object.clone()))).collect();
+        let mut queue: VecDeque<(EventKind, Arc<Event>)> =
+            backlog.iter().filter_map(|event| filter.view(event).map(|kind| (kind, event.clone()))).collect();
         drop(backlog);
         let deadline = tokio::time::sleep(lifetime);
         tokio::pin!(deadline);
@@ -693,7 +707,7 @@ fn watch(
                             if queue.len() >= WATCH_QUEUE_LIMIT {
                                 return;
                             }
-                            queue.push_back((kind, event.object.clone()));
+                            queue.push_back((kind, event.clone()));
                         }
                     }
                     Ok(_) => {}
@@ -702,8 +716,8 @@ fn watch(
                 },
                 permit = sender.reserve(), if !queue.is_empty() => {
                     let Ok(permit) = permit else { return };
-                    let (kind, object) = queue.pop_front().expect("not empty");
-                    permit.send(view.line(kind.as_str(), &object));
+                    let (kind, event) = queue.pop_front().expect("not empty");
+                    permit.send(view.event_line(kind, &event));
                 }
                 _ = bookmark.tick(), if bookmarks && queue.is_empty() => {
                     let marker = json!({"kind": resource.kind, "apiVersion": resource.api_version(), "metadata": {"resourceVersion": store.revision().to_string()}});

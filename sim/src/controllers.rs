@@ -97,9 +97,10 @@ fn full_pass(store: &Arc<Store>, dirty: &mut Dirty, kubelet: &KubeletSettings) {
     for pdb in store.all(pdbs()) {
         dirty.pdb_namespaces.insert(namespace_of(&pdb).to_string());
     }
-    for pod in store.all(resources::pods()) {
-        run_kubelet(store, &pod, kubelet);
-    }
+    // Only pods the kubelet acts on (bound and Pending, or terminating) are parsed; the text test is loose (it may
+    // let through a pod run_kubelet then skips), never strict.
+    let needs_kubelet = |text: &str| text.contains("\"deletionTimestamp\"") || (text.contains("\"nodeName\"") && text.contains("\"Pending\""));
+    store.each(resources::pods(), needs_kubelet, |pod| run_kubelet(store, pod, kubelet));
 }
 
 fn observe(store: &Arc<Store>, event: &crate::store::Event, dirty: &mut Dirty, kubelet: &KubeletSettings) {

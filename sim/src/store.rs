@@ -12,6 +12,14 @@ use tokio::sync::broadcast;
 const GENERATE_NAME_ATTEMPTS: usize = 8;
 /// Changes kept by default for watches that resume from a resource version; older ones get `410 Gone`.
 pub const DEFAULT_HISTORY: usize = 100_000;
+/// Bytes of JSON text the history may hold besides what the table shares with it (previous versions, deleted
+/// objects): 100k changes of pods are ~250 MB of text otherwise. Older changes go first, as with the count.
+/// `WASP_SIM_HISTORY_BYTES` overrides it.
+pub const HISTORY_BYTES: usize = 64 << 20;
+
+fn history_bytes_limit() -> usize {
+    std::env::var("WASP_SIM_HISTORY_BYTES").ok().and_then(|text| text.parse().ok()).unwrap_or(HISTORY_BYTES)
+}
 /// Events buffered per watcher before a slow one is cut off (it then resumes or relists).
 const FAN_OUT_BUFFER: usize = 200_000;
 
@@ -37,6 +45,8 @@ pub struct Event {
     pub resource: &'static ResourceType,
     pub kind: EventKind,
     pub object: Arc<Value>,
+    /// `object` as JSON text, as stored: watches write it as it is instead of serializing the object again.
+    pub text: Arc<str>,
     /// The object before this change (for watches whose selector it leaves or enters).
     pub previous: Option<Arc<Value>>,
     pub revision: u64,
@@ -44,14 +54,70 @@ pub struct Event {
 
 type Key = (String, String);
 
+/// An object as the store keeps it: its compact JSON text. A `serde_json::Value` of a running pod (a `BTreeMap`
+/// node of ~600 bytes per JSON object) is ~20 KiB, its text ~1.5 KiB: 50k pods held as values were ~1 GiB.
+/// Readers get a parsed copy; the history shares the text with the table instead of keeping whole values.
+type Stored = Arc<str>;
+
+/// Serialized into a buffer kept per thread, then copied once at its exact size: growing a fresh `String` per
+/// write (128 bytes, doubled to ~2 KiB) left the allocator sorting freed chunks of every size.
+fn to_stored(object: &Value) -> Stored {
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUFFER.with_borrow_mut(|buffer| {
+        buffer.clear();
+        serde_json::to_writer(&mut *buffer, object).expect("JSON values serialize");
+        let text: Stored = Arc::from(std::str::from_utf8(buffer).expect("serde_json writes UTF-8"));
+        if buffer.capacity() > 1 << 20 {
+            *buffer = Vec::new();
+        }
+        text
+    })
+}
+
+fn parse(stored: &Stored) -> Arc<Value> {
+    Arc::new(serde_json::from_str(stored).expect("the store holds JSON it wrote"))
+}
+
+/// A change as the history keeps it, for watches that resume from a resource version.
+struct Change {
+    resource: &'static ResourceType,
+    kind: EventKind,
+    object: Stored,
+    previous: Option<Stored>,
+    revision: u64,
+}
+
+impl Change {
+    /// Text this change keeps alive on its own, roughly: the previous version (the object is usually the table's).
+    fn bytes(&self) -> usize {
+        self.previous.as_ref().map_or(0, |previous| previous.len()) + if self.kind == EventKind::Deleted { self.object.len() } else { 0 }
+    }
+
+    fn event(&self) -> Arc<Event> {
+        Arc::new(Event {
+            resource: self.resource,
+            kind: self.kind,
+            object: parse(&self.object),
+            text: self.object.clone(),
+            previous: self.previous.as_ref().map(parse),
+            revision: self.revision,
+        })
+    }
+}
+
 struct State {
     revision: u64,
-    objects: HashMap<String, BTreeMap<Key, Arc<Value>>>,
+    objects: HashMap<String, BTreeMap<Key, Stored>>,
     /// Objects by the uid of each of their owners (resource id, owner uid), so that controllers find their pods
     /// without scanning every pod.
     owned: HashMap<(String, String), Owned>,
-    history: VecDeque<Arc<Event>>,
+    history: VecDeque<Change>,
     history_limit: usize,
+    /// What `Change::bytes` adds up to over the history, and its bound.
+    history_bytes: usize,
+    history_bytes_limit: usize,
 }
 
 /// What an owner owns, with counts kept current on every write.
@@ -196,7 +262,7 @@ impl Store {
     /// A store that keeps `limit` changes for resuming watches.
     pub fn with_history(limit: usize) -> Self {
         let (events, _) = broadcast::channel(FAN_OUT_BUFFER);
-        let state = State { revision: 1, objects: HashMap::new(), owned: HashMap::new(), history: VecDeque::new(), history_limit: limit.max(1) };
+        let state = State { revision: 1, objects: HashMap::new(), owned: HashMap::new(), history: VecDeque::new(), history_limit: limit.max(1), history_bytes: 0, history_bytes_limit: history_bytes_limit() };
         Store { state: Mutex::new(state), events }
     }
 
@@ -221,21 +287,27 @@ impl Store {
         state.revision += 1;
         let revision = state.revision;
         object["metadata"]["resourceVersion"] = json!(revision.to_string());
+        let text = to_stored(&object);
         let object = Arc::new(object);
         let resource_id = resource.id();
         let table = state.objects.entry(resource_id.clone()).or_default();
-        let replaced = if kind == EventKind::Deleted { table.remove(&key) } else { table.insert(key.clone(), object.clone()) };
-        if let Some(replaced) = replaced {
-            state.unindex(&resource_id, &key, &replaced);
+        let replaced = if kind == EventKind::Deleted { table.remove(&key) } else { table.insert(key.clone(), text.clone()) };
+        // The previous version is what the table held: the caller read it under this lock.
+        if let (Some(replaced), Some(previous)) = (replaced.as_ref(), previous.as_ref()) {
+            debug_assert_eq!(**previous, *parse(replaced));
+            state.unindex(&resource_id, &key, previous);
         }
         if kind != EventKind::Deleted {
             state.index(&resource_id, &key, &object);
         }
-        let event = Arc::new(Event { resource, kind, object: object.clone(), previous, revision });
-        state.history.push_back(event.clone());
-        if state.history.len() > state.history_limit {
-            state.history.pop_front();
+        let change = Change { resource, kind, object: text.clone(), previous: replaced, revision };
+        state.history_bytes += change.bytes();
+        state.history.push_back(change);
+        while state.history.len() > 1 && (state.history.len() > state.history_limit || state.history_bytes > state.history_bytes_limit) {
+            let oldest = state.history.pop_front().expect("not empty");
+            state.history_bytes -= oldest.bytes();
         }
+        let event = Arc::new(Event { resource, kind, object: object.clone(), text, previous, revision });
         // No receivers is fine: nobody is watching.
         let _ = self.events.send(event);
         object
@@ -268,14 +340,15 @@ impl Store {
                 if resource.namespaced && namespace.is_some_and(|namespace| entry_key.0 != namespace) {
                     continue;
                 }
-                if !keep(object) {
+                let object = parse(object);
+                if !keep(&object) {
                     continue;
                 }
                 if limit > 0 && items.len() == limit {
                     more = true;
                     break;
                 }
-                items.push(object.clone());
+                items.push(object);
                 last = Some(entry_key.clone());
             }
         }
@@ -450,8 +523,8 @@ impl Store {
                 state
                     .history
                     .iter()
-                    .filter(|event| event.revision > since && std::ptr::eq(event.resource, resource))
-                    .cloned()
+                    .filter(|change| change.revision > since && std::ptr::eq(change.resource, resource))
+                    .map(Change::event)
                     .collect()
             }
             None => state
@@ -460,13 +533,14 @@ impl Store {
                 .map(|table| {
                     table
                         .values()
-                        .map(|object| {
+                        .map(|text| {
+                            let object = parse(text);
                             let revision = object
                                 .pointer("/metadata/resourceVersion")
                                 .and_then(Value::as_str)
                                 .and_then(|text| text.parse().ok())
                                 .unwrap_or(0);
-                            Arc::new(Event { resource, kind: EventKind::Added, object: object.clone(), previous: None, revision })
+                            Arc::new(Event { resource, kind: EventKind::Added, object, text: text.clone(), previous: None, revision })
                         })
                         .collect()
                 })
@@ -477,7 +551,18 @@ impl Store {
 
     /// Objects of a resource (all namespaces), for controllers.
     pub fn all(&self, resource: &ResourceType) -> Vec<Arc<Value>> {
-        self.lock().objects.get(&resource.id()).map(|table| table.values().cloned().collect()).unwrap_or_default()
+        self.lock().objects.get(&resource.id()).map(|table| table.values().map(parse).collect()).unwrap_or_default()
+    }
+
+    /// Calls `visit` with each object of a resource whose JSON text passes `text_filter`, one parsed object at a
+    /// time, outside the lock: a pass over 50k pods never holds them all as values (~20 KiB each), and skips
+    /// parsing those the filter rules out.
+    pub fn each(&self, resource: &ResourceType, text_filter: impl Fn(&str) -> bool, mut visit: impl FnMut(&Value)) {
+        let texts: Vec<Stored> =
+            self.lock().objects.get(&resource.id()).map(|table| table.values().filter(|text| text_filter(text)).cloned().collect()).unwrap_or_default();
+        for text in texts {
+            visit(&parse(&text));
+        }
     }
 
     /// Objects of a resource in one namespace, in name order.
@@ -485,7 +570,7 @@ impl Store {
         let state = self.lock();
         let Some(table) = state.objects.get(&resource.id()) else { return Vec::new() };
         let start = (namespace.to_string(), String::new());
-        table.range(start..).take_while(|(entry_key, _)| entry_key.0 == namespace).map(|(_, object)| object.clone()).collect()
+        table.range(start..).take_while(|(entry_key, _)| entry_key.0 == namespace).map(|(_, object)| parse(object)).collect()
     }
 
     /// Objects of a resource with an owner reference to `owner_uid`, in key order.
@@ -494,7 +579,7 @@ impl Store {
         let (Some(owned), Some(table)) = (state.owned.get(&(resource.id(), owner_uid.to_string())), state.objects.get(&resource.id())) else {
             return Vec::new();
         };
-        owned.keys.iter().filter_map(|owned_key| table.get(owned_key).cloned()).collect()
+        owned.keys.iter().filter_map(|owned_key| table.get(owned_key).map(parse)).collect()
     }
 
     /// How many objects of a resource `owner_uid` owns, how many are live and how many ready, without a scan.
@@ -517,7 +602,7 @@ fn stored(state: &State, resource: &ResourceType, object_key: &Key) -> Result<Ar
         .objects
         .get(&resource.id())
         .and_then(|table| table.get(object_key))
-        .cloned()
+        .map(parse)
         .ok_or_else(|| ApiError::not_found(resource.plural, resource.group, &object_key.1))
 }
 
@@ -612,6 +697,19 @@ mod tests {
             Ok(())
         });
         assert_ne!(node.pointer("/metadata/resourceVersion"), changed.unwrap().pointer("/metadata/resourceVersion"));
+    }
+
+    #[test]
+    fn a_generated_name_that_is_taken_is_generated_again() {
+        let store = store_with_default_namespace();
+        let pod = || json!({"metadata": {"generateName": "web-"}, "spec": {"containers": [{"name": "a"}]}});
+        fastrand::seed(7);
+        let first = store.create(resources::pods(), Some("default"), pod()).unwrap();
+        // The same seed draws the same suffix first: taken, so another is drawn, not a 409.
+        fastrand::seed(7);
+        let second = store.create(resources::pods(), Some("default"), pod()).unwrap();
+        assert!(name_of(&first).starts_with("web-") && name_of(&second).starts_with("web-"));
+        assert_ne!(name_of(&first), name_of(&second));
     }
 
     #[test]
