@@ -193,6 +193,7 @@ where
         match check().await {
             Ok(value) => return value,
             Err(state) if Instant::now() >= deadline => panic!("timed out after {patience:?} waiting for {what}: {state}"),
+            // The poll interval of this deadline-bounded condition wait.
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }

@@ -86,6 +86,7 @@ impl HookServer {
                             let body = request.into_body().collect().await?.to_bytes();
                             let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                             log.lock().unwrap().push((path, review.clone()));
+                            // The slow webhook under test (timeouts), not a wait for a condition.
                             tokio::time::sleep(delay).await;
                             let mut response = answer(&review);
                             response["uid"] = review["request"]["uid"].clone();

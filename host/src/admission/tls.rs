@@ -114,3 +114,35 @@ impl ResolvesServerCert for ReloadingCertificate {
         Some(self.current.load_full())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rotation_is_taken_and_a_mismatched_pair_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = CertificateFiles { certificate: dir.path().join("tls.crt"), private_key: dir.path().join("tls.key") };
+        let write = |generated: &crate::admission::certs::ServingCertificate| {
+            std::fs::write(&files.certificate, &generated.certificate).unwrap();
+            std::fs::write(&files.private_key, &generated.private_key).unwrap();
+        };
+        let first = crate::admission::certs::generate(&["127.0.0.1".to_string()], 1).unwrap();
+        write(&first);
+        let certificate = ReloadingCertificate::load(files.clone()).unwrap();
+        let serving = || certificate.current.load_full().cert[0].clone();
+        let original = serving();
+        assert!(!certificate.reload().unwrap(), "same files: nothing to do");
+        let second = crate::admission::certs::generate(&["127.0.0.1".to_string()], 1).unwrap();
+        std::fs::write(&files.private_key, &second.private_key).unwrap();
+        let error = format!("{:#}", certificate.reload().unwrap_err());
+        assert!(error.contains("does not match the certificate"), "{error}");
+        assert_eq!(serving(), original, "the previous pair keeps serving");
+        write(&second);
+        assert!(certificate.reload().unwrap());
+        assert_ne!(serving(), original);
+        std::fs::write(&files.certificate, b"not pem").unwrap();
+        assert!(certificate.reload().is_err());
+        assert!(ReloadingCertificate::load(files).is_err(), "a host does not start without a certificate");
+    }
+}
