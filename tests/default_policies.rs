@@ -25,7 +25,7 @@ fn every_default_policy_describes_itself() {
         assert_eq!(policy.name(), name);
         assert_eq!(policy.descriptor.kinds, kinds, "{name}");
         assert_eq!(policy.descriptor.view, view, "{name}");
-        assert_eq!(policy.contract_version, "0.3.0");
+        assert_eq!(policy.contract_version, "0.4.0");
         assert!(policy.size < 300 * 1024, "{name} is {} bytes; a ConfigMap holds 1 MiB in all", policy.size);
         let defaults: serde_json::Value = serde_json::from_str(&policy.descriptor.default_settings).unwrap();
         assert!(defaults.is_object(), "{name}");
@@ -145,7 +145,7 @@ fn evict_policy_proposes_pods_the_host_can_name() {
     cluster.upsert_pod(simple_pod("victim", "100m", ""), "n1");
     cluster.upsert_pod(simple_pod("safe", "100m", ""), "n2");
     let evict = load(&runtime, "remove-pods-violating-node-taints", "");
-    let proposals = evict.propose(&cluster, &EvictContext { now: 0, pending: Vec::new() }).unwrap();
+    let proposals = evict.propose(&cluster, &EvictContext { now: 0, pending: Vec::new(), failed: Vec::new() }).unwrap();
     assert_eq!(proposals.len(), 1);
     let (pod, node) = cluster.pod_by_id(proposals[0].pod).unwrap();
     assert_eq!((pod.name.as_str(), node), ("victim", "n1"));
@@ -162,7 +162,7 @@ fn the_time_and_the_pending_pods_reach_evict_policies_and_room_for_comes_back() 
     let mut important = simple_pod("important", "1", "");
     important.priority = 1000;
     let pending = vec![PendingPod { pod: important, reason: "0/1 nodes are available: 1 Insufficient cpu.".into() }];
-    let context = EvictContext { now: created + 7200, pending };
+    let context = EvictContext { now: created + 7200, pending, failed: Vec::new() };
     let room = load(&runtime, "make-room-for-pending", "").propose(&cluster, &context).unwrap();
     assert_eq!(room.len(), 1);
     assert_eq!(room[0].room_for.as_deref(), Some("uid-important"));

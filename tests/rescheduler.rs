@@ -312,7 +312,7 @@ fn an_answer_naming_unknown_pods_twice_or_too_many_is_malformed_and_a_trap_is_a_
     ] {
         let options = wasp::policy::PolicyOptions { settings: format!(r#"{{"evict": "{mode}"}}"#), ..Default::default() };
         let policy = wasp::policy::LoadedPolicy::load(&runtime, &source, &wasm, options).unwrap();
-        let context = wasp::contract::types::EvictContext { now: 0, pending: Vec::new() };
+        let context = wasp::contract::types::EvictContext { now: 0, pending: Vec::new(), failed: Vec::new() };
         let error = policy.propose(&cluster, &context).unwrap_err().to_string();
         assert!(error.contains(expected), "{mode}: {error}");
     }

@@ -583,3 +583,95 @@ async fn a_gated_pod_is_not_attempted_until_its_last_gate_is_removed() {
     harness.placements("app=gated", 1).await;
     assert_eq!(harness.scheduler.stats.bind_requests.load(Ordering::Relaxed), sent_before + 2);
 }
+
+const AFFINITY: &str = r#"
+kubelet: {readyDelay: 10ms}
+nodeGroups:
+- {name: node, count: 3, cpu: "8", memory: 32Gi, zones: [a, b, c]}
+workloads:
+- name: web
+  kind: Pods
+  replicas: 4
+  schedulerName: wasp
+  cpu: 100m
+  podSpec:
+    affinity:
+      podAntiAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: web}}}
+- {name: db, kind: Pods, replicas: 1, schedulerName: wasp, cpu: 100m, podSpec: {nodeSelector: {kubernetes.io/hostname: node-2}}}
+- name: cache
+  kind: Pods
+  replicas: 2
+  schedulerName: wasp
+  cpu: 100m
+  podSpec:
+    affinity:
+      podAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - {topologyKey: topology.kubernetes.io/zone, labelSelector: {matchLabels: {app: db}}}
+- name: loner
+  kind: Pods
+  replicas: 1
+  schedulerName: wasp
+  cpu: 100m
+  podSpec:
+    nodeSelector: {kubernetes.io/hostname: node-0}
+    affinity:
+      podAntiAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: noisy}}}
+- name: proxy
+  kind: Pods
+  replicas: 2
+  schedulerName: wasp
+  cpu: 100m
+  podSpec:
+    nodeSelector: {kubernetes.io/hostname: node-1}
+    containers: [{name: proxy, image: proxy, ports: [{containerPort: 8080, hostPort: 8080}]}]
+"#;
+
+/// Bound pods with `selector` by name, and the unbound ones, once `count` pods exist and `bound` of them are.
+async fn wait_bound(harness: &Harness, selector: &str, count: usize, bound: usize) -> (BTreeMap<String, String>, Vec<String>) {
+    for _ in 0..400 {
+        let pods = harness.pods().list(&ListParams::default().labels(selector)).await.unwrap().items;
+        let (placed, waiting): (Vec<&Pod>, Vec<&Pod>) = pods.iter().partition(|pod| pod.spec.as_ref().is_some_and(|spec| spec.node_name.is_some()));
+        if pods.len() == count && placed.len() == bound {
+            let placed = placed.iter().map(|pod| (pod.metadata.name.clone().unwrap(), pod.spec.as_ref().unwrap().node_name.clone().unwrap())).collect();
+            return (placed, waiting.iter().map(|pod| pod.metadata.name.clone().unwrap()).collect());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await; // poll interval of the condition wait
+    }
+    panic!("{selector}: not {bound} of {count} bound");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_affinity_anti_affinity_symmetry_and_host_ports_hold_as_in_kube_scheduler() {
+    let harness = start(AFFINITY, default_config()).await;
+    let (web, waiting) = wait_bound(&harness, "app=web", 4, 3).await;
+    let nodes: std::collections::BTreeSet<&String> = web.values().collect();
+    assert_eq!(nodes.len(), 3, "required anti-affinity: one replica per node, {web:?}");
+    let (_, event) = harness.failed_scheduling(&waiting[0]).await;
+    assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."));
+
+    // node-2 is zone c, the db's: the cache pods follow it there.
+    let cache = harness.placements("app=cache", 2).await;
+    assert!(cache.values().all(|node| node == "node-2"), "{cache:?}");
+
+    // Symmetry: the loner on node-0 refuses noisy neighbours, so the noisy pod goes elsewhere though it prefers
+    // node-0 (without the rule it would land there).
+    harness.placements("app=loner", 1).await;
+    let prefers_node_0 = json!({"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-0"]}]}}]});
+    let noisy = json!({"metadata": {"name": "noisy", "labels": {"app": "noisy"}}, "spec": {"schedulerName": "wasp", "affinity": {"nodeAffinity": prefers_node_0}, "containers": [{"name": "app", "image": "app"}]}});
+    harness.pods().create(&PostParams::default(), &serde_json::from_value(noisy).unwrap()).await.unwrap();
+    let noisy = harness.placements("app=noisy", 1).await;
+    assert_ne!(noisy["noisy"], "node-0");
+
+    // Two pods asking for host port 8080 on node-1: one runs, the other is told why it waits.
+    let (_, waiting) = wait_bound(&harness, "app=proxy", 2, 1).await;
+    let (_, event) = harness.failed_scheduling(&waiting[0]).await;
+    assert_eq!(
+        event.message.as_deref(),
+        Some("0/3 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, 2 node(s) didn't match Pod's node affinity/selector.")
+    );
+}

@@ -85,9 +85,12 @@ impl Host {
             "informers",
             Box::new(move || {
                 let synced = informed.synced();
-                Some(match (synced.nodes, synced.pods) {
-                    (true, true) => Ok(()),
-                    (nodes, pods) => Err(format!("waiting for the first list (nodes listed: {nodes}, pods listed: {pods})")),
+                Some(match synced.all() {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "waiting for the first list (nodes listed: {}, pods listed: {}, namespaces listed: {})",
+                        synced.nodes, synced.pods, synced.namespaces
+                    )),
                 })
             }),
         );

@@ -60,6 +60,11 @@ pub struct Cluster {
     nodes: Vec<Option<NodeInfo>>,
     node_count: usize,
     pods: HashMap<PodId, PodInfo>,
+    /// Pods with pod affinity or anti-affinity terms: few in most clusters, and every scheduling decision of
+    /// `inter-pod-affinity` reads them.
+    with_affinity: std::collections::BTreeSet<PodId>,
+    /// Namespace labels, for pod affinity's namespace selectors (views with pods only).
+    namespaces: HashMap<String, Vec<(String, String)>>,
     next_test_id: u32,
 }
 
@@ -79,6 +84,12 @@ impl Cluster {
             ClusterDelta::NodeRemove(id) => self.remove_node(id),
             ClusterDelta::PodUpsert((id, node, pod)) => self.upsert_pod(id, node, pod),
             ClusterDelta::PodRemove(id) => self.remove_pod(id),
+            ClusterDelta::NamespaceUpsert((name, labels)) => {
+                self.namespaces.insert(name, labels);
+            }
+            ClusterDelta::NamespaceRemove(name) => {
+                self.namespaces.remove(&name);
+            }
             ClusterDelta::Reset => *self = Cluster { next_test_id: self.next_test_id, ..Cluster::default() },
         }
     }
@@ -110,6 +121,22 @@ impl Cluster {
 
     pub fn pods_on<'a>(&'a self, node: &'a NodeInfo) -> impl Iterator<Item = &'a PodInfo> + 'a {
         node.pods.iter().filter_map(|id| self.pods.get(id))
+    }
+
+    /// Pods that have pod affinity or anti-affinity terms, in id order.
+    pub fn pods_with_affinity(&self) -> impl Iterator<Item = &PodInfo> {
+        self.with_affinity.iter().filter_map(|id| self.pods.get(id))
+    }
+
+    /// A namespace's labels; empty for a namespace the view does not know (yet).
+    pub fn namespace_labels(&self, namespace: &str) -> &[(String, String)] {
+        self.namespaces.get(namespace).map_or(&[], Vec::as_slice)
+    }
+
+    /// Test helper: sets a namespace's labels.
+    pub fn set_namespace(&mut self, name: &str, labels: &[(&str, &str)]) {
+        let labels = labels.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
+        self.namespaces.insert(name.to_string(), labels);
     }
 
     /// Test helper: adds a node with no pods and returns its id.
@@ -159,12 +186,18 @@ impl Cluster {
                 self.node_count -= 1;
                 for pod in info.pods {
                     self.pods.remove(&pod);
+                    self.with_affinity.remove(&pod);
                 }
             }
         }
     }
 
     fn upsert_pod(&mut self, id: PodId, node: NodeId, pod: Pod) {
+        if pod.pod_affinity.is_some() || pod.pod_anti_affinity.is_some() {
+            self.with_affinity.insert(id);
+        } else {
+            self.with_affinity.remove(&id);
+        }
         if let Some(previous) = self.pods.get(&id) {
             if previous.node != node {
                 let previous_node = previous.node;
@@ -181,6 +214,7 @@ impl Cluster {
     }
 
     fn remove_pod(&mut self, id: PodId) {
+        self.with_affinity.remove(&id);
         if let Some(info) = self.pods.remove(&id) {
             self.detach(info.node, id);
         }

@@ -12,12 +12,14 @@
 
 extern crate self as wasp_sdk;
 
+pub mod affinity;
 pub mod autoscaling;
 pub mod cluster;
 pub mod matching;
 pub mod policy;
 pub mod quantity;
 pub mod resources;
+pub mod selection;
 pub mod spread;
 pub mod testing;
 pub mod utilization;
@@ -49,7 +51,7 @@ pub mod types {
 }
 
 /// The contract version this SDK builds against (the `wasp:policy` WIT package version).
-pub const CONTRACT_VERSION: &str = "0.3.0";
+pub const CONTRACT_VERSION: &str = "0.4.0";
 
 pub use cluster::{Cluster, NodeInfo, PodInfo};
 pub use policy::{Evict, Filter, NoSettings, Normalization, Policy, Scale, Score, Verdict};

@@ -197,7 +197,7 @@ impl Eviction {
 impl EvictContext {
     /// A context at `now` (seconds since the Unix epoch) with no pending pods: for tests.
     pub fn at(now: i64) -> EvictContext {
-        EvictContext { now, pending: Vec::new() }
+        EvictContext { now, pending: Vec::new(), failed: Vec::new() }
     }
 }
 

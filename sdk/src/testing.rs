@@ -3,7 +3,8 @@
 
 use crate::quantity;
 use crate::types::{
-    Condition, Container, InclusionPolicy, LabelSelector, Metric, Node, NodeAffinity, NodeSelectorTerm, Owner, Pod,
+    Condition, Container, ContainerState, HostPort, InclusionPolicy, PodAffinity, PodAffinityTerm, PortProtocol,
+    Termination, WeightedPodAffinityTerm, LabelSelector, Metric, Node, NodeAffinity, NodeSelectorTerm, Owner, Pod,
     MetricSample, MetricSource, MetricTarget, PodMetric, PodPhase, PreferredTerm, Resources, ScaleRequest, SelectorRequirement, Taint, TaintEffect,
     Toleration, TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction,
 };
@@ -26,7 +27,8 @@ fn empty_resources() -> Resources {
 }
 
 fn container(name: &str, requests: &[(&str, &str)]) -> Container {
-    let mut container = Container { name: name.to_string(), requests: empty_resources(), restart_count: 0 };
+    let mut container =
+        Container { name: name.to_string(), requests: empty_resources(), restart_count: 0, state: ContainerState::Unknown };
     for (resource, value) in requests {
         set_quantity(&mut container.requests, resource, value);
     }
@@ -65,8 +67,63 @@ impl PodBuilder {
                 pvc: false,
                 ready: false,
                 nominated_node: None,
+                pod_affinity: None,
+                pod_anti_affinity: None,
+                host_ports: Vec::new(),
+                status_reason: String::new(),
+                annotations: Vec::new(),
             },
         }
+    }
+
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.pod.annotations.push((key.into(), value.into()));
+        self
+    }
+
+    /// A required pod affinity term (see [`affinity_term`]).
+    pub fn require_affinity(mut self, term: PodAffinityTerm) -> Self {
+        self.pod.pod_affinity.get_or_insert_with(no_terms).required.push(term);
+        self
+    }
+
+    pub fn prefer_affinity(mut self, weight: i32, term: PodAffinityTerm) -> Self {
+        self.pod.pod_affinity.get_or_insert_with(no_terms).preferred.push(WeightedPodAffinityTerm { weight, term });
+        self
+    }
+
+    /// A required pod anti-affinity term (see [`affinity_term`]).
+    pub fn require_anti_affinity(mut self, term: PodAffinityTerm) -> Self {
+        self.pod.pod_anti_affinity.get_or_insert_with(no_terms).required.push(term);
+        self
+    }
+
+    pub fn prefer_anti_affinity(mut self, weight: i32, term: PodAffinityTerm) -> Self {
+        self.pod.pod_anti_affinity.get_or_insert_with(no_terms).preferred.push(WeightedPodAffinityTerm { weight, term });
+        self
+    }
+
+    /// A host port on every address (`0.0.0.0`); `protocol` is `TCP`, `UDP` or `SCTP`.
+    pub fn host_port(self, port: u16, protocol: &str) -> Self {
+        self.host_port_on(port, protocol, "0.0.0.0")
+    }
+
+    pub fn host_port_on(mut self, port: u16, protocol: &str, ip: &str) -> Self {
+        let protocol = match protocol {
+            "UDP" => PortProtocol::Udp,
+            "SCTP" => PortProtocol::Sctp,
+            _ => PortProtocol::Tcp,
+        };
+        self.pod.host_ports.push(HostPort { port, protocol, ip: ip.into() });
+        self
+    }
+
+    /// Phase Failed with `status.reason`, its first container terminated with `exit_code`.
+    pub fn failed(mut self, reason: &str, container_reason: &str, exit_code: i32) -> Self {
+        self.pod.phase = PodPhase::Failed;
+        self.pod.status_reason = reason.into();
+        self.pod.containers[0].state = ContainerState::Terminated(Termination { reason: container_reason.into(), exit_code });
+        self
     }
 
     pub fn namespace(mut self, namespace: &str) -> Self {
@@ -207,6 +264,23 @@ impl PodBuilder {
 
     pub fn build(self) -> Pod {
         self.pod
+    }
+}
+
+fn no_terms() -> PodAffinity {
+    PodAffinity { required: Vec::new(), preferred: Vec::new() }
+}
+
+/// A pod affinity term selecting pods with all of `labels` in the pod's own namespace, over `topology_key`.
+pub fn affinity_term(topology_key: &str, labels: &[(&str, &str)]) -> PodAffinityTerm {
+    PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: labels.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect(),
+            match_expressions: Vec::new(),
+        }),
+        namespaces: Vec::new(),
+        namespace_selector: None,
+        topology_key: topology_key.into(),
     }
 }
 

@@ -148,7 +148,7 @@ fn eval(file: &Path, pod_file: &Path, nodes_file: &Path, pods_file: Option<&Path
     if policy.implements(PolicyKind::Evict) {
         // The pod file's pod is the one pending pod a policy may make room for.
         let pending = vec![PendingPod { pod: pod.clone(), reason: String::new() }];
-        let proposals = policy.propose(&cluster, &EvictContext { now: jiff::Timestamp::now().as_second(), pending })?;
+        let proposals = policy.propose(&cluster, &EvictContext { now: jiff::Timestamp::now().as_second(), pending, failed: cluster.failed_pods() })?;
         println!("{} eviction(s) proposed by {}", proposals.len(), policy.name());
         for proposal in proposals {
             if let Some((pod, node)) = cluster.pod_by_id(proposal.pod) {

@@ -2,9 +2,10 @@
 //! the field, so a malformed manifest is easy to fix.
 
 use crate::contract::types::{
-    Condition, Container, InclusionPolicy, LabelSelector, Node, NodeAffinity, NodeSelectorTerm, Owner, Pod, PodPhase,
-    PreferredTerm, Resources, SelectorOperator, SelectorRequirement, Taint, TaintEffect, Toleration,
-    TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction,
+    Condition, Container, ContainerState, HostPort, InclusionPolicy, LabelSelector, Node, NodeAffinity,
+    NodeSelectorTerm, Owner, Pod, PodAffinity, PodAffinityTerm, PodPhase, PortProtocol, PreferredTerm, Resources,
+    SelectorOperator, SelectorRequirement, Taint, TaintEffect, Termination, Toleration, TolerationOperator,
+    TopologySpreadConstraint, UnsatisfiableAction, WeightedPodAffinityTerm,
 };
 use super::state::{EvictionConsent, PodMeta, EVICT_ANNOTATION};
 use k8s_openapi::api::core::v1 as core;
@@ -12,6 +13,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use std::collections::BTreeMap;
 use wasp_sdk::quantity;
+
+/// The address a host port binds when the pod names none: every address of the node.
+const ANY_IP: &str = "0.0.0.0";
+/// kubectl's copy of the whole object: large, and never what a policy wants to read.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// kube-scheduler's default when a node does not report `pods` in its allocatable resources.
 const DEFAULT_MAX_PODS: u32 = 110;
@@ -65,7 +71,93 @@ impl Context {
             name: container.name.clone(),
             requests: self.resources(&format!("{field}[{}].resources.requests", container.name), Some(&requests))?,
             restart_count: 0,
+            state: ContainerState::Unknown,
         })
+    }
+
+    /// The container's ports bound on the node. With `hostNetwork` every container port is one (API defaulting).
+    fn host_ports(&self, field: &str, container: &core::Container, host_network: bool) -> Result<Vec<HostPort>, ConvertError> {
+        let bound = |port: &core::ContainerPort| match port.host_port.unwrap_or(0) {
+            0 if host_network => port.container_port,
+            number => number,
+        };
+        let ports = container.ports.iter().flatten().enumerate();
+        ports
+            .filter(|(_, port)| bound(port) > 0)
+            .map(|(index, port)| {
+                let field = format!("{field}[{}].ports[{index}]", container.name);
+                let number = bound(port);
+                let port_number = u16::try_from(number)
+                    .map_err(|_| self.error(format!("{field}.hostPort"), format!("{number} is not a port number")))?;
+                let protocol = match port.protocol.as_deref() {
+                    None | Some("") | Some("TCP") => PortProtocol::Tcp,
+                    Some("UDP") => PortProtocol::Udp,
+                    Some("SCTP") => PortProtocol::Sctp,
+                    Some(other) => return Err(self.error(format!("{field}.protocol"), format!("unknown protocol {other:?}"))),
+                };
+                let ip = port.host_ip.clone().filter(|ip| !ip.is_empty()).unwrap_or_else(|| ANY_IP.to_string());
+                Ok(HostPort { port: port_number, protocol, ip })
+            })
+            .collect()
+    }
+
+    /// A pod affinity term with `matchLabelKeys`/`mismatchLabelKeys` merged into its selector, as kube-apiserver
+    /// does when it creates the pod (so a pod created by an older server reads the same).
+    fn affinity_term(&self, field: &str, term: &core::PodAffinityTerm, labels: &[(String, String)]) -> Result<PodAffinityTerm, ConvertError> {
+        let mut label_selector =
+            term.label_selector.as_ref().map(|selector| self.label_selector(&format!("{field}.labelSelector"), selector)).transpose()?;
+        if let Some(selector) = label_selector.as_mut() {
+            let merged = [(&term.match_label_keys, SelectorOperator::In), (&term.mismatch_label_keys, SelectorOperator::NotIn)];
+            for (keys, operator) in merged {
+                for key in keys.iter().flatten() {
+                    let Some(value) = wasp_sdk::matching::label(labels, key) else { continue };
+                    let requirement = SelectorRequirement { key: key.clone(), operator, values: vec![value.to_string()] };
+                    if !selector.match_expressions.contains(&requirement) {
+                        selector.match_expressions.push(requirement);
+                    }
+                }
+            }
+        }
+        Ok(PodAffinityTerm {
+            label_selector,
+            namespaces: term.namespaces.clone().unwrap_or_default(),
+            namespace_selector: term
+                .namespace_selector
+                .as_ref()
+                .map(|selector| self.label_selector(&format!("{field}.namespaceSelector"), selector))
+                .transpose()?,
+            topology_key: term.topology_key.clone(),
+        })
+    }
+
+    fn pod_affinity(
+        &self,
+        field: &str,
+        required: Option<&Vec<core::PodAffinityTerm>>,
+        preferred: Option<&Vec<core::WeightedPodAffinityTerm>>,
+        labels: &[(String, String)],
+    ) -> Result<PodAffinity, ConvertError> {
+        let required = required
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(index, term)| {
+                self.affinity_term(&format!("{field}.requiredDuringSchedulingIgnoredDuringExecution[{index}]"), term, labels)
+            })
+            .collect::<Result<_, _>>()?;
+        let preferred = preferred
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(index, weighted)| {
+                let field = format!("{field}.preferredDuringSchedulingIgnoredDuringExecution[{index}]");
+                Ok(WeightedPodAffinityTerm {
+                    weight: weighted.weight,
+                    term: self.affinity_term(&format!("{field}.podAffinityTerm"), &weighted.pod_affinity_term, labels)?,
+                })
+            })
+            .collect::<Result<_, ConvertError>>()?;
+        Ok(PodAffinity { required, preferred })
     }
 
     fn selector_operator(&self, field: &str, operator: &str) -> Result<SelectorOperator, ConvertError> {
@@ -273,10 +365,50 @@ pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
         .map(|container| context.container("spec.initContainers", container))
         .collect::<Result<Vec<_>, _>>()?;
     let mut containers = containers;
-    for container_status in status.and_then(|status| status.container_statuses.as_ref()).into_iter().flatten() {
-        if let Some(container) = containers.iter_mut().find(|container| container.name == container_status.name) {
-            container.restart_count = container_status.restart_count.max(0) as u32;
+    let mut init_containers = init_containers;
+    let statuses = |list: Option<&Vec<core::ContainerStatus>>, containers: &mut Vec<Container>| {
+        for container_status in list.into_iter().flatten() {
+            if let Some(container) = containers.iter_mut().find(|container| container.name == container_status.name) {
+                container.restart_count = container_status.restart_count.max(0) as u32;
+                container.state = container_state(container_status.state.as_ref());
+            }
         }
+    };
+    statuses(status.and_then(|status| status.container_statuses.as_ref()), &mut containers);
+    statuses(status.and_then(|status| status.init_container_statuses.as_ref()), &mut init_containers);
+    let labels = pairs(source.metadata.labels.as_ref());
+    let affinity = spec.affinity.as_ref();
+    let pod_affinity = affinity
+        .and_then(|affinity| affinity.pod_affinity.as_ref())
+        .map(|terms| {
+            context.pod_affinity(
+                "spec.affinity.podAffinity",
+                terms.required_during_scheduling_ignored_during_execution.as_ref(),
+                terms.preferred_during_scheduling_ignored_during_execution.as_ref(),
+                &labels,
+            )
+        })
+        .transpose()?;
+    let pod_anti_affinity = affinity
+        .and_then(|affinity| affinity.pod_anti_affinity.as_ref())
+        .map(|terms| {
+            context.pod_affinity(
+                "spec.affinity.podAntiAffinity",
+                terms.required_during_scheduling_ignored_during_execution.as_ref(),
+                terms.preferred_during_scheduling_ignored_during_execution.as_ref(),
+                &labels,
+            )
+        })
+        .transpose()?;
+    // kube-scheduler's GetHostPorts: sidecars first, then the containers; ordinary init containers have ended
+    // before the others start.
+    let host_network = spec.host_network.unwrap_or(false);
+    let mut host_ports = Vec::new();
+    for container in spec.init_containers.iter().flatten().filter(|container| container.restart_policy.as_deref() == Some("Always")) {
+        host_ports.extend(context.host_ports("spec.initContainers", container, host_network)?);
+    }
+    for container in &spec.containers {
+        host_ports.extend(context.host_ports("spec.containers", container, host_network)?);
     }
     let volumes = spec.volumes.iter().flatten();
     let owner = source.metadata.owner_references.as_ref().and_then(|owners| {
@@ -287,7 +419,7 @@ pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
         namespace: source.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
         name,
         uid: source.metadata.uid.clone().unwrap_or_default(),
-        labels: pairs(source.metadata.labels.as_ref()),
+        labels,
         scheduler_name: spec.scheduler_name.clone().unwrap_or_else(|| "default-scheduler".into()),
         priority: spec.priority.unwrap_or(0),
         phase: match status.and_then(|status| status.phase.as_deref()) {
@@ -344,7 +476,32 @@ pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
             .flatten()
             .any(|condition| condition.type_ == "Ready" && condition.status == "True"),
         nominated_node: status.and_then(|status| status.nominated_node_name.clone()),
+        pod_affinity,
+        pod_anti_affinity,
+        host_ports,
+        status_reason: status.and_then(|status| status.reason.clone()).unwrap_or_default(),
+        annotations: source
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .filter(|(key, _)| key.as_str() != LAST_APPLIED)
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
     })
+}
+
+fn container_state(state: Option<&core::ContainerState>) -> ContainerState {
+    let Some(state) = state else { return ContainerState::Unknown };
+    if let Some(terminated) = &state.terminated {
+        ContainerState::Terminated(Termination { reason: terminated.reason.clone().unwrap_or_default(), exit_code: terminated.exit_code })
+    } else if state.running.is_some() {
+        ContainerState::Running
+    } else if let Some(waiting) = &state.waiting {
+        ContainerState::Waiting(waiting.reason.clone().unwrap_or_default())
+    } else {
+        ContainerState::Unknown
+    }
 }
 
 pub fn node(source: &core::Node) -> Result<Node, ConvertError> {

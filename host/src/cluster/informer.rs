@@ -1,4 +1,4 @@
-//! Informers: kube-rs watchers on nodes and pods that keep the [`SharedCluster`] current and publish what
+//! Informers: kube-rs watchers on nodes, pods and namespaces that keep the [`SharedCluster`] current and publish what
 //! changed. After every (re)list, objects the list no longer holds are removed: a pod or node deleted while the
 //! watch was disconnected does not linger as phantom usage.
 
@@ -6,7 +6,7 @@ use super::shared::{ClusterEvent, SharedCluster, Synced, UnreadablePod};
 use super::{convert, PodChange};
 use crate::contract::types::PodPhase;
 use futures::TryStreamExt;
-use k8s_openapi::api::core::v1::{Node as KubeNode, Pod as KubePod};
+use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, Node as KubeNode, Pod as KubePod};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
@@ -18,10 +18,11 @@ pub struct Informers {
     _tasks: tokio::task::JoinSet<()>,
 }
 
-/// Starts the node and pod informers on `cluster`.
+/// Starts the node, pod and namespace informers on `cluster`.
 pub fn spawn(client: Client, cluster: Arc<SharedCluster>) -> Informers {
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(follow(client.clone(), cluster.clone(), "nodes", apply_node_event, |synced| synced.nodes = true));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "namespaces", apply_namespace_event, |synced| synced.namespaces = true));
     tasks.spawn(follow(client, cluster, "pods", apply_pod_event, |synced| synced.pods = true));
     Informers { _tasks: tasks }
 }
@@ -97,6 +98,28 @@ fn apply_node_event(cluster: &SharedCluster, event: Event<KubeNode>, relisted: &
     }
 }
 
+/// Namespaces matter only through their labels (pod affinity's namespace selectors); no loop reacts to them.
+fn apply_namespace_event(cluster: &SharedCluster, event: Event<KubeNamespace>, relisted: &mut HashSet<String>) -> Vec<ClusterEvent> {
+    let mut state = cluster.write();
+    match event {
+        Event::Init => relisted.clear(),
+        Event::InitApply(namespace) | Event::Apply(namespace) => {
+            let name = namespace.metadata.name.clone().unwrap_or_default();
+            let labels = namespace.metadata.labels.unwrap_or_default().into_iter().collect();
+            state.upsert_namespace(&name, labels);
+            relisted.insert(name);
+        }
+        Event::Delete(namespace) => state.remove_namespace(namespace.metadata.name.as_deref().unwrap_or_default()),
+        Event::InitDone => {
+            let gone: Vec<String> = state.namespace_names().filter(|name| !relisted.contains(*name)).map(str::to_string).collect();
+            for name in gone {
+                state.remove_namespace(&name);
+            }
+        }
+    }
+    Vec::new()
+}
+
 fn apply_pod_event(cluster: &SharedCluster, event: Event<KubePod>, relisted: &mut HashSet<String>) -> Vec<ClusterEvent> {
     match event {
         Event::Init => {
@@ -132,18 +155,23 @@ fn unreadable(cluster: &SharedCluster, source: &KubePod, error: String) -> Vec<C
     changes
 }
 
-/// Uids of every pod the view holds, bound or pending.
+/// Uids of every pod the view holds, bound, failed or pending.
 fn known_pods(cluster: &SharedCluster) -> Vec<String> {
-    let mut uids: Vec<String> = cluster.read().pod_uids().map(str::to_string).collect();
+    let state = cluster.read();
+    let mut uids: Vec<String> = state.pod_uids().chain(state.failed_uids()).map(str::to_string).collect();
+    drop(state);
     uids.extend(cluster.pending().keys().cloned());
     uids
 }
 
 fn forget_pod(cluster: &SharedCluster, uid: &str) -> Vec<ClusterEvent> {
     let mut changes = Vec::new();
-    if cluster.write().remove_pod(uid) {
+    let mut state = cluster.write();
+    state.forget_failed(uid);
+    if state.remove_pod(uid) {
         changes.push(ClusterEvent::PodRemoved { uid: uid.to_string() });
     }
+    drop(state);
     if cluster.pending().remove(uid).is_some() {
         changes.push(ClusterEvent::PendingGone { uid: uid.to_string() });
     }
@@ -161,8 +189,13 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
     let mut changes = Vec::new();
     let was_pending = cluster.pending().remove(&uid).is_some();
     match node {
-        // A finished pod frees its node.
-        Some(_) if finished => changes.extend(forget_pod(cluster, &uid)),
+        // A finished pod frees its node; a failed one stays known until deleted, for evict policies to clear.
+        Some(node) if finished => {
+            changes.extend(forget_pod(cluster, &uid));
+            if pod.phase == PodPhase::Failed {
+                cluster.write().note_failed(pod, &node, convert::pod_meta(source));
+            }
+        }
         Some(node) => match cluster.write().upsert_pod_with(pod, &node, convert::pod_meta(source)) {
             PodChange::Unchanged => {}
             PodChange::Bound => changes.push(ClusterEvent::PodBound { uid: uid.clone() }),

@@ -46,16 +46,17 @@ pub struct UnreadablePod {
     pub error: String,
 }
 
-/// Whether the node and pod informers have each listed the cluster at least once.
+/// Whether the node, pod and namespace informers have each listed the cluster at least once.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Synced {
     pub nodes: bool,
     pub pods: bool,
+    pub namespaces: bool,
 }
 
 impl Synced {
     pub fn all(self) -> bool {
-        self.nodes && self.pods
+        self.nodes && self.pods && self.namespaces
     }
 }
 

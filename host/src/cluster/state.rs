@@ -7,8 +7,8 @@
 //! ("without these pods, would that one fit?") while the live state goes on, and a pooled instance used on both
 //! is never fed deltas from the wrong log.
 
-use crate::contract::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, Resources, ViewScope};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use crate::contract::types::{ClusterDelta, FailedPod, Node, NodeId, NodeUsage, Pod, PodId, Resources, ViewScope};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use wasp_sdk::resources::ResourceVector;
 
@@ -60,8 +60,14 @@ fn delta_bytes(delta: &ClusterDelta) -> usize {
                 + pairs(&pod.labels)
                 + pairs(&pod.node_selector)
                 + (pod.containers.len() + pod.init_containers.len()) * RECORD * 4
-                + (pod.tolerations.len() + pod.topology_spread.len()) * RECORD * 2
+                + (pod.tolerations.len() + pod.topology_spread.len() + pod.host_ports.len()) * RECORD * 2
+                + [&pod.pod_affinity, &pod.pod_anti_affinity]
+                    .into_iter()
+                    .flatten()
+                    .map(|terms| (terms.required.len() + terms.preferred.len()) * RECORD * 4)
+                    .sum::<usize>()
         }
+        ClusterDelta::NamespaceUpsert((name, labels)) => RECORD + name.len() + pairs(labels),
         ClusterDelta::NodeUpsert((_, node, _)) => RECORD * 8 + node.name.len() + pairs(&node.labels) + node.taints.len() * RECORD * 2,
         _ => RECORD,
     }
@@ -178,6 +184,11 @@ pub struct ClusterState {
     /// Pod uids by id, for answers that name pods by id (evictions).
     uids: HashMap<PodId, String>,
     next_pod_id: PodId,
+    /// Namespaces and their labels (pod affinity's namespace selectors read them).
+    namespaces: BTreeMap<String, Vec<(String, String)>>,
+    /// Pods in phase Failed still on a node, by uid: they hold nothing, so they are in no view and no usage, but
+    /// evict policies may clear them away (the descheduler's RemoveFailedPods). Ids from the same sequence.
+    failed: HashMap<String, (FailedPod, PodMeta)>,
     /// Identifies this state's log among every state of the process.
     epoch: u64,
     log: VecDeque<ClusterDelta>,
@@ -196,6 +207,8 @@ impl Default for ClusterState {
             pods: HashMap::new(),
             uids: HashMap::new(),
             next_pod_id: 0,
+            namespaces: BTreeMap::new(),
+            failed: HashMap::new(),
             epoch: next_epoch(),
             log: VecDeque::new(),
             log_bytes: 0,
@@ -219,6 +232,8 @@ impl ClusterState {
             pods: self.pods.clone(),
             uids: self.uids.clone(),
             next_pod_id: self.next_pod_id,
+            namespaces: self.namespaces.clone(),
+            failed: self.failed.clone(),
             epoch: next_epoch(),
             log: VecDeque::new(),
             log_bytes: 0,
@@ -354,6 +369,67 @@ impl ClusterState {
         }
     }
 
+    /// Adds or updates a namespace's labels; records nothing when they did not change.
+    pub fn upsert_namespace(&mut self, name: &str, labels: Vec<(String, String)>) -> bool {
+        if self.namespaces.get(name) == Some(&labels) {
+            return false;
+        }
+        self.namespaces.insert(name.to_string(), labels.clone());
+        self.record(ClusterDelta::NamespaceUpsert((name.to_string(), labels)));
+        true
+    }
+
+    pub fn remove_namespace(&mut self, name: &str) {
+        if self.namespaces.remove(name).is_some() {
+            self.record(ClusterDelta::NamespaceRemove(name.to_string()));
+        }
+    }
+
+    /// Keeps a pod that failed on `node` (it no longer counts as bound); an update keeps its id.
+    pub fn note_failed(&mut self, mut pod: Pod, node: &str, meta: PodMeta) {
+        self.remove_pod(&pod.uid);
+        pod.annotations = Vec::new();
+        let id = match self.failed.get(&pod.uid) {
+            Some((known, _)) => known.id,
+            None => {
+                self.next_pod_id += 1;
+                self.next_pod_id - 1
+            }
+        };
+        self.failed.insert(pod.uid.clone(), (FailedPod { id, node: node.to_string(), pod }, meta));
+    }
+
+    /// Forgets a failed pod (deleted); returns whether it was known.
+    pub fn forget_failed(&mut self, uid: &str) -> bool {
+        self.failed.remove(uid).is_some()
+    }
+
+    pub fn failed_uids(&self) -> impl Iterator<Item = &str> {
+        self.failed.keys().map(String::as_str)
+    }
+
+    /// Failed pods still on nodes, in id order.
+    pub fn failed_pods(&self) -> Vec<FailedPod> {
+        let mut failed: Vec<FailedPod> = self.failed.values().map(|(pod, _)| pod.clone()).collect();
+        failed.sort_by_key(|pod| pod.id);
+        failed
+    }
+
+    /// The failed pod with this id.
+    pub fn failed_by_id(&self, id: PodId) -> Option<&FailedPod> {
+        self.failed.values().map(|(pod, _)| pod).find(|pod| pod.id == id)
+    }
+
+    /// A failed pod and what the host knows of it, by uid.
+    pub fn failed_pod(&self, uid: &str) -> Option<(&FailedPod, &PodMeta)> {
+        self.failed.get(uid).map(|(pod, meta)| (pod, meta))
+    }
+
+    /// Names of the namespaces known.
+    pub fn namespace_names(&self) -> impl Iterator<Item = &str> {
+        self.namespaces.keys().map(String::as_str)
+    }
+
     /// Adds or updates a pod bound to `node_name` (moving it if it was bound elsewhere); records nothing when it
     /// is already there as it is.
     pub fn upsert_pod(&mut self, pod: Pod, node_name: &str) -> PodChange {
@@ -362,7 +438,9 @@ impl ClusterState {
 
     /// [`upsert_pod`](Self::upsert_pod) with what the host knows beyond the record; a change of `meta` alone is
     /// kept but sent to no policy.
-    pub fn upsert_pod_with(&mut self, pod: Pod, node_name: &str, meta: PodMeta) -> PodChange {
+    pub fn upsert_pod_with(&mut self, mut pod: Pod, node_name: &str, meta: PodMeta) -> PodChange {
+        // Pods in views carry no annotations (the contract says so): a tenant's annotations cost no guest memory.
+        pod.annotations = Vec::new();
         if let Some(bound) = self.pods.get_mut(&pod.uid).filter(|bound| bound.node == node_name && bound.pod == pod) {
             bound.meta = meta;
             return PodChange::Unchanged;
@@ -471,12 +549,21 @@ impl ClusterState {
             .filter(move |_| scope == ViewScope::NodesAndPods)
             .flat_map(move |(slot, _)| slot.pods.iter().map(move |uid| (slot.id, &self.pods[uid])))
             .map(|(node_id, bound)| ClusterDelta::PodUpsert((bound.id, node_id, bound.pod.clone())));
-        std::iter::once(ClusterDelta::Reset).chain(nodes).chain(pods)
+        let namespaces = self
+            .namespaces
+            .iter()
+            .filter(move |_| scope == ViewScope::NodesAndPods)
+            .map(|(name, labels)| ClusterDelta::NamespaceUpsert((name.clone(), labels.clone())));
+        std::iter::once(ClusterDelta::Reset).chain(nodes).chain(namespaces).chain(pods)
     }
 }
 
+/// Deltas only views with pods receive.
 fn is_pod_delta(delta: &ClusterDelta) -> bool {
-    matches!(delta, ClusterDelta::PodUpsert(_) | ClusterDelta::PodRemove(_))
+    matches!(
+        delta,
+        ClusterDelta::PodUpsert(_) | ClusterDelta::PodRemove(_) | ClusterDelta::NamespaceUpsert(_) | ClusterDelta::NamespaceRemove(_)
+    )
 }
 
 /// Keeps its own copy of the cluster, fed from a state's delta log: a policy instance, or a policy compiled

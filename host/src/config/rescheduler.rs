@@ -54,6 +54,8 @@ pub struct Protections {
     pub ignore_pvc_pods: bool,
     /// Evict pods no controller recreates (they are gone for good).
     pub evict_bare_pods: bool,
+    /// Clear away failed pods that no controller owns (the descheduler's `evictFailedBarePods`).
+    pub evict_failed_bare_pods: bool,
     /// Only these namespaces (empty: all but `exclude`).
     pub namespaces: NamespaceFilter,
     /// Only pods matching this selector.

@@ -394,12 +394,13 @@ impl LoadedPolicy {
 /// replacement on a node the cluster does not have is malformed, and nothing of it is used.
 fn checked_proposals(evictions: Vec<Eviction>, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
     let malformed = |message: String| Err(CallError::Malformed { operation: "propose", message });
-    if evictions.len() > cluster.pod_count() {
-        return malformed(format!("{} evictions proposed for a cluster of {} pods", evictions.len(), cluster.pod_count()));
+    let pods = cluster.pod_count() + context.failed.len();
+    if evictions.len() > pods {
+        return malformed(format!("{} evictions proposed for a cluster of {pods} pods", evictions.len()));
     }
     let mut seen = std::collections::HashSet::with_capacity(evictions.len());
     for eviction in &evictions {
-        if cluster.pod_by_id(eviction.pod).is_none() {
+        if cluster.pod_by_id(eviction.pod).is_none() && cluster.failed_by_id(eviction.pod).is_none() {
             return malformed(format!("pod id {} is not a pod of the cluster", eviction.pod));
         }
         if !seen.insert(eviction.pod) {

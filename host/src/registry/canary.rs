@@ -87,7 +87,7 @@ pub fn check(policy: &LoadedPolicy, live: Option<&SharedCluster>) -> Result<(), 
             PolicyKind::Score => policy.score(&cluster, &pod, &candidates).map(drop),
             PolicyKind::Evict => {
                 let pending = vec![PendingPod { pod: pod.clone(), reason: String::new() }];
-                policy.propose(&cluster, &EvictContext { now: jiff::Timestamp::now().as_second(), pending }).map(drop)
+                policy.propose(&cluster, &EvictContext { now: jiff::Timestamp::now().as_second(), pending, failed: cluster.failed_pods() }).map(drop)
             }
             PolicyKind::Scale => policy.recommend(&cluster, &scale_sample()).map(drop),
         };

@@ -47,7 +47,8 @@ impl Envelope {
         if pod.priority >= SYSTEM_CRITICAL_PRIORITY && !rules.evict_system_critical_pods {
             return Some(format!("system-critical priority {}", pod.priority));
         }
-        if owner_kind.is_none() && !rules.evict_bare_pods {
+        let failed = pod.phase == crate::contract::types::PodPhase::Failed;
+        if owner_kind.is_none() && !rules.evict_bare_pods && !(failed && rules.evict_failed_bare_pods) {
             return Some("no controller would recreate it (bare pod)".into());
         }
         if pod.local_storage && !rules.evict_local_storage_pods {

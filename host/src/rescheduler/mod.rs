@@ -141,7 +141,8 @@ impl Rescheduler {
             .map(|(pod, reason)| PendingPod { pod, reason })
             .collect();
         pending.sort_by(|a, b| b.pod.priority.cmp(&a.pod.priority).then(a.pod.created_at.cmp(&b.pod.created_at)));
-        let context = EvictContext { now: wall_seconds(), pending };
+        let failed = self.cluster.read().failed_pods();
+        let context = EvictContext { now: wall_seconds(), pending, failed };
         let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now };
         let mut plan = crate::runtime::off_async_worker(|| {
             let proposals = plan::propose(&generation.plans.eviction, self.cluster.read(), context);
@@ -167,7 +168,7 @@ impl Rescheduler {
                     }
                     continue;
                 }
-                Decision::Evict { .. } => None,
+                Decision::Evict { .. } | Decision::Clear => None,
                 Decision::Preempt { beneficiary, node } => Some((beneficiary.clone(), node.clone())),
             };
             let outcome = if dry_run { Outcome::NotSent } else { self.evict(entry, section.pacing.budget_retry, preempting.as_ref().map(|(who, _)| who.as_str())).await };

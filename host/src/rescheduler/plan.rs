@@ -77,6 +77,8 @@ pub enum Decision {
     /// Evict to make room on `node` for the pending pod `beneficiary` (`namespace/name`), then nominate the node
     /// for it.
     Preempt { beneficiary: String, node: String },
+    /// Clear away a failed pod: it holds nothing and goes nowhere (its controller replaced it already).
+    Clear,
     Skip(Skip),
 }
 
@@ -136,7 +138,7 @@ impl PlanEntry {
     pub fn target(&self) -> Option<&str> {
         match &self.decision {
             Decision::Evict { target } => Some(target),
-            Decision::Preempt { .. } | Decision::Skip(_) => None,
+            Decision::Preempt { .. } | Decision::Clear | Decision::Skip(_) => None,
         }
     }
 }
@@ -181,6 +183,7 @@ impl Plan {
             let (decision, why) = match &entry.decision {
                 Decision::Evict { target } => (format!("evict -> {target}{done}"), entry.reason.clone()),
                 Decision::Preempt { beneficiary, node } => (format!("evict, room for {beneficiary} on {node}{done}"), entry.reason.clone()),
+                Decision::Clear => (format!("evict failed pod{done}"), entry.reason.clone()),
                 Decision::Skip(skip) => (format!("skip: {}", skip.kind()), format!("{} (proposed: {})", skip.detail(), entry.reason)),
             };
             rows.push([entry.key(), entry.node.clone(), entry.policy.clone(), decision, why]);
@@ -314,7 +317,8 @@ pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
         };
         plan.proposals.push((policy.clone(), took, proposals.len()));
         for eviction in proposals {
-            let Some((pod, node)) = whatif.pod_by_id(eviction.pod) else { continue };
+            let failed = whatif.failed_by_id(eviction.pod).map(|failed| (&failed.pod, failed.node.as_str()));
+            let Some((pod, node)) = whatif.pod_by_id(eviction.pod).or(failed) else { continue };
             // The first strategy to propose a pod names it; later ones add nothing.
             if !proposed.insert(pod.uid.clone()) {
                 continue;
@@ -327,8 +331,9 @@ pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
                 workload: Workload::of(pod),
                 policy: policy.clone(),
                 reason: eviction.reason,
-                room_for: eviction.room_for,
-                placement: eviction.placement,
+                // A failed pod holds no room, and its replacement exists already.
+                room_for: eviction.room_for.filter(|_| failed.is_none()),
+                placement: eviction.placement.filter(|_| failed.is_none()),
                 decision: Decision::Skip(Skip::Limit(String::new())),
                 outcome: None,
                 siblings: Arc::default(),
@@ -359,6 +364,7 @@ pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
             Some(uid) => (index..plan.entries.len()).filter(|other| plan.entries[*other].room_for.as_ref() == Some(uid)).collect(),
         };
         let decisions = match &plan.entries[index].room_for {
+            None if whatif.failed_pod(&plan.entries[index].uid).is_some() => vec![checker.clearing(&plan.entries[index], &whatif)],
             None => vec![checker.moving(&plan.entries[index], &mut whatif)],
             Some(uid) => {
                 let victims: Vec<&PlanEntry> = group.iter().map(|member| &plan.entries[*member]).collect();
@@ -438,6 +444,28 @@ impl Checker<'_> {
     fn profile_for(&self, pod: &Pod) -> Option<&Arc<ProfilePolicies>> {
         let name = if self.plans.scheduling.contains_key(&pod.scheduler_name) { Some(&pod.scheduler_name) } else { self.section.fit_profile.as_ref() };
         name.and_then(|name| self.plans.scheduling.get(name))
+    }
+
+    /// A failed pod to clear away: the protections, the backoff after refusals and the limits hold; PDBs do not
+    /// count failed pods (the Eviction API lets them go), and there is nothing to place or pace.
+    fn clearing(&mut self, entry: &PlanEntry, whatif: &ClusterState) -> Decision {
+        if let Some(full) = self.run_full() {
+            return Decision::Skip(full);
+        }
+        let Some((failed, meta)) = whatif.failed_pod(&entry.uid) else {
+            return Decision::Skip(Skip::NoFit("the pod is gone".into()));
+        };
+        if let Some(reason) = self.envelope.protection(&failed.pod, meta, self.wall) {
+            return Decision::Skip(Skip::Protected(reason));
+        }
+        if let Some(reason) = self.memory.refused_recently(&entry.uid, self.now) {
+            return Decision::Skip(Skip::Budget(reason));
+        }
+        if let Some(limit) = self.counts.limit_reached(self.section, &entry.node, &entry.namespace, None) {
+            return Decision::Skip(limit);
+        }
+        self.counts.add(&entry.node, &entry.namespace, None);
+        Decision::Clear
     }
 
     /// A pod to move: it must land on another node, where its own profile places it (or the policy's required

@@ -133,7 +133,7 @@ mod tests {
     use wasp_sdk::types::PendingPod;
 
     fn waiting(pod: Pod, reason: &str) -> EvictContext {
-        EvictContext { now: 0, pending: vec![PendingPod { pod, reason: reason.into() }] }
+        EvictContext { now: 0, pending: vec![PendingPod { pod, reason: reason.into() }], failed: Vec::new() }
     }
 
     fn important() -> Pod {

@@ -1,0 +1,223 @@
+//! `inter-pod-affinity`: kube-scheduler's InterPodAffinity. The filter enforces the pod's required affinity and
+//! anti-affinity and, symmetrically, the required anti-affinity of the pods already placed; the score adds the
+//! preferred terms of both sides and the existing pods' required affinity (`hardPodAffinityWeight`). Every count
+//! is made once per pod over the bound pods, keyed by topology domain, so each node costs a few lookups.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use wasp_sdk::affinity::required;
+use wasp_sdk::policy::verdicts_for;
+use wasp_sdk::types::{FilterResult, NodeId, Pod, PodAffinityTerm, ViewScope};
+use wasp_sdk::{Cluster, Filter, NodeInfo, Policy, Score, Verdict};
+
+const AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod affinity rules";
+const ANTI_AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod anti-affinity rules";
+const EXISTING_ANTI_AFFINITY_NOT_MATCH: &str = "node(s) didn't satisfy existing pods anti-affinity rules";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Settings {
+    /// Weight of an existing pod's required affinity toward the incoming pod, in the score.
+    pub hard_pod_affinity_weight: i32,
+    /// Score only by the incoming pod's preferred terms when it has some, and not at all otherwise.
+    pub ignore_preferred_terms_of_existing_pods: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { hard_pod_affinity_weight: 1, ignore_preferred_terms_of_existing_pods: false }
+    }
+}
+
+pub struct InterPodAffinity {
+    settings: Settings,
+}
+
+impl Policy for InterPodAffinity {
+    type Settings = Settings;
+    const NAME: &'static str = "inter-pod-affinity";
+    const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const SETTINGS_DOC: &'static str = "hardPodAffinityWeight: score weight of existing pods' required affinity to the pod, 0-100 (default 1)\n\
+        ignorePreferredTermsOfExistingPods: score only with the pod's own preferred terms (default false)";
+
+    fn new(settings: Settings) -> Result<Self, String> {
+        if !(0..=100).contains(&settings.hard_pod_affinity_weight) {
+            return Err(format!("hardPodAffinityWeight: {} is not in 0..=100", settings.hard_pod_affinity_weight));
+        }
+        Ok(InterPodAffinity { settings })
+    }
+}
+
+/// Pods per topology domain: `(topology key, value)` -> count or score.
+type Domains<'a> = HashMap<(&'a str, &'a str), i64>;
+
+fn add<'a>(domains: &mut Domains<'a>, term: &'a PodAffinityTerm, node: &'a NodeInfo, amount: i64) {
+    if let Some(value) = term.domain(node) {
+        *domains.entry((term.topology_key.as_str(), value)).or_default() += amount;
+    }
+}
+
+/// What the filter needs to know of the bound pods, counted once per incoming pod (kube-scheduler's PreFilter).
+struct Counts<'a> {
+    /// Existing pods whose required anti-affinity selects the incoming pod, per domain of their node.
+    existing_anti: Domains<'a>,
+    /// Pods matching all of the incoming pod's required affinity terms, per domain of each term.
+    affinity: Domains<'a>,
+    /// Pods selected by one of the incoming pod's required anti-affinity terms, per domain.
+    anti: Domains<'a>,
+}
+
+fn count<'a>(pod: &'a Pod, cluster: &'a Cluster) -> Counts<'a> {
+    let (affinity_terms, anti_terms) = (required(&pod.pod_affinity), required(&pod.pod_anti_affinity));
+    let mut counts = Counts { existing_anti: Domains::new(), affinity: Domains::new(), anti: Domains::new() };
+    for bound in cluster.pods_with_affinity() {
+        let Some(node) = cluster.node(bound.node) else { continue };
+        for term in required(&bound.pod.pod_anti_affinity) {
+            if cluster.term_selects(term, &bound.pod, pod) {
+                add(&mut counts.existing_anti, term, node, 1);
+            }
+        }
+    }
+    if affinity_terms.is_empty() && anti_terms.is_empty() {
+        return counts;
+    }
+    for bound in cluster.pods() {
+        let Some(node) = cluster.node(bound.node) else { continue };
+        if !affinity_terms.is_empty() && affinity_terms.iter().all(|term| cluster.term_selects(term, pod, &bound.pod)) {
+            for term in affinity_terms {
+                add(&mut counts.affinity, term, node, 1);
+            }
+        }
+        for term in anti_terms.iter().filter(|term| cluster.term_selects(term, pod, &bound.pod)) {
+            add(&mut counts.anti, term, node, 1);
+        }
+    }
+    counts
+}
+
+impl Counts<'_> {
+    /// kube-scheduler's three checks in its order; the first that fails is the reason.
+    fn verdict(&self, pod: &Pod, node: &NodeInfo, cluster: &Cluster) -> Verdict {
+        if !self.satisfies_affinity(pod, node, cluster) {
+            return Verdict::reject(AFFINITY_NOT_MATCH);
+        }
+        let in_domain = |counts: &Domains, term: &PodAffinityTerm| {
+            term.domain(node).is_some_and(|value| counts.get(&(term.topology_key.as_str(), value)).is_some_and(|count| *count > 0))
+        };
+        if !self.anti.is_empty() && required(&pod.pod_anti_affinity).iter().any(|term| in_domain(&self.anti, term)) {
+            return Verdict::reject(ANTI_AFFINITY_NOT_MATCH);
+        }
+        let repelled = |(key, value): &(String, String)| {
+            self.existing_anti.get(&(key.as_str(), value.as_str())).is_some_and(|count| *count > 0)
+        };
+        if !self.existing_anti.is_empty() && node.node.labels.iter().any(repelled) {
+            return Verdict::reject(EXISTING_ANTI_AFFINITY_NOT_MATCH);
+        }
+        Verdict::Pass
+    }
+
+    fn satisfies_affinity(&self, pod: &Pod, node: &NodeInfo, cluster: &Cluster) -> bool {
+        let terms = required(&pod.pod_affinity);
+        let mut pods_exist = true;
+        for term in terms {
+            let Some(value) = term.domain(node) else { return false };
+            if self.affinity.get(&(term.topology_key.as_str(), value)).is_none_or(|count| *count <= 0) {
+                pods_exist = false;
+            }
+        }
+        // The first pod of a group that wants to be together: nothing matches anywhere yet, and the pod matches
+        // its own terms, so it may go wherever the topology keys exist.
+        pods_exist || (self.affinity.is_empty() && terms.iter().all(|term| cluster.term_selects(term, pod, pod)))
+    }
+}
+
+impl Filter for InterPodAffinity {
+    fn filter(&self, pod: &Pod, node: &NodeInfo, cluster: &Cluster) -> Verdict {
+        count(pod, cluster).verdict(pod, node, cluster)
+    }
+
+    fn filter_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> FilterResult {
+        let has_terms = !required(&pod.pod_affinity).is_empty() || !required(&pod.pod_anti_affinity).is_empty();
+        if !has_terms && !cluster.pods_with_affinity().any(|bound| !required(&bound.pod.pod_anti_affinity).is_empty()) {
+            return verdicts_for(cluster, candidates, |_| Verdict::Pass);
+        }
+        let counts = count(pod, cluster);
+        verdicts_for(cluster, candidates, |node| counts.verdict(pod, node, cluster))
+    }
+}
+
+impl InterPodAffinity {
+    /// kube-scheduler's PreScore: weights per topology domain from both sides' terms.
+    fn topology_scores<'a>(&self, pod: &'a Pod, cluster: &'a Cluster) -> Domains<'a> {
+        let preferred = |affinity: &'a Option<wasp_sdk::types::PodAffinity>| affinity.iter().flat_map(|affinity| affinity.preferred.iter());
+        let has_constraints = preferred(&pod.pod_affinity).next().is_some() || preferred(&pod.pod_anti_affinity).next().is_some();
+        let mut scores = Domains::new();
+        if self.settings.ignore_preferred_terms_of_existing_pods && !has_constraints {
+            return scores;
+        }
+        let hard_weight = i64::from(self.settings.hard_pod_affinity_weight);
+        // Without preferred terms of its own, only pods with terms can score the pod.
+        let pods: Box<dyn Iterator<Item = &wasp_sdk::PodInfo>> =
+            if has_constraints { Box::new(cluster.pods()) } else { Box::new(cluster.pods_with_affinity()) };
+        for bound in pods {
+            let Some(node) = cluster.node(bound.node).filter(|node| !node.node.labels.is_empty()) else { continue };
+            if has_constraints {
+                for weighted in preferred(&pod.pod_affinity).filter(|weighted| cluster.term_selects(&weighted.term, pod, &bound.pod)) {
+                    add(&mut scores, &weighted.term, node, i64::from(weighted.weight));
+                }
+                for weighted in preferred(&pod.pod_anti_affinity).filter(|weighted| cluster.term_selects(&weighted.term, pod, &bound.pod)) {
+                    add(&mut scores, &weighted.term, node, -i64::from(weighted.weight));
+                }
+            }
+            if self.settings.ignore_preferred_terms_of_existing_pods {
+                continue;
+            }
+            let existing = &bound.pod;
+            if hard_weight > 0 {
+                for term in required(&existing.pod_affinity).iter().filter(|term| cluster.term_selects(term, existing, pod)) {
+                    add(&mut scores, term, node, hard_weight);
+                }
+            }
+            for weighted in preferred(&existing.pod_affinity).filter(|weighted| cluster.term_selects(&weighted.term, existing, pod)) {
+                add(&mut scores, &weighted.term, node, i64::from(weighted.weight));
+            }
+            for weighted in preferred(&existing.pod_anti_affinity).filter(|weighted| cluster.term_selects(&weighted.term, existing, pod)) {
+                add(&mut scores, &weighted.term, node, -i64::from(weighted.weight));
+            }
+        }
+        scores
+    }
+}
+
+impl Score for InterPodAffinity {
+    fn score(&self, pod: &Pod, node: &NodeInfo, cluster: &Cluster) -> i64 {
+        self.score_all(pod, cluster, &[node.id])[0] as i64
+    }
+
+    /// A node's raw score is the sum of its domains' scores; then min-max normalized to 0..=100 over the
+    /// candidates (all 0 when they are equal or nothing scored).
+    fn score_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> Vec<u32> {
+        let scores = self.topology_scores(pod, cluster);
+        if scores.is_empty() {
+            return vec![0; candidates.len()];
+        }
+        let raw: Vec<i64> = candidates
+            .iter()
+            .map(|&id| {
+                let Some(node) = cluster.node(id) else { return 0 };
+                let domain_score = |(key, value): &(String, String)| scores.get(&(key.as_str(), value.as_str())).copied().unwrap_or(0);
+                node.node.labels.iter().map(domain_score).sum()
+            })
+            .collect();
+        let (lowest, highest) = (raw.iter().copied().min().unwrap_or(0), raw.iter().copied().max().unwrap_or(0));
+        let spread = highest - lowest;
+        raw.iter()
+            .map(|score| if spread > 0 { (100.0 * ((score - lowest) as f64 / spread as f64)) as u32 } else { 0 })
+            .collect()
+    }
+}
+
+wasp_sdk::export_policy!(InterPodAffinity);
+
+#[cfg(test)]
+mod tests;
