@@ -4,7 +4,8 @@
 mod common;
 
 use common::*;
-use wasp::contract::types::{EvictContext, Metric, MetricSource, MetricTarget, PendingPod, PodMetric, PolicyKind, ScaleRequest, ViewScope};
+use wasp::contract::{EvictContext, PendingPod};
+use wasp::contract::types::{Metric, MetricSource, MetricTarget, PodMetric, PolicyKind, ScaleRequest, ViewScope};
 
 #[test]
 fn every_default_policy_describes_itself() {

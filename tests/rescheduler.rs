@@ -312,7 +312,7 @@ fn an_answer_naming_unknown_pods_twice_or_too_many_is_malformed_and_a_trap_is_a_
     ] {
         let options = wasp::policy::PolicyOptions { settings: format!(r#"{{"evict": "{mode}"}}"#), ..Default::default() };
         let policy = wasp::policy::LoadedPolicy::load(&runtime, &source, &wasm, options).unwrap();
-        let context = wasp::contract::types::EvictContext { now: 0, pending: Vec::new(), failed: Vec::new() };
+        let context = wasp::contract::EvictContext { now: 0, pending: Vec::new(), failed: Vec::new() };
         let error = policy.propose(&cluster, &context).unwrap_err().to_string();
         assert!(error.contains(expected), "{mode}: {error}");
     }
@@ -496,4 +496,80 @@ async fn a_budgets_refusal_is_retried_later_with_backoff_never_in_a_loop() {
     let table = plan.table();
     assert!(table.contains("a PodDisruptionBudget refused its eviction 1 time(s); the next try waits 1h"), "{table}");
     assert!(table.contains("warning: PodDisruptionBudgets could not be read"), "{table}");
+}
+
+/// Pods of `selector` by name with their node, as the API has them now.
+async fn nodes_of(harness: &Harness, selector: &str) -> BTreeMap<String, Option<String>> {
+    let pods = harness.pods().list(&ListParams::default().labels(selector)).await.unwrap().items;
+    pods.into_iter().map(|pod| (pod.metadata.name.clone().unwrap(), pod.spec.and_then(|spec| spec.node_name))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_anti_affinity_is_violated_moves_and_the_scheduler_keeps_it_apart() {
+    // `web` prefers n-0 and refuses to share a node with `app=noisy`; a noisy pod is then placed on n-0 by hand
+    // (`spec.nodeName`, as another scheduler or an operator would), which the web pod's rule did not foresee.
+    let prefers_n0 = "{preferredDuringSchedulingIgnoredDuringExecution: [{weight: 100, preference: {matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [n-0]}]}}]}";
+    let refuses_noisy = "{requiredDuringSchedulingIgnoredDuringExecution: [{topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: noisy}}}]}";
+    let scenario = format!(
+        "{COUNT_EVICTIONS}\nkubelet: {{readyDelay: 10ms}}\nnodeGroups: [{{name: n, count: 2, cpu: '4', memory: 16Gi}}]\n\
+         workloads: [{{name: web, replicas: 1, schedulerName: wasp, cpu: 100m, podSpec: {{affinity: {{nodeAffinity: {prefers_n0}, podAntiAffinity: {refuses_noisy}}}}}}}]\n"
+    );
+    let rescheduler = "strategies: [{policy: remove-pods-violating-inter-pod-anti-affinity}]\ninterval: 1s";
+    let harness = start(&scenario, config(rescheduler), true).await;
+    let before = harness.ready_placements("app=web", 1, Duration::from_secs(20)).await;
+    assert_eq!(before.values().next().unwrap(), "n-0", "{before:?}");
+    let noisy = json!({"metadata": {"name": "noisy", "labels": {"app": "noisy"}}, "spec": {"nodeName": "n-0", "containers": [{"name": "app", "image": "app"}]}});
+    harness.pods().create(&Default::default(), &serde_json::from_value(noisy).unwrap()).await.unwrap();
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let web = harness.ready_placements("app=web", 1, Duration::from_secs(30)).await;
+        if web.values().all(|node| node == "n-1") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "web still on n-0: {web:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await; // poll interval of the condition wait
+    }
+    assert_eq!(harness.evictions_received(), 1, "one eviction, of the pod whose rule is violated");
+    assert_eq!(nodes_of(&harness, "app=noisy").await["noisy"].as_deref(), Some("n-0"), "the pod it repels is not the one moved");
+    let events = harness.events_from("wasp-rescheduler").await;
+    let message = events.iter().find(|event| event.reason.as_deref() == Some("Evicted")).and_then(|event| event.message.clone()).unwrap();
+    assert!(message.contains("its required anti-affinity (kubernetes.io/hostname) repels default/noisy in the same domain"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_pods_are_cleared_by_reason_and_the_others_stay() {
+    let scenario = format!("{COUNT_EVICTIONS}\nkubelet: {{readyDelay: 10ms}}\nnodeGroups: [{{name: n, count: 2, cpu: '4', memory: 16Gi}}]\n");
+    let rescheduler = "strategies: [{policy: remove-failed-pods}]\ninterval: 1s\nprotections: {evictFailedBarePods: true}";
+    let mut config = config(rescheduler);
+    config.policies.insert("remove-failed-pods".into(), serde_yaml::from_str("settings: {minPodLifetimeSeconds: 0, reasons: [OutOfcpu]}").unwrap());
+    let harness = start(&scenario, config, true).await;
+    for name in ["rejected", "crashed", "running"] {
+        let pod = json!({"metadata": {"name": name, "labels": {"test": "failed"}}, "spec": {"nodeName": "n-0", "containers": [{"name": "app", "image": "app"}]}});
+        harness.pods().create(&Default::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    }
+    let fail = |name: &str, status: serde_json::Value| {
+        harness.simulator.store.mutate(wasp_sim::resources::pods(), Some("default"), name, |pod| {
+            pod["status"] = status.clone();
+            Ok(())
+        })
+    };
+    fail("rejected", json!({"phase": "Failed", "reason": "OutOfcpu", "message": "Pod was rejected: Node didn't have enough resource: cpu"})).unwrap();
+    let terminated = json!([{"name": "app", "ready": false, "restartCount": 0, "image": "app", "imageID": "", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]);
+    fail("crashed", json!({"phase": "Failed", "containerStatuses": terminated})).unwrap();
+
+    let pods = harness.pods();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while nodes_of(&harness, "test=failed").await.contains_key("rejected") {
+        assert!(std::time::Instant::now() < deadline, "the failed pod was not cleared");
+        tokio::time::sleep(Duration::from_millis(50)).await; // poll interval of the condition wait
+    }
+    // Two more runs: the pod failed for another reason and the running one stay, and nothing more was sent.
+    let runs = harness.host.rescheduler.stats.runs.load(Ordering::Relaxed);
+    let rescheduler = harness.host.rescheduler.clone();
+    common::eventually_within("two more runs", Duration::from_secs(20), || rescheduler.stats.runs.load(Ordering::Relaxed) >= runs + 2).await;
+    let left: Vec<String> = nodes_of(&harness, "test=failed").await.into_keys().collect();
+    assert_eq!(left, ["crashed", "running"]);
+    assert_eq!(harness.evictions_received(), 1);
+    assert!(pods.get("crashed").await.is_ok());
 }

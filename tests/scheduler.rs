@@ -413,7 +413,7 @@ async fn readiness_names_the_check_that_fails() {
     let address = host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let (status, body) = common::http_get(address, "/readyz").await;
     assert_eq!(status, 503, "informers not started yet");
-    assert!(body.starts_with("[-]informers failed: waiting for the first list (nodes listed: false, pods listed: false)\n[+]policies ok\n"), "{body}");
+    assert!(body.starts_with("[-]informers failed: waiting for the first list (nodes listed: false, pods listed: false, namespaces listed: false)\n[+]policies ok\n"), "{body}");
     host.start_informers();
     host.cluster.wait_until_ready().await;
     assert_eq!(common::http_get(address, "/readyz").await.0, 200);

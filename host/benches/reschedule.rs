@@ -15,7 +15,7 @@ use wasp::registry::PolicyRegistry;
 use wasp::rescheduler::budgets::Budgets;
 use wasp::rescheduler::memory::Memory;
 use wasp::rescheduler::plan::{self, Plan};
-use wasp::contract::types::EvictContext;
+use wasp::contract::EvictContext;
 use wasp::runtime::Runtime;
 
 const NODES: usize = 5000;
@@ -79,7 +79,7 @@ fn run(registry: &PolicyRegistry, live: &ClusterState) -> (Plan, Duration) {
     let started = Instant::now();
     let wall = jiff::Timestamp::now().as_second();
     let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets: Budgets::default(), now: Instant::now(), wall };
-    let proposals = plan::propose(&generation.plans.eviction, live, EvictContext { now: wall, pending: Vec::new() });
+    let proposals = plan::propose(&generation.plans.eviction, live, EvictContext { now: wall, ..EvictContext::default() });
     let plan = plan::plan(inputs, proposals);
     (plan, started.elapsed())
 }

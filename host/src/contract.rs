@@ -11,12 +11,48 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::wasp::policy::types;
-use types::{PolicyKind, ViewScope};
+use types::{ClusterDelta, Pod, PodId, PodPlace, PolicyKind, ViewScope};
 
 /// The contract this host implements; components must be built against a compatible `wasp:policy` version.
 pub const CONTRACT_VERSION: &str = "0.4.0";
 /// The interfaces every policy component exports (at [`CONTRACT_VERSION`]).
 pub const EXPORTED_INTERFACES: [&str; 5] = ["policy", "filter", "score", "evict", "scale"];
+
+/// What an evict call is about: the time, and the pods a policy may act for or on besides its view. The
+/// contract sends the pods as deltas just before the call (`pod-upsert` with places `pending` and `failed`), so
+/// that the pod record is lifted in one place in a component; the call itself carries only the time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EvictContext {
+    /// Seconds since the Unix epoch.
+    pub now: i64,
+    /// Pods of wasp profiles waiting for room, highest priority first.
+    pub pending: Vec<PendingPod>,
+    /// Pods in phase Failed still on a node, with ids from the view's sequence.
+    pub failed: Vec<FailedPod>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingPod {
+    pub pod: Pod,
+    /// Why the scheduler could not place it; empty when it has not been tried yet.
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedPod {
+    pub id: PodId,
+    pub node: String,
+    pub pod: Pod,
+}
+
+impl EvictContext {
+    /// The deltas that carry the context's pods, in order (pending pods keep their priority order).
+    pub fn deltas(&self) -> Vec<ClusterDelta> {
+        let pending = self.pending.iter().map(|pending| ClusterDelta::PodUpsert((0, PodPlace::Pending(pending.reason.clone()), pending.pod.clone())));
+        let failed = self.failed.iter().map(|failed| ClusterDelta::PodUpsert((failed.id, PodPlace::Failed(failed.node.clone()), failed.pod.clone())));
+        pending.chain(failed).collect()
+    }
+}
 
 impl PolicyKind {
     pub const ALL: [PolicyKind; 4] = [PolicyKind::Filter, PolicyKind::Score, PolicyKind::Evict, PolicyKind::Scale];

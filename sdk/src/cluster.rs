@@ -3,7 +3,7 @@
 //! [`Cluster::bind`], which keep the usage totals exactly as the host does.
 
 use crate::resources::ResourceVector;
-use crate::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, Resources};
+use crate::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources};
 use std::collections::HashMap;
 
 /// A node and what is placed on it.
@@ -82,7 +82,9 @@ impl Cluster {
                 }
             }
             ClusterDelta::NodeRemove(id) => self.remove_node(id),
-            ClusterDelta::PodUpsert((id, node, pod)) => self.upsert_pod(id, node, pod),
+            ClusterDelta::PodUpsert((id, PodPlace::Bound(node), pod)) => self.upsert_pod(id, node, pod),
+            // Pods a call is about are kept by the guest glue, not in the view.
+            ClusterDelta::PodUpsert(_) => {}
             ClusterDelta::PodRemove(id) => self.remove_pod(id),
             ClusterDelta::NamespaceUpsert((name, labels)) => {
                 self.namespaces.insert(name, labels);
@@ -255,12 +257,12 @@ mod tests {
         let mut cluster = Cluster::new();
         cluster.apply(ClusterDelta::NodeUpsert((3, NodeBuilder::new("n3").build(), empty_usage())));
         cluster.apply(ClusterDelta::NodeUpsert((7, NodeBuilder::new("n7").build(), empty_usage())));
-        cluster.apply(ClusterDelta::PodUpsert((1, 3, PodBuilder::new("a").build())));
-        cluster.apply(ClusterDelta::PodUpsert((2, 3, PodBuilder::new("b").build())));
+        cluster.apply(ClusterDelta::PodUpsert((1, PodPlace::Bound(3), PodBuilder::new("a").build())));
+        cluster.apply(ClusterDelta::PodUpsert((2, PodPlace::Bound(3), PodBuilder::new("b").build())));
         assert_eq!(cluster.node_count(), 2);
         assert_eq!(cluster.node(3).unwrap().pods, vec![1, 2]);
 
-        cluster.apply(ClusterDelta::PodUpsert((1, 7, PodBuilder::new("a").build())));
+        cluster.apply(ClusterDelta::PodUpsert((1, PodPlace::Bound(7), PodBuilder::new("a").build())));
         assert_eq!(cluster.node(3).unwrap().pods, vec![2], "a moved pod leaves its old node");
         assert_eq!(cluster.node(7).unwrap().pods, vec![1]);
 

@@ -4,13 +4,18 @@
 use crate::cluster::Cluster;
 use crate::policy::{Evict, Filter, Policy, Scale, Score};
 use crate::types::{
-    ClusterDelta, Descriptor, EvictContext, Eviction, FilterResult, NodeId, Pod, PolicyKind, ScaleDecision, ScaleRequest,
+    ClusterDelta, Descriptor, EvictContext, Eviction, FailedPod, FilterResult, NodeId, PendingPod, Pod, PodPlace, PolicyKind,
+    ScaleDecision, ScaleRequest,
 };
 
 pub struct GuestState<P: Policy> {
     cluster: Cluster,
     policy: Option<P>,
     exports: Exports<P>,
+    /// The pod the next filter or score call decides for.
+    subject: Option<Pod>,
+    /// Pending and failed pods sent for the next propose call.
+    call: EvictContext,
 }
 
 /// What a policy type implements, found at compile time by [`export_policy!`](crate::export_policy): a policy
@@ -141,7 +146,7 @@ pub fn build<P: Policy>(settings: &str) -> Result<P, String> {
 
 impl<P: Policy> GuestState<P> {
     pub fn new(exports: Exports<P>) -> Self {
-        GuestState { cluster: Cluster::new(), policy: None, exports }
+        GuestState { cluster: Cluster::new(), policy: None, exports, subject: None, call: EvictContext::default() }
     }
 
     pub fn describe(&self, version: &str) -> Descriptor {
@@ -155,8 +160,17 @@ impl<P: Policy> GuestState<P> {
 
     pub fn apply(&mut self, deltas: Vec<ClusterDelta>) {
         for delta in deltas {
-            self.cluster.apply(delta);
+            match delta {
+                ClusterDelta::PodUpsert((_, PodPlace::Subject, pod)) => self.subject = Some(pod),
+                ClusterDelta::PodUpsert((_, PodPlace::Pending(reason), pod)) => self.call.pending.push(PendingPod { pod, reason }),
+                ClusterDelta::PodUpsert((id, PodPlace::Failed(node), pod)) => self.call.failed.push(FailedPod { id, node, pod }),
+                delta => self.cluster.apply(delta),
+            }
         }
+    }
+
+    fn subject(&self) -> Result<&Pod, String> {
+        self.subject.as_ref().ok_or_else(|| "no subject pod was sent before the call".to_string())
     }
 
     fn policy(&self) -> Result<&P, String> {
@@ -167,19 +181,21 @@ impl<P: Policy> GuestState<P> {
         format!("{} does not implement {kind}", P::NAME)
     }
 
-    pub fn filter(&self, pod: &Pod, candidates: &[NodeId]) -> Result<FilterResult, String> {
+    pub fn filter(&self, candidates: &[NodeId]) -> Result<FilterResult, String> {
         let filter = (self.exports.filter)(self.policy()?).ok_or_else(|| Self::missing("filter"))?;
-        Ok(filter.filter_all(pod, &self.cluster, candidates))
+        Ok(filter.filter_all(self.subject()?, &self.cluster, candidates))
     }
 
-    pub fn score(&self, pod: &Pod, candidates: &[NodeId]) -> Result<Vec<u32>, String> {
+    pub fn score(&self, candidates: &[NodeId]) -> Result<Vec<u32>, String> {
         let score = (self.exports.score)(self.policy()?).ok_or_else(|| Self::missing("score"))?;
-        Ok(score.score_all(pod, &self.cluster, candidates))
+        Ok(score.score_all(self.subject()?, &self.cluster, candidates))
     }
 
-    pub fn propose(&self, context: &EvictContext) -> Result<Vec<Eviction>, String> {
+    /// The pending and failed pods sent for this call are used once, then forgotten.
+    pub fn propose(&mut self, now: i64) -> Result<Vec<Eviction>, String> {
+        let context = EvictContext { now, ..std::mem::take(&mut self.call) };
         let evict = (self.exports.evict)(self.policy()?).ok_or_else(|| Self::missing("evict"))?;
-        Ok(evict.propose(&self.cluster, context))
+        Ok(evict.propose(&self.cluster, &context))
     }
 
     pub fn recommend(&self, request: &ScaleRequest) -> Result<ScaleDecision, String> {
@@ -199,9 +215,8 @@ macro_rules! export_policy {
         #[cfg(target_arch = "wasm32")]
         const _: () = {
             use $crate::bindings::exports::wasp::policy as exports;
-            use $crate::types::{
-                ClusterDelta, Descriptor, EvictContext, Eviction, FilterResult, NodeId, Pod, ScaleDecision, ScaleRequest,
-            };
+            use $crate::bindings::wasp::policy::types::EvictContext;
+            use $crate::types::{ClusterDelta, Descriptor, Eviction, FilterResult, NodeId, ScaleDecision, ScaleRequest};
             use ::std::cell::RefCell;
 
             struct Component;
@@ -222,18 +237,18 @@ macro_rules! export_policy {
                 }
             }
             impl exports::filter::Guest for Component {
-                fn filter(pod: Pod, candidates: Vec<NodeId>) -> Result<FilterResult, String> {
-                    STATE.with_borrow(|state| state.filter(&pod, &candidates))
+                fn filter(candidates: Vec<NodeId>) -> Result<FilterResult, String> {
+                    STATE.with_borrow(|state| state.filter(&candidates))
                 }
             }
             impl exports::score::Guest for Component {
-                fn score(pod: Pod, candidates: Vec<NodeId>) -> Result<Vec<u32>, String> {
-                    STATE.with_borrow(|state| state.score(&pod, &candidates))
+                fn score(candidates: Vec<NodeId>) -> Result<Vec<u32>, String> {
+                    STATE.with_borrow(|state| state.score(&candidates))
                 }
             }
             impl exports::evict::Guest for Component {
                 fn propose(context: EvictContext) -> Result<Vec<Eviction>, String> {
-                    STATE.with_borrow(|state| state.propose(&context))
+                    STATE.with_borrow_mut(|state| state.propose(context.now))
                 }
             }
             impl exports::scale::Guest for Component {
@@ -284,5 +299,51 @@ mod tests {
         assert!((exports.evict)(&Picky).is_none() && (exports.scale)(&Picky).is_none());
         let descriptor = super::describe("1.0.0", &exports);
         assert_eq!((descriptor.name.as_str(), descriptor.kinds.len()), ("picky", 2));
+    }
+
+    /// Proposes every pending and failed pod it is told of.
+    struct Echo;
+
+    impl Policy for Echo {
+        type Settings = NoSettings;
+        const NAME: &'static str = "echo";
+
+        fn new(_: NoSettings) -> Result<Self, String> {
+            Ok(Echo)
+        }
+    }
+
+    impl crate::Evict for Echo {
+        fn propose(&self, _cluster: &Cluster, context: &crate::types::EvictContext) -> Vec<crate::types::Eviction> {
+            let pending = context.pending.iter().map(|pending| crate::types::Eviction::new(0, format!("{} {}", pending.pod.name, pending.reason)));
+            let failed = context.failed.iter().map(|failed| crate::types::Eviction::new(failed.id, format!("{} on {}", failed.pod.name, failed.node)));
+            pending.chain(failed).collect()
+        }
+    }
+
+    impl Filter for Echo {
+        fn filter(&self, pod: &Pod, _node: &NodeInfo, _cluster: &Cluster) -> Verdict {
+            if pod.name == "wanted" { Verdict::Pass } else { Verdict::reject("not wanted") }
+        }
+    }
+
+    #[test]
+    fn the_pods_of_a_call_arrive_as_deltas_and_are_used_once() {
+        use crate::testing::{NodeBuilder, PodBuilder};
+        use crate::types::{ClusterDelta, PodPlace};
+        let mut state = super::GuestState::new(crate::exports_of!(Echo));
+        state.configure("").unwrap();
+        let node = ClusterDelta::NodeUpsert((0, NodeBuilder::new("n").build(), crate::cluster::empty_usage()));
+        assert!(state.filter(&[0]).unwrap_err().contains("no subject pod"), "a filter before its pod is an error, not a guess");
+        state.apply(vec![node, ClusterDelta::PodUpsert((0, PodPlace::Subject, PodBuilder::new("wanted").build()))]);
+        assert_eq!(state.filter(&[0]).unwrap().verdicts, vec![0]);
+        state.apply(vec![
+            ClusterDelta::PodUpsert((0, PodPlace::Pending("0/1 nodes are available".into()), PodBuilder::new("waiting").build())),
+            ClusterDelta::PodUpsert((7, PodPlace::Failed("n".into()), PodBuilder::new("broken").build())),
+        ]);
+        let reasons: Vec<String> = state.propose(0).unwrap().into_iter().map(|eviction| eviction.reason).collect();
+        assert_eq!(reasons, ["waiting 0/1 nodes are available", "broken on n"]);
+        assert!(state.propose(0).unwrap().is_empty(), "forgotten after the call");
+        assert_eq!(state.filter(&[0]).unwrap().verdicts, vec![0], "the subject stays until the next one");
     }
 }

@@ -48,6 +48,9 @@ pub use wit_bindgen as __wit_bindgen;
 /// The contract types: pods, nodes, resources, deltas, verdicts.
 pub mod types {
     pub use crate::bindings::wasp::policy::types::*;
+    // The contract's evict context carries only the time: pending and failed pods arrive as deltas (the pod
+    // record is lifted in one place). Policies see them gathered here.
+    pub use crate::policy::{EvictContext, FailedPod, PendingPod};
 }
 
 /// The contract version this SDK builds against (the `wasp:policy` WIT package version).

@@ -3,7 +3,7 @@
 //! `export_policy!` exports each one the type implements.
 
 use crate::cluster::{Cluster, NodeInfo};
-use crate::types::{EvictContext, Eviction, FilterResult, NodeId, Placement, Pod, PodId, ScaleDecision, ScaleRequest, ViewScope};
+use crate::types::{Eviction, FilterResult, NodeId, Placement, Pod, PodId, ScaleDecision, ScaleRequest, ViewScope};
 use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
 
@@ -194,10 +194,38 @@ impl Eviction {
     }
 }
 
+/// What an evict policy is told besides its cluster view.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EvictContext {
+    /// Seconds since the Unix epoch (a guest's own clocks are stopped, for determinism).
+    pub now: i64,
+    /// Pods of wasp profiles waiting for room, highest priority first.
+    pub pending: Vec<PendingPod>,
+    /// Pods in phase Failed still on a node: not in the view (they hold no resources), proposable by id.
+    pub failed: Vec<FailedPod>,
+}
+
+/// A pod of a wasp profile waiting for room.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingPod {
+    pub pod: Pod,
+    /// Why the scheduler could not place it (kube-scheduler's `0/5 nodes are available: ...`); empty when it
+    /// has not been tried yet.
+    pub reason: String,
+}
+
+/// A failed pod still on its node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedPod {
+    pub id: PodId,
+    pub node: String,
+    pub pod: Pod,
+}
+
 impl EvictContext {
     /// A context at `now` (seconds since the Unix epoch) with no pending pods: for tests.
     pub fn at(now: i64) -> EvictContext {
-        EvictContext { now, pending: Vec::new(), failed: Vec::new() }
+        EvictContext { now, ..EvictContext::default() }
     }
 }
 

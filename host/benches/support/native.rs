@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use wasp::cluster::{ClusterState, DeltaSink, SyncPoint};
-use wasp::contract::types::{ClusterDelta, FilterResult, NodeId, Pod, ViewScope};
+use wasp::contract::types::{ClusterDelta, FilterResult, NodeId, Pod, PodPlace, ViewScope};
 use wasp::runtime::CallError;
 use wasp::config::HostConfig;
 use wasp::policy::SchedulingPolicy;
@@ -44,24 +44,29 @@ impl<P: Policy> DeltaSink for NativeInstance<P> {
 
 pub struct NativePolicy<P: Policy> {
     settings: String,
+    /// A fresh guest state with the policy's exports (found on the concrete type by `exports_of!`).
+    new_state: fn() -> GuestState<P>,
     idle: Mutex<Vec<NativeInstance<P>>>,
 }
 
 impl<P: Policy + Send + Sync + 'static> NativePolicy<P> {
-    fn shared(settings: String) -> Arc<dyn SchedulingPolicy> {
-        Arc::new(NativePolicy::<P> { settings, idle: Mutex::new(Vec::new()) })
+    fn shared(settings: String, new_state: fn() -> GuestState<P>) -> Arc<dyn SchedulingPolicy> {
+        Arc::new(NativePolicy::<P> { settings, new_state, idle: Mutex::new(Vec::new()) })
     }
 
-    /// Runs `body` on an idle synced copy (or a new one), like the sandboxed pool.
-    fn with_instance<R>(&self, cluster: &ClusterState, body: impl FnOnce(&GuestState<P>, &wasp_sdk::types::Pod) -> R, pod: &Pod) -> R {
+    /// Runs `body` on an idle synced copy (or a new one), like the sandboxed pool, with `pod` sent as the
+    /// subject of the call as the host sends it to components.
+    fn with_instance<R>(&self, cluster: &ClusterState, body: impl FnOnce(&GuestState<P>) -> R, pod: &Pod) -> R {
         let pooled = self.idle.lock().unwrap().pop();
         let mut instance = pooled.unwrap_or_else(|| {
-            let mut state = GuestState::<P>::default();
+            let mut state = (self.new_state)();
             state.configure(&self.settings).expect("default settings are valid");
             NativeInstance { state, synced_to: None }
         });
         cluster.sync(&mut instance, self.view()).expect("native sync cannot fail");
-        let result = body(&instance.state, &to_sdk(pod));
+        let subject = ClusterDelta::PodUpsert((0, PodPlace::Subject, pod.clone()));
+        instance.state.apply(vec![to_sdk(&subject)]);
+        let result = body(&instance.state);
         self.idle.lock().unwrap().push(instance);
         result
     }
@@ -80,24 +85,26 @@ impl<P: Policy + Send + Sync + 'static> SchedulingPolicy for NativePolicy<P> {
     }
 
     fn filter_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> FilterResult {
-        let result = self.with_instance(cluster, |state, pod| state.filter(pod, candidates), pod).expect("native filter");
+        let result = self.with_instance(cluster, |state| state.filter(candidates), pod).expect("native filter");
         FilterResult { verdicts: result.verdicts, rejections: result.rejections }
     }
 
     fn score_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> Vec<u32> {
-        self.with_instance(cluster, |state, pod| state.score(pod, candidates), pod).expect("native score")
+        self.with_instance(cluster, |state| state.score(candidates), pod).expect("native score")
     }
 }
 
 fn native(name: &str, settings: String) -> Arc<dyn SchedulingPolicy> {
     match name {
-        "node-unschedulable" => NativePolicy::<node_unschedulable::NodeUnschedulable>::shared(settings),
-        "resources-fit" => NativePolicy::<resources_fit::ResourcesFit>::shared(settings),
-        "node-affinity" => NativePolicy::<node_affinity::NodeAffinity>::shared(settings),
-        "taint-toleration" => NativePolicy::<taint_toleration::TaintToleration>::shared(settings),
-        "pod-topology-spread" => NativePolicy::<pod_topology_spread::PodTopologySpread>::shared(settings),
-        "least-allocated" => NativePolicy::<least_allocated::LeastAllocated>::shared(settings),
-        "balanced-allocation" => NativePolicy::<balanced_allocation::BalancedAllocation>::shared(settings),
+        "node-unschedulable" => NativePolicy::<node_unschedulable::NodeUnschedulable>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(node_unschedulable::NodeUnschedulable))),
+        "resources-fit" => NativePolicy::<resources_fit::ResourcesFit>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(resources_fit::ResourcesFit))),
+        "node-affinity" => NativePolicy::<node_affinity::NodeAffinity>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(node_affinity::NodeAffinity))),
+        "taint-toleration" => NativePolicy::<taint_toleration::TaintToleration>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(taint_toleration::TaintToleration))),
+        "pod-topology-spread" => NativePolicy::<pod_topology_spread::PodTopologySpread>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(pod_topology_spread::PodTopologySpread))),
+        "least-allocated" => NativePolicy::<least_allocated::LeastAllocated>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(least_allocated::LeastAllocated))),
+        "node-ports" => NativePolicy::<node_ports::NodePorts>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(node_ports::NodePorts))),
+        "inter-pod-affinity" => NativePolicy::<inter_pod_affinity::InterPodAffinity>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(inter_pod_affinity::InterPodAffinity))),
+        "balanced-allocation" => NativePolicy::<balanced_allocation::BalancedAllocation>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(balanced_allocation::BalancedAllocation))),
         other => panic!("no native build of {other}"),
     }
 }

@@ -3,7 +3,8 @@
 use super::manifests;
 use crate::cluster::{convert, ClusterState};
 use crate::policy::{LoadedPolicy, PolicyOptions};
-use crate::contract::types::{EvictContext, PendingPod, PolicyKind};
+use crate::contract::types::PolicyKind;
+use crate::contract::{EvictContext, PendingPod};
 use crate::runtime::Runtime;
 use anyhow::Context;
 use clap::Subcommand;

@@ -582,6 +582,58 @@ spec:
     }
 
     #[test]
+    fn affinity_ports_states_and_annotations() {
+        let source: core::Pod = yaml(
+            r#"
+metadata:
+  name: web
+  namespace: shop
+  labels: {app: web, version: v2}
+  annotations: {team: payments, kubectl.kubernetes.io/last-applied-configuration: '{"huge": true}'}
+spec:
+  hostNetwork: true
+  containers:
+  - {name: app, ports: [{containerPort: 8080}, {containerPort: 53, hostPort: 5353, protocol: UDP, hostIP: 10.0.0.1}]}
+  initContainers:
+  - {name: setup, ports: [{containerPort: 9000, hostPort: 9000}]}
+  - {name: proxy, restartPolicy: Always, ports: [{containerPort: 15001, hostPort: 15001}]}
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+      - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: web}}, matchLabelKeys: [version, absent], mismatchLabelKeys: [app]}
+      - {topologyKey: zone, matchLabelKeys: [version]}
+    podAffinity:
+      preferredDuringSchedulingIgnoredDuringExecution:
+      - {weight: 10, podAffinityTerm: {topologyKey: zone, labelSelector: {matchLabels: {app: db}}, namespaceSelector: {}}}
+status:
+  phase: Failed
+  reason: OutOfcpu
+  containerStatuses: [{name: app, ready: false, restartCount: 2, image: app, imageID: '', state: {terminated: {exitCode: 137, reason: OOMKilled}}}]
+"#,
+        );
+        let pod = pod(&source).unwrap();
+        let anti = pod.pod_anti_affinity.as_ref().unwrap();
+        let merged = &anti.required[0].label_selector.as_ref().unwrap().match_expressions;
+        assert_eq!(merged.len(), 2, "version In [v2] and app NotIn [web]; a key the pod lacks adds nothing: {merged:?}");
+        assert_eq!((merged[0].key.as_str(), merged[0].operator, merged[0].values.as_slice()), ("version", SelectorOperator::In, &["v2".to_string()][..]));
+        assert_eq!((merged[1].key.as_str(), merged[1].operator), ("app", SelectorOperator::NotIn));
+        assert!(anti.required[1].label_selector.is_none(), "no selector stays none (selects no pod)");
+        let preferred = &pod.pod_affinity.as_ref().unwrap().preferred[0];
+        assert_eq!(preferred.weight, 10);
+        assert!(preferred.term.namespace_selector.is_some());
+        let ports: Vec<(u16, PortProtocol, &str)> = pod.host_ports.iter().map(|port| (port.port, port.protocol, port.ip.as_str())).collect();
+        assert_eq!(
+            ports,
+            [(15001, PortProtocol::Tcp, "0.0.0.0"), (8080, PortProtocol::Tcp, "0.0.0.0"), (5353, PortProtocol::Udp, "10.0.0.1")],
+            "sidecars then containers, hostNetwork binds container ports, ordinary init containers have ended"
+        );
+        assert_eq!(pod.status_reason, "OutOfcpu");
+        assert_eq!(pod.containers[0].state, ContainerState::Terminated(Termination { reason: "OOMKilled".into(), exit_code: 137 }));
+        assert_eq!(pod.containers[0].restart_count, 2);
+        assert_eq!(pod.annotations, vec![("team".to_string(), "payments".to_string())]);
+    }
+
+    #[test]
     fn errors_name_the_object_and_field() {
         let source: core::Pod =
             yaml("metadata: {name: web}\nspec: {containers: [{name: app, resources: {requests: {cpu: lots}}}]}");

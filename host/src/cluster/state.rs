@@ -7,7 +7,8 @@
 //! ("without these pods, would that one fit?") while the live state goes on, and a pooled instance used on both
 //! is never fed deltas from the wrong log.
 
-use crate::contract::types::{ClusterDelta, FailedPod, Node, NodeId, NodeUsage, Pod, PodId, Resources, ViewScope};
+use crate::contract::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources, ViewScope};
+use crate::contract::FailedPod;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use wasp_sdk::resources::ResourceVector;
@@ -353,7 +354,7 @@ impl ClusterState {
         // Pods that arrived before their node become visible with it.
         for uid in pods {
             let bound = &self.pods[&uid];
-            let delta = ClusterDelta::PodUpsert((bound.id, id, bound.pod.clone()));
+            let delta = ClusterDelta::PodUpsert((bound.id, PodPlace::Bound(id), bound.pod.clone()));
             self.record(delta);
         }
         true
@@ -474,7 +475,7 @@ impl ClusterState {
         slot.usage.non_zero_requested.add(&non_zero_requests);
         slot.usage.pod_count += 1;
         slot.pods.insert(uid.clone());
-        let delta = ClusterDelta::PodUpsert((id, slot.id, pod.clone()));
+        let delta = ClusterDelta::PodUpsert((id, PodPlace::Bound(slot.id), pod.clone()));
         let bound = BoundPod { id, node: node_name.to_string(), pod, meta, requests, non_zero_requests };
         self.uids.insert(id, uid.clone());
         self.pods.insert(uid, bound);
@@ -548,7 +549,7 @@ impl ClusterState {
         let pods = present()
             .filter(move |_| scope == ViewScope::NodesAndPods)
             .flat_map(move |(slot, _)| slot.pods.iter().map(move |uid| (slot.id, &self.pods[uid])))
-            .map(|(node_id, bound)| ClusterDelta::PodUpsert((bound.id, node_id, bound.pod.clone())));
+            .map(|(node_id, bound)| ClusterDelta::PodUpsert((bound.id, PodPlace::Bound(node_id), bound.pod.clone())));
         let namespaces = self
             .namespaces
             .iter()
@@ -621,6 +622,71 @@ mod tests {
         assert!(cluster.upsert_node(node("8")));
         assert_eq!(cluster.upsert_pod(pod("b"), "n"), PodChange::Updated { labels_changed: true, requests_changed: false });
         assert!(cluster.head() > head);
+    }
+
+    /// A sink that keeps the deltas it received, in order.
+    #[derive(Default)]
+    struct Transcript {
+        synced_to: Option<SyncPoint>,
+        deltas: Vec<ClusterDelta>,
+    }
+
+    impl DeltaSink for Transcript {
+        type Error = ();
+        fn synced_to(&self) -> Option<SyncPoint> {
+            self.synced_to
+        }
+        fn set_synced_to(&mut self, point: SyncPoint) {
+            self.synced_to = Some(point);
+        }
+        fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), ()> {
+            self.deltas.extend_from_slice(deltas);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn namespaces_reach_views_with_pods_only_and_view_pods_carry_no_annotations() {
+        let mut cluster = ClusterState::new();
+        cluster.upsert_node(node("4"));
+        let mut annotated = pod("a");
+        annotated.annotations = vec![("team".into(), "payments".into())];
+        cluster.upsert_pod(annotated, "n");
+        assert!(cluster.upsert_namespace("d", vec![("team".into(), "a".into())]));
+        assert!(!cluster.upsert_namespace("d", vec![("team".into(), "a".into())]), "unchanged labels record nothing");
+        let (mut nodes_only, mut with_pods) = (Transcript::default(), Transcript::default());
+        cluster.sync(&mut nodes_only, ViewScope::Nodes).unwrap();
+        cluster.sync(&mut with_pods, ViewScope::NodesAndPods).unwrap();
+        let is_namespace = |delta: &ClusterDelta| matches!(delta, ClusterDelta::NamespaceUpsert(_));
+        assert!(!nodes_only.deltas.iter().any(is_namespace));
+        assert!(with_pods.deltas.iter().any(is_namespace));
+        let sent_pod = with_pods.deltas.iter().find_map(|delta| match delta {
+            ClusterDelta::PodUpsert((_, _, pod)) => Some(pod),
+            _ => None,
+        });
+        assert!(sent_pod.unwrap().annotations.is_empty());
+        cluster.remove_namespace("d");
+        cluster.sync(&mut with_pods, ViewScope::NodesAndPods).unwrap();
+        assert!(matches!(with_pods.deltas.last(), Some(ClusterDelta::NamespaceRemove(name)) if name == "d"));
+    }
+
+    #[test]
+    fn a_failed_pod_frees_its_node_keeps_its_id_and_is_in_no_view() {
+        let mut cluster = ClusterState::new();
+        cluster.upsert_node(node("4"));
+        cluster.upsert_pod(pod("a"), "n");
+        let id = cluster.node_id("n").unwrap();
+        assert_eq!(cluster.node(id).unwrap().1.pod_count, 1);
+        cluster.note_failed(pod("a"), "n", PodMeta::default());
+        assert_eq!(cluster.node(id).unwrap().1.pod_count, 0, "a failed pod holds nothing");
+        let failed = cluster.failed_pods();
+        assert_eq!(failed.len(), 1);
+        cluster.note_failed(pod("a"), "n", PodMeta::default());
+        assert_eq!(cluster.failed_pods()[0].id, failed[0].id, "an update keeps the id");
+        assert!(cluster.failed_by_id(failed[0].id).is_some() && cluster.pod_by_id(failed[0].id).is_none());
+        assert!(cluster.fork().failed_by_id(failed[0].id).is_some(), "what-if copies know it too");
+        assert!(cluster.forget_failed("u"));
+        assert!(cluster.failed_pods().is_empty());
     }
 
     #[test]

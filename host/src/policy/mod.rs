@@ -12,10 +12,10 @@ pub use scheduling::SchedulingPolicy;
 
 use crate::cluster::{ClusterState, DeltaSink, SyncPoint};
 use crate::contract::types::{
-    ClusterDelta, Descriptor, EvictContext, Eviction, FilterResult, Placement, Pod, PolicyKind, ScaleDecision,
+    ClusterDelta, Descriptor, Eviction, FilterResult, Placement, Pod, PolicyKind, ScaleDecision,
     ScaleRequest,
 };
-use crate::contract::PolicyComponentPre;
+use crate::contract::{EvictContext, PolicyComponentPre};
 use crate::runtime::{CacheOutcome, CallError, Limits, PolicyInstance, Runtime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -11,7 +11,8 @@
 //! follows the sample's log afterwards and is resynced from the live cluster on its first real call (epochs).
 
 use crate::cluster::{convert, ClusterState, SharedCluster};
-use crate::contract::types::{EvictContext, Metric, MetricSample, MetricSource, MetricTarget, PendingPod, Pod, PodMetric, PolicyKind, Recommendation, ScaleRequest};
+use crate::contract::{EvictContext, PendingPod};
+use crate::contract::types::{Metric, MetricSample, MetricSource, MetricTarget, Pod, PodMetric, PolicyKind, Recommendation, ScaleRequest};
 use crate::policy::LoadedPolicy;
 use crate::runtime::CallError;
 use k8s_openapi::api::core::v1 as core;

@@ -130,6 +130,16 @@ mod tests {
     }
 
     #[test]
+    fn failed_bare_pods_only_with_evict_failed_bare_pods() {
+        let (failed, meta) = pod("metadata: {name: p, namespace: shop, uid: u}\nspec: {containers: [{name: app}]}\nstatus: {phase: Failed}");
+        let (running, running_meta) = with("", "");
+        assert!(Envelope::new(&Protections::default()).protection(&failed, &meta, NOW).is_some(), "kept by default, as the descheduler");
+        let clearing = Envelope::new(&Protections { evict_failed_bare_pods: true, ..Default::default() });
+        assert_eq!(clearing.protection(&failed, &meta, NOW), None);
+        assert!(clearing.protection(&running, &running_meta, NOW).is_some(), "a running bare pod stays protected");
+    }
+
+    #[test]
     fn the_annotation_decides_what_the_owner_may_waive() {
         let envelope = Envelope::new(&Protections::default());
         let (never, meta) = with(&format!("{OWNER}, annotations: {{wasp.dev/evict: never}}"), "");

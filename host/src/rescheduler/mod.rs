@@ -21,7 +21,7 @@ pub mod metrics;
 pub mod plan;
 
 use crate::cluster::{ClusterEvent, SharedCluster};
-use crate::contract::types::{EvictContext, PendingPod};
+use crate::contract::{EvictContext, PendingPod};
 use crate::kube::{ApiClient, EventRecorder};
 use crate::registry::PolicyRegistry;
 use evictor::{Answer, Evictor};

@@ -2,10 +2,8 @@
 //! capabilities. A call that traps, runs out of time or out of memory poisons the instance: its state is suspect,
 //! so it is thrown away and the caller builds a fresh one.
 
-use crate::contract::types::{
-    ClusterDelta, Descriptor, EvictContext, Eviction, FilterResult, Pod, ScaleDecision, ScaleRequest,
-};
-use crate::contract::{PolicyComponent, PolicyComponentPre};
+use crate::contract::types::{self, ClusterDelta, Descriptor, Eviction, FilterResult, Pod, PodPlace, ScaleDecision, ScaleRequest};
+use crate::contract::{EvictContext, PolicyComponent, PolicyComponentPre};
 use super::guest_output::GuestOutput;
 use super::{Limits, Runtime};
 use std::sync::Arc;
@@ -18,6 +16,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 /// Unix epoch (wall) and at zero (monotonic), and random numbers from a fixed seed. The time a decision needs
 /// belongs in the call's input.
 struct StoppedClock;
+
+/// Pods per `apply` call when a propose call's pending and failed pods are sent.
+const PODS_PER_APPLY: usize = 512;
 
 impl wasmtime_wasi::HostWallClock for StoppedClock {
     fn resolution(&self) -> std::time::Duration {
@@ -195,24 +196,36 @@ impl PolicyInstance {
         self.call("apply", |bindings, store| bindings.wasp_policy_policy().call_apply(store, deltas))
     }
 
+    /// Sends the pod the next filter or score call decides for.
+    fn send_subject(&mut self, pod: &Pod) -> Result<(), CallError> {
+        self.apply(&[ClusterDelta::PodUpsert((0, PodPlace::Subject, pod.clone()))])
+    }
+
     pub fn filter(&mut self, pod: &Pod, candidates: &[u32]) -> Result<FilterResult, CallError> {
+        self.send_subject(pod)?;
         let result = self
-            .call("filter", |bindings, store| bindings.wasp_policy_filter().call_filter(store, pod, candidates))?
+            .call("filter", |bindings, store| bindings.wasp_policy_filter().call_filter(store, candidates))?
             .map_err(guest_error)?;
         validate_filter_result(&result, candidates.len())?;
         Ok(result)
     }
 
     pub fn score(&mut self, pod: &Pod, candidates: &[u32]) -> Result<Vec<u32>, CallError> {
+        self.send_subject(pod)?;
         let scores = self
-            .call("score", |bindings, store| bindings.wasp_policy_score().call_score(store, pod, candidates))?
+            .call("score", |bindings, store| bindings.wasp_policy_score().call_score(store, candidates))?
             .map_err(guest_error)?;
         validate_scores(&scores, candidates.len())?;
         Ok(scores)
     }
 
     pub fn propose(&mut self, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
-        let evictions = self.call("propose", |bindings, store| bindings.wasp_policy_evict().call_propose(store, context))?
+        // Pending pods may be many: in chunks, each call well inside the deadline.
+        for chunk in context.deltas().chunks(PODS_PER_APPLY) {
+            self.apply(chunk)?;
+        }
+        let call = types::EvictContext { now: context.now };
+        let evictions = self.call("propose", |bindings, store| bindings.wasp_policy_evict().call_propose(store, call))?
             .map_err(guest_error)?;
         check_texts("propose", MAX_PROPOSAL_TEXT_BYTES, evictions.iter().map(|eviction| eviction.reason.as_str()))?;
         Ok(evictions)
