@@ -201,3 +201,23 @@ fn a_new_policy_is_scaffolded_and_what_it_writes_loads_with_every_kind() {
     assert!(stdout.contains("kinds      filter, score, evict, scale"), "{stdout}");
     assert!(stdout.contains(r#"settings   {"label":"example.com/scaffolded"}"#), "{stdout}");
 }
+
+#[test]
+fn simulate_shows_a_bin_packing_profile_beside_a_spreading_one() {
+    let (ok, stdout, stderr) = wasp(&[
+        "simulate",
+        "--scenario",
+        "sim/scenarios/batch-and-services.yaml",
+        "--config",
+        "examples/config/batch-and-services.yaml",
+        "--timeout",
+        "30s",
+    ]);
+    assert!(ok, "{stderr}");
+    // 20 batch pods of 700m fit on one or two 16-CPU nodes next to the services (whichever profile goes first);
+    // least-allocated and anti-affinity put the services on every node.
+    assert!(stdout.contains("profile wasp: 12 pods on 6 of 6 nodes"), "{stdout}");
+    let batch = stdout.lines().find(|line| line.starts_with("profile wasp-batch:")).unwrap();
+    let nodes: usize = batch.split(" on ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert!(batch.starts_with("profile wasp-batch: 20 pods") && nodes <= 2, "most-allocated packs: {batch}");
+}

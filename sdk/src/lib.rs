@@ -13,6 +13,7 @@
 extern crate self as wasp_sdk;
 
 pub mod affinity;
+pub mod allocation;
 pub mod autoscaling;
 pub mod cluster;
 pub mod matching;

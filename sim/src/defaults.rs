@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError> {
     let name = name_of(object).to_string();
+    validate_metadata(resource.kind, &name, object)?;
     match (resource.group, resource.kind) {
         ("", "Pod") => {
             let containers = object.pointer("/spec/containers").and_then(Value::as_array);
@@ -102,8 +103,80 @@ pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError
 pub fn apply_on_update(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError> {
     match (resource.group, resource.kind) {
         ("", "Namespace") | ("admissionregistration.k8s.io", _) => apply(resource, object),
-        _ => Ok(()),
+        _ => validate_metadata(resource.kind, name_of(object), object),
     }
+}
+
+/// kube-apiserver's total for an object's annotations.
+const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
+const NAME_PART: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+const LABEL_VALUE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+
+/// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, empty allowed when `may_be_empty`.
+fn is_name_part(text: &str, may_be_empty: bool) -> bool {
+    if text.is_empty() {
+        return may_be_empty;
+    }
+    text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && text.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && text.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// Why a label or annotation key is not a qualified name (`prefix/name`), as kube-apiserver words it.
+fn qualified_name_error(key: &str) -> Option<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        let subdomain = !prefix.is_empty()
+            && prefix.len() <= 253
+            && prefix.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            && prefix.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && prefix.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !subdomain {
+            return Some("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".into());
+        }
+    }
+    if name.is_empty() {
+        return Some("name part must be non-empty".into());
+    }
+    if name.len() > 63 {
+        return Some("name part must be no more than 63 characters".into());
+    }
+    (!is_name_part(name, false)).then(|| NAME_PART.to_string())
+}
+
+/// Label keys and values, annotation keys and the annotations' total size, as kube-apiserver checks them on
+/// every write: a tenant cannot store what a real cluster would refuse.
+fn validate_metadata(kind: &str, name: &str, object: &Value) -> Result<(), ApiError> {
+    let invalid = |field: &str, value: &str, why: &str| {
+        let shown: String = value.chars().take(80).collect();
+        Err(ApiError::invalid(kind, name, field, &format!("Invalid value: {shown:?}: {why}")))
+    };
+    for (key, value) in object.pointer("/metadata/labels").and_then(Value::as_object).into_iter().flatten() {
+        if let Some(why) = qualified_name_error(key) {
+            return invalid("metadata.labels", key, &why);
+        }
+        let value = value.as_str().unwrap_or_default();
+        if value.len() > 63 {
+            return invalid("metadata.labels", value, "must be no more than 63 characters");
+        }
+        if !is_name_part(value, true) {
+            return invalid("metadata.labels", value, LABEL_VALUE);
+        }
+    }
+    let mut annotation_bytes = 0;
+    for (key, value) in object.pointer("/metadata/annotations").and_then(Value::as_object).into_iter().flatten() {
+        if let Some(why) = qualified_name_error(key) {
+            return invalid("metadata.annotations", key, &why);
+        }
+        annotation_bytes += key.len() + value.as_str().map_or(0, str::len);
+    }
+    if annotation_bytes > MAX_ANNOTATION_BYTES {
+        return Err(ApiError::invalid(kind, name, "metadata.annotations", &format!("Too long: must have at most {MAX_ANNOTATION_BYTES} bytes")));
+    }
+    Ok(())
 }
 
 /// kube-apiserver's defaults for each webhook of a configuration, stored as it stores them.

@@ -61,6 +61,9 @@ type Stored = Arc<str>;
 
 /// Serialized into a buffer kept per thread, then copied once at its exact size: growing a fresh `String` per
 /// write (128 bytes, doubled to ~2 KiB) left the allocator sorting freed chunks of every size.
+/// etcd's default `--max-request-bytes` (1.5 MiB): the largest object kube-apiserver can store.
+const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
 fn to_stored(object: &Value) -> Stored {
     thread_local! {
         static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -283,11 +286,15 @@ impl Store {
         kind: EventKind,
         mut object: Value,
         previous: Option<Arc<Value>>,
-    ) -> Arc<Value> {
-        state.revision += 1;
-        let revision = state.revision;
+    ) -> Result<Arc<Value>, ApiError> {
+        let revision = state.revision + 1;
         object["metadata"]["resourceVersion"] = json!(revision.to_string());
         let text = to_stored(&object);
+        // etcd's request size limit: kube-apiserver cannot store a larger object.
+        if kind != EventKind::Deleted && text.len() > MAX_OBJECT_BYTES {
+            return Err(ApiError::internal("etcdserver: request is too large"));
+        }
+        state.revision = revision;
         let object = Arc::new(object);
         let resource_id = resource.id();
         let table = state.objects.entry(resource_id.clone()).or_default();
@@ -310,7 +317,7 @@ impl Store {
         let event = Arc::new(Event { resource, kind, object: object.clone(), text, previous, revision });
         // No receivers is fine: nobody is watching.
         let _ = self.events.send(event);
-        object
+        Ok(object)
     }
 
     pub fn get(&self, resource: &ResourceType, namespace: Option<&str>, name: &str) -> Result<Arc<Value>, ApiError> {
@@ -435,7 +442,7 @@ impl Store {
         if let Some(map) = metadata.as_object_mut() {
             map.remove("deletionTimestamp");
         }
-        Ok(self.commit(&mut state, resource, object_key, EventKind::Added, object, None))
+        self.commit(&mut state, resource, object_key, EventKind::Added, object, None)
     }
 
     /// Read-modify-write under the store lock. `change` may fail to abort. A change that leaves the object as it
@@ -474,7 +481,7 @@ impl Store {
             let generation = current.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
             updated["metadata"]["generation"] = json!(generation + 1);
         }
-        Ok(self.commit(&mut state, resource, object_key, EventKind::Modified, updated, Some(current)))
+        self.commit(&mut state, resource, object_key, EventKind::Modified, updated, Some(current))
     }
 
     /// Removes an object now.
@@ -483,7 +490,7 @@ impl Store {
         let object_key = key(resource, namespace, name);
         let current = stored(&state, resource, &object_key)?;
         let object = (*current).clone();
-        Ok(self.commit(&mut state, resource, object_key, EventKind::Deleted, object, Some(current)))
+        self.commit(&mut state, resource, object_key, EventKind::Deleted, object, Some(current))
     }
 
     /// Removes an object now if `precondition` holds for the stored one (say, its uid is the one a timer was
@@ -502,7 +509,7 @@ impl Store {
             return Ok(None);
         }
         let object = (*current).clone();
-        Ok(Some(self.commit(&mut state, resource, object_key, EventKind::Deleted, object, Some(current))))
+        self.commit(&mut state, resource, object_key, EventKind::Deleted, object, Some(current)).map(Some)
     }
 
     /// Starts a watch: the changes after `since` still in history (or, without `since`, every existing object as
@@ -668,6 +675,37 @@ mod tests {
         let store = Store::new();
         store.create(resources::find("", "v1", "namespaces").unwrap(), None, json!({"metadata": {"name": "default"}})).unwrap();
         store
+    }
+
+    #[test]
+    fn what_kube_apiserver_refuses_is_refused() {
+        let store = store_with_default_namespace();
+        let pods = resources::pods();
+        let pod = |metadata: Value| json!({"metadata": metadata, "spec": {"containers": [{"name": "a", "image": "a"}]}});
+        let error = |metadata: Value| match store.create(pods, Some("default"), pod(metadata)) {
+            Ok(stored) => panic!("stored {}", name_of(&stored)),
+            Err(error) => error,
+        };
+        let long = "x".repeat(64);
+        let refused = error(json!({"name": "p", "labels": {"app": long}}));
+        assert_eq!(refused.code, 422);
+        assert!(refused.message.contains("metadata.labels: Invalid value: \"xxxx") && refused.message.contains("must be no more than 63 characters"), "{}", refused.message);
+        assert!(error(json!({"name": "p", "labels": {"bad key": "v"}})).message.contains("name part must consist of alphanumeric characters"));
+        assert!(error(json!({"name": "p", "labels": {"Example.com/k": "v"}})).message.contains("prefix part a lowercase RFC 1123 subdomain"));
+        assert!(error(json!({"name": "p", "labels": {"k": "-v"}})).message.contains("a valid label must be an empty string"));
+        let huge = "y".repeat(300 * 1024);
+        assert!(error(json!({"name": "p", "annotations": {"note": huge}})).message.contains("metadata.annotations: Too long: must have at most 262144 bytes"));
+        // 2 MiB of small labels: each is valid, the object is not storable.
+        let labels: serde_json::Map<String, Value> = (0..60_000).map(|index| (format!("label-{index}"), json!("value-of-some-length"))).collect();
+        let too_large = error(json!({"name": "p", "labels": labels}));
+        assert_eq!((too_large.code, too_large.message.as_str()), (500, "Internal error occurred: etcdserver: request is too large"));
+        assert!(store.create(pods, Some("default"), pod(json!({"name": "p", "labels": {"example.com/app": "web", "empty": ""}}))).is_ok());
+        // Updates are held to the same rules.
+        let updated = store.mutate(pods, Some("default"), "p", |pod| {
+            pod["metadata"]["labels"]["app"] = json!("z".repeat(64));
+            crate::defaults::apply_on_update(pods, pod)
+        });
+        assert_eq!(updated.unwrap_err().code, 422);
     }
 
     #[test]

@@ -332,6 +332,18 @@ async fn report(client: &Client, host: &Host, profiles: &[String], elapsed: Dura
     } else {
         print!("{}", summary(&host.cluster.read(), &per_node));
     }
+    // Per profile, how many nodes its pods occupy: where spreading and bin-packing profiles differ.
+    println!();
+    for profile in profiles {
+        let placed: Vec<&str> = pods
+            .iter()
+            .filter_map(|pod| pod.spec.as_ref())
+            .filter(|spec| spec.scheduler_name.as_deref() == Some(profile.as_str()))
+            .filter_map(|spec| spec.node_name.as_deref())
+            .collect();
+        let occupied: std::collections::BTreeSet<&str> = placed.iter().copied().collect();
+        println!("profile {profile}: {} pods on {} of {} nodes", placed.len(), occupied.len(), per_node.len());
+    }
     let details = scheduler.stats.report().unwrap_or_default();
     let failures = details.last_failure;
     if !failures.is_empty() {

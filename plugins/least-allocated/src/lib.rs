@@ -2,7 +2,8 @@
 //! `(allocatable - requested) * 100 / allocatable` after placing the pod (pods without requests count 100m CPU
 //! and 200 MiB), averaged with the configured weights. Spreads load across nodes.
 
-use wasp_sdk::resources::{validate_resource_weights, ResourceVector, ResourceWeight, ResourceWeightSettings};
+use wasp_sdk::allocation::weighted;
+use wasp_sdk::resources::{validate_resource_weights, ResourceWeight, ResourceWeightSettings};
 use wasp_sdk::types::Pod;
 use wasp_sdk::{Cluster, NodeInfo, Policy, Score};
 
@@ -23,22 +24,9 @@ impl Policy for LeastAllocated {
 
 impl Score for LeastAllocated {
     fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
-        let allocatable = ResourceVector::from(&node.node.allocatable);
-        let mut requested = ResourceVector::from(&node.usage.non_zero_requested);
-        requested.add(&pod.non_zero_requests());
-        let (mut total, mut weights) = (0, 0);
-        for resource in &self.resources {
-            let capacity = allocatable.get(&resource.name);
-            // Resources the node does not have do not count (kube-scheduler skips them too).
-            if capacity == 0 {
-                continue;
-            }
-            let used = requested.get(&resource.name);
-            let free_share = if used > capacity { 0 } else { (capacity - used) as i64 * 100 / capacity as i64 };
-            total += free_share * resource.weight;
-            weights += resource.weight;
-        }
-        if weights == 0 { 0 } else { total / weights }
+        weighted(pod, node, &self.resources, |requested, allocatable| {
+            if requested > allocatable { 0 } else { ((allocatable - requested) as u128 * 100 / allocatable as u128) as i64 }
+        })
     }
 }
 

@@ -1,0 +1,58 @@
+//! `most-allocated`: kube-scheduler's NodeResourcesFit score with the MostAllocated strategy. Per resource,
+//! `min(requested, allocatable) * 100 / allocatable` after placing the pod, averaged with the configured weights:
+//! fuller nodes score higher, so pods pack onto few nodes and the rest can be scaled away.
+
+use wasp_sdk::allocation::weighted;
+use wasp_sdk::resources::{validate_resource_weights, ResourceWeight, ResourceWeightSettings};
+use wasp_sdk::types::Pod;
+use wasp_sdk::{Cluster, NodeInfo, Policy, Score};
+
+pub struct MostAllocated {
+    resources: Vec<ResourceWeight>,
+}
+
+impl Policy for MostAllocated {
+    type Settings = ResourceWeightSettings;
+    const NAME: &'static str = "most-allocated";
+    const SETTINGS_DOC: &'static str = "resources: [{name, weight 1-100}], default cpu and memory with weight 1";
+
+    fn new(settings: ResourceWeightSettings) -> Result<Self, String> {
+        validate_resource_weights("resources", &settings.resources)?;
+        Ok(MostAllocated { resources: settings.resources })
+    }
+}
+
+impl Score for MostAllocated {
+    fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
+        weighted(pod, node, &self.resources, |requested, allocatable| (requested.min(allocatable) as u128 * 100 / allocatable as u128) as i64)
+    }
+}
+
+wasp_sdk::export_policy!(MostAllocated);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasp_sdk::guest::build;
+    use wasp_sdk::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn matches_kube_scheduler_arithmetic() {
+        // Node 4000m / 10000 bytes, pod 3000m / 5000: cpu 75, memory 50 -> (75 + 50) / 2 = 62.
+        let mut cluster = Cluster::new();
+        let node = cluster.add_node(NodeBuilder::new("n1").cpu("4").memory("10000").build());
+        let pod = PodBuilder::new("p").cpu("3").memory("5000").build();
+        assert_eq!(build::<MostAllocated>("").unwrap().score(&pod, cluster.node(node).unwrap(), &cluster), 62);
+    }
+
+    #[test]
+    fn fuller_nodes_score_higher_and_overcommit_counts_as_full() {
+        let mut cluster = Cluster::new();
+        let busy = cluster.add_node(NodeBuilder::new("busy").cpu("4").memory("8Gi").build());
+        let idle = cluster.add_node(NodeBuilder::new("idle").cpu("4").memory("8Gi").build());
+        cluster.bind(PodBuilder::new("x").cpu("3").memory("6Gi").build(), busy);
+        let policy = build::<MostAllocated>("").unwrap();
+        let scores = policy.score_all(&PodBuilder::new("p").cpu("2").memory("2Gi").build(), &cluster, &[busy, idle]);
+        assert_eq!(scores, vec![100, 37], "busy: cpu 5/4 counts 100, memory 100; idle: (50 + 25) / 2");
+    }
+}
