@@ -4,11 +4,11 @@
 //! counts against the others, so of two pods that repel each other only one moves.
 
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use wasp_sdk::affinity::required;
 use wasp_sdk::selection::{Namespaces, PodFilter, Selector};
-use wasp_sdk::types::{EvictContext, Eviction, PodId, PodPhase, ViewScope};
-use wasp_sdk::{Cluster, Evict, PodInfo, Policy};
+use wasp_sdk::types::{EvictContext, Eviction, NodeId, PodId, PodPhase, ViewScope};
+use wasp_sdk::{Cluster, Evict, NodeInfo, PodInfo, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -34,50 +34,65 @@ impl Policy for RemovePodsViolatingInterPodAntiAffinity {
     }
 }
 
-/// The descheduler's `hasSameLabelValue`: the same node, or both nodes carry the key with one value.
-fn same_domain(cluster: &Cluster, a: &PodInfo, b: &PodInfo, key: &str) -> bool {
-    if a.node == b.node {
-        return true;
+impl RemovePodsViolatingInterPodAntiAffinity {
+    /// Whether the pod takes part: running, and in the strategy's namespaces and selector.
+    fn considered(&self, bound: &PodInfo) -> bool {
+        !matches!(bound.pod.phase, PodPhase::Succeeded | PodPhase::Failed) && self.filter.admits(&bound.pod)
     }
-    let value = |pod: &PodInfo| cluster.node(pod.node).and_then(|node| node.node.label(key));
-    matches!((value(a), value(b)), (Some(first), Some(second)) if first == second)
 }
 
-impl RemovePodsViolatingInterPodAntiAffinity {
-    /// The first pod `candidate`'s required anti-affinity repels, among the pods still counted.
-    fn repelled<'a>(&self, cluster: &'a Cluster, candidate: &'a PodInfo, counted: &[&'a PodInfo]) -> Option<(&'a PodInfo, &'a str)> {
-        required(&candidate.pod.pod_anti_affinity).iter().find_map(|term| {
-            let other = counted.iter().find(|other| {
-                other.id != candidate.id
-                    && cluster.term_selects(term, &candidate.pod, &other.pod)
-                    && same_domain(cluster, candidate, other, &term.topology_key)
-            })?;
-            Some((*other, term.topology_key.as_str()))
-        })
+/// Nodes by their value of one topology key, built once per key a term names.
+#[derive(Default)]
+struct Domains<'a> {
+    by_key: HashMap<&'a str, HashMap<&'a str, Vec<NodeId>>>,
+}
+
+impl<'a> Domains<'a> {
+    /// The nodes in `node`'s domain for `key` (the descheduler's `hasSameLabelValue`): those with the same value,
+    /// or the node alone when it lacks the label (a node is always in its own domain).
+    fn of(&mut self, cluster: &'a Cluster, node: &'a NodeInfo, key: &'a str) -> Vec<NodeId> {
+        let Some(value) = node.node.label(key) else { return vec![node.id] };
+        let nodes = self.by_key.entry(key).or_insert_with(|| {
+            let mut nodes: HashMap<&str, Vec<NodeId>> = HashMap::new();
+            for other in cluster.nodes() {
+                if let Some(value) = other.node.label(key) {
+                    nodes.entry(value).or_default().push(other.id);
+                }
+            }
+            nodes
+        });
+        nodes.get(value).cloned().unwrap_or_else(|| vec![node.id])
     }
 }
 
 impl Evict for RemovePodsViolatingInterPodAntiAffinity {
     fn propose(&self, cluster: &Cluster, _context: &EvictContext) -> Vec<Eviction> {
-        let running = |bound: &&PodInfo| !matches!(bound.pod.phase, PodPhase::Succeeded | PodPhase::Failed) && self.filter.admits(&bound.pod);
-        let mut counted: Vec<&PodInfo> = cluster.pods().filter(running).collect();
-        counted.sort_by_key(|bound| bound.id);
+        // Only pods with required anti-affinity can violate it: per node, lowest priority first.
+        let mut candidates: Vec<&PodInfo> = cluster
+            .pods_with_affinity()
+            .filter(|bound| !required(&bound.pod.pod_anti_affinity).is_empty() && self.considered(bound))
+            .collect();
+        candidates.sort_by_key(|bound| (bound.node, bound.pod.priority, bound.id));
+        let mut domains = Domains::default();
         let mut evicted: HashSet<PodId> = HashSet::new();
         let mut evictions = Vec::new();
-        let mut nodes: Vec<_> = cluster.nodes().collect();
-        nodes.sort_by_key(|node| node.id);
-        for node in nodes {
-            let mut candidates: Vec<&PodInfo> = counted.iter().copied().filter(|bound| bound.node == node.id).collect();
-            candidates.sort_by_key(|bound| (bound.pod.priority, bound.id));
-            for candidate in candidates.into_iter().filter(|bound| !required(&bound.pod.pod_anti_affinity).is_empty()) {
-                let Some((other, key)) = self.repelled(cluster, candidate, &counted) else { continue };
-                let reason = format!(
-                    "its required anti-affinity ({key}) repels {}/{} in the same domain",
-                    other.pod.namespace, other.pod.name
-                );
+        for candidate in candidates {
+            let Some(node) = cluster.node(candidate.node) else { continue };
+            let repelled = required(&candidate.pod.pod_anti_affinity).iter().find_map(|term| {
+                let domain = domains.of(cluster, node, &term.topology_key);
+                let mut neighbours = domain.iter().filter_map(|id| cluster.node(*id)).flat_map(|node| cluster.pods_on(node));
+                let other = neighbours.find(|other| {
+                    other.id != candidate.id
+                        && !evicted.contains(&other.id)
+                        && self.considered(other)
+                        && cluster.term_selects(term, &candidate.pod, &other.pod)
+                })?;
+                Some((other, term.topology_key.as_str()))
+            });
+            if let Some((other, key)) = repelled {
+                let reason = format!("its required anti-affinity ({key}) repels {}/{} in the same domain", other.pod.namespace, other.pod.name);
                 evictions.push(Eviction::new(candidate.id, reason));
                 evicted.insert(candidate.id);
-                counted.retain(|bound| !evicted.contains(&bound.id));
             }
         }
         evictions
