@@ -84,7 +84,7 @@ fn run(registry: &PolicyRegistry, live: &ClusterState) -> (Plan, Duration) {
     let started = Instant::now();
     let wall = jiff::Timestamp::now().as_second();
     let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets: Budgets::default(), now: Instant::now(), wall };
-    let proposals = plan::propose(&generation.plans.eviction, live, EvictContext { now: wall, ..EvictContext::default() });
+    let proposals = plan::propose(&generation.plans.eviction, &generation.plans, live, EvictContext { now: wall, ..EvictContext::default() });
     let plan = plan::plan(inputs, proposals);
     (plan, started.elapsed())
 }

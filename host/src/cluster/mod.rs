@@ -12,4 +12,4 @@ mod state;
 
 pub use hints::{PlacementHints, Workload};
 pub use shared::{ClusterEvent, SharedCluster, Synced, UnreadablePod};
-pub use state::{ClusterState, DeltaSink, EvictionConsent, PodChange, PodMeta, SyncPoint, EVICT_ANNOTATION};
+pub use state::{ClusterState, DeltaSink, EvictionConsent, PodChange, PodMeta, Rewind, SyncPoint, EVICT_ANNOTATION};

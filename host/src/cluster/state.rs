@@ -27,6 +27,29 @@ pub struct SyncPoint {
     pub position: u64,
 }
 
+/// The way back from a fork to the state it was taken from: the deltas that undo what the fork changed. A sink
+/// that followed a fork keeps it, so the next sync with the original state costs a few deltas, not a snapshot of
+/// every pod (the rescheduler's fit check forks the cluster on every run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rewind {
+    /// Where the sink stands once the deltas are applied: the original state's log at the fork.
+    pub to: SyncPoint,
+    pub deltas: Vec<ClusterDelta>,
+}
+
+/// What a fork overwrote, captured at its first change of each pod and node.
+#[derive(Clone)]
+struct Origin {
+    /// The original state's log and head when the fork was taken.
+    parent: SyncPoint,
+    /// Bound pods as they were (None: the fork added the pod).
+    pods: HashMap<PodId, Option<(NodeId, Pod)>>,
+    usage: HashMap<NodeId, NodeUsage>,
+    /// False once the fork changed what the way back does not cover (nodes, namespaces): sinks then get a
+    /// snapshot, as without a way back.
+    complete: bool,
+}
+
 /// What [`ClusterState::upsert_pod`] changed, so loops can tell a binding from a status update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodChange {
@@ -190,6 +213,8 @@ pub struct ClusterState {
     /// Pods in phase Failed still on a node, by uid: they hold nothing, so they are in no view and no usage, but
     /// evict policies may clear them away (the descheduler's RemoveFailedPods). Ids from the same sequence.
     failed: HashMap<String, (FailedPod, PodMeta)>,
+    /// For a fork: what it overwrote, the way back to its original.
+    origin: Option<Origin>,
     /// Identifies this state's log among every state of the process.
     epoch: u64,
     log: VecDeque<ClusterDelta>,
@@ -210,6 +235,7 @@ impl Default for ClusterState {
             next_pod_id: 0,
             namespaces: BTreeMap::new(),
             failed: HashMap::new(),
+            origin: None,
             epoch: next_epoch(),
             log: VecDeque::new(),
             log_bytes: 0,
@@ -224,7 +250,8 @@ impl ClusterState {
     }
 
     /// A what-if copy: the same nodes, pods and ids, its own epoch and an empty log. Changing it leaves this
-    /// state alone; an instance synced to this state gets a full snapshot when it is first used on the fork.
+    /// state alone. An instance synced to this state's head follows the fork with its deltas, and one that
+    /// followed the fork comes back with the fork's [`Rewind`]; others get a snapshot.
     pub fn fork(&self) -> ClusterState {
         ClusterState {
             slots: self.slots.clone(),
@@ -235,6 +262,12 @@ impl ClusterState {
             next_pod_id: self.next_pod_id,
             namespaces: self.namespaces.clone(),
             failed: self.failed.clone(),
+            origin: Some(Origin {
+                parent: SyncPoint { epoch: self.epoch, position: self.head() },
+                pods: HashMap::new(),
+                usage: HashMap::new(),
+                complete: true,
+            }),
             epoch: next_epoch(),
             log: VecDeque::new(),
             log_bytes: 0,
@@ -331,6 +364,48 @@ impl ClusterState {
         }
     }
 
+    /// Remembers, on a fork, a bound pod and its node's usage as they were before the fork's first change to them.
+    fn remember_pod(&mut self, uid: &str) {
+        let Some(origin) = self.origin.as_mut() else { return };
+        let Some(bound) = self.pods.get(uid) else { return };
+        let Some(slot) = self.slots.get(&bound.node) else { return };
+        if slot.node.is_some() {
+            origin.pods.entry(bound.id).or_insert_with(|| Some((slot.id, bound.pod.clone())));
+            origin.usage.entry(slot.id).or_insert_with(|| slot.usage.to_contract());
+        }
+    }
+
+    fn remember_usage(&mut self, node_name: &str) {
+        let Some(origin) = self.origin.as_mut() else { return };
+        if let Some(slot) = self.slots.get(node_name).filter(|slot| slot.node.is_some()) {
+            origin.usage.entry(slot.id).or_insert_with(|| slot.usage.to_contract());
+        }
+    }
+
+    /// On a fork: a change the way back does not cover.
+    fn lose_the_way_back(&mut self) {
+        if let Some(origin) = self.origin.as_mut() {
+            origin.complete = false;
+        }
+    }
+
+    /// For a fork whose changes are all covered: the deltas that bring a sink with `scope` that follows it back to
+    /// the original state at the fork.
+    pub fn rewind(&self, scope: ViewScope) -> Option<Rewind> {
+        let origin = self.origin.as_ref().filter(|origin| origin.complete)?;
+        let mut deltas = Vec::with_capacity(origin.pods.len() + origin.usage.len());
+        if scope == ViewScope::NodesAndPods {
+            for (&id, original) in &origin.pods {
+                deltas.push(match original {
+                    Some((node, pod)) => ClusterDelta::PodUpsert((id, PodPlace::Bound(*node), pod.clone())),
+                    None => ClusterDelta::PodRemove(id),
+                });
+            }
+        }
+        deltas.extend(origin.usage.iter().map(|(&id, usage)| ClusterDelta::NodeUsageUpdate((id, usage.clone()))));
+        Some(Rewind { to: origin.parent, deltas })
+    }
+
     /// Approximate bytes the retained log holds.
     pub fn log_bytes(&self) -> usize {
         self.log_bytes
@@ -345,6 +420,8 @@ impl ClusterState {
         if slot.node.as_ref() == Some(&node) {
             return false;
         }
+        self.lose_the_way_back();
+        let slot = self.slot(&name);
         let first_appearance = slot.node.is_none();
         slot.node = Some(node.clone());
         let (id, usage) = (slot.id, slot.usage.to_contract());
@@ -361,6 +438,9 @@ impl ClusterState {
     }
 
     pub fn remove_node(&mut self, name: &str) {
+        if self.slots.get(name).is_some_and(|slot| slot.node.is_some()) {
+            self.lose_the_way_back();
+        }
         if let Some(slot) = self.slots.get_mut(name) {
             if slot.node.take().is_some() {
                 let id = slot.id;
@@ -375,6 +455,7 @@ impl ClusterState {
         if self.namespaces.get(name) == Some(&labels) {
             return false;
         }
+        self.lose_the_way_back();
         self.namespaces.insert(name.to_string(), labels.clone());
         self.record(ClusterDelta::NamespaceUpsert((name.to_string(), labels)));
         true
@@ -382,6 +463,7 @@ impl ClusterState {
 
     pub fn remove_namespace(&mut self, name: &str) {
         if self.namespaces.remove(name).is_some() {
+            self.lose_the_way_back();
             self.record(ClusterDelta::NamespaceRemove(name.to_string()));
         }
     }
@@ -447,6 +529,8 @@ impl ClusterState {
             return PodChange::Unchanged;
         }
         let uid = pod.uid.clone();
+        self.remember_pod(&uid);
+        self.remember_usage(node_name);
         if self.pods.get(&uid).is_some_and(|bound| bound.node != node_name) {
             self.remove_pod(&uid);
         }
@@ -467,6 +551,9 @@ impl ClusterState {
             }
             None => {
                 self.next_pod_id += 1;
+                if let Some(origin) = self.origin.as_mut() {
+                    origin.pods.entry(self.next_pod_id - 1).or_insert(None);
+                }
                 self.next_pod_id - 1
             }
         };
@@ -505,6 +592,7 @@ impl ClusterState {
 
     /// Removes a bound pod; returns whether it was there.
     pub fn remove_pod(&mut self, uid: &str) -> bool {
+        self.remember_pod(uid);
         let Some(bound) = self.pods.remove(uid) else { return false };
         self.uids.remove(&bound.id);
         let slot = self.slot(&bound.node);
@@ -529,7 +617,20 @@ impl ClusterState {
     /// another state's log or fell behind this one's retained part.
     pub fn sync<S: DeltaSink>(&self, instance: &mut S, scope: ViewScope) -> Result<(), S::Error> {
         let head = self.head();
-        match instance.synced_to() {
+        let mut point = instance.synced_to();
+        // Back from a fork of this state: undo the fork's changes, then follow this log from the fork's point.
+        if point.is_some_and(|point| point.epoch != self.epoch) {
+            if let Some(rewind) = instance.take_rewind().filter(|rewind| rewind.to.epoch == self.epoch) {
+                send_in_chunks(instance, rewind.deltas.into_iter())?;
+                instance.set_synced_to(rewind.to);
+                point = Some(rewind.to);
+            }
+        }
+        // At the point this fork was taken from: the fork's log from its start is all it lacks.
+        if self.origin.as_ref().is_some_and(|origin| point == Some(origin.parent)) {
+            point = Some(SyncPoint { epoch: self.epoch, position: 0 });
+        }
+        match point {
             Some(SyncPoint { epoch, position }) if epoch == self.epoch && position == head => {}
             Some(SyncPoint { epoch, position }) if epoch == self.epoch && position >= self.log_start && position <= head => {
                 let missed = self.log.range((position - self.log_start) as usize..);
@@ -539,6 +640,7 @@ impl ClusterState {
             _ => send_in_chunks(instance, self.snapshot(scope))?,
         }
         instance.set_synced_to(SyncPoint { epoch: self.epoch, position: head });
+        instance.keep_rewind(self.rewind(scope));
         Ok(())
     }
 
@@ -575,6 +677,12 @@ pub trait DeltaSink {
     fn synced_to(&self) -> Option<SyncPoint>;
     fn set_synced_to(&mut self, point: SyncPoint);
     fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), Self::Error>;
+    /// Keeps the way back from the fork it now follows (None: it follows no fork, or one without a way back).
+    /// Sinks that keep none get a snapshot when they return from a fork.
+    fn keep_rewind(&mut self, _rewind: Option<Rewind>) {}
+    fn take_rewind(&mut self) -> Option<Rewind> {
+        None
+    }
 }
 
 fn send_in_chunks<S: DeltaSink>(instance: &mut S, deltas: impl Iterator<Item = ClusterDelta>) -> Result<(), S::Error> {
@@ -668,6 +776,113 @@ mod tests {
         cluster.remove_namespace("d");
         cluster.sync(&mut with_pods, ViewScope::NodesAndPods).unwrap();
         assert!(matches!(with_pods.deltas.last(), Some(ClusterDelta::NamespaceRemove(name)) if name == "d"));
+    }
+
+    /// A sink that keeps what a guest with pods in its view would: pods by node, usage, how many snapshots it
+    /// took, and the way back from a fork.
+    #[derive(Default)]
+    struct Mirror {
+        point: Option<SyncPoint>,
+        pods: BTreeMap<PodId, NodeId>,
+        cpu: BTreeMap<NodeId, u64>,
+        resets: usize,
+        rewind: Option<Rewind>,
+    }
+
+    impl DeltaSink for Mirror {
+        type Error = ();
+        fn synced_to(&self) -> Option<SyncPoint> {
+            self.point
+        }
+        fn set_synced_to(&mut self, point: SyncPoint) {
+            self.point = Some(point);
+        }
+        fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), ()> {
+            for delta in deltas {
+                match delta {
+                    ClusterDelta::Reset => {
+                        self.resets += 1;
+                        self.pods.clear();
+                        self.cpu.clear();
+                    }
+                    ClusterDelta::NodeUpsert((id, _, usage)) | ClusterDelta::NodeUsageUpdate((id, usage)) => {
+                        self.cpu.insert(*id, usage.requested.cpu_millis);
+                    }
+                    ClusterDelta::PodUpsert((id, PodPlace::Bound(node), _)) => {
+                        self.pods.insert(*id, *node);
+                    }
+                    ClusterDelta::PodRemove(id) => {
+                        self.pods.remove(id);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        fn keep_rewind(&mut self, rewind: Option<Rewind>) {
+            self.rewind = rewind;
+        }
+        fn take_rewind(&mut self) -> Option<Rewind> {
+            self.rewind.take()
+        }
+    }
+
+    fn mirrored(state: &ClusterState) -> (BTreeMap<PodId, NodeId>, BTreeMap<NodeId, u64>) {
+        let mut pods = BTreeMap::new();
+        for (pod, node) in state.bound_pods() {
+            let (id, node) = (state.pods[&pod.uid].id, state.node_id(node).unwrap());
+            pods.insert(id, node);
+        }
+        let cpu = state.node_ids().into_iter().map(|id| (id, state.node(id).unwrap().1.requested.cpu_millis)).collect();
+        (pods, cpu)
+    }
+
+    fn named(name: &str, cpu: &str) -> Node {
+        let source = serde_json::json!({"metadata": {"name": name}, "status": {"allocatable": {"cpu": cpu, "pods": "110"}}});
+        convert::node(&serde_json::from_value(source).unwrap()).unwrap()
+    }
+
+    fn requesting(uid: &str, cpu: &str) -> Pod {
+        let source = serde_json::json!({"metadata": {"name": uid, "namespace": "d", "uid": uid}, "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": cpu}}}]}});
+        convert::pod(&serde_json::from_value(source).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn an_instance_follows_a_fork_with_its_deltas_and_comes_back_by_undoing_them() {
+        let mut live = ClusterState::new();
+        live.upsert_node(named("n1", "4"));
+        live.upsert_node(named("n2", "4"));
+        for (uid, node) in [("a", "n1"), ("b", "n1"), ("c", "n2")] {
+            live.upsert_pod(requesting(uid, "500m"), node);
+        }
+        let mut mirror = Mirror::default();
+        live.sync(&mut mirror, ViewScope::NodesAndPods).unwrap();
+        assert_eq!(mirror.resets, 1);
+
+        // The plan's moves: a goes to n2, a pending pod takes room on n1.
+        let mut fork = live.fork();
+        fork.remove_pod("a");
+        fork.upsert_pod(requesting("a", "500m"), "n2");
+        fork.upsert_pod(requesting("pending", "1"), "n1");
+        fork.sync(&mut mirror, ViewScope::NodesAndPods).unwrap();
+        assert_eq!(mirror.resets, 1, "the fork's own deltas, no snapshot");
+        assert_eq!((mirror.pods.clone(), mirror.cpu.clone()), mirrored(&fork));
+
+        // The live state went on meanwhile; the instance comes back to it.
+        live.upsert_pod(requesting("d", "250m"), "n2");
+        live.remove_pod("b");
+        fork.upsert_pod(requesting("pending-2", "1"), "n2");
+        live.sync(&mut mirror, ViewScope::NodesAndPods).unwrap();
+        assert_eq!(mirror.resets, 1, "undo and the live deltas, no snapshot");
+        assert_eq!((mirror.pods.clone(), mirror.cpu.clone()), mirrored(&live));
+
+        // A fork that changes what the way back does not cover: snapshots, as before.
+        let mut other = live.fork();
+        other.upsert_node(named("n3", "8"));
+        other.sync(&mut mirror, ViewScope::NodesAndPods).unwrap();
+        live.sync(&mut mirror, ViewScope::NodesAndPods).unwrap();
+        assert_eq!(mirror.resets, 2, "the fork from the live head followed by deltas, then a snapshot back");
+        assert_eq!((mirror.pods.clone(), mirror.cpu.clone()), mirrored(&live));
     }
 
     #[test]

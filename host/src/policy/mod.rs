@@ -10,7 +10,7 @@ mod scheduling;
 pub use load::{check_binary_kind, LoadError};
 pub use scheduling::SchedulingPolicy;
 
-use crate::cluster::{ClusterState, DeltaSink, SyncPoint};
+use crate::cluster::{ClusterState, DeltaSink, Rewind, SyncPoint};
 use crate::contract::types::{
     ClusterDelta, Descriptor, Eviction, FilterResult, Placement, Pod, PolicyKind, ScaleDecision,
     ScaleRequest,
@@ -106,6 +106,11 @@ impl Prepared<'_> {
         result
     }
 
+    /// Gives the instance back to the pool without a call, synced.
+    pub fn release(self) {
+        let _ = self.call(|_| Ok(()));
+    }
+
     /// Evictions proposed on the state the instance was synced with; `cluster` must be that state (or a fork
     /// of it taken at the same moment), to check the answer against. See [`LoadedPolicy::propose`].
     pub fn propose(self, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
@@ -128,11 +133,13 @@ pub fn max_instances() -> usize {
 pub struct SyncedInstance {
     pub instance: PolicyInstance,
     synced_to: Option<SyncPoint>,
+    /// The way back when it follows a fork (a what-if copy of the cluster).
+    rewind: Option<Rewind>,
 }
 
 impl SyncedInstance {
     fn new(instance: PolicyInstance) -> Self {
-        SyncedInstance { instance, synced_to: None }
+        SyncedInstance { instance, synced_to: None, rewind: None }
     }
 }
 
@@ -149,6 +156,14 @@ impl DeltaSink for SyncedInstance {
 
     fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError> {
         self.instance.apply(deltas)
+    }
+
+    fn keep_rewind(&mut self, rewind: Option<Rewind>) {
+        self.rewind = rewind;
+    }
+
+    fn take_rewind(&mut self) -> Option<Rewind> {
+        self.rewind.take()
     }
 }
 
@@ -250,6 +265,13 @@ impl LoadedPolicy {
             metrics.observe(&self.name, operation, started.elapsed(), result.is_err());
         }
         result
+    }
+
+    /// Brings up to `count` pooled instances to `cluster`'s head without a call: a fork taken right after can
+    /// then be followed with its own few deltas (and left with a rewind) instead of a snapshot per instance.
+    pub fn warm(&self, cluster: &ClusterState, count: usize) {
+        let prepared: Vec<Prepared<'_>> = (0..count.min(max_instances())).filter_map(|_| self.prepare(cluster).ok()).collect();
+        prepared.into_iter().for_each(Prepared::release);
     }
 
     /// An instance from the pool (or a new one), synced with `cluster` now and called later: the caller may let

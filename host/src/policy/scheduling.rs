@@ -13,6 +13,9 @@ pub trait SchedulingPolicy: Send + Sync {
     fn view(&self) -> ViewScope;
     fn filter_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> FilterResult;
     fn score_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> Vec<u32>;
+    /// Readies `count` copies of the policy's view at `cluster`'s head before a fork of it is used (see
+    /// [`LoadedPolicy::warm`]); a policy without copies to ready does nothing.
+    fn warm(&self, _cluster: &ClusterState, _count: usize) {}
 }
 
 impl SchedulingPolicy for LoadedPolicy {
@@ -30,5 +33,9 @@ impl SchedulingPolicy for LoadedPolicy {
 
     fn score_or_failure_mode(&self, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId]) -> Vec<u32> {
         LoadedPolicy::score_or_failure_mode(self, cluster, pod, candidates)
+    }
+
+    fn warm(&self, cluster: &ClusterState, count: usize) {
+        LoadedPolicy::warm(self, cluster, count)
     }
 }

@@ -26,6 +26,16 @@ pub struct Plans {
     pub scaling: BTreeMap<String, Arc<LoadedPolicy>>,
 }
 
+impl Plans {
+    /// Every scheduling policy of every profile, once each.
+    pub fn scheduling_policies(&self) -> Vec<Arc<dyn SchedulingPolicy>> {
+        let mut seen = std::collections::HashSet::new();
+        let profiles = self.scheduling.values();
+        let all = profiles.flat_map(|profile| profile.filters.iter().chain(profile.scores.iter().map(|(policy, _)| policy)));
+        all.filter(|policy| seen.insert(policy.name().to_string())).cloned().collect()
+    }
+}
+
 /// Why `policy` cannot serve `users` (the kinds it lacks), if it cannot.
 pub fn kinds_missing(policy: &LoadedPolicy, users: &[PolicyUser]) -> Option<String> {
     let missing: Vec<String> = users

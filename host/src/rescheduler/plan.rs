@@ -278,8 +278,18 @@ pub struct Proposals {
 
 /// Syncs an instance of every strategy with `live` and forks it while holding it, then lets go of it (the
 /// informers write on meanwhile) and asks each strategy. Instances follow the live state from run to run, so a
-/// run sends each only the deltas since the last, never a snapshot of the whole cluster.
-pub fn propose<State: Deref<Target = ClusterState>>(policies: &[Arc<LoadedPolicy>], live: State, context: EvictContext) -> Proposals {
+/// run sends each only the deltas since the last, never a snapshot of the whole cluster. The scheduling
+/// policies the fit check will call are brought to the same point first (`fit_check`), so on the fork they
+/// receive only the plan's few moves, and they come back to the live state by undoing them.
+pub fn propose<State: Deref<Target = ClusterState>>(
+    policies: &[Arc<LoadedPolicy>],
+    fit_check: &Plans,
+    live: State,
+    context: EvictContext,
+) -> Proposals {
+    for policy in fit_check.scheduling_policies() {
+        policy.warm(&live, crate::scheduler::cycle::parallelism());
+    }
     let mut prepared = Vec::with_capacity(policies.len());
     for policy in policies {
         let started = Instant::now();

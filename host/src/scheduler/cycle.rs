@@ -57,7 +57,7 @@ pub struct Cursor(usize);
 const MIN_NODES_PER_THREAD: usize = 128;
 
 /// Threads to filter with; asked once (std reads cgroup quota files on every call).
-fn parallelism() -> usize {
+pub fn parallelism() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
