@@ -12,6 +12,8 @@ use wasp_sdk::{Cluster, Evict, Policy};
 pub struct Settings {
     /// Taints to ignore: `key` (any value) or `key=value`.
     pub excluded_taints: Vec<String>,
+    /// Only these taints count (same forms); empty: every taint not excluded.
+    pub included_taints: Vec<String>,
     /// Also evict for untolerated `PreferNoSchedule` taints.
     pub include_prefer_no_schedule: bool,
 }
@@ -20,12 +22,19 @@ pub struct RemovePodsViolatingNodeTaints {
     settings: Settings,
 }
 
+/// Whether `taint` is one of `entries` (`key`, any value, or `key=value`).
+fn listed(entries: &[String], taint: &Taint) -> bool {
+    entries.iter().any(|entry| match entry.split_once('=') {
+        Some((key, value)) => taint.key == key && taint.value == value,
+        None => taint.key == *entry,
+    })
+}
+
 impl RemovePodsViolatingNodeTaints {
-    fn excluded(&self, taint: &Taint) -> bool {
-        self.settings.excluded_taints.iter().any(|entry| match entry.split_once('=') {
-            Some((key, value)) => taint.key == key && taint.value == value,
-            None => taint.key == *entry,
-        })
+    /// The descheduler's rule: excluded taints never count; with `includedTaints`, only those do.
+    fn counts(&self, taint: &Taint) -> bool {
+        let settings = &self.settings;
+        !listed(&settings.excluded_taints, taint) && (settings.included_taints.is_empty() || listed(&settings.included_taints, taint))
     }
 }
 
@@ -34,11 +43,14 @@ impl Policy for RemovePodsViolatingNodeTaints {
     const NAME: &'static str = "remove-pods-violating-node-taints";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const SETTINGS_DOC: &'static str = "excludedTaints: taints ignored, as key or key=value\n\
+        includedTaints: only these taints count, as key or key=value (default all)\n\
         includePreferNoSchedule: also act on PreferNoSchedule taints (default false)";
 
     fn new(settings: Settings) -> Result<Self, String> {
-        if let Some(bad) = settings.excluded_taints.iter().find(|entry| entry.is_empty() || entry.starts_with('=')) {
-            return Err(format!("excludedTaints: {bad:?} has no taint key"));
+        for (field, entries) in [("excludedTaints", &settings.excluded_taints), ("includedTaints", &settings.included_taints)] {
+            if let Some(bad) = entries.iter().find(|entry| entry.is_empty() || entry.starts_with('=')) {
+                return Err(format!("{field}: {bad:?} has no taint key"));
+            }
         }
         Ok(RemovePodsViolatingNodeTaints { settings })
     }
@@ -52,7 +64,7 @@ impl Evict for RemovePodsViolatingNodeTaints {
         }
         let mut evictions = Vec::new();
         for node in cluster.nodes() {
-            let taints: Vec<Taint> = node.node.taints.iter().filter(|taint| !self.excluded(taint)).cloned().collect();
+            let taints: Vec<Taint> = node.node.taints.iter().filter(|taint| self.counts(taint)).cloned().collect();
             for bound in cluster.pods_on(node) {
                 if matches!(bound.pod.phase, PodPhase::Succeeded | PodPhase::Failed) {
                     continue;
@@ -108,6 +120,13 @@ mod tests {
         assert!(excluded.propose(&cluster, &EvictContext::at(0)).is_empty());
         let soft = build::<RemovePodsViolatingNodeTaints>(r#"{"excludedTaints": ["maintenance"], "includePreferNoSchedule": true}"#).unwrap();
         assert_eq!(soft.propose(&cluster, &EvictContext::at(0)).len(), 1);
+        let only_spot = build::<RemovePodsViolatingNodeTaints>(r#"{"includedTaints": ["spot=yes"], "includePreferNoSchedule": true}"#).unwrap();
+        let proposals = only_spot.propose(&cluster, &EvictContext::at(0));
+        assert_eq!(proposals.len(), 1);
+        assert!(proposals[0].reason.contains("{spot: yes}"), "maintenance is not included: {}", proposals[0].reason);
+        let only_other = build::<RemovePodsViolatingNodeTaints>(r#"{"includedTaints": ["gpu"]}"#).unwrap();
+        assert!(only_other.propose(&cluster, &EvictContext::at(0)).is_empty());
+        assert!(build::<RemovePodsViolatingNodeTaints>(r#"{"includedTaints": ["=x"]}"#).err().unwrap().contains("includedTaints"));
         assert!(build::<RemovePodsViolatingNodeTaints>(r#"{"excludedTaints": ["=x"]}"#).is_err());
     }
 }
