@@ -189,13 +189,17 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
     let mut changes = Vec::new();
     let was_pending = cluster.pending().remove(&uid).is_some();
     match node {
-        // A finished pod frees its node; a failed one stays known until deleted, for evict policies to clear.
-        Some(node) if finished => {
-            changes.extend(forget_pod(cluster, &uid));
-            if pod.phase == PodPhase::Failed {
-                cluster.write().note_failed(pod, &node, convert::pod_meta(source));
+        // A finished pod frees its node; a failed one stays known (with its id) until deleted, for evict
+        // policies to clear.
+        Some(node) if finished && pod.phase == PodPhase::Failed => {
+            let mut state = cluster.write();
+            let was_bound = state.pod(&uid).is_some();
+            state.note_failed(pod, &node, convert::pod_meta(source));
+            if was_bound {
+                changes.push(ClusterEvent::PodRemoved { uid: uid.clone() });
             }
         }
+        Some(_) if finished => changes.extend(forget_pod(cluster, &uid)),
         Some(node) => match cluster.write().upsert_pod_with(pod, &node, convert::pod_meta(source)) {
             PodChange::Unchanged => {}
             PodChange::Bound => changes.push(ClusterEvent::PodBound { uid: uid.clone() }),

@@ -269,8 +269,20 @@ impl LoadedPolicy {
 
     /// Brings up to `count` pooled instances to `cluster`'s head without a call: a fork taken right after can
     /// then be followed with its own few deltas (and left with a rewind) instead of a snapshot per instance.
+    /// Stops when the pool is full rather than wait for an instance another loop holds (the caller holds the
+    /// live state's read lock).
     pub fn warm(&self, cluster: &ClusterState, count: usize) {
-        let prepared: Vec<Prepared<'_>> = (0..count.min(max_instances())).filter_map(|_| self.prepare(cluster).ok()).collect();
+        let mut prepared = Vec::new();
+        for _ in 0..count {
+            let room = {
+                let pool = self.lock_pool();
+                !pool.idle.is_empty() || pool.live < max_instances()
+            };
+            if !room {
+                break;
+            }
+            prepared.extend(self.prepare(cluster).ok());
+        }
         prepared.into_iter().for_each(Prepared::release);
     }
 
