@@ -221,3 +221,25 @@ fn simulate_shows_a_bin_packing_profile_beside_a_spreading_one() {
     let nodes: usize = batch.split(" on ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
     assert!(batch.starts_with("profile wasp-batch: 20 pods") && nodes <= 2, "most-allocated packs: {batch}");
 }
+
+#[test]
+fn simulate_tries_a_policy_file_without_a_configuration() {
+    let directory = tempfile::tempdir().unwrap();
+    let scenario = directory.path().join("zones.yaml");
+    std::fs::write(
+        &scenario,
+        "name: zones\nkubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 4, cpu: '4', memory: 16Gi, zones: [east, west]}]\n\
+         workloads: [{name: web, kind: Pods, replicas: 6, schedulerName: wasp, cpu: 100m}]\n",
+    )
+    .unwrap();
+    let west = common::fixture_wasm("zone-pin-west").0;
+    let (ok, stdout, stderr) = wasp(&["simulate", "--scenario", scenario.to_str().unwrap(), "--policy", &west, "--timeout", "30s"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("trying zone-pin 0.1.0 from ") && stdout.contains(": a filter in every profile"), "{stdout}");
+    // Zones alternate: n-1 and n-3 are west. Without the tried filter least-allocated would use all four nodes.
+    let rows: Vec<&str> = stdout.lines().filter(|line| line.starts_with("n-")).collect();
+    let used: Vec<&str> = rows.iter().filter(|row| row.split_whitespace().nth(1) != Some("0")).map(|row| row.split_whitespace().next().unwrap()).collect();
+    assert_eq!(used, ["n-1", "n-3"], "{stdout}");
+    let (ok, _, stderr) = wasp(&["simulate", "--scenario", scenario.to_str().unwrap(), "--policy", "README.md"]);
+    assert!(!ok && stderr.contains("README.md"), "a file that is no component is refused by name: {stderr}");
+}

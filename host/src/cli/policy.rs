@@ -75,7 +75,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
     }
 }
 
-fn load(file: &Path, settings: String) -> anyhow::Result<LoadedPolicy> {
+pub(super) fn load(file: &Path, settings: String) -> anyhow::Result<LoadedPolicy> {
     let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let runtime = Runtime::new(None)?;
     let options = PolicyOptions { settings, ..Default::default() };

@@ -11,6 +11,7 @@ use crate::registry::PolicyRegistry;
 use std::sync::Arc;
 use crate::runtime::Runtime;
 use crate::scheduler::Scheduler;
+use anyhow::Context;
 use clap::Args;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use crate::autoscaler::resource::Autoscaler;
@@ -114,6 +115,11 @@ pub struct SimulateArgs {
     /// How long to follow the Autoscalers (default: the scenario's longest load curve, plus 30 s).
     #[arg(long, value_parser = humantime::parse_duration)]
     autoscale_for: Option<Duration>,
+    /// Try a policy component without writing a configuration (repeatable): it joins the configuration where its
+    /// kinds fit (filter and score in every profile, evict as a rescheduler strategy, scale in the autoscaler's
+    /// list) and is used instead of any policy of the same name.
+    #[arg(long = "policy", value_name = "FILE.wasm")]
+    policies: Vec<PathBuf>,
 }
 
 /// Above this many nodes, the report summarizes instead of listing every node.
@@ -121,9 +127,14 @@ const LISTED_NODES: usize = 20;
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let scenario = Scenario::load(&args.scenario)?;
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(path) => HostConfig::load(path)?,
         None => HostConfig::built_in(),
+    };
+    // Kept until the simulation ends: the policy directory with the tried components.
+    let _staged = match args.policies.is_empty() {
+        true => None,
+        false => Some(try_policies(&mut config, &args.policies)?),
     };
     let autoscalers: Vec<Autoscaler> = match &args.autoscalers {
         Some(path) if config.autoscaler.is_none() => anyhow::bail!("{}: the configuration has no autoscaler section to run them", path.display()),
@@ -133,6 +144,61 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let follow = args.autoscale_for.unwrap_or_else(|| scenario.longest_curve() + Duration::from_secs(30));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(simulate(&scenario, &config, args.timeout, args.full, (&autoscalers, follow)))
+}
+
+/// A policy directory with the configuration's policies and the tried ones in their place, and the configuration
+/// changed to use them where their kinds fit.
+fn try_policies(config: &mut HostConfig, files: &[PathBuf]) -> anyhow::Result<tempfile::TempDir> {
+    use crate::contract::types::PolicyKind;
+    let staged = tempfile::tempdir()?;
+    for entry in std::fs::read_dir(&config.policy_dir).with_context(|| format!("reading {}", config.policy_dir.display()))? {
+        let entry = entry?;
+        std::os::unix::fs::symlink(std::fs::canonicalize(entry.path())?, staged.path().join(entry.file_name()))?;
+    }
+    for file in files {
+        let policy = super::policy::load(file, String::new())?;
+        let name = policy.descriptor.name.clone();
+        let target = staged.path().join(format!("{name}.wasm"));
+        let _ = std::fs::remove_file(&target);
+        std::fs::copy(file, &target).with_context(|| format!("copying {}", file.display()))?;
+        let mut uses = Vec::new();
+        for kind in &policy.descriptor.kinds {
+            match kind {
+                PolicyKind::Filter => config.scheduler.profiles.iter_mut().for_each(|profile| {
+                    if !profile.filters.contains(&name) {
+                        profile.filters.push(name.clone());
+                    }
+                }),
+                PolicyKind::Score => config.scheduler.profiles.iter_mut().for_each(|profile| {
+                    if !profile.scores.iter().any(|score| score.policy == name) {
+                        profile.scores.push(crate::config::WeightedPolicy { policy: name.clone(), weight: 1 });
+                    }
+                }),
+                PolicyKind::Evict => {
+                    let section = config.rescheduler.get_or_insert_with(|| serde_yaml::from_str("strategies: []").expect("a valid section"));
+                    if !section.strategies.iter().any(|strategy| strategy.policy == name) {
+                        section.strategies.push(crate::config::Strategy { policy: name.clone() });
+                    }
+                }
+                PolicyKind::Scale => {
+                    let section = config.autoscaler.get_or_insert_with(|| serde_yaml::from_str("policies: []").expect("a valid section"));
+                    if !section.policies.contains(&name) {
+                        section.policies.push(name.clone());
+                    }
+                }
+            }
+            uses.push(match kind {
+                PolicyKind::Filter => "a filter in every profile",
+                PolicyKind::Score => "a score (weight 1) in every profile",
+                PolicyKind::Evict => "a rescheduler strategy",
+                PolicyKind::Scale => "an autoscaler policy",
+            });
+        }
+        println!("trying {name} {} from {}: {}", policy.descriptor.version, file.display(), uses.join(", "));
+    }
+    config.policy_dir = staged.path().to_path_buf();
+    config.validate()?;
+    Ok(staged)
 }
 
 /// An API client for a simulator. kube's own retries are off: the loops back off by themselves.
