@@ -572,4 +572,7 @@ async fn failed_pods_are_cleared_by_reason_and_the_others_stay() {
     assert_eq!(left, ["crashed", "running"]);
     assert_eq!(harness.evictions_received(), 1);
     assert!(pods.get("crashed").await.is_ok());
+    let events = harness.events_from("wasp-rescheduler").await;
+    let message = events.iter().find(|event| event.reason.as_deref() == Some("Evicted")).and_then(|event| event.message.clone()).unwrap();
+    assert!(message.starts_with("Evicted failed pod from node n-0 by policy remove-failed-pods: failed (OutOfcpu) "), "{message}");
 }

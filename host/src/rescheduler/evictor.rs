@@ -58,11 +58,15 @@ impl Evictor {
     }
 
     /// The event on an evicted pod: which policy, why, and where the fit check places its replacement.
-    pub async fn evicted(&self, entry: &PlanEntry, target: &str) {
-        let message = format!(
-            "Evicted from node {} by policy {}: {}; the fit check places it on node {target}",
-            entry.node, entry.policy, entry.reason
-        );
+    /// `target` is where the fit check places the pod; None for a failed pod, which goes nowhere.
+    pub async fn evicted(&self, entry: &PlanEntry, target: Option<&str>) {
+        let message = match target {
+            Some(target) => format!(
+                "Evicted from node {} by policy {}: {}; the fit check places it on node {target}",
+                entry.node, entry.policy, entry.reason
+            ),
+            None => format!("Evicted failed pod from node {} by policy {}: {}", entry.node, entry.policy, entry.reason),
+        };
         self.events.event(&object_of(entry), "Normal", "Evicted", &message).await;
     }
 

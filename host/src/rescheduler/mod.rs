@@ -220,11 +220,14 @@ impl Rescheduler {
         match answer {
             Answer::Evicted => {
                 self.stats.evicted.fetch_add(1, Ordering::Relaxed);
-                self.memory().record_eviction(entry.workload.as_ref(), entry.siblings.clone(), Instant::now());
+                // Clearing a failed pod disrupts nothing: its workload is neither paced nor backed off for it.
+                if entry.decision != Decision::Clear {
+                    self.memory().record_eviction(entry.workload.as_ref(), entry.siblings.clone(), Instant::now());
+                }
                 tracing::info!(pod = %entry.key(), node = %entry.node, policy = %entry.policy, reason = %entry.reason, decision = ?entry.decision, "evicted");
                 match beneficiary {
                     Some(beneficiary) => self.evictor.preempted(entry, beneficiary).await,
-                    None => self.evictor.evicted(entry, entry.target().unwrap_or_default()).await,
+                    None => self.evictor.evicted(entry, entry.target()).await,
                 }
                 Outcome::Evicted
             }
