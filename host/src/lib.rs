@@ -31,3 +31,4 @@ pub mod rescheduler;
 pub mod runtime;
 pub mod scheduler;
 pub mod serve;
+pub mod shrink;

@@ -1,6 +1,7 @@
 //! The guest-side cluster view: nodes with their usage totals and, for policies that ask for them, the pods bound
-//! to each node. The host keeps it current with [`ClusterDelta`]s; tests fill it with [`Cluster::add_node`] and
-//! [`Cluster::bind`], which keep the usage totals exactly as the host does.
+//! to each node, with only the [`PodFacts`] the policy reads. The host keeps it current with [`ClusterDelta`]s;
+//! tests fill it with [`Cluster::add_node`] and [`Cluster::bind`], which keep the usage totals exactly as the host
+//! does (build it with [`Cluster::for_policy`] so tests see the pods as the policy's instances will).
 
 use crate::resources::ResourceVector;
 use crate::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources};
@@ -54,12 +55,72 @@ pub struct PodInfo {
     pub pod: Pod,
 }
 
+/// What a view keeps of each bound pod besides its identity and state (namespace, name, uid, scheduler name,
+/// priority, phase, owner, creation time, ready, terminating, mirror, storage flags, status reason), which every
+/// view keeps. The rest is dropped as the pod arrives: with 50k pods in every instance of every policy that keeps
+/// pods, a pod's containers, tolerations and labels are most of a view's memory, and a tenant's pod with a large
+/// label set costs only the policies that read labels. Annotations are never in views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodFacts {
+    pub labels: bool,
+    /// Containers, init containers, sidecars and overhead: requests, restart counts, states.
+    pub containers: bool,
+    /// The pod's own placement rules: node selector, node affinity, tolerations, topology spread constraints,
+    /// nominated node ([`Pod::may_run_on`] reads them).
+    pub placement: bool,
+    /// Pod affinity and anti-affinity terms.
+    pub pod_affinity: bool,
+    pub host_ports: bool,
+}
+
+impl PodFacts {
+    pub const NONE: PodFacts = PodFacts { labels: false, containers: false, placement: false, pod_affinity: false, host_ports: false };
+    pub const ALL: PodFacts = PodFacts { labels: true, containers: true, placement: true, pod_affinity: true, host_ports: true };
+
+    /// Drops from `pod` what these facts do not keep.
+    pub fn keep_only(&self, pod: &mut Pod) {
+        pod.annotations = Vec::new();
+        if !self.labels {
+            pod.labels = Vec::new();
+        }
+        if !self.containers {
+            pod.containers = Vec::new();
+            pod.init_containers = Vec::new();
+            pod.sidecar_init_containers = Vec::new();
+            pod.overhead = zero_resources();
+        }
+        if !self.placement {
+            pod.node_selector = Vec::new();
+            pod.node_affinity = None;
+            pod.tolerations = Vec::new();
+            pod.topology_spread = Vec::new();
+            pod.nominated_node = None;
+        }
+        if !self.pod_affinity {
+            pod.pod_affinity = None;
+            pod.pod_anti_affinity = None;
+        }
+        if !self.host_ports {
+            pod.host_ports = Vec::new();
+        }
+    }
+}
+
+impl Default for PodFacts {
+    fn default() -> Self {
+        PodFacts::ALL
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Cluster {
     /// Indexed by node id: the host hands out dense ids, so a vector beats a map on the hot path.
     nodes: Vec<Option<NodeInfo>>,
     node_count: usize,
-    pods: HashMap<PodId, PodInfo>,
+    /// Boxed: the table then holds pointers, so growing it copies 8 bytes a pod instead of the whole record, and
+    /// the guest's memory (which never shrinks) is not sized by the table's slack.
+    pods: HashMap<PodId, Box<PodInfo>>,
+    keeps: PodFacts,
     /// Pods with pod affinity or anti-affinity terms: few in most clusters, and every scheduling decision of
     /// `inter-pod-affinity` reads them.
     with_affinity: std::collections::BTreeSet<PodId>,
@@ -69,8 +130,19 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// A view that keeps every pod fact.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A view that keeps only `facts` of each pod.
+    pub fn keeping(facts: PodFacts) -> Self {
+        Cluster { keeps: facts, ..Self::default() }
+    }
+
+    /// The view `P`'s instances keep: its [`Policy::POD_FACTS`](crate::Policy::POD_FACTS).
+    pub fn for_policy<P: crate::Policy>() -> Self {
+        Self::keeping(P::POD_FACTS)
     }
 
     pub fn apply(&mut self, delta: ClusterDelta) {
@@ -92,7 +164,7 @@ impl Cluster {
             ClusterDelta::NamespaceRemove(name) => {
                 self.namespaces.remove(&name);
             }
-            ClusterDelta::Reset => *self = Cluster { next_test_id: self.next_test_id, ..Cluster::default() },
+            ClusterDelta::Reset => *self = Cluster { next_test_id: self.next_test_id, keeps: self.keeps, ..Cluster::default() },
         }
     }
 
@@ -114,20 +186,20 @@ impl Cluster {
     }
 
     pub fn pod(&self, id: PodId) -> Option<&PodInfo> {
-        self.pods.get(&id)
+        self.pods.get(&id).map(Box::as_ref)
     }
 
     pub fn pods(&self) -> impl Iterator<Item = &PodInfo> {
-        self.pods.values()
+        self.pods.values().map(Box::as_ref)
     }
 
     pub fn pods_on<'a>(&'a self, node: &'a NodeInfo) -> impl Iterator<Item = &'a PodInfo> + 'a {
-        node.pods.iter().filter_map(|id| self.pods.get(id))
+        node.pods.iter().filter_map(|id| self.pod(*id))
     }
 
     /// Pods that have pod affinity or anti-affinity terms, in id order.
     pub fn pods_with_affinity(&self) -> impl Iterator<Item = &PodInfo> {
-        self.with_affinity.iter().filter_map(|id| self.pods.get(id))
+        self.with_affinity.iter().filter_map(|id| self.pod(*id))
     }
 
     /// A namespace's labels; empty for a namespace the view does not know (yet).
@@ -194,7 +266,8 @@ impl Cluster {
         }
     }
 
-    fn upsert_pod(&mut self, id: PodId, node: NodeId, pod: Pod) {
+    fn upsert_pod(&mut self, id: PodId, node: NodeId, mut pod: Pod) {
+        self.keeps.keep_only(&mut pod);
         if pod.pod_affinity.is_some() || pod.pod_anti_affinity.is_some() {
             self.with_affinity.insert(id);
         } else {
@@ -205,14 +278,14 @@ impl Cluster {
                 let previous_node = previous.node;
                 self.detach(previous_node, id);
             } else {
-                self.pods.insert(id, PodInfo { id, node, pod });
+                self.pods.insert(id, Box::new(PodInfo { id, node, pod }));
                 return;
             }
         }
         if let Some(info) = self.node_mut(node) {
             info.pods.push(id);
         }
-        self.pods.insert(id, PodInfo { id, node, pod });
+        self.pods.insert(id, Box::new(PodInfo { id, node, pod }));
     }
 
     fn remove_pod(&mut self, id: PodId) {
@@ -274,6 +347,23 @@ mod tests {
         assert_eq!(cluster.node_count(), 1);
         cluster.apply(ClusterDelta::Reset);
         assert_eq!(cluster.nodes().count(), 0);
+    }
+
+    #[test]
+    fn a_view_keeps_only_its_pod_facts_and_a_reset_keeps_the_choice() {
+        let facts = PodFacts { labels: true, ..PodFacts::NONE };
+        let mut cluster = Cluster::keeping(facts);
+        let node = cluster.add_node(NodeBuilder::new("n1").cpu("4").build());
+        let pod = PodBuilder::new("a").label("app", "web").cpu("1").toleration("dedicated", None, None).annotation("note", "x").host_port(80, "TCP").owner("ReplicaSet", "web").build();
+        let id = cluster.bind(pod, node);
+        let kept = &cluster.pod(id).unwrap().pod;
+        assert_eq!((kept.name.as_str(), kept.labels.len(), kept.owner.as_ref().map(|owner| owner.name.as_str())), ("a", 1, Some("web")));
+        assert!(kept.containers.is_empty() && kept.tolerations.is_empty() && kept.annotations.is_empty() && kept.host_ports.is_empty());
+        assert_eq!(cluster.node(node).unwrap().usage.requested.cpu_millis, 1000, "usage counts the whole pod");
+        cluster.apply(ClusterDelta::Reset);
+        cluster.apply(ClusterDelta::NodeUpsert((node, NodeBuilder::new("n1").build(), empty_usage())));
+        cluster.apply(ClusterDelta::PodUpsert((id, PodPlace::Bound(node), PodBuilder::new("a").cpu("1").build())));
+        assert!(cluster.pod(id).unwrap().pod.containers.is_empty());
     }
 
     #[test]

@@ -146,7 +146,7 @@ pub fn build<P: Policy>(settings: &str) -> Result<P, String> {
 
 impl<P: Policy> GuestState<P> {
     pub fn new(exports: Exports<P>) -> Self {
-        GuestState { cluster: Cluster::new(), policy: None, exports, subject: None, call: EvictContext::default() }
+        GuestState { cluster: Cluster::for_policy::<P>(), policy: None, exports, subject: None, call: EvictContext::default() }
     }
 
     pub fn describe(&self, version: &str) -> Descriptor {

@@ -2,7 +2,7 @@
 //! [`Evict`] and [`Scale`] are the four kinds of decision, and a policy may implement several:
 //! `export_policy!` exports each one the type implements.
 
-use crate::cluster::{Cluster, NodeInfo};
+use crate::cluster::{Cluster, NodeInfo, PodFacts};
 use crate::types::{Eviction, FilterResult, NodeId, Placement, Pod, PodId, ScaleDecision, ScaleRequest, ViewScope};
 use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
@@ -22,6 +22,9 @@ pub trait Policy: Sized + 'static {
     /// What the host keeps in this policy's cluster view. Ask for pods only if you need them: with 50k pods they
     /// dominate the memory of every instance.
     const VIEW: ViewScope = ViewScope::Nodes;
+    /// With pods in the view: what of each pod the instances keep (see [`PodFacts`]). Everything unless said;
+    /// declare what the policy reads and build test clusters with [`Cluster::for_policy`], which keeps the same.
+    const POD_FACTS: PodFacts = PodFacts::ALL;
     /// One line per setting: what it means and its unit.
     const SETTINGS_DOC: &'static str = "";
 

@@ -172,7 +172,7 @@ fn forget_pod(cluster: &SharedCluster, uid: &str) -> Vec<ClusterEvent> {
         changes.push(ClusterEvent::PodRemoved { uid: uid.to_string() });
     }
     drop(state);
-    if cluster.pending().remove(uid).is_some() {
+    if cluster.forget_pending(uid) {
         changes.push(ClusterEvent::PendingGone { uid: uid.to_string() });
     }
     changes
@@ -187,7 +187,7 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
     let node = source.spec.as_ref().and_then(|spec| spec.node_name.clone()).filter(|node| !node.is_empty());
     let finished = matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed);
     let mut changes = Vec::new();
-    let was_pending = cluster.pending().remove(&uid).is_some();
+    let was_pending = cluster.forget_pending(&uid);
     match node {
         // A finished pod frees its node; a failed one stays known (with its id) until deleted, for evict
         // policies to clear.

@@ -2,6 +2,7 @@
 //! read the [`ClusterState`], the pending pods, wait on its readiness, and subscribe to its [`ClusterEvent`]s
 //! instead of being called by the informers.
 
+use crate::shrink::ShrinkWhenSparse;
 use crate::contract::types::Pod;
 use super::ClusterState;
 use std::collections::HashMap;
@@ -147,7 +148,16 @@ impl SharedCluster {
         let mut reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let waiting: std::collections::HashSet<&str> = pending.iter().map(|pod| pod.uid.as_str()).collect();
         reasons.retain(|uid, _| waiting.contains(uid.as_str()));
+        reasons.shrink_when_sparse();
         pending.into_iter().map(|pod| { let reason = reasons.get(&pod.uid).cloned().unwrap_or_default(); (pod, reason) }).collect()
+    }
+
+    /// The pod no longer waits (bound, deleted, finished); false when it did not.
+    pub(super) fn forget_pending(&self, uid: &str) -> bool {
+        let mut pending = self.pending();
+        let was_pending = pending.remove(uid).is_some();
+        pending.shrink_when_sparse();
+        was_pending
     }
 
     pub(super) fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pod>> {

@@ -7,6 +7,7 @@
 //! ("without these pods, would that one fit?") while the live state goes on, and a pooled instance used on both
 //! is never fed deltas from the wrong log.
 
+use crate::shrink::ShrinkWhenSparse;
 use crate::contract::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources, ViewScope};
 use crate::contract::FailedPod;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -204,7 +205,8 @@ pub struct ClusterState {
     names: Vec<String>,
     /// Ids of the nodes present, kept ordered: every scheduling cycle asks for them.
     present: BTreeSet<NodeId>,
-    pods: HashMap<String, BoundPod>,
+    /// Boxed, so the table (sized for the most pods ever bound) holds pointers, not records.
+    pods: HashMap<String, Box<BoundPod>>,
     /// Pod uids by id, for answers that name pods by id (evictions).
     uids: HashMap<PodId, String>,
     next_pod_id: PodId,
@@ -565,7 +567,7 @@ impl ClusterState {
         let delta = ClusterDelta::PodUpsert((id, PodPlace::Bound(slot.id), pod.clone()));
         let bound = BoundPod { id, node: node_name.to_string(), pod, meta, requests, non_zero_requests };
         self.uids.insert(id, uid.clone());
-        self.pods.insert(uid, bound);
+        self.pods.insert(uid, Box::new(bound));
         if saturated {
             self.sum_usage_again(node_name);
         }
@@ -595,6 +597,8 @@ impl ClusterState {
         self.remember_pod(uid);
         let Some(bound) = self.pods.remove(uid) else { return false };
         self.uids.remove(&bound.id);
+        self.pods.shrink_when_sparse();
+        self.uids.shrink_when_sparse();
         let slot = self.slot(&bound.node);
         let saturated = slot.usage.saturated();
         slot.usage.requested.subtract(&bound.requests);

@@ -4,6 +4,7 @@
 
 use crate::contract::types::Pod;
 use std::cmp::{Ordering, Reverse};
+use crate::shrink::ShrinkWhenSparse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -37,15 +38,21 @@ pub enum Change {
     PodAdded,
 }
 
-/// Order of activeQ: higher priority first, then older first.
-struct Active(QueuedPod);
+/// An entry of activeQ, ordered higher priority first, then older first. The pod itself stays in `places`: a
+/// second copy of every pending pod here doubled the queue's memory during a burst.
+#[derive(PartialEq, Eq)]
+struct Active {
+    priority: i32,
+    created_at: i64,
+    uid: String,
+}
 
-impl PartialEq for Active {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
+impl Active {
+    fn of(pod: &Pod) -> Self {
+        Active { priority: pod.priority, created_at: pod.created_at, uid: pod.uid.clone() }
     }
 }
-impl Eq for Active {}
+
 impl PartialOrd for Active {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
@@ -53,7 +60,7 @@ impl PartialOrd for Active {
 }
 impl Ord for Active {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.0.pod.priority.cmp(&other.0.pod.priority).then_with(|| other.0.pod.created_at.cmp(&self.0.pod.created_at))
+        self.priority.cmp(&other.priority).then_with(|| other.created_at.cmp(&self.created_at)).then_with(|| other.uid.cmp(&self.uid))
     }
 }
 
@@ -107,8 +114,8 @@ impl Inner {
             };
             if due {
                 self.place(&uid, Place::Active);
-                let queued = self.places[&uid].1.clone();
-                self.active.push(Active(queued));
+                let entry = Active::of(&self.places[&uid].1.pod);
+                self.active.push(entry);
             }
         }
     }
@@ -155,9 +162,9 @@ impl SchedulingQueue {
             }
             return;
         }
+        inner.active.push(Active::of(&pod));
         let queued = QueuedPod { pod, attempts: 0, first_queued: Instant::now(), waits_for_other_pods: false };
-        inner.places.insert(queued.pod.uid.clone(), (Place::Active, queued.clone()));
-        inner.active.push(Active(queued));
+        inner.places.insert(queued.pod.uid.clone(), (Place::Active, queued));
         drop(inner);
         self.wake.notify_one();
     }
@@ -167,6 +174,7 @@ impl SchedulingQueue {
         let mut inner = self.lock();
         inner.places.remove(uid);
         inner.unschedulable.remove(uid);
+        inner.places.shrink_when_sparse();
     }
 
     /// Drops every waiting pod (not one being scheduled now) for which `keep` is false.
@@ -177,6 +185,8 @@ impl SchedulingQueue {
             inner.places.remove(&uid);
             inner.unschedulable.remove(&uid);
         }
+        inner.places.shrink_when_sparse();
+        inner.unschedulable.shrink_when_sparse();
     }
 
     /// Waits for the next pod to schedule.
@@ -203,15 +213,18 @@ impl SchedulingQueue {
     fn try_pop(&self) -> Option<QueuedPod> {
         let mut inner = self.lock();
         inner.release_due(Instant::now());
-        while let Some(Active(candidate)) = inner.active.pop() {
+        while let Some(candidate) = inner.active.pop() {
             // Entries of pods that left or moved since they were pushed are stale.
-            let Some((place, latest)) = inner.places.get_mut(&candidate.pod.uid) else { continue };
+            let Some((place, latest)) = inner.places.get_mut(&candidate.uid) else { continue };
             if *place != Place::Active {
                 continue;
             }
             *place = Place::InFlight;
-            return Some(latest.clone());
+            let popped = latest.clone();
+            inner.active.shrink_when_sparse();
+            return Some(popped);
         }
+        inner.active.shrink_when_sparse();
         None
     }
 

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, Placement, PodPhase, ViewScope};
-use wasp_sdk::{Cluster, Evict, NodeInfo, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -37,6 +37,7 @@ impl Policy for DrainForMaintenance {
     type Settings = Settings;
     const NAME: &'static str = "drain-for-maintenance";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { containers: true, placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "key: label or taint key marking nodes to drain (default wasp.dev/maintenance)";
 
     fn new(settings: Settings) -> Result<Self, String> {
@@ -81,7 +82,7 @@ mod tests {
 
     #[test]
     fn every_pod_of_a_marked_node_is_proposed_with_a_place_to_go() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<DrainForMaintenance>();
         let marked = cluster.add_node(NodeBuilder::new("old").cpu("8").label("wasp.dev/maintenance", "kernel-upgrade").build());
         let busy = cluster.add_node(NodeBuilder::new("busy").cpu("8").build());
         cluster.add_node(NodeBuilder::new("quiet").cpu("8").build());
@@ -95,8 +96,20 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_no_other_node_can_take_gets_no_place_to_go() {
+        let mut cluster = Cluster::for_policy::<DrainForMaintenance>();
+        let marked = cluster.add_node(NodeBuilder::new("old").cpu("16").label("wasp.dev/maintenance", "yes").label("pool", "x").build());
+        cluster.add_node(NodeBuilder::new("other").cpu("8").build());
+        cluster.bind(PodBuilder::new("pinned").node_selector("pool", "x").running().build(), marked);
+        cluster.bind(PodBuilder::new("big").cpu("9").running().build(), marked);
+        let proposals = build::<DrainForMaintenance>("").unwrap().propose(&cluster, &EvictContext::at(0));
+        assert_eq!(proposals.len(), 2);
+        assert!(proposals.iter().all(|eviction| eviction.placement.is_none()), "{proposals:?}");
+    }
+
+    #[test]
     fn a_tainted_node_is_drained_and_its_taint_keeps_replacements_away_by_itself() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<DrainForMaintenance>();
         let node = cluster.add_node(NodeBuilder::new("n").taint("wasp.dev/maintenance", "", TaintEffect::NoSchedule).build());
         cluster.add_node(NodeBuilder::new("other").build());
         cluster.bind(PodBuilder::new("p").running().build(), node);

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{EvictContext, Eviction, NodeId, Placement, PodPhase, ViewScope};
 use wasp_sdk::utilization::{Thresholds, Utilization};
-use wasp_sdk::{Cluster, Evict, NodeInfo, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -36,6 +36,7 @@ impl Policy for HighNodeUtilization {
     type Settings = Settings;
     const NAME: &'static str = "high-node-utilization";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { containers: true, placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "thresholds: {cpu, memory, pods} percent of allocatable under which a node is emptied (default 20 each)";
 
     fn new(settings: Settings) -> Result<Self, String> {
@@ -103,7 +104,7 @@ mod tests {
 
     #[test]
     fn pods_of_underutilized_nodes_go_to_the_fullest_node_with_room() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<HighNodeUtilization>();
         let idle = cluster.add_node(node("idle"));
         let half = cluster.add_node(node("half"));
         let full = cluster.add_node(node("full"));
@@ -120,7 +121,7 @@ mod tests {
 
     #[test]
     fn room_is_counted_across_proposals_and_pods_without_a_target_stay() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<HighNodeUtilization>();
         let idle = cluster.add_node(node("idle"));
         let full = cluster.add_node(node("full"));
         cluster.bind(PodBuilder::new("a").cpu("500m").running().build(), idle);

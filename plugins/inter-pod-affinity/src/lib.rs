@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use wasp_sdk::affinity::required;
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::types::{FilterResult, NodeId, Pod, PodAffinityTerm, ViewScope};
-use wasp_sdk::{Cluster, Filter, NodeInfo, Policy, Score, Verdict};
+use wasp_sdk::{PodFacts, Cluster, Filter, NodeInfo, Policy, Score, Verdict};
 
 const AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod affinity rules";
 const ANTI_AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod anti-affinity rules";
@@ -37,6 +37,7 @@ impl Policy for InterPodAffinity {
     type Settings = Settings;
     const NAME: &'static str = "inter-pod-affinity";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { labels: true, pod_affinity: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "hardPodAffinityWeight: score weight of existing pods' required affinity to the pod, 0-100 (default 1)\n\
         ignorePreferredTermsOfExistingPods: score only with the pod's own preferred terms (default false)";
 

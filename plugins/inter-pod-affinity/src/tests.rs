@@ -4,7 +4,7 @@ use wasp_sdk::testing::{affinity_term, verdicts, NodeBuilder, PodBuilder};
 
 /// Nodes a1, a2 in zone a, b1 in zone b, and `bare` with no labels but its hostname.
 fn cluster() -> (Cluster, Vec<NodeId>) {
-    let mut cluster = Cluster::new();
+    let mut cluster = Cluster::for_policy::<InterPodAffinity>();
     let ids = [("a1", Some("a")), ("a2", Some("a")), ("b1", Some("b")), ("bare", None)]
         .iter()
         .map(|(name, zone)| {

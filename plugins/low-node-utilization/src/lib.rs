@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, ViewScope};
 use wasp_sdk::utilization::{Thresholds, Utilization};
-use wasp_sdk::{Cluster, Evict, NodeInfo, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -51,6 +51,7 @@ impl Policy for LowNodeUtilization {
     type Settings = Settings;
     const NAME: &'static str = "low-node-utilization";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { containers: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "thresholds: {cpu, memory, pods} percent of allocatable under which a node is underutilized (default 20 each)\n\
         targetThresholds: {cpu, memory, pods} percent over which a node is overutilized (default 50 each)\n\
         numberOfNodes: act only when more nodes than this are underutilized (default 0)";
@@ -142,7 +143,7 @@ mod tests {
 
     #[test]
     fn pods_move_from_overutilized_nodes_until_they_are_under_target() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<LowNodeUtilization>();
         let hot = cluster.add_node(node("hot"));
         let idle = cluster.add_node(node("idle"));
         let important = cluster.bind(pod("important", "3", 1000), hot);
@@ -161,7 +162,7 @@ mod tests {
 
     #[test]
     fn nothing_moves_without_underutilized_nodes_or_room() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<LowNodeUtilization>();
         let hot = cluster.add_node(node("hot"));
         let warm = cluster.add_node(node("warm"));
         cluster.bind(pod("a", "8", 0), hot);

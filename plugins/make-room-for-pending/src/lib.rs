@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{EvictContext, Eviction, Pod, PodId, PodPhase, ViewScope};
-use wasp_sdk::{Cluster, Evict, NodeInfo, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -72,6 +72,7 @@ impl Policy for MakeRoomForPending {
     type Settings = Settings;
     const NAME: &'static str = "make-room-for-pending";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { containers: true, placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "maxPendingPerRun: pending pods to make room for per run (default 5)\n\
         maxVictims: pods evicted for one pending pod, at most (default 10)\n\
         onlyForResources: only pods rejected for lack of resources (default true)";
@@ -142,7 +143,7 @@ mod tests {
 
     #[test]
     fn the_fewest_lowest_priority_pods_give_way_on_one_node() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<MakeRoomForPending>();
         let busy = cluster.add_node(NodeBuilder::new("busy").cpu("4").build());
         let crowded = cluster.add_node(NodeBuilder::new("crowded").cpu("4").build());
         let big = cluster.bind(PodBuilder::new("big").cpu("3").priority(0).running().build(), busy);
@@ -160,12 +161,12 @@ mod tests {
 
     #[test]
     fn higher_priority_pods_never_give_way_and_other_reasons_are_left_alone() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<MakeRoomForPending>();
         let node = cluster.add_node(NodeBuilder::new("n").cpu("4").build());
         cluster.bind(PodBuilder::new("vip").cpu("4").priority(5000).running().build(), node);
         let policy = build::<MakeRoomForPending>("").unwrap();
         assert!(policy.propose(&cluster, &waiting(important(), "0/1 nodes are available: 1 Insufficient cpu.")).is_empty());
-        let mut other = Cluster::new();
+        let mut other = Cluster::for_policy::<MakeRoomForPending>();
         let node = other.add_node(NodeBuilder::new("n").cpu("4").build());
         other.bind(PodBuilder::new("low").cpu("4").running().build(), node);
         assert!(policy.propose(&other, &waiting(important(), "0/1 nodes are available: 1 node(s) had untolerated taint {a: b}.")).is_empty());

@@ -4,7 +4,7 @@
 
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::types::{FilterResult, HostPort, NodeId, Pod, ViewScope};
-use wasp_sdk::{Cluster, Filter, NoSettings, NodeInfo, Policy, Verdict};
+use wasp_sdk::{PodFacts, Cluster, Filter, NoSettings, NodeInfo, Policy, Verdict};
 
 const PORTS_TAKEN: &str = "node(s) didn't have free ports for the requested pod ports";
 const ANY_ADDRESS: &str = "0.0.0.0";
@@ -15,6 +15,7 @@ impl Policy for NodePorts {
     type Settings = NoSettings;
     const NAME: &'static str = "node-ports";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { host_ports: true, ..PodFacts::NONE };
 
     fn new(_: NoSettings) -> Result<Self, String> {
         Ok(NodePorts)
@@ -58,7 +59,7 @@ mod tests {
 
     #[test]
     fn a_taken_port_rejects_by_protocol_and_address() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<NodePorts>();
         let any = cluster.add_node(NodeBuilder::new("any").build());
         let one_ip = cluster.add_node(NodeBuilder::new("one-ip").build());
         cluster.add_node(NodeBuilder::new("free").build());
@@ -80,7 +81,7 @@ mod tests {
 
     #[test]
     fn pods_without_host_ports_pass_everywhere() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<NodePorts>();
         let node = cluster.add_node(NodeBuilder::new("n").build());
         cluster.bind(PodBuilder::new("dns").host_port(53, "UDP").build(), node);
         assert_eq!(passing(&PodBuilder::new("web").build(), &cluster), ["n"]);

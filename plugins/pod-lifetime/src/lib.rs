@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, ViewScope};
-use wasp_sdk::{Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -38,6 +38,7 @@ impl Policy for PodLifetime {
     type Settings = Settings;
     const NAME: &'static str = "pod-lifetime";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts::NONE;
     const SETTINGS_DOC: &'static str = "maxPodLifeTimeSeconds: pods older than this are proposed (default 604800, a week)\n\
         states: pod phases to act on: Pending, Running, Unknown (default any)";
 
@@ -78,7 +79,7 @@ mod tests {
 
     #[test]
     fn pods_older_than_the_limit_are_proposed_oldest_first() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<PodLifetime>();
         let node = cluster.add_node(NodeBuilder::new("n").build());
         let old = cluster.bind(PodBuilder::new("old").created_at(1_000).running().build(), node);
         let older = cluster.bind(PodBuilder::new("older").created_at(500).running().build(), node);

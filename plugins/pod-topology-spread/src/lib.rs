@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::spread::{domain_counts, resolved_selector};
 use wasp_sdk::types::{FilterResult, LabelSelector, NodeId, Pod, TopologySpreadConstraint, UnsatisfiableAction, ViewScope};
-use wasp_sdk::{Cluster, Filter, NodeInfo, NoSettings, Policy, Score, Verdict};
+use wasp_sdk::{PodFacts, Cluster, Filter, NodeInfo, NoSettings, Policy, Score, Verdict};
 
 const NOT_MATCH: &str = "node(s) didn't match pod topology spread constraints";
 const MISSING_LABEL: &str = "node(s) didn't match pod topology spread constraints (missing required label)";
@@ -18,6 +18,7 @@ impl Policy for PodTopologySpread {
     type Settings = NoSettings;
     const NAME: &'static str = "pod-topology-spread";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { labels: true, ..PodFacts::NONE };
 
     fn new(_: NoSettings) -> Result<Self, String> {
         Ok(PodTopologySpread)
@@ -135,7 +136,7 @@ mod tests {
 
     /// Nodes in zones a, a, b, c; `web` pods: 2 in a, 1 in b, 0 in c.
     fn zoned_cluster() -> (Cluster, Vec<NodeId>) {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<PodTopologySpread>();
         let ids: Vec<NodeId> = [("a1", "a"), ("a2", "a"), ("b1", "b"), ("c1", "c")]
             .iter()
             .map(|(name, zone)| cluster.add_node(NodeBuilder::new(name).label("zone", zone).build()))

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use wasp_sdk::types::{EvictContext, Eviction, PodId, PodPhase, ViewScope};
-use wasp_sdk::{Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -26,6 +26,7 @@ impl Policy for RemoveDuplicates {
     type Settings = Settings;
     const NAME: &'static str = "remove-duplicates";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "excludeOwnerKinds: owner kinds whose pods are never duplicates (default none)";
 
     fn new(settings: Settings) -> Result<Self, String> {
@@ -99,7 +100,7 @@ mod tests {
 
     #[test]
     fn the_surplus_over_an_even_spread_is_proposed_youngest_first() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemoveDuplicates>();
         let crowded = cluster.add_node(NodeBuilder::new("n1").build());
         let other = cluster.add_node(NodeBuilder::new("n2").build());
         cluster.add_node(NodeBuilder::new("n3").build());
@@ -114,13 +115,20 @@ mod tests {
 
     #[test]
     fn nodes_the_pods_cannot_use_do_not_count_and_excluded_kinds_stay() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemoveDuplicates>();
         let node = cluster.add_node(NodeBuilder::new("n1").build());
         cluster.add_node(NodeBuilder::new("n2").taint("dedicated", "gpu", TaintEffect::NoSchedule).build());
         cluster.add_node(NodeBuilder::new("n3").unschedulable().build());
         cluster.bind(replica("a", 1), node);
         cluster.bind(replica("b", 2), node);
         assert!(build::<RemoveDuplicates>("").unwrap().propose(&cluster, &EvictContext::at(0)).is_empty(), "only one node can take them");
+        let mut tolerating = Cluster::for_policy::<RemoveDuplicates>();
+        let crowded = tolerating.add_node(NodeBuilder::new("n1").build());
+        tolerating.add_node(NodeBuilder::new("n2").taint("dedicated", "gpu", TaintEffect::NoSchedule).build());
+        for name in ["a", "b"] {
+            tolerating.bind(PodBuilder::new(name).owner("ReplicaSet", "web").running().toleration("dedicated", Some("gpu"), None).build(), crowded);
+        }
+        assert_eq!(build::<RemoveDuplicates>("").unwrap().propose(&tolerating, &EvictContext::at(0)).len(), 1, "pods that tolerate the taint can use its node");
         let open = cluster.add_node(NodeBuilder::new("n4").build());
         assert_eq!(build::<RemoveDuplicates>("").unwrap().propose(&cluster, &EvictContext::at(0)).len(), 1);
         let excluding = build::<RemoveDuplicates>(r#"{"excludeOwnerKinds": ["ReplicaSet"]}"#).unwrap();

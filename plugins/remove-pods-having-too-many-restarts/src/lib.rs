@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, ViewScope};
-use wasp_sdk::{Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -28,6 +28,7 @@ impl Policy for RemovePodsHavingTooManyRestarts {
     type Settings = Settings;
     const NAME: &'static str = "remove-pods-having-too-many-restarts";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { containers: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "podRestartThreshold: restarts (summed over containers) at which a pod is proposed (default 100)\n\
         includingInitContainers: count init containers' restarts too (default false)";
 
@@ -67,7 +68,7 @@ mod tests {
 
     #[test]
     fn pods_at_the_threshold_are_proposed() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemovePodsHavingTooManyRestarts>();
         let node = cluster.add_node(NodeBuilder::new("n").build());
         let crashing = cluster.bind(PodBuilder::new("crashing").restarts(12).running().build(), node);
         cluster.bind(PodBuilder::new("steady").restarts(2).running().build(), node);

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use wasp_sdk::affinity::required;
 use wasp_sdk::selection::{Namespaces, PodFilter, Selector};
 use wasp_sdk::types::{EvictContext, Eviction, NodeId, PodId, PodPhase, ViewScope};
-use wasp_sdk::{Cluster, Evict, NodeInfo, PodInfo, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, PodInfo, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -26,6 +26,7 @@ impl Policy for RemovePodsViolatingInterPodAntiAffinity {
     type Settings = Settings;
     const NAME: &'static str = "remove-pods-violating-inter-pod-anti-affinity";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { labels: true, pod_affinity: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "namespaces: {include: [...]} or {exclude: [...]}, the pods considered (default all)\n\
         labelSelector: only pods matching it (matchLabels, matchExpressions; default all)";
 
@@ -118,7 +119,7 @@ mod tests {
 
     #[test]
     fn of_two_replicas_sharing_a_node_one_moves() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemovePodsViolatingInterPodAntiAffinity>();
         let shared = cluster.add_node(NodeBuilder::new("n1").label("kubernetes.io/hostname", "n1").build());
         let alone = cluster.add_node(NodeBuilder::new("n2").label("kubernetes.io/hostname", "n2").build());
         let first = cluster.bind(replica("web-0"), shared);
@@ -132,7 +133,7 @@ mod tests {
 
     #[test]
     fn lowest_priority_goes_first_and_zones_count_as_domains() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemovePodsViolatingInterPodAntiAffinity>();
         let a1 = cluster.add_node(NodeBuilder::new("a1").label("zone", "a").build());
         let a2 = cluster.add_node(NodeBuilder::new("a2").label("zone", "a").build());
         let zonal = |name: &str, priority: i32| {
@@ -149,7 +150,7 @@ mod tests {
 
     #[test]
     fn pods_outside_the_namespaces_are_left_alone() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemovePodsViolatingInterPodAntiAffinity>();
         let node = cluster.add_node(NodeBuilder::new("n1").label("kubernetes.io/hostname", "n1").build());
         cluster.bind(replica("web-0"), node);
         cluster.bind(replica("web-1"), node);

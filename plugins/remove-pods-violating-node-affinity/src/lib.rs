@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, Node, Pod, PodPhase, ViewScope};
-use wasp_sdk::{Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
 
 const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
 const PREFERRED: &str = "preferredDuringSchedulingIgnoredDuringExecution";
@@ -40,6 +40,7 @@ impl Policy for RemovePodsViolatingNodeAffinity {
     type Settings = Settings;
     const NAME: &'static str = "remove-pods-violating-node-affinity";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "nodeAffinityType: list of requiredDuringSchedulingIgnoredDuringExecution (default) \
         and/or preferredDuringSchedulingIgnoredDuringExecution";
 
@@ -104,7 +105,7 @@ mod tests {
 
     #[test]
     fn pods_whose_node_no_longer_matches_are_proposed() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemovePodsViolatingNodeAffinity>();
         let relabelled = cluster.add_node(NodeBuilder::new("n1").label("zone", "b").build());
         let matching = cluster.add_node(NodeBuilder::new("n2").label("zone", "a").build());
         let stale = cluster.bind(PodBuilder::new("stale").require_node_term(zone_is("a")).running().build(), relabelled);
@@ -119,7 +120,7 @@ mod tests {
 
     #[test]
     fn preferred_affinity_only_when_enabled_and_a_better_node_exists() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemovePodsViolatingNodeAffinity>();
         let worse = cluster.add_node(NodeBuilder::new("n1").label("zone", "b").build());
         cluster.add_node(NodeBuilder::new("n2").label("zone", "a").build());
         let pod = cluster.bind(PodBuilder::new("p").prefer_node_term(10, zone_is("a")).running().build(), worse);

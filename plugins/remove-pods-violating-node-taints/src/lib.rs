@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::matching::first_untolerated_taint;
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, Taint, TaintEffect, ViewScope};
-use wasp_sdk::{Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -42,6 +42,7 @@ impl Policy for RemovePodsViolatingNodeTaints {
     type Settings = Settings;
     const NAME: &'static str = "remove-pods-violating-node-taints";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "excludedTaints: taints ignored, as key or key=value\n\
         includedTaints: only these taints count, as key or key=value (default all)\n\
         includePreferNoSchedule: also act on PreferNoSchedule taints (default false)";
@@ -91,7 +92,7 @@ mod tests {
 
     #[test]
     fn proposes_pods_on_nodes_with_untolerated_taints() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemovePodsViolatingNodeTaints>();
         let tainted = cluster.add_node(NodeBuilder::new("n1").taint("maintenance", "true", TaintEffect::NoSchedule).build());
         let clean = cluster.add_node(NodeBuilder::new("n2").build());
         let victim = cluster.bind(PodBuilder::new("victim").running().build(), tainted);
@@ -108,7 +109,7 @@ mod tests {
 
     #[test]
     fn excluded_and_soft_taints() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemovePodsViolatingNodeTaints>();
         let node = cluster.add_node(
             NodeBuilder::new("n1")
                 .taint("maintenance", "true", TaintEffect::NoSchedule)

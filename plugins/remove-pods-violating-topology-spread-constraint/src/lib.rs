@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use wasp_sdk::spread::{domain_counts, resolved_selector};
 use wasp_sdk::types::{EvictContext, Eviction, PodId, PodPhase, UnsatisfiableAction, ViewScope};
-use wasp_sdk::{Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -25,6 +25,7 @@ impl Policy for RemovePodsViolatingTopologySpreadConstraint {
     type Settings = Settings;
     const NAME: &'static str = "remove-pods-violating-topology-spread-constraint";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { labels: true, placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "includeSoftConstraints: also balance ScheduleAnyway constraints (default false)";
 
     fn new(settings: Settings) -> Result<Self, String> {
@@ -103,7 +104,7 @@ mod tests {
 
     #[test]
     fn the_most_crowded_domain_gives_pods_until_the_skew_is_within_bounds() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemovePodsViolatingTopologySpreadConstraint>();
         let a = cluster.add_node(NodeBuilder::new("a1").label("zone", "a").build());
         cluster.add_node(NodeBuilder::new("b1").label("zone", "b").build());
         cluster.add_node(NodeBuilder::new("c1").label("zone", "c").build());
@@ -116,7 +117,7 @@ mod tests {
 
     #[test]
     fn soft_constraints_only_when_asked() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<RemovePodsViolatingTopologySpreadConstraint>();
         let a = cluster.add_node(NodeBuilder::new("a1").label("zone", "a").build());
         cluster.add_node(NodeBuilder::new("b1").label("zone", "b").build());
         for index in 0..3 {

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use wasp_sdk::types::{EvictContext, Eviction, Pod, PodPhase, ViewScope};
-use wasp_sdk::{Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -42,6 +42,7 @@ impl Policy for UnhealthyNode {
     type Settings = Settings;
     const NAME: &'static str = "unhealthy-node";
     const VIEW: ViewScope = ViewScope::NodesAndPods;
+    const POD_FACTS: PodFacts = PodFacts { containers: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "pressureConditions: node conditions that mean trouble when True (default MemoryPressure, DiskPressure, PIDPressure)\n\
         notReady: act on nodes that are not Ready (default true)\n\
         restartThreshold: restarts of a pod, against at most a quarter of that for its siblings elsewhere (default 10)";
@@ -105,7 +106,7 @@ mod tests {
 
     #[test]
     fn pods_leave_nodes_under_pressure_or_not_ready() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<UnhealthyNode>();
         let pressed = cluster.add_node(NodeBuilder::new("pressed").condition("MemoryPressure", "True").build());
         let down = cluster.add_node(NodeBuilder::new("down").condition("Ready", "Unknown").build());
         let fine = cluster.add_node(NodeBuilder::new("fine").build());
@@ -121,7 +122,7 @@ mod tests {
 
     #[test]
     fn a_pod_crashing_only_where_it_is_moves() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<UnhealthyNode>();
         let bad = cluster.add_node(NodeBuilder::new("bad").build());
         let good = cluster.add_node(NodeBuilder::new("good").build());
         let crashing = cluster.bind(PodBuilder::new("web-1").owner("ReplicaSet", "web").restarts(20).running().build(), bad);
