@@ -404,6 +404,9 @@ async fn metrics_health_and_readiness_endpoints() {
     assert!(metrics.contains("wasp_scheduling_e2e_duration_seconds_bucket"), "{metrics}");
     assert!(metrics.contains(r#"wasp_policy_info{policy="resources-fit",version="0.1.0",sha256=""#), "{metrics}");
     assert!(metrics.contains("wasp_policy_generation 1"), "{metrics}");
+    // Guest memory per policy, over its live instances: at least the linear memory a Rust component starts with.
+    let memory = metrics.lines().find_map(|line| line.strip_prefix(r#"wasp_policy_memory_bytes{policy="pod-topology-spread"} "#)).and_then(|bytes| bytes.parse::<u64>().ok());
+    assert!(memory.is_some_and(|bytes| bytes >= 1 << 20), "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::time::Duration;
@@ -18,14 +19,20 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-5, 4.0, 10))
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub policy: String,
+}
+
 pub struct PolicyMetrics {
     calls: Family<CallLabels, Histogram, fn() -> Histogram>,
     errors: Family<CallLabels, Counter>,
+    memory: Family<PolicyLabels, Gauge>,
 }
 
 impl Default for PolicyMetrics {
     fn default() -> Self {
-        PolicyMetrics { calls: Family::new_with_constructor(latency_histogram as fn() -> Histogram), errors: Family::default() }
+        PolicyMetrics { calls: Family::new_with_constructor(latency_histogram as fn() -> Histogram), errors: Family::default(), memory: Family::default() }
     }
 }
 
@@ -33,6 +40,15 @@ impl PolicyMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register("wasp_policy_call_duration_seconds", "Time of one call into a policy", self.calls.clone());
         registry.register("wasp_policy_call_errors", "Policy calls that failed (trap, timeout, out of memory, error, malformed answer)", self.errors.clone());
+        registry.register("wasp_policy_memory_bytes", "Guest memory (linear memories and tables) of each serving policy's live instances", self.memory.clone());
+    }
+
+    /// Sets the memory series to the serving policies' (at scrape time).
+    pub fn memory_in_use(&self, serving: impl Iterator<Item = (String, u64)>) {
+        self.memory.clear();
+        for (policy, bytes) in serving {
+            self.memory.get_or_create(&PolicyLabels { policy }).set(bytes as i64);
+        }
     }
 
     pub fn observe(&self, policy: &str, operation: &str, elapsed: Duration, failed: bool) {

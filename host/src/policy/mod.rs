@@ -10,6 +10,7 @@ mod scheduling;
 pub use load::{check_binary_kind, LoadError};
 pub use scheduling::SchedulingPolicy;
 
+use prometheus_client::metrics::gauge::Gauge;
 use crate::cluster::{ClusterState, DeltaSink, Rewind, SyncPoint};
 use crate::contract::types::{
     ClusterDelta, Descriptor, Eviction, FilterResult, Placement, Pod, PolicyKind, ScaleDecision,
@@ -62,6 +63,8 @@ pub struct LoadedPolicy {
     /// then at debug level until the failure changes.
     last_failure: Mutex<String>,
     metrics: OnceLock<Arc<metrics::PolicyMetrics>>,
+    /// Bytes of linear memory and tables over all live instances.
+    memory_in_use: Gauge,
 }
 
 /// A policy's instances: idle ones, and how many exist (idle or in a call), never more than
@@ -207,7 +210,8 @@ impl LoadedPolicy {
             .map_err(|error| fail(format!("exports do not match the contract: {error:#}")))?;
 
         let provisional_name: Arc<str> = Arc::from(source);
-        let mut instance = PolicyInstance::instantiate(runtime, &pre, &provisional_name, options.limits)
+        let memory_in_use = Gauge::default();
+        let mut instance = PolicyInstance::instantiate(runtime, &pre, &provisional_name, options.limits, &memory_in_use)
             .map_err(|error| fail(error.to_string()))?;
         let descriptor = instance.describe().map_err(|error| fail(error.to_string()))?;
         load::check_descriptor(&descriptor).map_err(fail)?;
@@ -235,6 +239,7 @@ impl LoadedPolicy {
             returned: Condvar::new(),
             last_failure: Mutex::new(String::new()),
             metrics: OnceLock::new(),
+            memory_in_use,
         })
     }
 
@@ -353,9 +358,14 @@ impl LoadedPolicy {
     /// A fresh configured instance, not yet synced with any cluster (the pool makes these on demand; one made
     /// here is the caller's, outside the pool's bound).
     pub fn new_instance(&self) -> Result<SyncedInstance, CallError> {
-        let mut instance = PolicyInstance::instantiate(&self.runtime, &self.pre, &self.name, self.options.limits)?;
+        let mut instance = PolicyInstance::instantiate(&self.runtime, &self.pre, &self.name, self.options.limits, &self.memory_in_use)?;
         instance.configure(&self.options.settings)?;
         Ok(SyncedInstance::new(instance))
+    }
+
+    /// Bytes of guest memory (linear memories and tables) its live instances hold now.
+    pub fn memory_in_use(&self) -> u64 {
+        self.memory_in_use.get().max(0) as u64
     }
 
     /// Instances currently idle in the pool.

@@ -144,6 +144,8 @@ pub struct PolicyStatus {
     pub kinds: Vec<&'static str>,
     pub used_by: Vec<String>,
     pub loaded_at: String,
+    /// Guest memory of its live instances now.
+    pub memory_bytes: u64,
     /// Why the last update of this policy was refused (its last good version serves).
     pub last_error: Option<String>,
 }
@@ -248,6 +250,12 @@ impl PolicyRegistry {
     pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         self.reload_metrics.register(registry);
         self.call_metrics.register(registry);
+    }
+
+    /// Brings `wasp_policy_memory_bytes` up to date.
+    pub fn report_memory(&self) {
+        let current = self.current();
+        self.call_metrics.memory_in_use(current.policies.iter().map(|(name, policy)| (name.clone(), policy.memory_in_use())));
     }
 
     pub fn policy_dir(&self) -> PathBuf {
@@ -500,6 +508,7 @@ impl PolicyRegistry {
                     kinds: policy.descriptor.kinds.iter().map(|kind| kind.as_str()).collect(),
                     used_by: config.users_of(policy.name()).iter().map(ToString::to_string).collect(),
                     loaded_at: timestamp(policy.loaded_at),
+                    memory_bytes: policy.memory_in_use(),
                     last_error: outcome.errors.get(&Subject::Policy(policy.name().to_string())).cloned(),
                 })
                 .collect(),

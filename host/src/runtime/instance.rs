@@ -2,6 +2,7 @@
 //! capabilities. A call that traps, runs out of time or out of memory poisons the instance: its state is suspect,
 //! so it is thrown away and the caller builds a fresh one.
 
+use prometheus_client::metrics::gauge::Gauge;
 use crate::contract::types::{self, ClusterDelta, Descriptor, Eviction, FilterResult, Pod, PodPlace, ScaleDecision, ScaleRequest};
 use crate::contract::{EvictContext, PolicyComponent, PolicyComponentPre};
 use super::guest_output::GuestOutput;
@@ -56,6 +57,9 @@ const TABLE_ELEMENT_BYTES: usize = 8;
 struct MemoryBudget {
     limit: usize,
     used: usize,
+    /// The policy's bytes over all its instances (`wasp_policy_memory_bytes`); this instance's part leaves it
+    /// when the instance is dropped.
+    in_use: Gauge,
     /// Set when a growth was refused, so the failure is reported as out of memory whatever the guest does next.
     exhausted: bool,
 }
@@ -65,6 +69,7 @@ impl MemoryBudget {
         match self.used.checked_add(bytes).filter(|total| *total <= self.limit) {
             Some(total) => {
                 self.used = total;
+                self.in_use.inc_by(bytes as i64);
                 Ok(true)
             }
             None => {
@@ -72,6 +77,12 @@ impl MemoryBudget {
                 Err(wasmtime::Error::msg(format!("out of memory: growing by {bytes} bytes would pass the instance's cap of {} bytes", self.limit)))
             }
         }
+    }
+}
+
+impl Drop for MemoryBudget {
+    fn drop(&mut self) {
+        self.in_use.dec_by(self.used as i64);
     }
 }
 
@@ -141,6 +152,7 @@ impl PolicyInstance {
         pre: &PolicyComponentPre<InstanceState>,
         policy: &Arc<str>,
         limits: Limits,
+        memory_in_use: &Gauge,
     ) -> Result<Self, CallError> {
         let wasi = WasiCtxBuilder::new()
             .stdout(GuestOutput::new(policy.clone(), "stdout"))
@@ -151,7 +163,7 @@ impl PolicyInstance {
             .insecure_random(<rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(RANDOM_SEED))
             .insecure_random_seed(u128::from(RANDOM_SEED))
             .build();
-        let budget = MemoryBudget { limit: limits.memory_bytes, used: 0, exhausted: false };
+        let budget = MemoryBudget { limit: limits.memory_bytes, used: 0, in_use: memory_in_use.clone(), exhausted: false };
         let mut store = Store::new(runtime.engine(), InstanceState { wasi, table: ResourceTable::new(), budget });
         store.limiter(|state| &mut state.budget);
         store.set_epoch_deadline(Runtime::deadline_ticks(limits.deadline_of("instantiate")));
@@ -353,7 +365,7 @@ mod tests {
     fn instantiate(wat: &str, limit: usize) -> (wasmtime::Result<()>, bool) {
         let engine = wasmtime::Engine::default();
         let module = wasmtime::Module::new(&engine, wat::parse_str(wat).unwrap()).unwrap();
-        let mut store = Store::new(&engine, MemoryBudget { limit, used: 0, exhausted: false });
+        let mut store = Store::new(&engine, MemoryBudget { limit, used: 0, in_use: Gauge::default(), exhausted: false });
         store.limiter(|budget| budget);
         let result = wasmtime::Instance::new(&mut store, &module, &[]).and_then(|instance| {
             match instance.get_func(&mut store, "grow") {
@@ -371,6 +383,24 @@ mod tests {
         assert!(result.is_err() && exhausted);
         let (result, exhausted) = instantiate("(module (memory 320))", 32 << 20);
         assert!(result.is_ok() && !exhausted);
+    }
+
+    #[test]
+    fn a_policys_memory_gauge_counts_its_live_instances() {
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, wat::parse_str("(module (memory 16))").unwrap()).unwrap();
+        let in_use = Gauge::default();
+        let instances: Vec<Store<MemoryBudget>> = (0..2)
+            .map(|_| {
+                let mut store = Store::new(&engine, MemoryBudget { limit: 32 << 20, used: 0, in_use: in_use.clone(), exhausted: false });
+                store.limiter(|budget| budget);
+                wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+                store
+            })
+            .collect();
+        assert_eq!(in_use.get(), 2 << 20, "two instances of 16 pages");
+        drop(instances);
+        assert_eq!(in_use.get(), 0);
     }
 
     #[test]

@@ -33,7 +33,9 @@ impl Endpoints {
     pub fn new(policies: Arc<PolicyRegistry>) -> Endpoints {
         let mut metrics = Registry::default();
         policies.register_metrics(&mut metrics);
-        Endpoints { metrics, scrape_hooks: Vec::new(), checks: Vec::new(), sections: Vec::new(), policies }
+        let serving = policies.clone();
+        let memory: ScrapeHook = Box::new(move || serving.report_memory());
+        Endpoints { metrics, scrape_hooks: vec![memory], checks: Vec::new(), sections: Vec::new(), policies }
     }
 
     pub fn on_scrape(&mut self, hook: ScrapeHook) {
