@@ -233,13 +233,17 @@ fn simulate_tries_a_policy_file_without_a_configuration() {
     )
     .unwrap();
     let west = common::fixture_wasm("zone-pin-west").0;
-    let (ok, stdout, stderr) = wasp(&["simulate", "--scenario", scenario.to_str().unwrap(), "--policy", &west, "--timeout", "30s"]);
-    assert!(ok, "{stderr}");
-    assert!(stdout.contains("trying zone-pin 0.1.0 from ") && stdout.contains(": a filter in every profile"), "{stdout}");
-    // Zones alternate: n-1 and n-3 are west. Without the tried filter least-allocated would use all four nodes.
-    let rows: Vec<&str> = stdout.lines().filter(|line| line.starts_with("n-")).collect();
-    let used: Vec<&str> = rows.iter().filter(|row| row.split_whitespace().nth(1) != Some("0")).map(|row| row.split_whitespace().next().unwrap()).collect();
-    assert_eq!(used, ["n-1", "n-3"], "{stdout}");
-    let (ok, _, stderr) = wasp(&["simulate", "--scenario", scenario.to_str().unwrap(), "--policy", "README.md"]);
+    let scenario = scenario.to_str().unwrap();
+    // `wasp policy test` is the same run under the policy commands.
+    for command in [&["simulate", "--scenario", scenario, "--policy", &west, "--timeout", "30s"][..], &["policy", "test", &west, "--scenario", scenario]] {
+        let (ok, stdout, stderr) = wasp(command);
+        assert!(ok, "{stderr}");
+        assert!(stdout.contains("trying zone-pin 0.1.0 from ") && stdout.contains(": a filter in every profile"), "{stdout}");
+        // Zones alternate: n-1 and n-3 are west. Without the tried filter least-allocated would use all four nodes.
+        let rows: Vec<&str> = stdout.lines().filter(|line| line.starts_with("n-")).collect();
+        let used: Vec<&str> = rows.iter().filter(|row| row.split_whitespace().nth(1) != Some("0")).map(|row| row.split_whitespace().next().unwrap()).collect();
+        assert_eq!(used, ["n-1", "n-3"], "{command:?}: {stdout}");
+    }
+    let (ok, _, stderr) = wasp(&["simulate", "--scenario", scenario, "--policy", "README.md"]);
     assert!(!ok && stderr.contains("README.md"), "a file that is no component is refused by name: {stderr}");
 }

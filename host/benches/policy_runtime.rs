@@ -15,6 +15,10 @@ use wasp::runtime::Runtime;
 use wasp_sdk::testing::{NodeBuilder, PodBuilder};
 use wasp_sdk::{Filter, Policy};
 
+/// The `wasp` binary's allocator, so that memory figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const LABELS: usize = 10;
 
 fn load(runtime: &Arc<Runtime>, name: &str) -> LoadedPolicy {

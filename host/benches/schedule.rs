@@ -30,10 +30,10 @@ struct SimulatorProcess {
 }
 
 impl SimulatorProcess {
-    fn start(nodes: u32, pods: u32) -> SimulatorProcess {
+    fn start(scenario_text: &str) -> SimulatorProcess {
         let files = tempfile::tempdir().unwrap();
         let scenario = files.path().join("scenario.yaml");
-        std::fs::write(&scenario, support::pending_pods_scenario(nodes, pods)).unwrap();
+        std::fs::write(&scenario, scenario_text).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_wasp"))
             .args(["sim", "serve", "--address", "127.0.0.1:0", "--scenario"])
             .arg(&scenario)
@@ -70,9 +70,22 @@ fn config() -> HostConfig {
     config
 }
 
+/// The pods a run schedules.
+#[derive(Clone, Copy)]
+enum Workload {
+    /// Plain pods: 100m CPU, 128Mi.
+    Plain,
+    /// The same, each with required anti-affinity to its app's replicas and preferred affinity to another app.
+    AntiAffinity,
+}
+
 /// Pods per second, and the process's resident memory at the end.
-async fn run(nodes: u32, pods: u32, build: Build) -> (f64, f64) {
-    let simulator = SimulatorProcess::start(nodes, pods);
+async fn run(nodes: u32, pods: u32, workload: Workload, build: Build) -> (f64, f64) {
+    let scenario = match workload {
+        Workload::Plain => support::pending_pods_scenario(nodes, pods),
+        Workload::AntiAffinity => support::anti_affinity_scenario(nodes, pods),
+    };
+    let simulator = SimulatorProcess::start(&scenario);
     let api = ApiClient::from_config(kube::Config::new(simulator.url.parse().unwrap())).unwrap();
     let runtime = Runtime::new(None).unwrap();
     let registry = match build {
@@ -100,17 +113,21 @@ fn main() {
     // memory is not inflated by the earlier runs' freed but retained heap.
     if std::env::args().any(|arg| arg == "memory") {
         let (nodes, pods) = (5000, 50_000);
-        let (wasm, resident) = runtime.block_on(run(nodes, pods, Build::Wasm));
+        let (wasm, resident) = runtime.block_on(run(nodes, pods, Workload::Plain, Build::Wasm));
         println!("{nodes:>6} {pods:>7}  {wasm:>12.0}  {:>12}  {:>11}  {resident:>11.0} MiB", "-", "-");
         return;
     }
     println!("default policy set, simulator in its own process over HTTP, 2 cores shared");
     println!("{:>6} {:>7}  {:>12}  {:>12}  {:>11}  {:>15}", "nodes", "pods", "wasm pods/s", "native pods/s", "wasm/native", "wasm resident");
     runtime.block_on(async {
-        for (nodes, pods) in [(500, 10_000), (5000, 10_000)] {
-            let (wasm, resident) = run(nodes, pods, Build::Wasm).await;
-            let (native, _) = run(nodes, pods, Build::Native).await;
-            println!("{nodes:>6} {pods:>7}  {wasm:>12.0}  {native:>12.0}  {:>10.2}x  {resident:>11.0} MiB", wasm / native);
+        for (nodes, pods, workload) in [(500, 10_000, Workload::Plain), (5000, 10_000, Workload::Plain), (5000, 10_000, Workload::AntiAffinity)] {
+            let (wasm, resident) = run(nodes, pods, workload, Build::Wasm).await;
+            let (native, _) = run(nodes, pods, workload, Build::Native).await;
+            let name = match workload {
+                Workload::Plain => "",
+                Workload::AntiAffinity => "  anti-affinity to own replicas, affinity to another app",
+            };
+            println!("{nodes:>6} {pods:>7}  {wasm:>12.0}  {native:>12.0}  {:>10.2}x  {resident:>11.0} MiB{name}", wasm / native);
         }
     });
     let status = Command::new(std::env::current_exe().unwrap()).arg("memory").status().unwrap();

@@ -4,6 +4,10 @@
 #[allow(dead_code)] // only the scheduling benchmark runs native policies
 pub mod native;
 
+/// The `wasp` binary's allocator, so that memory figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use wasp::kube::ApiClient;
 use wasp_sim::{Scenario, Simulator};
 
@@ -11,6 +15,26 @@ use wasp_sim::{Scenario, Simulator};
 pub fn pending_pods_scenario(nodes: u32, pods: u32) -> String {
     format!(
         "kubelet: {{readyDelay: 1h}}\nnodeGroups: [{{name: n, count: {nodes}, cpu: '32', memory: 128Gi, pods: 110, zones: [a, b, c]}}]\nworkloads: [{{name: p, kind: Pods, replicas: {pods}, schedulerName: wasp, cpu: 100m, memory: 128Mi}}]\n"
+    )
+}
+
+/// Issue "Scheduler parity"'s workload: apps of 100 replicas, each pod with required anti-affinity to its own
+/// replicas (one per node) and preferred affinity to the next app's zone; every pod pending.
+pub fn anti_affinity_scenario(nodes: u32, pods: u32) -> String {
+    let apps = pods.div_ceil(100);
+    let workloads: Vec<String> = (0..apps)
+        .map(|app| {
+            let next = (app + 1) % apps;
+            format!(
+                "- {{name: app-{app}, kind: Pods, replicas: 100, schedulerName: wasp, cpu: 100m, memory: 128Mi, podSpec: {{affinity: {{\
+                 podAntiAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: [{{labelSelector: {{matchLabels: {{app: app-{app}}}}}, topologyKey: kubernetes.io/hostname}}]}}, \
+                 podAffinity: {{preferredDuringSchedulingIgnoredDuringExecution: [{{weight: 50, podAffinityTerm: {{labelSelector: {{matchLabels: {{app: app-{next}}}}}, topologyKey: topology.kubernetes.io/zone}}}}]}}}}}}}}"
+            )
+        })
+        .collect();
+    format!(
+        "kubelet: {{readyDelay: 1h}}\nnodeGroups: [{{name: n, count: {nodes}, cpu: '32', memory: 128Gi, pods: 110, zones: [a, b, c]}}]\nworkloads:\n{}\n",
+        workloads.join("\n")
     )
 }
 

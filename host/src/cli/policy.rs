@@ -1,4 +1,5 @@
-//! `wasp policy inspect` and `wasp policy eval`: look inside a component and run it on Kubernetes YAML.
+//! `wasp policy new|build|inspect|eval|test`: start a policy crate, build it, look inside a component, run it on
+//! Kubernetes YAML or on a simulated cluster.
 
 use super::manifests;
 use crate::cluster::{convert, ClusterState};
@@ -55,6 +56,16 @@ pub enum PolicyCommand {
         #[arg(long)]
         settings: Option<String>,
     },
+    /// Try a component on a simulated cluster: `wasp simulate --policy FILE.wasm` with the scenario given.
+    Test {
+        file: PathBuf,
+        /// The scenario (see sim/scenarios/).
+        #[arg(long)]
+        scenario: PathBuf,
+        /// Host configuration the component joins; the built-in default uses the policies in plugins/out.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
@@ -72,6 +83,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
         PolicyCommand::Eval { file, pod, nodes, pods, settings } => {
             eval(&file, &pod, &nodes, pods.as_deref(), settings.as_deref())
         }
+        PolicyCommand::Test { file, scenario, config } => super::simulate::run(super::simulate::SimulateArgs::trying(file, scenario, config)),
     }
 }
 

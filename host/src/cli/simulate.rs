@@ -122,6 +122,13 @@ pub struct SimulateArgs {
     policies: Vec<PathBuf>,
 }
 
+impl SimulateArgs {
+    /// `wasp policy test`: one component tried on `scenario`, everything else as `wasp simulate` defaults it.
+    pub fn trying(policy: PathBuf, scenario: PathBuf, config: Option<PathBuf>) -> SimulateArgs {
+        SimulateArgs { scenario, config, timeout: Duration::from_secs(60), full: false, autoscalers: None, autoscale_for: None, policies: vec![policy] }
+    }
+}
+
 /// Above this many nodes, the report summarizes instead of listing every node.
 const LISTED_NODES: usize = 20;
 
