@@ -252,6 +252,9 @@ async fn a_dry_run_simulates_budgets_and_placement_and_changes_nothing() {
     let plan = harness.host.rescheduler.run_once(false).await.unwrap();
     assert!(plan.dry_run);
     assert_eq!(plan.entries.len(), on_tainted, "{}", plan.table());
+    // By default a strategy's instances, with their copy of the cluster, go when the run is done.
+    let strategy = harness.host.policies.current().policies["remove-pods-violating-node-taints"].clone();
+    assert_eq!((strategy.idle_instances(), strategy.memory_in_use()), (0, 0));
     // minAvailable 5 of 6 allows one disruption: the plan spends it, and the budget refuses the rest.
     let evictions: Vec<_> = plan.evictions().collect();
     assert_eq!(evictions.len(), 1, "{}", plan.table());
@@ -278,7 +281,7 @@ async fn a_policy_that_always_proposes_the_same_workload_causes_no_eviction_loop
          nodeGroups: [{{name: n, count: 2, cpu: '4', memory: 16Gi, taints: [{{key: spot, value: 'yes', effect: PreferNoSchedule}}]}}]\n\
          workloads: [{{name: web, replicas: 2, schedulerName: wasp, cpu: 100m}}]\n"
     );
-    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}]\ninterval: 1s\npacing: {maxEvictionsPerWorkload: 3, window: 1h}";
+    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}]\ninterval: 1s\npacing: {maxEvictionsPerWorkload: 3, window: 1h}\nkeepStrategiesWarm: true";
     let mut config = config(rescheduler);
     config.policies.insert(
         "remove-pods-violating-node-taints".into(),
@@ -295,6 +298,9 @@ async fn a_policy_that_always_proposes_the_same_workload_causes_no_eviction_loop
     assert_eq!(harness.evictions_received(), 3);
     let last = harness.host.rescheduler.last_run().unwrap();
     assert_eq!(last.skipped.get("backoff"), Some(&2), "{last:?}");
+    // keepStrategiesWarm: the strategy's instance, with its copy of the cluster, stays for the next run.
+    let strategy = harness.host.policies.current().policies["remove-pods-violating-node-taints"].clone();
+    assert!(strategy.idle_instances() == 1 && strategy.memory_in_use() > 0);
 }
 
 #[test]

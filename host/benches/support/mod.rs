@@ -20,6 +20,7 @@ pub fn pending_pods_scenario(nodes: u32, pods: u32) -> String {
 
 /// Issue "Scheduler parity"'s workload: apps of 100 replicas, each pod with required anti-affinity to its own
 /// replicas (one per node) and preferred affinity to the next app's zone; every pod pending.
+#[allow(dead_code)] // only the scheduling benchmark runs it
 pub fn anti_affinity_scenario(nodes: u32, pods: u32) -> String {
     let apps = pods.div_ceil(100);
     let workloads: Vec<String> = (0..apps)

@@ -25,6 +25,12 @@ pub struct ReschedulerSection {
     /// Plan, report and record events, but evict nothing.
     #[serde(default)]
     pub dry_run: bool,
+    /// Keep each strategy's instances, with their copy of the cluster, between runs: a run then sends them only
+    /// what changed (at 50k pods, ~0.4 s less per strategy that keeps pods) at the cost of that copy's memory
+    /// (~30 MiB per 50k pods) all the time. Off by default: runs are minutes apart, and a cold strategy is synced
+    /// from the run's what-if copy, without holding up the other loops.
+    #[serde(default)]
+    pub keep_strategies_warm: bool,
     /// The profile that checks where pods of schedulers wasp does not run (say `default-scheduler`) would land;
     /// without it such pods are skipped ("no wasp profile to check the fit with").
     #[serde(default)]
@@ -146,6 +152,7 @@ impl ReschedulerSection {
             interval: default_interval(),
             pending_trigger: default_pending_trigger(),
             dry_run: false,
+            keep_strategies_warm: false,
             fit_profile: None,
             protections: Protections::default(),
             limits: EvictionLimits::default(),

@@ -291,6 +291,13 @@ impl LoadedPolicy {
         prepared.into_iter().for_each(Prepared::release);
     }
 
+    /// Drops the idle instances, and their copy of the cluster, for a policy used only now and then.
+    pub fn release_idle(&self) {
+        let mut pool = self.lock_pool();
+        pool.live -= pool.idle.len();
+        pool.idle.clear();
+    }
+
     /// An instance from the pool (or a new one), synced with `cluster` now and called later: the caller may let
     /// go of `cluster` (a read lock on the live state, say) in between.
     pub fn prepare(&self, cluster: &ClusterState) -> Result<Prepared<'_>, CallError> {

@@ -145,7 +145,7 @@ impl Rescheduler {
         let context = EvictContext { now: wall_seconds(), pending, failed };
         let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now };
         let mut plan = crate::runtime::off_async_worker(|| {
-            let proposals = plan::propose(&generation.plans.eviction, &generation.plans, self.cluster.read(), context);
+            let proposals = plan::propose(&generation.plans.eviction, &generation.plans, self.cluster.read(), context, section.keep_strategies_warm);
             plan::plan(inputs, proposals)
         });
         plan.dry_run = dry_run;

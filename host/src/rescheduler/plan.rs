@@ -286,24 +286,38 @@ pub fn propose<State: Deref<Target = ClusterState>>(
     fit_check: &Plans,
     live: State,
     context: EvictContext,
+    keep_warm: bool,
 ) -> Proposals {
-    for policy in fit_check.scheduling_policies() {
+    let scheduling = fit_check.scheduling_policies();
+    for policy in &scheduling {
         policy.warm(&live, crate::scheduler::cycle::parallelism());
     }
-    let mut prepared = Vec::with_capacity(policies.len());
-    for policy in policies {
-        let started = Instant::now();
-        let instance = policy.prepare(&live);
-        prepared.push((policy.name().to_string(), started.elapsed(), instance));
-    }
+    let prepare = |state: &ClusterState| -> Vec<_> {
+        policies
+            .iter()
+            .map(|policy| {
+                let started = Instant::now();
+                let instance = policy.prepare(state);
+                (policy, started.elapsed(), instance)
+            })
+            .collect()
+    };
+    // Warm instances follow the live state and get what they missed while it is held; cold ones get a full
+    // copy, taken from the fork so the live state is not held for it.
+    let warm = keep_warm.then(|| prepare(&live));
     let whatif = live.fork();
     drop(live);
+    let prepared = warm.unwrap_or_else(|| prepare(&whatif));
     let answers = prepared
         .into_iter()
-        .map(|(name, syncing, prepared)| {
+        .map(|(policy, syncing, prepared)| {
             let started = Instant::now();
             let answer = prepared.and_then(|prepared| prepared.propose(&whatif, &context)).map_err(|error| error.to_string());
-            (name, syncing + started.elapsed(), answer)
+            // A strategy that also filters or scores keeps its instances for the scheduler.
+            if !keep_warm && !scheduling.iter().any(|other| other.name() == policy.name()) {
+                policy.release_idle();
+            }
+            (policy.name().to_string(), syncing + started.elapsed(), answer)
         })
         .collect();
     Proposals { whatif, context, answers }
