@@ -120,7 +120,10 @@ fn main() {
     println!("default policy set, simulator in its own process over HTTP, 2 cores shared");
     println!("{:>6} {:>7}  {:>12}  {:>12}  {:>11}  {:>15}", "nodes", "pods", "wasm pods/s", "native pods/s", "wasm/native", "wasm resident");
     runtime.block_on(async {
-        for (nodes, pods, workload) in [(500, 10_000, Workload::Plain), (5000, 10_000, Workload::Plain), (5000, 10_000, Workload::AntiAffinity)] {
+        // `-- anti-affinity` runs only that row.
+        let only_anti_affinity = std::env::args().any(|arg| arg == "anti-affinity");
+        let rows = [(500, 10_000, Workload::Plain), (5000, 10_000, Workload::Plain), (5000, 10_000, Workload::AntiAffinity)];
+        for (nodes, pods, workload) in rows.into_iter().filter(|row| !only_anti_affinity || matches!(row.2, Workload::AntiAffinity)) {
             let (wasm, resident) = run(nodes, pods, workload, Build::Wasm).await;
             let (native, _) = run(nodes, pods, workload, Build::Native).await;
             let name = match workload {
@@ -130,6 +133,9 @@ fn main() {
             println!("{nodes:>6} {pods:>7}  {wasm:>12.0}  {native:>12.0}  {:>10.2}x  {resident:>11.0} MiB{name}", wasm / native);
         }
     });
+    if std::env::args().any(|arg| arg == "anti-affinity") {
+        return;
+    }
     let status = Command::new(std::env::current_exe().unwrap()).arg("memory").status().unwrap();
     assert!(status.success(), "the 50k-pod run failed");
 }

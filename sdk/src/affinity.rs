@@ -33,7 +33,9 @@ pub fn required(affinity: &Option<PodAffinity>) -> &[PodAffinityTerm] {
 impl Cluster {
     /// Whether the term of `owner` selects `target`, with `target`'s namespace labels from the view.
     pub fn term_selects(&self, term: &PodAffinityTerm, owner: &Pod, target: &Pod) -> bool {
-        term.selects(&owner.namespace, target, self.namespace_labels(&target.namespace))
+        // Read per pod and term, over every bound pod: look the namespace up only when a selector needs it.
+        let namespace_labels = if term.namespace_selector.is_some() { self.namespace_labels(&target.namespace) } else { &[] };
+        term.selects(&owner.namespace, target, namespace_labels)
     }
 }
 

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use wasp_sdk::affinity::required;
+use wasp_sdk::matching::label;
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::types::{FilterResult, NodeId, Pod, PodAffinityTerm, ViewScope};
 use wasp_sdk::{PodFacts, Cluster, Filter, NodeInfo, Policy, Score, Verdict};
@@ -52,6 +53,20 @@ impl Policy for InterPodAffinity {
 /// Pods per topology domain: `(topology key, value)` -> count or score.
 type Domains<'a> = HashMap<(&'a str, &'a str), i64>;
 
+/// The topology keys `domains` counts in: a node is looked up by these (usually one or two), not by each of its
+/// labels.
+fn keys<'a>(domains: &Domains<'a>) -> Vec<&'a str> {
+    let mut keys: Vec<&str> = domains.keys().map(|(key, _)| *key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// The sum of `domains` over the node's domains for `keys`.
+fn node_total(domains: &Domains, keys: &[&str], node: &NodeInfo) -> i64 {
+    keys.iter().filter_map(|key| label(&node.node.labels, key).and_then(|value| domains.get(&(*key, value)))).sum()
+}
+
 fn add<'a>(domains: &mut Domains<'a>, term: &'a PodAffinityTerm, node: &'a NodeInfo, amount: i64) {
     if let Some(value) = term.domain(node) {
         *domains.entry((term.topology_key.as_str(), value)).or_default() += amount;
@@ -66,11 +81,13 @@ struct Counts<'a> {
     affinity: Domains<'a>,
     /// Pods selected by one of the incoming pod's required anti-affinity terms, per domain.
     anti: Domains<'a>,
+    /// The topology keys of `existing_anti`.
+    existing_anti_keys: Vec<&'a str>,
 }
 
 fn count<'a>(pod: &'a Pod, cluster: &'a Cluster) -> Counts<'a> {
     let (affinity_terms, anti_terms) = (required(&pod.pod_affinity), required(&pod.pod_anti_affinity));
-    let mut counts = Counts { existing_anti: Domains::new(), affinity: Domains::new(), anti: Domains::new() };
+    let mut counts = Counts { existing_anti: Domains::new(), affinity: Domains::new(), anti: Domains::new(), existing_anti_keys: Vec::new() };
     for bound in cluster.pods_with_affinity() {
         let Some(node) = cluster.node(bound.node) else { continue };
         for term in required(&bound.pod.pod_anti_affinity) {
@@ -79,6 +96,7 @@ fn count<'a>(pod: &'a Pod, cluster: &'a Cluster) -> Counts<'a> {
             }
         }
     }
+    counts.existing_anti_keys = keys(&counts.existing_anti);
     if affinity_terms.is_empty() && anti_terms.is_empty() {
         return counts;
     }
@@ -108,10 +126,8 @@ impl Counts<'_> {
         if !self.anti.is_empty() && required(&pod.pod_anti_affinity).iter().any(|term| in_domain(&self.anti, term)) {
             return Verdict::reject(ANTI_AFFINITY_NOT_MATCH);
         }
-        let repelled = |(key, value): &(String, String)| {
-            self.existing_anti.get(&(key.as_str(), value.as_str())).is_some_and(|count| *count > 0)
-        };
-        if !self.existing_anti.is_empty() && node.node.labels.iter().any(repelled) {
+        let repelled = |key: &&str| label(&node.node.labels, key).is_some_and(|value| self.existing_anti.get(&(*key, value)).is_some_and(|count| *count > 0));
+        if self.existing_anti_keys.iter().any(repelled) {
             return Verdict::reject(EXISTING_ANTI_AFFINITY_NOT_MATCH);
         }
         Verdict::Pass
@@ -202,14 +218,8 @@ impl Score for InterPodAffinity {
         if scores.is_empty() {
             return vec![0; candidates.len()];
         }
-        let raw: Vec<i64> = candidates
-            .iter()
-            .map(|&id| {
-                let Some(node) = cluster.node(id) else { return 0 };
-                let domain_score = |(key, value): &(String, String)| scores.get(&(key.as_str(), value.as_str())).copied().unwrap_or(0);
-                node.node.labels.iter().map(domain_score).sum()
-            })
-            .collect();
+        let keys = keys(&scores);
+        let raw: Vec<i64> = candidates.iter().map(|&id| cluster.node(id).map_or(0, |node| node_total(&scores, &keys, node))).collect();
         let (lowest, highest) = (raw.iter().copied().min().unwrap_or(0), raw.iter().copied().max().unwrap_or(0));
         let spread = highest - lowest;
         raw.iter()
