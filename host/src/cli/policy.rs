@@ -57,6 +57,7 @@ pub enum PolicyCommand {
         settings: Option<String>,
     },
     /// Try a component on a simulated cluster: `wasp simulate --policy FILE.wasm` with the scenario given.
+    #[cfg(feature = "sim")]
     Test {
         file: PathBuf,
         /// The scenario (see sim/scenarios/).
@@ -83,6 +84,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
         PolicyCommand::Eval { file, pod, nodes, pods, settings } => {
             eval(&file, &pod, &nodes, pods.as_deref(), settings.as_deref())
         }
+        #[cfg(feature = "sim")]
         PolicyCommand::Test { file, scenario, config } => super::simulate::run(super::simulate::SimulateArgs::trying(file, scenario, config)),
     }
 }

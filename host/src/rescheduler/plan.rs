@@ -276,13 +276,13 @@ pub struct Proposals {
     answers: Vec<(String, Duration, Result<Vec<Eviction>, String>)>,
 }
 
-/// Syncs an instance of every strategy with `live` and forks it while holding it, then lets go of it (the
-/// informers write on meanwhile) and asks each strategy. Instances follow the live state from run to run, so a
-/// run sends each only the deltas since the last, never a snapshot of the whole cluster. The scheduling
-/// policies the fit check will call are brought to the same point first (`fit_check`), so on the fork they
-/// receive only the plan's few moves, and they come back to the live state by undoing them.
-pub fn propose<State: Deref<Target = ClusterState>>(
-    policies: &[Arc<LoadedPolicy>],
+/// Forks `live` while holding it, then lets go of it (the informers write on meanwhile) and asks each strategy.
+/// With `keep_warm`, each strategy's instance is synced with `live` before the fork and follows the live state
+/// from run to run, receiving only the deltas since the last run; otherwise each gets the fork whole and is
+/// dropped after its call. The scheduling policies the fit check will call are brought to the live state first
+/// (`fit_check`), so on the fork they receive only the plan's few moves, and they come back by undoing them.
+pub fn propose<'a, State: Deref<Target = ClusterState>>(
+    policies: &'a [Arc<LoadedPolicy>],
     fit_check: &Plans,
     live: State,
     context: EvictContext,
@@ -292,28 +292,25 @@ pub fn propose<State: Deref<Target = ClusterState>>(
     for policy in &scheduling {
         policy.warm(&live, crate::scheduler::cycle::parallelism());
     }
-    let prepare = |state: &ClusterState| -> Vec<_> {
-        policies
-            .iter()
-            .map(|policy| {
-                let started = Instant::now();
-                let instance = policy.prepare(state);
-                (policy, started.elapsed(), instance)
-            })
-            .collect()
+    let prepare = |policy: &'a Arc<LoadedPolicy>, state: &ClusterState| {
+        let started = Instant::now();
+        let instance = policy.prepare(state);
+        (policy, started.elapsed(), instance)
     };
-    // Warm instances follow the live state and get what they missed while it is held; cold ones get a full
-    // copy, taken from the fork so the live state is not held for it.
-    let warm = keep_warm.then(|| prepare(&live));
+    // Warm instances follow the live state and get what they missed while it is held. Cold ones get a full copy
+    // from the fork, so the live state is not held for it, one strategy at a time, each dropped after its call
+    // (unless the scheduler uses the policy too): only one copy exists at once.
+    let warm: Option<Vec<_>> = keep_warm.then(|| policies.iter().map(|policy| prepare(policy, &live)).collect());
     let whatif = live.fork();
     drop(live);
-    let prepared = warm.unwrap_or_else(|| prepare(&whatif));
+    let prepared: Box<dyn Iterator<Item = _>> = match warm {
+        Some(prepared) => Box::new(prepared.into_iter()),
+        None => Box::new(policies.iter().map(|policy| prepare(policy, &whatif))),
+    };
     let answers = prepared
-        .into_iter()
         .map(|(policy, syncing, prepared)| {
             let started = Instant::now();
             let answer = prepared.and_then(|prepared| prepared.propose(&whatif, &context)).map_err(|error| error.to_string());
-            // A strategy that also filters or scores keeps its instances for the scheduler.
             if !keep_warm && !scheduling.iter().any(|other| other.name() == policy.name()) {
                 policy.release_idle();
             }
