@@ -168,7 +168,15 @@ async fn replicas_follow_a_load_up_and_down_within_the_behavior() {
     let took = harness.wait_for_replicas(2, Duration::from_secs(20)).await;
     assert!(took >= Duration::from_millis(1500), "the scale-down waited for its stabilization window: {took:?}");
     assert_eq!(harness.scale_requests(), 2);
-    let status = harness.status("web").await;
+    // The status is written after the scale: wait for it (the replicas can be read in between).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status = harness.status("web").await;
+        if status["scaleEvents"].as_array().is_some_and(|events| events.len() >= 2) || std::time::Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await; // poll interval of the condition wait
+    };
     let events = status["scaleEvents"].as_array().unwrap();
     assert_eq!(events.iter().map(|event| event["change"].as_i64().unwrap()).collect::<Vec<_>>(), [3, -3], "{status}");
 }

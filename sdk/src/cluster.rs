@@ -117,7 +117,7 @@ pub struct Cluster {
     /// Indexed by node id: the host hands out dense ids, so a vector beats a map on the hot path.
     nodes: Vec<Option<NodeInfo>>,
     node_count: usize,
-    /// Boxed: the table then holds pointers, so growing it copies 8 bytes a pod instead of the whole record, and
+    /// Boxed: the table then holds pointers, so growing it copies a pointer a pod instead of the whole record, and
     /// the guest's memory (which never shrinks) is not sized by the table's slack.
     pods: HashMap<PodId, Box<PodInfo>>,
     keeps: PodFacts,
