@@ -1,6 +1,7 @@
 //! Pod affinity terms as kube-scheduler reads them: which pods a term selects, and in which topology domain.
 
-use crate::cluster::{Cluster, NodeInfo};
+use crate::cluster::{Cluster, NodeInfo, PodInfo};
+use crate::index::TermGroup;
 use crate::matching::label;
 use crate::types::{Pod, PodAffinity, PodAffinityTerm};
 
@@ -33,9 +34,24 @@ pub fn required(affinity: &Option<PodAffinity>) -> &[PodAffinityTerm] {
 impl Cluster {
     /// Whether the term of `owner` selects `target`, with `target`'s namespace labels from the view.
     pub fn term_selects(&self, term: &PodAffinityTerm, owner: &Pod, target: &Pod) -> bool {
-        // Read per pod and term, over every bound pod: look the namespace up only when a selector needs it.
+        self.selects_in_view(term, &owner.namespace, target)
+    }
+
+    /// Whether a group's term selects `target`, as it does for each pod of the group.
+    pub fn group_selects(&self, group: &TermGroup, target: &Pod) -> bool {
+        self.selects_in_view(&group.term, &group.owner_namespace, target)
+    }
+
+    /// The bound pods that the term of `owner` selects; through the label index when the term's selector names a
+    /// value.
+    pub fn pods_selected_by<'a>(&'a self, term: &'a PodAffinityTerm, owner: &'a Pod) -> impl Iterator<Item = &'a PodInfo> + 'a {
+        term.label_selector.iter().flat_map(move |selector| self.pods_matching(selector)).filter(move |bound| self.term_selects(term, owner, &bound.pod))
+    }
+
+    fn selects_in_view(&self, term: &PodAffinityTerm, owner_namespace: &str, target: &Pod) -> bool {
+        // Read per pod and term, over many bound pods: look the namespace up only when a selector needs it.
         let namespace_labels = if term.namespace_selector.is_some() { self.namespace_labels(&target.namespace) } else { &[] };
-        term.selects(&owner.namespace, target, namespace_labels)
+        term.selects(owner_namespace, target, namespace_labels)
     }
 }
 

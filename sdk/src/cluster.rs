@@ -3,8 +3,9 @@
 //! tests fill it with [`Cluster::add_node`] and [`Cluster::bind`], which keep the usage totals exactly as the host
 //! does (build it with [`Cluster::for_policy`] so tests see the pods as the policy's instances will).
 
+use crate::index::{PodIndex, TermGroup};
 use crate::resources::ResourceVector;
-use crate::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources};
+use crate::types::{ClusterDelta, LabelSelector, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources};
 use std::collections::HashMap;
 
 /// A node and what is placed on it.
@@ -121,9 +122,12 @@ pub struct Cluster {
     /// the guest's memory (which never shrinks) is not sized by the table's slack.
     pods: HashMap<PodId, Box<PodInfo>>,
     keeps: PodFacts,
+    /// Which bound pods the view keeps at all (every pod when None).
+    keeps_pod: Option<fn(&Pod) -> bool>,
     /// Pods with pod affinity or anti-affinity terms: few in most clusters, and every scheduling decision of
     /// `inter-pod-affinity` reads them.
     with_affinity: std::collections::BTreeSet<PodId>,
+    index: PodIndex,
     /// Namespace labels, for pod affinity's namespace selectors (views with pods only).
     namespaces: HashMap<String, Vec<(String, String)>>,
     next_test_id: u32,
@@ -140,9 +144,10 @@ impl Cluster {
         Cluster { keeps: facts, ..Self::default() }
     }
 
-    /// The view `P`'s instances keep: its [`Policy::POD_FACTS`](crate::Policy::POD_FACTS).
+    /// The view `P`'s instances keep: the pods [`Policy::keeps_pod`](crate::Policy::keeps_pod) chooses, with
+    /// their [`Policy::POD_FACTS`](crate::Policy::POD_FACTS).
     pub fn for_policy<P: crate::Policy>() -> Self {
-        Self::keeping(P::POD_FACTS)
+        Cluster { keeps_pod: Some(P::keeps_pod), ..Self::keeping(P::POD_FACTS) }
     }
 
     pub fn apply(&mut self, delta: ClusterDelta) {
@@ -164,7 +169,9 @@ impl Cluster {
             ClusterDelta::NamespaceRemove(name) => {
                 self.namespaces.remove(&name);
             }
-            ClusterDelta::Reset => *self = Cluster { next_test_id: self.next_test_id, keeps: self.keeps, ..Cluster::default() },
+            ClusterDelta::Reset => {
+                *self = Cluster { next_test_id: self.next_test_id, keeps: self.keeps, keeps_pod: self.keeps_pod, ..Cluster::default() }
+            }
         }
     }
 
@@ -200,6 +207,20 @@ impl Cluster {
     /// Pods that have pod affinity or anti-affinity terms, in id order.
     pub fn pods_with_affinity(&self) -> impl Iterator<Item = &PodInfo> {
         self.with_affinity.iter().filter_map(|id| self.pod(*id))
+    }
+
+    /// Bound pods whose labels `selector` matches. A selector that names a value (`matchLabels`, `In`) reads
+    /// only the pods with that value, through the view's label index; any other reads every pod.
+    pub fn pods_matching<'a>(&'a self, selector: &'a LabelSelector) -> Box<dyn Iterator<Item = &'a PodInfo> + 'a> {
+        match self.index.candidates(selector) {
+            Some(ids) => Box::new(ids.into_iter().filter_map(|id| self.pod(id)).filter(|info| selector.matches(&info.pod.labels))),
+            None => Box::new(self.pods().filter(|info| selector.matches(&info.pod.labels))),
+        }
+    }
+
+    /// The affinity terms of the bound pods, each distinct term once with the pods that carry it.
+    pub fn affinity_term_groups(&self) -> impl Iterator<Item = &TermGroup> {
+        self.index.term_groups()
     }
 
     /// A namespace's labels; empty for a namespace the view does not know (yet).
@@ -259,14 +280,20 @@ impl Cluster {
             if let Some(info) = slot.take() {
                 self.node_count -= 1;
                 for pod in info.pods {
-                    self.pods.remove(&pod);
                     self.with_affinity.remove(&pod);
+                    if let Some(removed) = self.pods.remove(&pod) {
+                        self.index.remove(pod, &removed.pod);
+                    }
                 }
             }
         }
     }
 
     fn upsert_pod(&mut self, id: PodId, node: NodeId, mut pod: Pod) {
+        if self.keeps_pod.is_some_and(|keeps| !keeps(&pod)) {
+            self.remove_pod(id);
+            return;
+        }
         self.keeps.keep_only(&mut pod);
         if pod.pod_affinity.is_some() || pod.pod_anti_affinity.is_some() {
             self.with_affinity.insert(id);
@@ -274,6 +301,11 @@ impl Cluster {
             self.with_affinity.remove(&id);
         }
         if let Some(previous) = self.pods.get(&id) {
+            let reindex = !PodIndex::unchanged(&previous.pod, &pod);
+            if reindex {
+                self.index.remove(id, &previous.pod);
+                self.index.insert(id, &pod);
+            }
             if previous.node != node {
                 let previous_node = previous.node;
                 self.detach(previous_node, id);
@@ -281,6 +313,8 @@ impl Cluster {
                 self.pods.insert(id, Box::new(PodInfo { id, node, pod }));
                 return;
             }
+        } else {
+            self.index.insert(id, &pod);
         }
         if let Some(info) = self.node_mut(node) {
             info.pods.push(id);
@@ -291,6 +325,7 @@ impl Cluster {
     fn remove_pod(&mut self, id: PodId) {
         self.with_affinity.remove(&id);
         if let Some(info) = self.pods.remove(&id) {
+            self.index.remove(id, &info.pod);
             self.detach(info.node, id);
         }
     }
@@ -364,6 +399,35 @@ mod tests {
         cluster.apply(ClusterDelta::NodeUpsert((node, NodeBuilder::new("n1").build(), empty_usage())));
         cluster.apply(ClusterDelta::PodUpsert((id, PodPlace::Bound(node), PodBuilder::new("a").cpu("1").build())));
         assert!(cluster.pod(id).unwrap().pod.containers.is_empty());
+    }
+
+    #[test]
+    fn a_policy_view_keeps_only_the_pods_its_policy_chooses() {
+        struct PortsOnly;
+        impl crate::Policy for PortsOnly {
+            type Settings = crate::NoSettings;
+            const NAME: &'static str = "ports-only";
+            fn new(_: crate::NoSettings) -> Result<Self, String> {
+                Ok(PortsOnly)
+            }
+            fn keeps_pod(pod: &Pod) -> bool {
+                !pod.host_ports.is_empty()
+            }
+        }
+        let mut cluster = Cluster::for_policy::<PortsOnly>();
+        let node = cluster.add_node(NodeBuilder::new("n1").cpu("4").build());
+        let proxy = cluster.bind(PodBuilder::new("proxy").host_port(80, "TCP").cpu("1").build(), node);
+        cluster.bind(PodBuilder::new("web").cpu("1").build(), node);
+        let kept: Vec<&str> = cluster.pods().map(|info| info.pod.name.as_str()).collect();
+        assert_eq!(kept, ["proxy"]);
+        assert_eq!(cluster.node(node).unwrap().usage.pod_count, 2, "usage still counts every pod");
+        cluster.apply(ClusterDelta::PodUpsert((proxy, PodPlace::Bound(node), PodBuilder::new("proxy").build())));
+        assert_eq!(cluster.pods().count(), 0, "a pod the policy no longer keeps leaves the view");
+        assert!(cluster.node(node).unwrap().pods.is_empty());
+        cluster.apply(ClusterDelta::Reset);
+        cluster.apply(ClusterDelta::NodeUpsert((node, NodeBuilder::new("n1").build(), empty_usage())));
+        cluster.apply(ClusterDelta::PodUpsert((7, PodPlace::Bound(node), PodBuilder::new("web").build())));
+        assert_eq!(cluster.pods().count(), 0, "a reset keeps the choice");
     }
 
     #[test]

@@ -30,6 +30,13 @@ pub trait Policy: Sized + 'static {
 
     /// Builds the policy from validated settings; return a readable error naming the setting that is wrong.
     fn new(settings: Self::Settings) -> Result<Self, String>;
+
+    /// With pods in the view: whether the instances keep this bound pod at all (and then only its
+    /// [`POD_FACTS`](Policy::POD_FACTS)). Every pod unless said; a policy that reads only some pods keeps only
+    /// those (`node-ports`: the few with host ports, out of 50k).
+    fn keeps_pod(_pod: &Pod) -> bool {
+        true
+    }
 }
 
 /// The reason given for a candidate id the policy's cluster view does not hold.

@@ -41,13 +41,21 @@ pub fn domain_counts<'a>(
     keys: &[&str],
 ) -> HashMap<&'a str, i64> {
     let mut counts = HashMap::new();
+    // The domain of each eligible node, by node id; then only the pods the selector names are read.
+    let mut domains: Vec<Option<&'a str>> = Vec::new();
     for node in cluster.nodes().filter(|node| eligible(pod, constraint, node, keys)) {
         let domain = node.node.label(&constraint.topology_key).expect("eligible nodes have every key");
-        let matching = cluster
-            .pods_on(node)
-            .filter(|bound| bound.pod.namespace == pod.namespace && !bound.pod.terminating && selector.matches(&bound.pod.labels))
-            .count() as i64;
-        *counts.entry(domain).or_insert(0) += matching;
+        counts.entry(domain).or_insert(0);
+        let index = node.id as usize;
+        if index >= domains.len() {
+            domains.resize(index + 1, None);
+        }
+        domains[index] = Some(domain);
+    }
+    for bound in cluster.pods_matching(selector).filter(|bound| bound.pod.namespace == pod.namespace && !bound.pod.terminating) {
+        if let Some(domain) = domains.get(bound.node as usize).copied().flatten() {
+            *counts.entry(domain).or_insert(0) += 1;
+        }
     }
     counts
 }

@@ -1,14 +1,17 @@
 //! `inter-pod-affinity`: kube-scheduler's InterPodAffinity. The filter enforces the pod's required affinity and
 //! anti-affinity and, symmetrically, the required anti-affinity of the pods already placed; the score adds the
 //! preferred terms of both sides and the existing pods' required affinity (`hardPodAffinityWeight`). Every count
-//! is made once per pod over the bound pods, keyed by topology domain, so each node costs a few lookups.
+//! is made once per pod, keyed by topology domain, so each node costs a few lookups; the pod's own terms read only
+//! the pods their selectors name (the view's label index) and the existing pods' terms are read once per distinct
+//! term (the view's term groups), not once per replica.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use wasp_sdk::affinity::required;
+use wasp_sdk::index::TermKind;
 use wasp_sdk::matching::label;
 use wasp_sdk::policy::verdicts_for;
-use wasp_sdk::types::{FilterResult, NodeId, Pod, PodAffinityTerm, ViewScope};
+use wasp_sdk::types::{FilterResult, NodeId, Pod, PodAffinityTerm, PodId, ViewScope};
 use wasp_sdk::{PodFacts, Cluster, Filter, NodeInfo, Policy, Score, Verdict};
 
 const AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod affinity rules";
@@ -88,30 +91,33 @@ struct Counts<'a> {
 fn count<'a>(pod: &'a Pod, cluster: &'a Cluster) -> Counts<'a> {
     let (affinity_terms, anti_terms) = (required(&pod.pod_affinity), required(&pod.pod_anti_affinity));
     let mut counts = Counts { existing_anti: Domains::new(), affinity: Domains::new(), anti: Domains::new(), existing_anti_keys: Vec::new() };
-    for bound in cluster.pods_with_affinity() {
-        let Some(node) = cluster.node(bound.node) else { continue };
-        for term in required(&bound.pod.pod_anti_affinity) {
-            if cluster.term_selects(term, &bound.pod, pod) {
-                add(&mut counts.existing_anti, term, node, 1);
-            }
+    for group in cluster.affinity_term_groups().filter(|group| group.kind == TermKind::RequiredAntiAffinity) {
+        if cluster.group_selects(group, pod) {
+            add_each(&mut counts.existing_anti, &group.term, cluster, group.pods.iter().copied(), 1);
         }
     }
     counts.existing_anti_keys = keys(&counts.existing_anti);
-    if affinity_terms.is_empty() && anti_terms.is_empty() {
-        return counts;
+    // Pods matching all of the required affinity terms are among those the first one selects.
+    if let Some((first, others)) = affinity_terms.split_first() {
+        let matching: Vec<PodId> =
+            cluster.pods_selected_by(first, pod).filter(|bound| others.iter().all(|term| cluster.term_selects(term, pod, &bound.pod))).map(|bound| bound.id).collect();
+        for term in affinity_terms {
+            add_each(&mut counts.affinity, term, cluster, matching.iter().copied(), 1);
+        }
     }
-    for bound in cluster.pods() {
-        let Some(node) = cluster.node(bound.node) else { continue };
-        if !affinity_terms.is_empty() && affinity_terms.iter().all(|term| cluster.term_selects(term, pod, &bound.pod)) {
-            for term in affinity_terms {
-                add(&mut counts.affinity, term, node, 1);
-            }
-        }
-        for term in anti_terms.iter().filter(|term| cluster.term_selects(term, pod, &bound.pod)) {
-            add(&mut counts.anti, term, node, 1);
-        }
+    for term in anti_terms {
+        add_each(&mut counts.anti, term, cluster, cluster.pods_selected_by(term, pod).map(|bound| bound.id), 1);
     }
     counts
+}
+
+/// Adds `amount` to the domain of each pod's node for `term`.
+fn add_each<'a>(domains: &mut Domains<'a>, term: &'a PodAffinityTerm, cluster: &'a Cluster, pods: impl Iterator<Item = PodId>, amount: i64) {
+    for id in pods {
+        if let Some(node) = cluster.pod(id).and_then(|bound| cluster.node(bound.node)) {
+            add(domains, term, node, amount);
+        }
+    }
 }
 
 impl Counts<'_> {
@@ -155,7 +161,7 @@ impl Filter for InterPodAffinity {
 
     fn filter_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> FilterResult {
         let has_terms = !required(&pod.pod_affinity).is_empty() || !required(&pod.pod_anti_affinity).is_empty();
-        if !has_terms && !cluster.pods_with_affinity().any(|bound| !required(&bound.pod.pod_anti_affinity).is_empty()) {
+        if !has_terms && !cluster.affinity_term_groups().any(|group| group.kind == TermKind::RequiredAntiAffinity) {
             return verdicts_for(cluster, candidates, |_| Verdict::Pass);
         }
         let counts = count(pod, cluster);
@@ -172,34 +178,26 @@ impl InterPodAffinity {
         if self.settings.ignore_preferred_terms_of_existing_pods && !has_constraints {
             return scores;
         }
+        let selected = |term: &'a PodAffinityTerm| cluster.pods_selected_by(term, pod).map(|bound| bound.id);
+        for weighted in preferred(&pod.pod_affinity) {
+            add_each(&mut scores, &weighted.term, cluster, selected(&weighted.term), i64::from(weighted.weight));
+        }
+        for weighted in preferred(&pod.pod_anti_affinity) {
+            add_each(&mut scores, &weighted.term, cluster, selected(&weighted.term), -i64::from(weighted.weight));
+        }
+        if self.settings.ignore_preferred_terms_of_existing_pods {
+            return scores;
+        }
         let hard_weight = i64::from(self.settings.hard_pod_affinity_weight);
-        // Without preferred terms of its own, only pods with terms can score the pod.
-        let pods: Box<dyn Iterator<Item = &wasp_sdk::PodInfo>> =
-            if has_constraints { Box::new(cluster.pods()) } else { Box::new(cluster.pods_with_affinity()) };
-        for bound in pods {
-            let Some(node) = cluster.node(bound.node).filter(|node| !node.node.labels.is_empty()) else { continue };
-            if has_constraints {
-                for weighted in preferred(&pod.pod_affinity).filter(|weighted| cluster.term_selects(&weighted.term, pod, &bound.pod)) {
-                    add(&mut scores, &weighted.term, node, i64::from(weighted.weight));
-                }
-                for weighted in preferred(&pod.pod_anti_affinity).filter(|weighted| cluster.term_selects(&weighted.term, pod, &bound.pod)) {
-                    add(&mut scores, &weighted.term, node, -i64::from(weighted.weight));
-                }
-            }
-            if self.settings.ignore_preferred_terms_of_existing_pods {
-                continue;
-            }
-            let existing = &bound.pod;
-            if hard_weight > 0 {
-                for term in required(&existing.pod_affinity).iter().filter(|term| cluster.term_selects(term, existing, pod)) {
-                    add(&mut scores, term, node, hard_weight);
-                }
-            }
-            for weighted in preferred(&existing.pod_affinity).filter(|weighted| cluster.term_selects(&weighted.term, existing, pod)) {
-                add(&mut scores, &weighted.term, node, i64::from(weighted.weight));
-            }
-            for weighted in preferred(&existing.pod_anti_affinity).filter(|weighted| cluster.term_selects(&weighted.term, existing, pod)) {
-                add(&mut scores, &weighted.term, node, -i64::from(weighted.weight));
+        for group in cluster.affinity_term_groups() {
+            let amount = match group.kind {
+                TermKind::RequiredAffinity => hard_weight,
+                TermKind::RequiredAntiAffinity => continue,
+                TermKind::PreferredAffinity(weight) => i64::from(weight),
+                TermKind::PreferredAntiAffinity(weight) => -i64::from(weight),
+            };
+            if amount != 0 && cluster.group_selects(group, pod) {
+                add_each(&mut scores, &group.term, cluster, group.pods.iter().copied(), amount);
             }
         }
         scores

@@ -20,6 +20,12 @@ impl Policy for NodePorts {
     fn new(_: NoSettings) -> Result<Self, String> {
         Ok(NodePorts)
     }
+
+    /// Only pods holding host ports can conflict: a few of a cluster's pods, where the rest would be most of the
+    /// view's memory.
+    fn keeps_pod(pod: &Pod) -> bool {
+        !pod.host_ports.is_empty()
+    }
 }
 
 /// kube-scheduler's `HostPortInfo.CheckConflict`, for one wanted port against one port in use.
