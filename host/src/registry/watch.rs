@@ -2,6 +2,7 @@
 //! triggers [`PolicyRegistry::reload`] after a quiet period (so a burst of writes is one reload), and a periodic
 //! rescan catches whatever the watcher missed. Reloads run one at a time on their own low-priority threads.
 
+use super::bundle::BUNDLE_SUFFIX;
 use super::{PolicyRegistry, ReloadReport};
 use anyhow::Context;
 use notify::{RecursiveMode, Watcher};
@@ -38,11 +39,49 @@ impl Drop for PolicyWatcher {
     }
 }
 
-/// Whether a changed path can change what loads: the kubelet's `..data` swap, or a visible file. The atomic
-/// writer's other entries (`..<timestamp>`, `..data_tmp`) precede the `..data` rename and are ignored.
-fn is_relevant(path: &Path) -> bool {
-    let name = path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
-    name == "..data" || !name.starts_with("..")
+/// Which changed paths can change what loads: the kubelet's `..data` swap in either directory, a component or
+/// bundle in the policy directory, the configuration file itself. Nothing else: a log file or an editor's backup
+/// next to the configuration would otherwise reread and hash every component on each write. The atomic writer's
+/// other entries (`..<timestamp>`, `..data_tmp`) precede the `..data` rename and are ignored.
+struct Relevant {
+    policy_dir: PathBuf,
+    /// The configuration's directory (as watched) and file name.
+    config: Option<(PathBuf, std::ffi::OsString)>,
+}
+
+impl Relevant {
+    fn new(policy_dir: PathBuf, config_path: Option<&Path>) -> Relevant {
+        let config = config_path.and_then(|path| Some((watched_parent(path), path.file_name()?.to_owned())));
+        Relevant { policy_dir, config }
+    }
+
+    fn directories(&self) -> Vec<PathBuf> {
+        let mut directories = vec![self.policy_dir.clone()];
+        if let Some((directory, _)) = &self.config {
+            if !directories.contains(directory) {
+                directories.push(directory.clone());
+            }
+        }
+        directories
+    }
+
+    fn matches(&self, path: &Path) -> bool {
+        let (Some(name), Some(directory)) = (path.file_name(), path.parent()) else { return false };
+        let text = name.to_string_lossy();
+        if text == "..data" {
+            return true;
+        }
+        let component = directory == self.policy_dir && !text.starts_with("..") && (text.ends_with(".wasm") || text.ends_with(BUNDLE_SUFFIX));
+        component || self.config.as_ref().is_some_and(|(config_dir, file)| directory == config_dir && name == file)
+    }
+}
+
+/// The directory a path is in, as the watcher reports it (`.` for a bare file name).
+fn watched_parent(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }
 
 impl PolicyWatcher {
@@ -53,21 +92,16 @@ impl PolicyWatcher {
         on_reload: impl Fn(&ReloadReport) + Send + Sync + 'static,
     ) -> anyhow::Result<PolicyWatcher> {
         let (changes, received) = mpsc::unbounded_channel();
+        let relevant = Relevant::new(registry.policy_dir(), registry.config_path());
+        let directories = relevant.directories();
         let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| match result {
-            Ok(event) if event.paths.iter().any(|path| is_relevant(path)) => {
+            Ok(event) if event.paths.iter().any(|path| relevant.matches(path)) => {
                 let _ = changes.send(());
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "policy watcher error; the periodic rescan covers missed changes"),
         })
         .context("starting the policy file watcher")?;
-        let mut directories: Vec<PathBuf> = vec![registry.policy_dir()];
-        if let Some(parent) = registry.config_path().and_then(Path::parent) {
-            let parent = if parent.as_os_str().is_empty() { PathBuf::from(".") } else { parent.to_path_buf() };
-            if !directories.contains(&parent) {
-                directories.push(parent);
-            }
-        }
         for directory in &directories {
             watcher
                 .watch(directory, RecursiveMode::NonRecursive)
@@ -142,10 +176,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_data_swap_and_visible_files_trigger_reloads() {
-        assert!(is_relevant(Path::new("/etc/wasp/policies/..data")));
-        assert!(is_relevant(Path::new("/etc/wasp/policies/resources-fit.wasm")));
-        assert!(!is_relevant(Path::new("/etc/wasp/policies/..data_tmp")));
-        assert!(!is_relevant(Path::new("/etc/wasp/policies/..2026_11_29_10_00_00.123456789")));
+    fn only_the_data_swap_components_and_the_configuration_trigger_reloads() {
+        let relevant = Relevant::new(PathBuf::from("/etc/wasp/policies"), Some(Path::new("/etc/wasp/config/config.yaml")));
+        assert_eq!(relevant.directories(), [PathBuf::from("/etc/wasp/policies"), PathBuf::from("/etc/wasp/config")]);
+        for path in ["/etc/wasp/policies/..data", "/etc/wasp/policies/resources-fit.wasm", "/etc/wasp/policies/default.tar.zst", "/etc/wasp/config/config.yaml", "/etc/wasp/config/..data"] {
+            assert!(relevant.matches(Path::new(path)), "{path}");
+        }
+        for path in [
+            "/etc/wasp/policies/..data_tmp",
+            "/etc/wasp/policies/..2026_11_29_10_00_00.123456789",
+            "/etc/wasp/policies/notes.txt",
+            "/etc/wasp/config/wasp.log",
+            "/etc/wasp/config/other.wasm",
+            "/etc/wasp/config/config.yaml.swp",
+        ] {
+            assert!(!relevant.matches(Path::new(path)), "{path}");
+        }
+        let here = Relevant::new(PathBuf::from("policies"), Some(Path::new("config.yaml")));
+        assert_eq!(here.directories(), [PathBuf::from("policies"), PathBuf::from(".")]);
+        assert!(here.matches(Path::new("./config.yaml")) && !here.matches(Path::new("./wasp.log")));
     }
 }
