@@ -270,6 +270,45 @@ async fn rapid_updates_coalesce_into_one_reload() {
     assert_eq!(registry.current().number, 2, "five writes within the quiet time make one swap");
 }
 
+/// The value of a counter in the registry's metrics, as `/metrics` shows it.
+fn counter(registry: &PolicyRegistry, name: &str) -> f64 {
+    let mut metrics = prometheus_client::registry::Registry::default();
+    registry.register_metrics(&mut metrics);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &metrics).unwrap();
+    text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok()).unwrap_or_else(|| panic!("{name} not in\n{text}"))
+}
+
+/// A plain directory, as when trying `wasp run` locally: the components and the configuration side by side as
+/// regular files, with the host's log written next to them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_watcher_does_not_read_the_directory_again_and_other_files_are_ignored() {
+    let directory = tempfile::tempdir().unwrap();
+    let volume = PolicyVolume::new(east());
+    for (file, bytes) in &volume.files {
+        std::fs::write(directory.path().join(file), bytes).unwrap();
+    }
+    let config_path = directory.path().join("config.yaml");
+    std::fs::write(&config_path, format!("policyDir: .\n{CONFIG}")).unwrap();
+    let config = HostConfig::load(&config_path).unwrap();
+    let registry = Arc::new(PolicyRegistry::new(&Runtime::new(None).unwrap(), config, Some(config_path)).unwrap());
+    let reads = || counter(&registry, "wasp_policy_directory_reads_total");
+    let _watcher = PolicyWatcher::spawn(registry.clone(), fast_watch(), |_| {}).unwrap();
+    common::eventually("the first rescan", || reads() >= 1.0).await;
+    // A reload reads every component, which inotify reports; those reads are not changes. Over a second of 30 ms
+    // debounces, taking them for changes would read the directory dozens of times.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for line in 0..10 {
+        std::fs::write(directory.path().join("wasp.log"), format!("line {line}\n")).unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(reads(), 1.0, "idle, and a log written next to the configuration, read nothing");
+    std::fs::write(directory.path().join("zone-pin.wasm"), west()).unwrap();
+    common::eventually("the new version to serve", || serving_digest(&registry, "zone-pin") == sha256(&west())).await;
+    assert!(reads() >= 2.0);
+}
+
 #[test]
 fn deleting_a_policy_in_use_is_refused_and_unchanged_files_do_nothing() {
     let mut volume = PolicyVolume::new(east());

@@ -28,6 +28,7 @@ pub struct ResultLabels {
 pub struct ReloadMetrics {
     info: Family<PolicyInfoLabels, Gauge>,
     reloads: Family<ResultLabels, Counter>,
+    directory_reads: Counter,
     last_reload: Gauge<f64, AtomicU64>,
     duration: Histogram,
     generation: Gauge,
@@ -38,6 +39,7 @@ impl Default for ReloadMetrics {
         ReloadMetrics {
             info: Family::default(),
             reloads: Family::default(),
+            directory_reads: Counter::default(),
             last_reload: Gauge::default(),
             // 1 ms to ~16 s.
             duration: Histogram::new(exponential_buckets(1e-3, 2.0, 15)),
@@ -50,9 +52,18 @@ impl ReloadMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register("wasp_policy_info", "The policy versions serving now (value 1)", self.info.clone());
         registry.register("wasp_policy_reloads", "Reloads of the policy directory or configuration, by result (success, failure) and, for failures, reason (once per kind of refusal)", self.reloads.clone());
+        registry.register(
+            "wasp_policy_directory_reads",
+            "Reads of the policy directory and configuration, changed or not: one per burst of file changes and one per periodic rescan",
+            self.directory_reads.clone(),
+        );
         registry.register("wasp_policy_last_reload_timestamp_seconds", "When the last reload that found a change finished", self.last_reload.clone());
         registry.register("wasp_policy_reload_duration_seconds", "From reading the files to the new generation serving", self.duration.clone());
         registry.register("wasp_policy_generation", "Number of the policy generation serving now", self.generation.clone());
+    }
+
+    pub fn directory_read(&self) {
+        self.directory_reads.inc();
     }
 
     /// Replaces the info series with the versions that serve now.

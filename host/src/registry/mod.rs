@@ -277,6 +277,7 @@ impl PolicyRegistry {
         let mut fingerprint = self.fingerprint.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let old = self.current();
         let snapshot = SourceSnapshot::read(&old.config.policy_dir, self.config_path.as_deref());
+        self.reload_metrics.directory_read();
         let new_fingerprint = snapshot.fingerprint();
         if new_fingerprint == *fingerprint {
             return ReloadReport { generation: old.number, unchanged: true, ..Default::default() };

@@ -5,6 +5,7 @@
 use super::bundle::BUNDLE_SUFFIX;
 use super::{PolicyRegistry, ReloadReport};
 use anyhow::Context;
+use notify::event::{AccessKind, AccessMode, EventKind};
 use notify::{RecursiveMode, Watcher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -76,6 +77,15 @@ impl Relevant {
     }
 }
 
+/// Whether an event can mean new content: not a mere open or read. A reload reads every component, and inotify
+/// reports those reads; taking them for changes made each reload start the next one, forever.
+fn changes_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(access) => matches!(access, AccessKind::Close(AccessMode::Write)),
+        _ => true,
+    }
+}
+
 /// The directory a path is in, as the watcher reports it (`.` for a bare file name).
 fn watched_parent(path: &Path) -> PathBuf {
     match path.parent() {
@@ -95,7 +105,7 @@ impl PolicyWatcher {
         let relevant = Relevant::new(registry.policy_dir(), registry.config_path());
         let directories = relevant.directories();
         let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| match result {
-            Ok(event) if event.paths.iter().any(|path| relevant.matches(path)) => {
+            Ok(event) if changes_content(&event.kind) && event.paths.iter().any(|path| relevant.matches(path)) => {
                 let _ = changes.send(());
             }
             Ok(_) => {}
@@ -192,6 +202,10 @@ mod tests {
         ] {
             assert!(!relevant.matches(Path::new(path)), "{path}");
         }
+        assert!(!changes_content(&EventKind::Access(AccessKind::Open(AccessMode::Read))), "a reload's own reads");
+        assert!(!changes_content(&EventKind::Access(AccessKind::Close(AccessMode::Read))));
+        assert!(changes_content(&EventKind::Access(AccessKind::Close(AccessMode::Write))), "a writer done");
+        assert!(changes_content(&EventKind::Modify(notify::event::ModifyKind::Any)));
         let here = Relevant::new(PathBuf::from("policies"), Some(Path::new("config.yaml")));
         assert_eq!(here.directories(), [PathBuf::from("policies"), PathBuf::from(".")]);
         assert!(here.matches(Path::new("./config.yaml")) && !here.matches(Path::new("./wasp.log")));
