@@ -15,9 +15,8 @@ use wasp::runtime::Runtime;
 use wasp_sdk::testing::{NodeBuilder, PodBuilder};
 use wasp_sdk::{Filter, Policy};
 
-/// The `wasp` binary's allocator, so that memory figures are the binary's.
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+// The `wasp` binary's allocator and its settings, so that memory figures are the binary's.
+wasp::binary_allocator!();
 
 const LABELS: usize = 10;
 

@@ -1,7 +1,6 @@
 //! The `wasp` binary.
 
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+wasp::binary_allocator!();
 
 fn main() -> std::process::ExitCode {
     wasp::cli::main()

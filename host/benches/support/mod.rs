@@ -4,9 +4,8 @@
 #[allow(dead_code)] // only the scheduling benchmark runs native policies
 pub mod native;
 
-/// The `wasp` binary's allocator, so that memory figures are the binary's.
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+// The `wasp` binary's allocator and its settings, so that memory figures are the binary's.
+wasp::binary_allocator!();
 
 use wasp::kube::ApiClient;
 use wasp_sim::{Scenario, Simulator};

@@ -12,6 +12,7 @@ use crate::contract::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, 
 use crate::contract::FailedPod;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use wasp_sdk::resources::ResourceVector;
 
 /// Epochs are unique in the process: two states never share one, so a position is only ever read in its own log.
@@ -205,8 +206,10 @@ pub struct ClusterState {
     names: Vec<String>,
     /// Ids of the nodes present, kept ordered: every scheduling cycle asks for them.
     present: BTreeSet<NodeId>,
-    /// Boxed, so the table (sized for the most pods ever bound) holds pointers, not records.
-    pods: HashMap<String, Box<BoundPod>>,
+    /// Behind pointers, so the table (sized for the most pods ever bound) holds pointers, not records; shared, so
+    /// that a fork (the rescheduler's what-if copy, every run) copies the table, not 50k records, and a record
+    /// is copied only when one side changes it.
+    pods: HashMap<String, Arc<BoundPod>>,
     /// Pod uids by id, for answers that name pods by id (evictions).
     uids: HashMap<PodId, String>,
     next_pod_id: PodId,
@@ -527,7 +530,9 @@ impl ClusterState {
         // Pods in views carry no annotations (the contract says so): a tenant's annotations cost no guest memory.
         pod.annotations = Vec::new();
         if let Some(bound) = self.pods.get_mut(&pod.uid).filter(|bound| bound.node == node_name && bound.pod == pod) {
-            bound.meta = meta;
+            if bound.meta != meta {
+                Arc::make_mut(bound).meta = meta;
+            }
             return PodChange::Unchanged;
         }
         let uid = pod.uid.clone();
@@ -567,7 +572,7 @@ impl ClusterState {
         let delta = ClusterDelta::PodUpsert((id, PodPlace::Bound(slot.id), pod.clone()));
         let bound = BoundPod { id, node: node_name.to_string(), pod, meta, requests, non_zero_requests };
         self.uids.insert(id, uid.clone());
-        self.pods.insert(uid, Box::new(bound));
+        self.pods.insert(uid, Arc::new(bound));
         if saturated {
             self.sum_usage_again(node_name);
         }
