@@ -2,7 +2,8 @@
 # Resident memory of `wasp run` (scheduler, rescheduler, autoscaler) with the shipped configuration
 # (manifests/20-config.yaml, rescheduling every 20 s instead of 5 min) against `wasp sim serve` with 5000 nodes
 # and 50k pending pods, which it schedules. Prints, every 10 s: resident memory, the guest memory of every policy
-# (sum of wasp_policy_memory_bytes), pods scheduled and rescheduler runs; then each policy's share.
+# (sum of wasp_policy_memory_bytes), pods scheduled and rescheduler runs; then each policy's share, and what each
+# rescheduling run took (its log line's took_ms).
 #
 # Usage: scripts/memory-at-scale.sh [NODES] [PODS] [SECONDS]   (after scripts/build-policies.sh;
 # builds the release binary)
@@ -42,3 +43,5 @@ for ((elapsed = 10; elapsed <= seconds; elapsed += 10)); do
 done
 echo "guest memory by policy (MiB):"
 curl -s "http://$address/metrics" | awk '/^wasp_policy_memory_bytes/ { printf "  %-60s %6.1f\n", $1, $2 / 1048576 }' | sort -k2 -n -r
+echo "rescheduling runs (each: plan with the shipped strategies, fit check, evictions):"
+sed 's/\x1b\[[0-9;]*m//g' "$work/wasp.log" | grep 'rescheduling run ' | grep -o 'candidates=[0-9]*\|took_ms=[0-9]*' | paste -d' ' - - | sed 's/^/  /'

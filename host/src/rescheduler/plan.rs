@@ -10,7 +10,9 @@ use super::memory::{Memory, Workload};
 use crate::cluster::{ClusterState, PodMeta};
 use crate::contract::types::{Eviction, Placement, Pod};
 use crate::contract::EvictContext;
-use crate::policy::LoadedPolicy;
+use crate::policy::{LoadedPolicy, Prepared};
+use crate::runtime::CallError;
+use rayon::prelude::*;
 use std::ops::Deref;
 use crate::registry::ProfilePolicies;
 use crate::config::ReschedulerSection;
@@ -298,25 +300,25 @@ pub fn propose<'a, State: Deref<Target = ClusterState>>(
         (policy, started.elapsed(), instance)
     };
     // Warm instances follow the live state and get what they missed while it is held. Cold ones get a full copy
-    // from the fork, so the live state is not held for it, one strategy at a time, each dropped after its call
-    // (unless the scheduler uses the policy too): only one copy exists at once.
+    // from the fork, so the live state is not held for it, and are dropped after their call (unless the scheduler
+    // uses the policy too); they are synced and called on every core at once, so as many copies exist as cores:
+    // a copy of 50k pods takes ~0.4 s to send, and five strategies one after another took 2.5-3 s.
     let warm: Option<Vec<_>> = keep_warm.then(|| policies.iter().map(|policy| prepare(policy, &live)).collect());
     let whatif = live.fork();
     drop(live);
-    let prepared: Box<dyn Iterator<Item = _>> = match warm {
-        Some(prepared) => Box::new(prepared.into_iter()),
-        None => Box::new(policies.iter().map(|policy| prepare(policy, &whatif))),
+    let call = |(policy, syncing, prepared): (&'a Arc<LoadedPolicy>, Duration, Result<Prepared<'a>, CallError>)| {
+        let started = Instant::now();
+        let answer = prepared.and_then(|prepared| prepared.propose(&whatif, &context)).map_err(|error| error.to_string());
+        if !keep_warm && !scheduling.iter().any(|other| other.name() == policy.name()) {
+            policy.release_idle();
+        }
+        (policy.name().to_string(), syncing + started.elapsed(), answer)
     };
-    let answers = prepared
-        .map(|(policy, syncing, prepared)| {
-            let started = Instant::now();
-            let answer = prepared.and_then(|prepared| prepared.propose(&whatif, &context)).map_err(|error| error.to_string());
-            if !keep_warm && !scheduling.iter().any(|other| other.name() == policy.name()) {
-                policy.release_idle();
-            }
-            (policy.name().to_string(), syncing + started.elapsed(), answer)
-        })
-        .collect();
+    let answers = match warm {
+        Some(prepared) => prepared.into_iter().map(call).collect(),
+        // In the strategies' order, whatever order they finish in: the plan reads proposals in that order.
+        None => policies.par_iter().map(|policy| call(prepare(policy, &whatif))).collect(),
+    };
     Proposals { whatif, context, answers }
 }
 
