@@ -3,7 +3,7 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p wasp --no-default-features
+RUN cargo build --release --locked -p wasp --no-default-features --features jemalloc
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/wasp /usr/local/bin/wasp

@@ -3,8 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build-policies.sh
-# The container image's build: the host without the simulator (`--no-default-features`) must compile. A build,
-# not a check: its dependencies are the tests' own, compiled once for both (a cold `cargo check` compiles them a
-# second time, metadata only: 12 minutes on the CI machine's kind of host, measured).
+# The container image's build: the host without the simulator (the Dockerfile's `--no-default-features
+# --features jemalloc`, less the allocator) must compile. A build, not a check: its dependencies are the tests'
+# own, compiled once for both (a cold `cargo check` compiles them a second time, metadata only: 12 minutes on the
+# CI machine's kind of host, measured).
 cargo build --quiet -p wasp --no-default-features
-cargo test --workspace "$@"
+# Every test, with the simulator; without jemalloc, whose build from source costs minutes and which no test reads.
+cargo test --workspace --no-default-features --features wasp/sim "$@"

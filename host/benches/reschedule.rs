@@ -1,7 +1,8 @@
 //! One rescheduling run (every shipped strategy proposing, then the envelope, budgets and the fit check with the
 //! default scheduler profile) on 5000 nodes and 50k pods, in the sandbox; the time of each strategy, of the
 //! checks, and the process's memory. Side by side: the same run with the fit check's profile reduced to one
-//! filter, to show what the scheduler's own policies cost the plan.
+//! filter, to show what the scheduler's own policies cost the plan; strategies cold (the default) and warm; and
+//! the strategies the manifests ship, cold.
 //!
 //! `cargo bench -p wasp --bench reschedule` (after scripts/build-policies.sh).
 
@@ -39,15 +40,24 @@ const STRATEGIES: [&str; 13] = [
     "make-room-for-pending",
 ];
 
+/// The strategies of the configuration the manifests ship (`manifests/20-config.yaml`).
+fn shipped_strategies() -> Vec<String> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/20-config.yaml");
+    let manifest: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let config: serde_yaml::Value = serde_yaml::from_str(manifest["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    let strategies = config["rescheduler"]["strategies"].as_sequence().unwrap();
+    strategies.iter().map(|strategy| strategy["policy"].as_str().unwrap().to_string()).collect()
+}
+
 /// The built-in configuration with these strategies; `filters`, when given, replaces the profile's filters;
 /// `warm` keeps the strategies' instances between runs (`keepStrategiesWarm`).
-fn config(filters: Option<&[&str]>, warm: bool) -> HostConfig {
+fn config(filters: Option<&[&str]>, warm: bool, strategies: &[String]) -> HostConfig {
     let mut config = HostConfig::built_in();
     config.policy_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/out");
     if let Some(filters) = filters {
         config.scheduler.profiles[0].filters = filters.iter().map(ToString::to_string).collect();
     }
-    let strategies: Vec<String> = STRATEGIES.iter().map(|name| format!("{{policy: {name}}}")).collect();
+    let strategies: Vec<String> = strategies.iter().map(|name| format!("{{policy: {name}}}")).collect();
     let section = format!("strategies: [{}]\nlimits: {{maxPerRun: 10, maxPerWorkload: 1}}\nkeepStrategiesWarm: {warm}", strategies.join(", "));
     config.rescheduler = Some(serde_yaml::from_str::<ReschedulerSection>(&section).unwrap());
     config.validate().unwrap();
@@ -95,9 +105,11 @@ fn main() {
     let started = Instant::now();
     let live = cluster();
     println!("{NODES} nodes, {PODS} pods built in {:.1} s; resident {:.0} MiB", started.elapsed().as_secs_f64(), support::resident_mib());
-    let full = PolicyRegistry::new(&runtime, config(None, true), None).unwrap();
-    let lean = PolicyRegistry::new(&runtime, config(Some(&["resources-fit"]), true), None).unwrap();
-    let cold = PolicyRegistry::new(&runtime, config(None, false), None).unwrap();
+    let every: Vec<String> = STRATEGIES.iter().map(ToString::to_string).collect();
+    let full = PolicyRegistry::new(&runtime, config(None, true, &every), None).unwrap();
+    let lean = PolicyRegistry::new(&runtime, config(Some(&["resources-fit"]), true, &every), None).unwrap();
+    let cold = PolicyRegistry::new(&runtime, config(None, false, &every), None).unwrap();
+    let shipped = PolicyRegistry::new(&runtime, config(None, false, &shipped_strategies()), None).unwrap();
     let filters = full.current().config.scheduler.profiles[0].filters.len();
     // The first run of each sends every strategy its snapshot of the cluster; later runs send deltas to warm
     // strategies and a snapshot again to cold ones (the default).
@@ -105,6 +117,7 @@ fn main() {
         (format!("the default profile ({filters} filters), strategies kept warm"), &full),
         ("resources-fit only, strategies kept warm".to_string(), &lean),
         (format!("the default profile ({filters} filters), strategies cold (the default)"), &cold),
+        ("the shipped configuration's strategies (manifests/20-config.yaml), cold".to_string(), &shipped),
     ] {
         let mut totals = Vec::new();
         let mut last = None;

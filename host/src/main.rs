@@ -1,5 +1,6 @@
 //! The `wasp` binary.
 
+#[cfg(feature = "jemalloc")]
 wasp::binary_allocator!();
 
 fn main() -> std::process::ExitCode {
