@@ -316,8 +316,9 @@ pub fn propose<'a, State: Deref<Target = ClusterState>>(
     };
     let answers = match warm {
         Some(prepared) => prepared.into_iter().map(call).collect(),
-        // In the strategies' order, whatever order they finish in: the plan reads proposals in that order.
-        None => policies.par_iter().map(|policy| call(prepare(policy, &whatif))).collect(),
+        // One strategy per task, so that a core that is done takes the next one (halves of the list left one core
+        // with three strategies that keep pods); collected in the strategies' order, which the plan reads them in.
+        None => policies.par_iter().with_max_len(1).map(|policy| call(prepare(policy, &whatif))).collect(),
     };
     Proposals { whatif, context, answers }
 }
