@@ -113,6 +113,20 @@ impl Default for PodFacts {
     }
 }
 
+/// How a view keeps its [`PodIndex`]; a function pointer that [`Cluster::for_policy`] sets only for policies
+/// that read it, so a component of any other policy links none of its code.
+#[derive(Debug, Clone, Copy)]
+struct Indexing {
+    insert: fn(&mut PodIndex, PodId, &Pod),
+    remove: fn(&mut PodIndex, PodId, &Pod),
+}
+
+const INDEXING: Indexing = Indexing { insert: PodIndex::insert, remove: PodIndex::remove };
+
+fn indexing_for(facts: PodFacts) -> Option<Indexing> {
+    (facts.labels || facts.pod_affinity).then_some(INDEXING)
+}
+
 #[derive(Debug, Default)]
 pub struct Cluster {
     /// Indexed by node id: the host hands out dense ids, so a vector beats a map on the hot path.
@@ -128,6 +142,9 @@ pub struct Cluster {
     /// `inter-pod-affinity` reads them.
     with_affinity: std::collections::BTreeSet<PodId>,
     index: PodIndex,
+    /// Whether the index is kept: only by views whose policy reads labels or affinity terms, which then pay for it
+    /// in memory and, through [`Cluster::for_policy`], in component size (the others' components leave its code out).
+    indexing: Option<Indexing>,
     /// Namespace labels, for pod affinity's namespace selectors (views with pods only).
     namespaces: HashMap<String, Vec<(String, String)>>,
     next_test_id: u32,
@@ -136,18 +153,20 @@ pub struct Cluster {
 impl Cluster {
     /// A view that keeps every pod fact.
     pub fn new() -> Self {
-        Self::default()
+        Self::keeping(PodFacts::ALL)
     }
 
     /// A view that keeps only `facts` of each pod.
     pub fn keeping(facts: PodFacts) -> Self {
-        Cluster { keeps: facts, ..Self::default() }
+        Cluster { keeps: facts, indexing: indexing_for(facts), ..Self::default() }
     }
 
     /// The view `P`'s instances keep: the pods [`Policy::keeps_pod`](crate::Policy::keeps_pod) chooses, with
     /// their [`Policy::POD_FACTS`](crate::Policy::POD_FACTS).
     pub fn for_policy<P: crate::Policy>() -> Self {
-        Cluster { keeps_pod: Some(P::keeps_pod), ..Self::keeping(P::POD_FACTS) }
+        let reads_index = matches!(P::VIEW, crate::types::ViewScope::NodesAndPods) && (P::POD_FACTS.labels || P::POD_FACTS.pod_affinity);
+        let indexing = if reads_index { Some(INDEXING) } else { None };
+        Cluster { keeps: P::POD_FACTS, keeps_pod: Some(P::keeps_pod), indexing, ..Self::default() }
     }
 
     pub fn apply(&mut self, delta: ClusterDelta) {
@@ -170,7 +189,8 @@ impl Cluster {
                 self.namespaces.remove(&name);
             }
             ClusterDelta::Reset => {
-                *self = Cluster { next_test_id: self.next_test_id, keeps: self.keeps, keeps_pod: self.keeps_pod, ..Cluster::default() }
+                let (next_test_id, keeps, keeps_pod, indexing) = (self.next_test_id, self.keeps, self.keeps_pod, self.indexing);
+                *self = Cluster { next_test_id, keeps, keeps_pod, indexing, ..Cluster::default() }
             }
         }
     }
@@ -282,7 +302,7 @@ impl Cluster {
                 for pod in info.pods {
                     self.with_affinity.remove(&pod);
                     if let Some(removed) = self.pods.remove(&pod) {
-                        self.index.remove(pod, &removed.pod);
+                        self.unindex(pod, &removed.pod);
                     }
                 }
             }
@@ -301,10 +321,9 @@ impl Cluster {
             self.with_affinity.remove(&id);
         }
         if let Some(previous) = self.pods.get(&id) {
-            let reindex = !PodIndex::unchanged(&previous.pod, &pod);
-            if reindex {
-                self.index.remove(id, &previous.pod);
-                self.index.insert(id, &pod);
+            if let Some(indexing) = self.indexing.filter(|_| !PodIndex::unchanged(&previous.pod, &pod)) {
+                (indexing.remove)(&mut self.index, id, &previous.pod);
+                (indexing.insert)(&mut self.index, id, &pod);
             }
             if previous.node != node {
                 let previous_node = previous.node;
@@ -314,7 +333,7 @@ impl Cluster {
                 return;
             }
         } else {
-            self.index.insert(id, &pod);
+            self.reindex(id, &pod);
         }
         if let Some(info) = self.node_mut(node) {
             info.pods.push(id);
@@ -325,8 +344,20 @@ impl Cluster {
     fn remove_pod(&mut self, id: PodId) {
         self.with_affinity.remove(&id);
         if let Some(info) = self.pods.remove(&id) {
-            self.index.remove(id, &info.pod);
+            self.unindex(id, &info.pod);
             self.detach(info.node, id);
+        }
+    }
+
+    fn reindex(&mut self, id: PodId, pod: &Pod) {
+        if let Some(indexing) = self.indexing {
+            (indexing.insert)(&mut self.index, id, pod);
+        }
+    }
+
+    fn unindex(&mut self, id: PodId, pod: &Pod) {
+        if let Some(indexing) = self.indexing {
+            (indexing.remove)(&mut self.index, id, pod);
         }
     }
 

@@ -120,9 +120,55 @@ fn terms_of(pod: &Pod) -> impl Iterator<Item = (TermKind, &PodAffinityTerm)> {
         .chain(preferred(&pod.pod_affinity, TermKind::PreferredAffinity))
         .chain(preferred(&pod.pod_anti_affinity, TermKind::PreferredAntiAffinity))
 }
-/// Two terms are in one group exactly when this text is equal: the contract's records print every field.
+/// Two terms are in one group exactly when this text is equal: every field, each list with its length, so no two
+/// terms share a text. Written by hand rather than with `Debug`, whose formatting of the contract's records would
+/// add ~15 KB to every component.
 fn term_key(kind: TermKind, namespace: &str, term: &PodAffinityTerm) -> String {
-    format!("{kind:?}\u{0}{namespace}\u{0}{term:?}")
+    let mut key = String::new();
+    let mut push = |part: &str| {
+        key.push_str(part);
+        key.push('\u{0}');
+    };
+    let (tag, weight) = match kind {
+        TermKind::RequiredAffinity => ("a", 0),
+        TermKind::RequiredAntiAffinity => ("n", 0),
+        TermKind::PreferredAffinity(weight) => ("pa", weight),
+        TermKind::PreferredAntiAffinity(weight) => ("pn", weight),
+    };
+    push(tag);
+    push(&weight.to_string());
+    push(namespace);
+    push(&term.topology_key);
+    push_list(&mut push, term.namespaces.iter().map(String::as_str));
+    for selector in [&term.label_selector, &term.namespace_selector] {
+        let Some(selector) = selector else {
+            push("-");
+            continue;
+        };
+        push_list(&mut push, selector.match_labels.iter().flat_map(|(label, value)| [label.as_str(), value.as_str()]));
+        push(&selector.match_expressions.len().to_string());
+        for requirement in &selector.match_expressions {
+            push(&requirement.key);
+            push(match requirement.operator {
+                SelectorOperator::In => "in",
+                SelectorOperator::NotIn => "notin",
+                SelectorOperator::Exists => "exists",
+                SelectorOperator::DoesNotExist => "!exists",
+                SelectorOperator::Gt => "gt",
+                SelectorOperator::Lt => "lt",
+            });
+            push_list(&mut push, requirement.values.iter().map(String::as_str));
+        }
+    }
+    key
+}
+
+/// A list as its length, then its items.
+fn push_list<'a>(push: &mut impl FnMut(&str), items: impl Iterator<Item = &'a str> + Clone) {
+    push(&items.clone().count().to_string());
+    for item in items {
+        push(item);
+    }
 }
 
 #[cfg(test)]
@@ -189,6 +235,42 @@ mod tests {
             }
         }
         assert!(!scanned(&cluster, &selectors[0]).is_empty(), "the walk leaves pods to find");
+    }
+
+    #[test]
+    fn terms_share_a_key_only_when_every_field_is_equal() {
+        use super::term_key;
+        let base = affinity_term("zone", &[("app", "web")]);
+        let key = |kind, namespace: &str, term: &crate::types::PodAffinityTerm| term_key(kind, namespace, term);
+        let same = key(TermKind::RequiredAntiAffinity, "default", &base);
+        assert_eq!(same, key(TermKind::RequiredAntiAffinity, "default", &base.clone()));
+        let mut variants = vec![
+            key(TermKind::RequiredAffinity, "default", &base),
+            key(TermKind::PreferredAntiAffinity(1), "default", &base),
+            key(TermKind::PreferredAntiAffinity(2), "default", &base),
+            key(TermKind::RequiredAntiAffinity, "other", &base),
+        ];
+        let changed = |change: &dyn Fn(&mut crate::types::PodAffinityTerm)| {
+            let mut term = base.clone();
+            change(&mut term);
+            key(TermKind::RequiredAntiAffinity, "default", &term)
+        };
+        variants.push(changed(&|term| term.topology_key = "host".into()));
+        variants.push(changed(&|term| term.namespaces = vec!["default".into()]));
+        variants.push(changed(&|term| term.label_selector = None));
+        variants.push(changed(&|term| term.label_selector.as_mut().unwrap().match_labels[0].1 = "db".into()));
+        variants.push(changed(&|term| term.namespace_selector = Some(LabelSelector { match_labels: vec![], match_expressions: vec![] })));
+        variants.push(changed(&|term| {
+            term.label_selector.as_mut().unwrap().match_expressions.push(requirement("tier", SelectorOperator::NotIn, &["front"]))
+        }));
+        variants.push(changed(&|term| {
+            term.label_selector.as_mut().unwrap().match_expressions.push(requirement("tier", SelectorOperator::In, &["front"]))
+        }));
+        let count = variants.len();
+        variants.push(same);
+        variants.sort();
+        variants.dedup();
+        assert_eq!(variants.len(), count + 1, "every variant has its own key");
     }
 
     #[test]
