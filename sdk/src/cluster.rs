@@ -127,7 +127,7 @@ fn indexing_for(facts: PodFacts) -> Option<Indexing> {
     (facts.labels || facts.pod_affinity).then_some(INDEXING)
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Cluster {
     /// Indexed by node id: the host hands out dense ids, so a vector beats a map on the hot path.
     nodes: Vec<Option<NodeInfo>>,
@@ -150,6 +150,13 @@ pub struct Cluster {
     next_test_id: u32,
 }
 
+/// A view that keeps every pod fact, as [`Cluster::new`].
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster::new()
+    }
+}
+
 impl Cluster {
     /// A view that keeps every pod fact.
     pub fn new() -> Self {
@@ -158,7 +165,22 @@ impl Cluster {
 
     /// A view that keeps only `facts` of each pod.
     pub fn keeping(facts: PodFacts) -> Self {
-        Cluster { keeps: facts, indexing: indexing_for(facts), ..Self::default() }
+        Self::empty(facts, None, indexing_for(facts), 0)
+    }
+
+    fn empty(keeps: PodFacts, keeps_pod: Option<fn(&Pod) -> bool>, indexing: Option<Indexing>, next_test_id: u32) -> Self {
+        Cluster {
+            nodes: Vec::new(),
+            node_count: 0,
+            pods: HashMap::new(),
+            keeps,
+            keeps_pod,
+            with_affinity: std::collections::BTreeSet::new(),
+            index: PodIndex::default(),
+            indexing,
+            namespaces: HashMap::new(),
+            next_test_id,
+        }
     }
 
     /// The view `P`'s instances keep: the pods [`Policy::keeps_pod`](crate::Policy::keeps_pod) chooses, with
@@ -166,7 +188,7 @@ impl Cluster {
     pub fn for_policy<P: crate::Policy>() -> Self {
         let reads_index = matches!(P::VIEW, crate::types::ViewScope::NodesAndPods) && (P::POD_FACTS.labels || P::POD_FACTS.pod_affinity);
         let indexing = if reads_index { Some(INDEXING) } else { None };
-        Cluster { keeps: P::POD_FACTS, keeps_pod: Some(P::keeps_pod), indexing, ..Self::default() }
+        Self::empty(P::POD_FACTS, Some(P::keeps_pod), indexing, 0)
     }
 
     pub fn apply(&mut self, delta: ClusterDelta) {
@@ -188,10 +210,7 @@ impl Cluster {
             ClusterDelta::NamespaceRemove(name) => {
                 self.namespaces.remove(&name);
             }
-            ClusterDelta::Reset => {
-                let (next_test_id, keeps, keeps_pod, indexing) = (self.next_test_id, self.keeps, self.keeps_pod, self.indexing);
-                *self = Cluster { next_test_id, keeps, keeps_pod, indexing, ..Cluster::default() }
-            }
+            ClusterDelta::Reset => *self = Self::empty(self.keeps, self.keeps_pod, self.indexing, self.next_test_id),
         }
     }
 
