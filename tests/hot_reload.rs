@@ -296,13 +296,15 @@ async fn an_idle_watcher_does_not_read_the_directory_again_and_other_files_are_i
     let _watcher = PolicyWatcher::spawn(registry.clone(), fast_watch(), |_| {}).unwrap();
     common::eventually("the first rescan", || reads() >= 1.0).await;
     // A reload reads every component, which inotify reports; those reads are not changes. Over a second of 30 ms
-    // debounces, taking them for changes would read the directory dozens of times.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // debounces, taking them for changes would read the directory dozens of times. The sleeps below are the
+    // observation window of an assertion that nothing happens, not waits for a condition: no condition marks
+    // "the watcher ignored it", and a busy machine can only make correct code pass the same way.
+    tokio::time::sleep(Duration::from_secs(1)).await; // observation window: idle
     for line in 0..10 {
         std::fs::write(directory.path().join("wasp.log"), format!("line {line}\n")).unwrap();
-        tokio::time::sleep(Duration::from_millis(40)).await;
+        tokio::time::sleep(Duration::from_millis(40)).await; // spaces the writes over separate debounce windows
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // observation window: after the last write
     assert_eq!(reads(), 1.0, "idle, and a log written next to the configuration, read nothing");
     std::fs::write(directory.path().join("zone-pin.wasm"), west()).unwrap();
     common::eventually("the new version to serve", || serving_digest(&registry, "zone-pin") == sha256(&west())).await;
