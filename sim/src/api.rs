@@ -292,12 +292,12 @@ async fn route(
 }
 
 /// A create request, as admission sees it.
-struct Creation<'a> {
-    resource: &'static ResourceType,
+pub(crate) struct Creation<'a> {
+    pub resource: &'static ResourceType,
     /// From the request path.
-    namespace: Option<&'a str>,
-    user: &'a crate::auth::User,
-    dry_run: bool,
+    pub namespace: Option<&'a str>,
+    pub user: &'a crate::auth::User,
+    pub dry_run: bool,
 }
 
 fn dry_run(query: &HashMap<String, String>) -> bool {
@@ -306,7 +306,7 @@ fn dry_run(query: &HashMap<String, String>) -> bool {
 
 /// Creates `object` (in the request's version): admission webhooks first when any are configured, then a
 /// CustomResourceDefinition is checked and its types served from then on. Returns the webhooks' warnings.
-async fn create(store: &Store, request: &Creation<'_>, object: Value) -> Result<(Arc<Value>, Vec<String>), ApiError> {
+pub(crate) async fn create(store: &Store, request: &Creation<'_>, object: Value) -> Result<(Arc<Value>, Vec<String>), ApiError> {
     let resource = request.resource;
     let (object, warnings) = if crate::webhooks::configured(store) { admit(store, request, object).await? } else { (object, Vec::new()) };
     let object = if events::is_events_v1(resource) { events::to_core(&object) } else { object };

@@ -4,7 +4,12 @@
 //!
 //! Event driven: changes mark objects dirty, a short tick reconciles what is dirty, and a periodic full pass
 //! catches anything missed (or a burst that overflowed the event buffer).
+//!
+//! The controllers create through the API's own create path, as kube-controller-manager's do: admission webhooks
+//! see their ReplicaSets and pods with the controller's service account as the user, and a refused create becomes
+//! a Warning event on the owner (`FailedCreate`), counted on one event while it repeats, as the event recorder does.
 
+use crate::auth::User;
 use crate::error::ApiError;
 use crate::pdb;
 use crate::resources::{self, ResourceType};
@@ -80,7 +85,7 @@ pub fn spawn(store: Arc<Store>, kubelet: KubeletSettings) -> tokio::task::JoinHa
                     }
                     Err(RecvError::Closed) => return,
                 },
-                _ = tick.tick(), if !dirty.is_empty() => reconcile(&store, std::mem::take(&mut dirty)),
+                _ = tick.tick(), if !dirty.is_empty() => reconcile(&store, std::mem::take(&mut dirty)).await,
                 _ = full.tick() => full_pass(&store, &mut dirty, &kubelet),
             }
         }
@@ -205,12 +210,12 @@ fn run_kubelet(store: &Arc<Store>, pod: &Value, settings: &KubeletSettings) {
     });
 }
 
-fn reconcile(store: &Store, dirty: Dirty) {
+async fn reconcile(store: &Store, dirty: Dirty) {
     for (plural, namespace, name) in dirty.workloads {
         let result = match plural {
-            "deployments" => reconcile_deployment(store, &namespace, &name),
-            "replicasets" => reconcile_replica_set(store, &namespace, &name),
-            _ => reconcile_stateful_set(store, &namespace, &name),
+            "deployments" => reconcile_deployment(store, &namespace, &name).await,
+            "replicasets" => reconcile_replica_set(store, &namespace, &name).await,
+            _ => reconcile_stateful_set(store, &namespace, &name).await,
         };
         match result {
             Ok(()) => {}
@@ -261,7 +266,56 @@ fn set_status(store: &Store, resource: &'static ResourceType, owner: &Value, sta
     Ok(())
 }
 
-fn reconcile_deployment(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
+/// Creates `object` as `controller` (a kube-controller-manager controller's name) through the API's create path.
+async fn create_as(store: &Store, controller: &str, resource: &'static ResourceType, namespace: &str, object: Value) -> Result<(), ApiError> {
+    let user = User::ServiceAccount { namespace: "kube-system".into(), name: controller.into() };
+    let request = crate::api::Creation { resource, namespace: Some(namespace), user: &user, dry_run: false };
+    crate::api::create(store, &request, object).await.map(|_| ())
+}
+
+/// A Warning event on `owner` from `controller`, as kube-controller-manager's event recorder writes it: the same
+/// reason and message again only count up (`count`, `lastTimestamp`) on one event.
+fn warn(store: &Store, controller: &str, owner: &Value, reason: &str, message: &str) {
+    let events = resources::find("", "v1", "events").expect("served");
+    let namespace = namespace_of(owner);
+    let mut hasher = DefaultHasher::new();
+    (uid_of(owner), reason, message).hash(&mut hasher);
+    let name = format!("{}.{:016x}", name_of(owner), hasher.finish());
+    let now = now_rfc3339();
+    let counted = store.mutate(events, Some(namespace), &name, |event| {
+        event["count"] = json!(event["count"].as_i64().unwrap_or(1) + 1);
+        event["lastTimestamp"] = json!(now);
+        Ok(())
+    });
+    if counted.is_ok() {
+        return;
+    }
+    let event = json!({
+        "metadata": {"name": name, "namespace": namespace},
+        "involvedObject": {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": name_of(owner), "namespace": namespace, "uid": uid_of(owner)},
+        "reason": reason, "message": message, "type": "Warning", "count": 1,
+        "firstTimestamp": now, "lastTimestamp": now, "source": {"component": controller},
+        "reportingComponent": controller, "reportingInstance": "",
+    });
+    if let Err(error) = store.create(events, Some(namespace), event) {
+        tracing::debug!(%error, reason, "event not recorded");
+    }
+}
+
+/// A create the API refused (an admission webhook's denial, most often) is reported on the owner and ends this
+/// reconcile; the next full pass tries again. Anything else is the caller's error.
+fn refused(store: &Store, controller: &str, owner: &Value, reason: &str, message: impl FnOnce(&ApiError) -> String, result: Result<(), ApiError>) -> Result<bool, ApiError> {
+    match result {
+        Ok(()) => Ok(false),
+        Err(error) if (400..500).contains(&error.code) && error.code != 404 && error.code != 409 => {
+            warn(store, controller, owner, reason, &message(&error));
+            Ok(true)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+async fn reconcile_deployment(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
     let deployment = store.get(apps("deployments"), Some(namespace), name)?;
     let hash = template_hash(&deployment["spec"]["template"]);
     let owned = store.owned(apps("replicasets"), uid_of(&deployment));
@@ -276,7 +330,11 @@ fn reconcile_deployment(store: &Store, namespace: &str, name: &str) -> Result<()
             "metadata": {"name": current_name, "namespace": namespace, "labels": template["metadata"]["labels"], "ownerReferences": owner_reference("Deployment", &deployment)},
             "spec": {"replicas": wanted, "selector": selector, "template": template},
         });
-        store.create(apps("replicasets"), Some(namespace), replica_set)?;
+        let created = create_as(store, "deployment-controller", apps("replicasets"), namespace, replica_set).await;
+        let message = |error: &ApiError| format!("Failed to create new replica set {current_name:?}: {}", error.message);
+        if refused(store, "deployment-controller", &deployment, "ReplicaSetCreateError", message, created)? {
+            return Ok(());
+        }
     }
     for replica_set in &owned {
         let target = if name_of(replica_set) == current_name { wanted } else { 0 };
@@ -324,14 +382,18 @@ fn workload_status(owner: &Value, pods: usize, ready: usize) -> Value {
 }
 
 /// Keeps the pod count from the owner index's counts: no pod is looked at unless some must go.
-fn reconcile_replica_set(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
+async fn reconcile_replica_set(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
     let replica_set = store.get(apps("replicasets"), Some(namespace), name)?;
     let counts = store.owned_counts(resources::pods(), uid_of(&replica_set));
     let wanted = replicas(&replica_set).max(0) as usize;
     let (mut live, mut ready) = (counts.live, counts.ready);
     if live < wanted {
         for _ in live..wanted {
-            store.create(resources::pods(), Some(namespace), pod_from_template("ReplicaSet", &replica_set, None))?;
+            let created = create_as(store, "replicaset-controller", resources::pods(), namespace, pod_from_template("ReplicaSet", &replica_set, None)).await;
+            let message = |error: &ApiError| format!("Error creating: {}", error.message);
+            if refused(store, "replicaset-controller", &replica_set, "FailedCreate", message, created)? {
+                break;
+            }
         }
     } else if live > wanted {
         let mut pods: Vec<Arc<Value>> =
@@ -346,7 +408,7 @@ fn reconcile_replica_set(store: &Store, namespace: &str, name: &str) -> Result<(
     set_status(store, apps("replicasets"), &replica_set, workload_status(&replica_set, live, ready))
 }
 
-fn reconcile_stateful_set(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
+async fn reconcile_stateful_set(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
     let stateful_set = store.get(apps("statefulsets"), Some(namespace), name)?;
     let pods = store.owned(resources::pods(), uid_of(&stateful_set));
     let wanted = replicas(&stateful_set).max(0) as usize;
@@ -354,7 +416,13 @@ fn reconcile_stateful_set(store: &Store, namespace: &str, name: &str) -> Result<
     for index in 0..wanted {
         let pod_name = format!("{name}-{index}");
         if !pods.iter().any(|pod| name_of(pod) == pod_name) {
-            store.create(resources::pods(), Some(namespace), pod_from_template("StatefulSet", &stateful_set, Some(pod_name)))?;
+            let pod = pod_from_template("StatefulSet", &stateful_set, Some(pod_name.clone()));
+            let created = create_as(store, "statefulset-controller", resources::pods(), namespace, pod).await;
+            let message = |error: &ApiError| format!("create Pod {pod_name} in StatefulSet {name} failed error: {}", error.message);
+            // Ordered creation: a later ordinal waits for this one.
+            if refused(store, "statefulset-controller", &stateful_set, "FailedCreate", message, created)? {
+                break;
+            }
         }
     }
     for pod in pods.iter().filter(|pod| ordinal(pod).is_some_and(|index| index >= wanted)) {

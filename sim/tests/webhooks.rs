@@ -10,6 +10,7 @@ use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{json, Value};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -532,4 +533,75 @@ async fn kubectl_prints_denials_and_warnings() {
     assert!(warned.status.success(), "{}", String::from_utf8_lossy(&warned.stderr));
     assert_eq!(String::from_utf8_lossy(&warned.stderr).trim_end(), "Warning: scheduled by wasp");
     assert_eq!(String::from_utf8_lossy(&warned.stdout).trim_end(), "pod/y created");
+}
+
+/// Polls the store every 20 ms until `found` returns something (a condition, not a fixed wait), for at most 10 s.
+async fn eventually<T>(what: &str, mut found: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(value) = found() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn pods_labelled(simulator: &Simulator, app: &str) -> Vec<Arc<Value>> {
+    simulator.store.all_in(resources::pods(), "default").into_iter().filter(|pod| pod["metadata"]["labels"]["app"] == app).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_pods_go_through_admission_and_a_refusal_is_an_event_on_the_owner() {
+    let pki = pki();
+    let patch = base64(r#"[{"op": "add", "path": "/metadata/labels/admitted", "value": "yes"}]"#);
+    let mutator = HookServer::start(&pki, Duration::ZERO, Arc::new(move |_: &Value| json!({"allowed": true, "patchType": "JSONPatch", "patch": patch}))).await;
+    let validator = HookServer::start(&pki, Duration::ZERO, Arc::new(|review: &Value| {
+        if review.pointer("/request/object/metadata/labels/app") == Some(&json!("refused")) {
+            json!({"allowed": false, "status": {"code": 403, "message": "app refused is not welcome"}})
+        } else {
+            json!({"allowed": true})
+        }
+    }))
+    .await;
+    let simulator = simulator().await;
+    configure(&simulator, "MutatingWebhookConfiguration", "label", json!([pod_hook("label.wasp.dev", &mutator.url("/mutate"), &pki, json!({}))])).await;
+    configure(&simulator, "ValidatingWebhookConfiguration", "check", json!([pod_hook("check.wasp.dev", &validator.url("/validate"), &pki, json!({}))])).await;
+    let workload = |kind: &str, app: &str, replicas: u32| {
+        let template = json!({"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "app", "image": "nginx"}]}});
+        json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": app}, "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}}, "template": template, "serviceName": app}})
+    };
+    let (status, _, answer) = post(&simulator, "/apis/apps/v1/namespaces/default/deployments", &workload("Deployment", "web", 2)).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let (status, _, answer) = post(&simulator, "/apis/apps/v1/namespaces/default/replicasets", &workload("ReplicaSet", "refused", 2)).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let (status, _, answer) = post(&simulator, "/apis/apps/v1/namespaces/default/statefulsets", &workload("StatefulSet", "refused", 1)).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+
+    // The Deployment's pods were mutated.
+    let web = eventually("the Deployment's two pods", || Some(pods_labelled(&simulator, "web")).filter(|pods| pods.len() == 2)).await;
+    assert!(web.iter().all(|pod| pod["metadata"]["labels"]["admitted"] == "yes"), "{web:?}");
+
+    // The refused pods do not exist; each owner says why, as kube-controller-manager's controllers do.
+    let events = resources::find("", "v1", "events").unwrap();
+    let warning = |kind: &str| {
+        simulator.store.all_in(events, "default").into_iter().find(|event| event["involvedObject"]["kind"] == kind && event["involvedObject"]["name"] == "refused")
+    };
+    let replica_set = eventually("the ReplicaSet's FailedCreate event", || warning("ReplicaSet")).await;
+    assert_eq!(replica_set["reason"], "FailedCreate");
+    assert_eq!(replica_set["type"], "Warning");
+    assert_eq!(replica_set["message"], "Error creating: admission webhook \"check.wasp.dev\" denied the request: app refused is not welcome");
+    assert_eq!(replica_set["source"]["component"], "replicaset-controller");
+    let stateful_set = eventually("the StatefulSet's FailedCreate event", || warning("StatefulSet")).await;
+    assert_eq!(
+        stateful_set["message"],
+        "create Pod refused-0 in StatefulSet refused failed error: admission webhook \"check.wasp.dev\" denied the request: app refused is not welcome"
+    );
+    assert!(pods_labelled(&simulator, "refused").is_empty());
+    // The webhooks were told which controller created each pod.
+    let users: HashSet<String> = validator.calls("/validate").iter().map(|review| review["request"]["userInfo"]["username"].as_str().unwrap().to_string()).collect();
+    assert!(users.contains("system:serviceaccount:kube-system:replicaset-controller"), "{users:?}");
+    assert!(users.contains("system:serviceaccount:kube-system:statefulset-controller"), "{users:?}");
+    let failures = simulator.store.all_in(events, "default").into_iter().filter(|event| event["reason"] == "FailedCreate").count();
+    assert_eq!(failures, 2, "a repeated refusal counts up on its owner's one event");
 }

@@ -7,7 +7,7 @@
 //!
 //! Not modelled: UPDATE, DELETE and CONNECT (only creates are admitted), subresources, `matchPolicy: Equivalent`
 //! conversions (the simulator serves one version per resource), `reinvocationPolicy: IfNeeded`, the
-//! `authorizer` CEL variable, and admission of what the simulator's own controllers create.
+//! `authorizer` CEL variable. The simulator's controllers create through the same path ([`crate::controllers`]).
 
 pub mod client;
 pub mod conditions;
