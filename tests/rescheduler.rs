@@ -450,8 +450,53 @@ async fn a_pending_pod_gets_room_from_lower_priority_pods_and_is_placed_on_the_n
     assert_eq!(harness.evictions_received(), 2, "the fewest pods that make room: two of one CPU for two CPUs");
     assert!(nominated.lock().unwrap().iter().any(|node| node == "n-0"), "the host nominated the node: {:?}", nominated.lock().unwrap());
     let events = harness.events_from("wasp-rescheduler").await;
-    let preempted: Vec<&Event> = events.iter().filter(|event| event.message.as_deref().unwrap_or("").contains("to make room for default/vip")).collect();
+    let preemptor = format!("Preempted by pod {} on node n-0 (policy make-room-for-pending: ", created.metadata.uid.unwrap());
+    let preempted: Vec<&Event> = events.iter().filter(|event| event.reason.as_deref() == Some("Preempted") && event.message.as_deref().unwrap_or("").starts_with(&preemptor)).collect();
     assert_eq!(preempted.len(), 2, "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheduler_preempts_at_once_and_passes_over_a_node_whose_victim_a_budget_protects() {
+    // a-0 holds two replicas of `guarded`, whose budget allows no disruption, and b-0 three of `plain`. For 2.5
+    // CPUs, one guarded pod is the best victim (one pod) but may not go: the host must take b-0's two instead.
+    let scenario = format!(
+        "{COUNT_EVICTIONS}\nkubelet: {{readyDelay: 10ms, terminationDelay: 100ms}}\nnodeGroups:\n\
+         - {{name: a, count: 1, cpu: '4', memory: 16Gi, labels: {{pool: a}}}}\n\
+         - {{name: b, count: 1, cpu: '4', memory: 16Gi, labels: {{pool: b}}}}\n\
+         workloads:\n\
+         - {{name: guarded, replicas: 2, schedulerName: wasp, cpu: 1500m, priority: 0, pdb: {{minAvailable: 2}}, podSpec: {{nodeSelector: {{pool: a}}}}}}\n\
+         - {{name: plain, replicas: 3, schedulerName: wasp, cpu: '1', priority: 0, podSpec: {{nodeSelector: {{pool: b}}}}}}\n"
+    );
+    // No strategy, and neither an interval nor pendingTrigger that comes within the test: only the scheduler's
+    // request for preemption can make room.
+    // maxPerWorkload 1 (the default) does not hold back a preemption's victims: two replicas of `plain` go.
+    let rescheduler = "strategies: []\npreemption: {policy: make-room-for-pending}\ninterval: 1h\npendingTrigger: 1h";
+    let harness = start(&scenario, config(rescheduler), true).await;
+    harness.ready_placements("app=guarded", 2, Duration::from_secs(20)).await;
+    harness.ready_placements("app=plain", 3, Duration::from_secs(20)).await;
+    let important = |name: &str, policy: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"schedulerName": "wasp", "priority": 1000, "preemptionPolicy": policy,
+                     "containers": [{"name": "app", "image": "app", "resources": {"requests": {"cpu": "2500m"}}}]},
+        }))
+        .unwrap()
+    };
+    // First a pod that may not preempt: it waits, and takes nobody's room.
+    harness.pods().create(&Default::default(), &important("patient", "Never")).await.unwrap();
+    let stats = harness.host.scheduler.stats.clone();
+    common::eventually_within("the scheduler finds no room for patient", Duration::from_secs(20), || stats.unschedulable.load(Ordering::Relaxed) >= 1).await;
+    let vip = harness.pods().create(&Default::default(), &important("vip", "PreemptLowerPriority")).await.unwrap();
+    let placed = harness.ready_placements("app=vip", 1, Duration::from_secs(30)).await;
+    assert_eq!(placed["vip"], "b-0");
+    assert_eq!(harness.evictions_received(), 2, "two plain pods, and no request for a guarded one");
+    let patient = harness.pods().get("patient").await.unwrap();
+    assert!(patient.spec.unwrap().node_name.is_none(), "preemptionPolicy Never waits");
+    assert!(patient.status.unwrap().nominated_node_name.is_none());
+    let events = harness.events_from("wasp-rescheduler").await;
+    let preemptor = format!("Preempted by pod {} on node b-0", vip.metadata.uid.unwrap());
+    let preempted = events.iter().filter(|event| event.reason.as_deref() == Some("Preempted") && event.message.as_deref().unwrap_or("").starts_with(&preemptor)).count();
+    assert_eq!(preempted, 2, "{events:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,5 +11,5 @@ mod shared;
 mod state;
 
 pub use hints::{PlacementHints, Workload};
-pub use shared::{ClusterEvent, SharedCluster, Synced, UnreadablePod};
-pub use state::{ClusterState, DeltaSink, EvictionConsent, PodChange, PodMeta, Rewind, SyncPoint, EVICT_ANNOTATION};
+pub use shared::{ClusterEvent, Nomination, SharedCluster, Synced, UnreadablePod};
+pub use state::{pod_requests, to_vector, ClusterState, DeltaSink, EvictionConsent, PodChange, PodMeta, Rewind, SyncPoint, EVICT_ANNOTATION};

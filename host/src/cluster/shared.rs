@@ -33,6 +33,9 @@ pub enum ClusterEvent {
     /// A pod that waits for its `schedulingGates` to be removed, first seen so (its status does not say it yet):
     /// no scheduler attempts it.
     PodGated(Arc<Pod>),
+    /// A scheduler could not place this pending pod, which may preempt (its `preemptionPolicy` is not `Never`):
+    /// the rescheduler's preemption looks for room.
+    PreemptionWanted { uid: String },
     /// A pending pod the host cannot read (a quantity it cannot parse, say): no scheduler will place it, and its
     /// owner must be told why.
     PodUnreadable(Arc<UnreadablePod>),
@@ -45,6 +48,22 @@ pub struct UnreadablePod {
     pub uid: String,
     pub scheduler_name: String,
     pub error: String,
+}
+
+/// A pending pod nominated to a node (by preemption): the room made for it, which pods of lower priority may not
+/// take (kube-scheduler counts nominated pods of equal or higher priority on their node when it filters a pod).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Nomination {
+    pub uid: String,
+    pub priority: i32,
+    pub requests: wasp_sdk::resources::ResourceVector,
+}
+
+fn withdraw_nomination(nominations: &mut HashMap<String, Vec<Nomination>>, uid: &str) {
+    nominations.retain(|_, held| {
+        held.retain(|nomination| nomination.uid != uid);
+        !held.is_empty()
+    });
 }
 
 /// Whether the node, pod and namespace informers have each listed the cluster at least once.
@@ -67,6 +86,10 @@ pub struct SharedCluster {
     pending: Mutex<HashMap<String, Pod>>,
     /// Why pending pods could not be placed, as a scheduler last said (by uid).
     unschedulable: Mutex<HashMap<String, String>>,
+    /// Pending pods with `preemptionPolicy: Never`: they wait for room and never take it from other pods.
+    never_preempt: Mutex<std::collections::HashSet<String>>,
+    /// Pending pods with a nominated node, by node name.
+    nominations: Mutex<HashMap<String, Vec<Nomination>>>,
     /// Where the rescheduler wants its evicted pods' replacements.
     pub hints: super::PlacementHints,
     events: broadcast::Sender<ClusterEvent>,
@@ -79,6 +102,8 @@ impl Default for SharedCluster {
             state: RwLock::new(ClusterState::new()),
             pending: Mutex::new(HashMap::new()),
             unschedulable: Mutex::new(HashMap::new()),
+            never_preempt: Mutex::new(std::collections::HashSet::new()),
+            nominations: Mutex::new(HashMap::new()),
             hints: super::PlacementHints::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
             synced: watch::channel(Synced::default()).0,
@@ -135,10 +160,58 @@ impl SharedCluster {
         self.pending().values().filter(|pod| wanted(pod)).cloned().collect()
     }
 
-    /// A scheduler could not place the pending pod `uid`, for `message`.
+    /// A scheduler could not place the pending pod `uid`, for `message`; unless the pod never preempts, the
+    /// rescheduler's preemption is asked to look for room.
     pub fn note_unschedulable(&self, uid: &str, message: &str) {
         let mut reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         reasons.insert(uid.to_string(), message.to_string());
+        drop(reasons);
+        if self.may_preempt(uid) {
+            self.publish(ClusterEvent::PreemptionWanted { uid: uid.to_string() });
+        }
+    }
+
+    /// Records a pending pod's `preemptionPolicy`.
+    pub(super) fn set_preemption_policy(&self, uid: &str, never: bool) {
+        let mut never_preempt = self.never_preempt.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if never {
+            never_preempt.insert(uid.to_string());
+        } else {
+            never_preempt.remove(uid);
+        }
+    }
+
+    /// Records where a pending pod is nominated (`status.nominatedNodeName`), or that it is not.
+    pub(super) fn set_nomination(&self, pod: &Pod) {
+        self.hold_room(pod, pod.nominated_node.as_deref());
+    }
+
+    /// Holds room on `node` for the pending pod `uid` from now on (None: no longer), before the API server has
+    /// its nomination: preemption's victims may be gone, and their room taken, before the informer sees it.
+    pub fn nominate(&self, uid: &str, node: Option<&str>) {
+        let pod = self.pending().get(uid).cloned();
+        if let Some(pod) = pod {
+            self.hold_room(&pod, node);
+        }
+    }
+
+    fn hold_room(&self, pod: &Pod, node: Option<&str>) {
+        let mut nominations = self.nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        withdraw_nomination(&mut nominations, &pod.uid);
+        if let Some(node) = node.filter(|_| self.pending().contains_key(&pod.uid)) {
+            let nomination = Nomination { uid: pod.uid.clone(), priority: pod.priority, requests: super::pod_requests(pod).0 };
+            nominations.entry(node.to_string()).or_default().push(nomination);
+        }
+    }
+
+    /// The pending pods nominated to nodes, by node name (usually none).
+    pub fn nominations(&self) -> HashMap<String, Vec<Nomination>> {
+        self.nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Whether the pending pod may take room from lower-priority pods (`preemptionPolicy` is not `Never`).
+    pub fn may_preempt(&self, uid: &str) -> bool {
+        !self.never_preempt.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(uid)
     }
 
     /// The pending pods with why they wait (empty when no scheduler said yet); reasons of pods that no longer
@@ -157,6 +230,11 @@ impl SharedCluster {
         let mut pending = self.pending();
         let was_pending = pending.remove(uid).is_some();
         pending.shrink_when_sparse();
+        drop(pending);
+        self.set_preemption_policy(uid, false);
+        if was_pending {
+            withdraw_nomination(&mut self.nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), uid);
+        }
         was_pending
     }
 

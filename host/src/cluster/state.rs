@@ -134,7 +134,7 @@ fn to_resources(vector: &ResourceVector) -> Resources {
     }
 }
 
-fn to_vector(resources: &Resources) -> ResourceVector {
+pub fn to_vector(resources: &Resources) -> ResourceVector {
     ResourceVector {
         cpu_millis: resources.cpu_millis,
         memory_bytes: resources.memory_bytes,
@@ -143,8 +143,9 @@ fn to_vector(resources: &Resources) -> ResourceVector {
     }
 }
 
-/// What a pod takes from its node, computed with the SDK's kube-scheduler arithmetic.
-fn pod_requests(pod: &Pod) -> (ResourceVector, ResourceVector) {
+/// What a pod takes from its node, computed with the SDK's kube-scheduler arithmetic: its requests, and the same
+/// with kube-scheduler's non-zero defaults for scoring.
+pub fn pod_requests(pod: &Pod) -> (ResourceVector, ResourceVector) {
     let compute = |non_zero| {
         wasp_sdk::resources::effective_requests(
             pod.containers.iter().map(|container| to_vector(&container.requests)),

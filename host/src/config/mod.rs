@@ -191,8 +191,8 @@ impl HostConfig {
                 add(&score.policy, of(PolicyKind::Score));
             }
         }
-        for strategy in self.rescheduler.iter().flat_map(|section| &section.strategies) {
-            add(&strategy.policy, PolicyUser::Rescheduler);
+        for policy in self.rescheduler.iter().flat_map(|section| section.evict_policies()) {
+            add(policy, PolicyUser::Rescheduler);
         }
         for name in self.autoscaler.iter().flat_map(|section| &section.policies) {
             add(name, PolicyUser::Autoscaler);
@@ -291,7 +291,7 @@ mod tests {
         let error = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a}]}\npolicies: {ghost: {}}");
         assert!(error.starts_with("policies.ghost: nothing uses this policy"), "{error}");
         let error = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a}]}\nrescheduler: {strategies: []}");
-        assert!(error.starts_with("rescheduler.strategies: at least one"), "{error}");
+        assert!(error.starts_with("rescheduler.strategies: at least one strategy (or preemption)"), "{error}");
     }
 
     #[test]

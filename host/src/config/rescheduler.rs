@@ -14,7 +14,13 @@ pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ReschedulerSection {
     /// Evict policies, each proposing candidates for one strategy, in order of precedence.
+    #[serde(default)]
     pub strategies: Vec<Strategy>,
+    /// The scheduler's preemption: when a pod of a wasp profile fits no node, this evict policy (one that
+    /// proposes victims with `room-for`, like `make-room-for-pending`) is run at once, alone, for the pods that
+    /// wait; its victims pass the same envelope as every eviction. Not run in the periodic runs.
+    #[serde(default)]
+    pub preemption: Option<Strategy>,
     /// Time between runs; a relevant change (a node tainted, cordoned or relabelled, a pod pending too long)
     /// runs it sooner.
     #[serde(default = "default_interval", with = "humantime_serde")]
@@ -145,10 +151,16 @@ fn check_range(field: &str, value: Duration, low: Duration, high: Duration) -> a
 }
 
 impl ReschedulerSection {
+    /// Every evict policy the section uses: the strategies, then the preemption policy.
+    pub fn evict_policies(&self) -> impl Iterator<Item = &str> {
+        self.strategies.iter().chain(self.preemption.as_ref()).map(|strategy| strategy.policy.as_str())
+    }
+
     /// These strategies with every other setting at its default.
     pub fn with_strategies(strategies: Vec<Strategy>) -> ReschedulerSection {
         ReschedulerSection {
             strategies,
+            preemption: None,
             interval: default_interval(),
             pending_trigger: default_pending_trigger(),
             dry_run: false,
@@ -162,8 +174,8 @@ impl ReschedulerSection {
 
     /// Checks the section; `profiles` are the scheduler's profile names.
     pub fn validate(&self, profiles: &[&str]) -> anyhow::Result<()> {
-        if self.strategies.is_empty() {
-            bail!("rescheduler.strategies: at least one strategy is needed (or leave the rescheduler section out)");
+        if self.strategies.is_empty() && self.preemption.is_none() {
+            bail!("rescheduler.strategies: at least one strategy (or preemption) is needed (or leave the rescheduler section out)");
         }
         for (index, strategy) in self.strategies.iter().enumerate() {
             if self.strategies[..index].iter().any(|earlier| earlier.policy == strategy.policy) {

@@ -130,6 +130,9 @@ pub struct RegistryStatus {
     pub policies: Vec<PolicyStatus>,
     pub profiles: Vec<ProfileStatus>,
     pub rescheduler_strategies: Vec<String>,
+    /// The evict policy the scheduler's preemption runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preemption_policy: Option<String>,
     pub autoscaler_policies: Vec<String>,
 }
 
@@ -524,6 +527,7 @@ impl PolicyRegistry {
                 })
                 .collect(),
             rescheduler_strategies: config.rescheduler.iter().flat_map(|section| section.strategies.iter().map(|strategy| strategy.policy.clone())).collect(),
+            preemption_policy: config.rescheduler.as_ref().and_then(|section| section.preemption.as_ref()).map(|strategy| strategy.policy.clone()),
             autoscaler_policies: config.autoscaler.iter().flat_map(|section| section.policies.clone()).collect(),
         }
     }

@@ -22,6 +22,8 @@ pub struct Plans {
     pub scheduling: HashMap<String, Arc<ProfilePolicies>>,
     /// The rescheduler's strategies, in configuration order.
     pub eviction: Vec<Arc<LoadedPolicy>>,
+    /// The evict policy the scheduler's preemption runs (`rescheduler.preemption`).
+    pub preemption: Option<Arc<LoadedPolicy>>,
     /// Scale policies by name, for the autoscaler's targets.
     pub scaling: BTreeMap<String, Arc<LoadedPolicy>>,
 }
@@ -79,6 +81,9 @@ pub fn resolve(config: &HostConfig, policies: &BTreeMap<String, Arc<LoadedPolicy
     }
     for (index, strategy) in config.rescheduler.iter().flat_map(|section| section.strategies.iter()).enumerate() {
         plans.eviction.push(lookup(&strategy.policy, PolicyKind::Evict, &format!("rescheduler.strategies[{index}].policy"))?);
+    }
+    if let Some(preemption) = config.rescheduler.as_ref().and_then(|section| section.preemption.as_ref()) {
+        plans.preemption = Some(lookup(&preemption.policy, PolicyKind::Evict, "rescheduler.preemption.policy")?);
     }
     for (index, name) in config.autoscaler.iter().flat_map(|section| section.policies.iter()).enumerate() {
         plans.scaling.insert(name.clone(), lookup(name, PolicyKind::Scale, &format!("autoscaler.policies[{index}]"))?);

@@ -79,10 +79,12 @@ impl Evictor {
         pods.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await.map(drop)
     }
 
-    /// The event on a pod evicted to make room for a pending one.
-    pub async fn preempted(&self, entry: &PlanEntry, beneficiary: &str) {
-        let message = format!("Evicted from node {} by policy {} to make room for {beneficiary}: {}", entry.node, entry.policy, entry.reason);
-        self.events.event(&object_of(entry), "Normal", "Evicted", &message).await;
+    /// The event on a pod evicted to make room for a pending one: kube-scheduler's reason and message
+    /// (`Preempted`, `Preempted by pod <uid> on node <node>`), then which policy and why.
+    pub async fn preempted(&self, entry: &PlanEntry) {
+        let preemptor = entry.room_for.as_deref().unwrap_or_default();
+        let message = format!("Preempted by pod {preemptor} on node {} (policy {}: {})", entry.node, entry.policy, entry.reason);
+        self.events.event(&object_of(entry), "Normal", "Preempted", &message).await;
     }
 
     /// A warning on a pod a policy wants moved but that stays for a reason its owner can act on (a budget that

@@ -12,6 +12,10 @@
 //! then evicts (unless `dryRun`). Runs happen every `interval`, and sooner when a node changes in what policies
 //! see (tainted, cordoned, relabelled), a pod of a wasp profile has waited longer than `pendingTrigger`, or the
 //! last run held pods back only until a replacement is Ready (a drain goes on as fast as pacing allows).
+//!
+//! Preemption is a run of its own: when the scheduler cannot place a pod that may preempt, the
+//! `rescheduler.preemption` policy alone is called for the waiting pods (within [`PREEMPTION_SETTLE`]), and its
+//! victims go through the same plan, envelope and Eviction API as any eviction, so no budget is ever broken.
 
 pub mod budgets;
 pub mod envelope;
@@ -40,6 +44,20 @@ const SETTLE: Duration = Duration::from_secs(1);
 const MIN_GAP: Duration = Duration::from_secs(5);
 /// How often pending pods are checked against `pendingTrigger`.
 const PENDING_CHECK: Duration = Duration::from_secs(5);
+/// A burst of unschedulable pods makes one preemption run: wait this long after the first.
+const PREEMPTION_SETTLE: Duration = Duration::from_millis(100);
+/// Preemption runs start at least this long after the previous one: a pod that cannot be helped fails again and
+/// again as its backoff allows, and each failure asks.
+const PREEMPTION_GAP: Duration = Duration::from_secs(1);
+
+/// Which evict policies a run calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    /// The strategies, every `interval` or sooner after a change.
+    Periodic,
+    /// The preemption policy alone, for the pods that wait.
+    Preemption,
+}
 
 /// Counters of what the host sent, whatever the API server answered.
 #[derive(Default)]
@@ -114,11 +132,27 @@ impl Rescheduler {
         self.last_run.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
-    /// Plans with the current generation and, unless it is a dry run (`force_dry_run` or the configuration's
-    /// `dryRun`), evicts. None when the configuration has no rescheduler section.
+    /// Plans with the current generation's strategies and, unless it is a dry run (`force_dry_run` or the
+    /// configuration's `dryRun`), evicts. None when the configuration has no rescheduler section or no strategy.
     pub async fn run_once(&self, force_dry_run: bool) -> Option<Plan> {
+        self.run_kind(RunKind::Periodic, force_dry_run).await
+    }
+
+    /// Runs the preemption policy for the pods that wait. None when none is configured.
+    pub async fn preempt_once(&self) -> Option<Plan> {
+        self.run_kind(RunKind::Preemption, false).await
+    }
+
+    async fn run_kind(&self, kind: RunKind, force_dry_run: bool) -> Option<Plan> {
         let generation = self.policies.current();
         let section = generation.config.rescheduler.as_ref()?;
+        let policies: Vec<Arc<crate::policy::LoadedPolicy>> = match kind {
+            RunKind::Periodic => generation.plans.eviction.clone(),
+            RunKind::Preemption => generation.plans.preemption.iter().cloned().collect(),
+        };
+        if policies.is_empty() {
+            return None;
+        }
         let dry_run = force_dry_run || section.dry_run;
         let started = Instant::now();
         let (budgets, mut warnings) = match self.evictor.budgets().await {
@@ -137,7 +171,7 @@ impl Rescheduler {
             .cluster
             .pending_with_reasons()
             .into_iter()
-            .filter(|(pod, _)| generation.plans.scheduling.contains_key(&pod.scheduler_name))
+            .filter(|(pod, _)| generation.plans.scheduling.contains_key(&pod.scheduler_name) && self.may_take_room(pod))
             .map(|(pod, reason)| PendingPod { pod, reason })
             .collect();
         pending.sort_by(|a, b| b.pod.priority.cmp(&a.pod.priority).then(a.pod.created_at.cmp(&b.pod.created_at)));
@@ -145,7 +179,7 @@ impl Rescheduler {
         let context = EvictContext { now: wall_seconds(), pending, failed };
         let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now };
         let mut plan = crate::runtime::off_async_worker(|| {
-            let proposals = plan::propose(&generation.plans.eviction, &generation.plans, self.cluster.read(), context, section.keep_strategies_warm);
+            let proposals = plan::propose(&policies, &generation.plans, self.cluster.read(), context, section.keep_strategies_warm);
             plan::plan(inputs, proposals)
         });
         plan.dry_run = dry_run;
@@ -156,8 +190,17 @@ impl Rescheduler {
         for (policy, took, _) in &plan.proposals {
             self.metrics.proposed(policy, *took);
         }
-        // Pending pods whose room was made, by `namespace/name`: the node, and whether every eviction for it went.
-        let mut rooms: BTreeMap<String, (String, bool)> = BTreeMap::new();
+        // Pending pods whose room was made, by `namespace/name`: the node, its uid, and whether every eviction
+        // for it went. The scheduler keeps the room for it from before the first eviction: a pod of lower priority
+        // must not take it once the victims are gone, before the nomination reaches the API server.
+        let mut rooms: BTreeMap<String, (String, String, bool)> = BTreeMap::new();
+        if !dry_run {
+            for entry in &plan.entries {
+                if let (Decision::Preempt { node, .. }, Some(uid)) = (&entry.decision, &entry.room_for) {
+                    self.cluster.nominate(uid, Some(node));
+                }
+            }
+        }
         for entry in &mut plan.entries {
             let preempting = match &entry.decision {
                 Decision::Skip(skip) => {
@@ -171,15 +214,20 @@ impl Rescheduler {
                 Decision::Evict { .. } | Decision::Clear => None,
                 Decision::Preempt { beneficiary, node } => Some((beneficiary.clone(), node.clone())),
             };
-            let outcome = if dry_run { Outcome::NotSent } else { self.evict(entry, section.pacing.budget_retry, preempting.as_ref().map(|(who, _)| who.as_str())).await };
+            let outcome = if dry_run { Outcome::NotSent } else { self.evict(entry, section.pacing.budget_retry, preempting.is_some()).await };
             if let Some((beneficiary, node)) = preempting {
-                let room = rooms.entry(beneficiary).or_insert((node, true));
-                room.1 &= outcome == Outcome::Evicted;
+                let uid = entry.room_for.clone().unwrap_or_default();
+                let room = rooms.entry(beneficiary).or_insert((node, uid, true));
+                room.2 &= outcome == Outcome::Evicted;
             }
             self.metrics.eviction(&entry.policy, outcome.label());
             entry.outcome = Some(outcome);
         }
-        for (beneficiary, (node, _)) in rooms.into_iter().filter(|(_, (_, made))| *made) {
+        for (beneficiary, (node, uid, made)) in rooms {
+            if !made {
+                self.cluster.nominate(&uid, None);
+                continue;
+            }
             let Some((namespace, name)) = beneficiary.split_once('/') else { continue };
             match self.evictor.nominate(namespace, name, &node).await {
                 Ok(()) => tracing::info!(pod = %beneficiary, %node, "room made; nominated the node for it"),
@@ -192,6 +240,7 @@ impl Rescheduler {
         self.stats.runs.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             generation = generation.number,
+            ?kind,
             candidates = summary.candidates,
             evicted = summary.evicted,
             skipped = ?summary.skipped,
@@ -205,7 +254,7 @@ impl Rescheduler {
 
     /// Sends one eviction and remembers what it means: pacing and backoff for the workload, a retry delay
     /// after a budget's refusal, the policy's placement hint for the replacement.
-    async fn evict(&self, entry: &plan::PlanEntry, budget_retry: Duration, beneficiary: Option<&str>) -> Outcome {
+    async fn evict(&self, entry: &plan::PlanEntry, budget_retry: Duration, preempting: bool) -> Outcome {
         self.stats.eviction_requests.fetch_add(1, Ordering::Relaxed);
         // The hint goes in before the request: the controller may create the replacement, and the scheduler
         // bind it, before the eviction's answer arrives here.
@@ -225,9 +274,10 @@ impl Rescheduler {
                     self.memory().record_eviction(entry.workload.as_ref(), entry.siblings.clone(), Instant::now());
                 }
                 tracing::info!(pod = %entry.key(), node = %entry.node, policy = %entry.policy, reason = %entry.reason, decision = ?entry.decision, "evicted");
-                match beneficiary {
-                    Some(beneficiary) => self.evictor.preempted(entry, beneficiary).await,
-                    None => self.evictor.evicted(entry, entry.target()).await,
+                if preempting {
+                    self.evictor.preempted(entry).await;
+                } else {
+                    self.evictor.evicted(entry, entry.target()).await;
                 }
                 Outcome::Evicted
             }
@@ -244,11 +294,14 @@ impl Rescheduler {
         }
     }
 
-    /// Runs every `interval`, and sooner after a relevant change, while the task lives.
+    /// Runs every `interval`, and sooner after a relevant change, while the task lives; preemption runs in
+    /// between, when the scheduler asks.
     pub async fn run(self: Arc<Self>) {
         let mut events = self.cluster.subscribe();
         self.cluster.wait_until_ready().await;
         let mut pending_seen = HashSet::new();
+        let mut last_preemption: Option<tokio::time::Instant> = None;
+        let mut preempt_at: Option<tokio::time::Instant> = None;
         loop {
             let configured = self.policies.current().config.rescheduler.as_ref().map(|section| section.interval);
             let interval = match (self.run_once(false).await, configured) {
@@ -256,7 +309,7 @@ impl Rescheduler {
                 (Some(plan), Some(interval)) if plan.entries.iter().any(|entry| matches!(&entry.decision, Decision::Skip(skip) if skip.waits_for_replacement())) => {
                     interval.min(MIN_GAP)
                 }
-                (Some(_), Some(interval)) => interval,
+                (_, Some(interval)) => interval,
                 // No rescheduler in the configuration (a reload removed it): look again later.
                 _ => Duration::from_secs(30),
             };
@@ -267,11 +320,25 @@ impl Rescheduler {
                 if now >= due {
                     break;
                 }
+                if preempt_at.is_some_and(|at| now >= at) {
+                    preempt_at = None;
+                    self.preempt_once().await;
+                    last_preemption = Some(tokio::time::Instant::now());
+                    continue;
+                }
+                let preempts = self.policies.current().plans.preemption.is_some();
                 let trigger = (now + SETTLE).max(ended + MIN_GAP);
+                let preemption_trigger = (now + PREEMPTION_SETTLE).max(last_preemption.map_or(now, |last| last + PREEMPTION_GAP));
+                let wake = due.min(now + PENDING_CHECK).min(preempt_at.unwrap_or(due));
                 tokio::select! {
-                    _ = tokio::time::sleep_until(due.min(now + PENDING_CHECK)) => {
+                    _ = tokio::time::sleep_until(wake) => {
                         if self.pods_waiting_too_long(&mut pending_seen) {
-                            due = due.min(trigger);
+                            // With a preemption policy, a pod waiting too long gets a preemption run, not every strategy.
+                            if preempts {
+                                preempt_at = Some(preempt_at.unwrap_or(preemption_trigger).min(preemption_trigger));
+                            } else {
+                                due = due.min(trigger);
+                            }
                         }
                     }
                     event = events.recv() => match event {
@@ -279,12 +346,27 @@ impl Rescheduler {
                             tracing::debug!(node = %name, "node changed; rescheduling soon");
                             due = due.min(trigger);
                         }
+                        Ok(ClusterEvent::PreemptionWanted { uid }) if preempts => {
+                            tracing::debug!(%uid, "the scheduler found no room; preemption soon");
+                            preempt_at.get_or_insert(preemption_trigger);
+                        }
                         Ok(_) | Err(RecvError::Lagged(_)) => {}
                         Err(RecvError::Closed) => return,
                     },
                 }
             }
         }
+    }
+
+    /// Whether a pending pod may take room from others: not with `preemptionPolicy: Never`, and not while pods
+    /// of lower priority still leave the node nominated for it (they are its room, being freed: kube-scheduler's
+    /// rule, which keeps a slow termination from costing more victims elsewhere).
+    fn may_take_room(&self, pod: &crate::contract::types::Pod) -> bool {
+        if !self.cluster.may_preempt(&pod.uid) {
+            return false;
+        }
+        let Some(node) = &pod.nominated_node else { return true };
+        !self.cluster.read().pods_on(node).any(|other| other.terminating && other.priority < pod.priority)
     }
 
     /// Whether a pod of a wasp profile newly waits longer than `pendingTrigger` (each pod triggers once).

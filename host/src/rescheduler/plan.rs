@@ -376,6 +376,7 @@ pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
         budgets,
         counts: Counts::default(),
         workload_verdicts: HashMap::new(),
+        rooms: HashMap::new(),
         now,
         wall,
     };
@@ -384,9 +385,15 @@ pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
         if decided[index] {
             continue;
         }
+        // Victims for one pending pod on one node are one group; a policy may offer several nodes for a pod, in
+        // its order of preference, and the first group the checks allow is taken.
         let group: Vec<usize> = match &plan.entries[index].room_for {
             None => vec![index],
-            Some(uid) => (index..plan.entries.len()).filter(|other| plan.entries[*other].room_for.as_ref() == Some(uid)).collect(),
+            Some(uid) => {
+                let node = &plan.entries[index].node;
+                let same = |other: &PlanEntry| other.room_for.as_ref() == Some(uid) && &other.node == node;
+                (index..plan.entries.len()).filter(|other| same(&plan.entries[*other])).collect()
+            }
         };
         let decisions = match &plan.entries[index].room_for {
             None if whatif.failed_pod(&plan.entries[index].uid).is_some() => vec![checker.clearing(&plan.entries[index], &whatif)],
@@ -423,23 +430,29 @@ struct Checker<'a> {
     counts: Counts,
     /// Each workload's backoff or pacing verdict, once judged.
     workload_verdicts: HashMap<Workload, Option<Skip>>,
+    /// Pending pods given room in this plan, by uid: the node.
+    rooms: HashMap<String, String>,
     now: Instant,
     wall: i64,
 }
 
 impl Checker<'_> {
     /// Why the pod may not be evicted at all (protections, memory, limits, budgets), before any fit check.
-    fn held(&mut self, entry: &PlanEntry, pod: &Pod, meta: &PodMeta) -> Option<Skip> {
+    /// Without `paced` (a preemption's victims, chosen by the priorities their owners set), the workload's own
+    /// pacing, backoff and `maxPerWorkload` do not apply: they pace the moving of a workload, and would keep a
+    /// pod from ever getting room that two replicas of one workload must make.
+    fn held(&mut self, entry: &PlanEntry, pod: &Pod, meta: &PodMeta, paced: bool) -> Option<Skip> {
         if let Some(reason) = self.envelope.protection(pod, meta, self.wall) {
             return Some(Skip::Protected(reason));
         }
         if let Some(reason) = self.memory.refused_recently(&entry.uid, self.now) {
             return Some(Skip::Budget(reason));
         }
-        if let Some(skip) = entry.workload.as_ref().and_then(|workload| self.workload_held(workload)) {
+        let workload = entry.workload.as_ref().filter(|_| paced);
+        if let Some(skip) = workload.and_then(|workload| self.workload_held(workload)) {
             return Some(skip);
         }
-        if let Some(limit) = self.counts.limit_reached(self.section, &entry.node, &entry.namespace, entry.workload.as_ref()) {
+        if let Some(limit) = self.counts.limit_reached(self.section, &entry.node, &entry.namespace, workload) {
             return Some(limit);
         }
         self.budgets.refusal(pod).map(Skip::Budget)
@@ -503,7 +516,7 @@ impl Checker<'_> {
             return Decision::Skip(Skip::NoFit("the pod is gone".into()));
         };
         let (pod, meta) = (pod.clone(), meta.clone());
-        if let Some(skip) = self.held(entry, &pod, &meta) {
+        if let Some(skip) = self.held(entry, &pod, &meta, true) {
             return Decision::Skip(skip);
         }
         let Some(profile) = self.profile_for(&pod).cloned() else {
@@ -550,8 +563,9 @@ impl Checker<'_> {
         }
     }
 
-    /// Pods evicted together to make room for the pending pod `uid`, as preemption does: all or none. They
-    /// must share a node, rank below the pending pod, pass the envelope, and together let it fit there.
+    /// Pods evicted together to make room for the pending pod `uid` on their node, as preemption does: all or
+    /// none. They must rank below the pending pod, pass the envelope, and together let it fit there; a pod
+    /// already given room elsewhere in this plan needs none.
     fn making_room(&mut self, uid: &str, victims: &[&PlanEntry], whatif: &mut ClusterState) -> Vec<Decision> {
         let all = |skip: Skip| victims.iter().map(|_| Decision::Skip(skip.clone())).collect::<Vec<_>>();
         if let Some(full) = self.run_full() {
@@ -562,8 +576,8 @@ impl Checker<'_> {
         };
         let who = format!("{}/{}", beneficiary.namespace, beneficiary.name);
         let node = victims[0].node.clone();
-        if victims.iter().any(|victim| victim.node != node) {
-            return all(Skip::Preemption(format!("the pods proposed to make room for {who} are on different nodes")));
+        if let Some(made) = self.rooms.get(uid) {
+            return all(Skip::Preemption(format!("room for {who} is made on node {made} instead")));
         }
         let Some(profile) = self.profile_for(&beneficiary).cloned() else {
             return all(Skip::Preemption(format!("{who} is not a pod of a wasp profile")));
@@ -577,7 +591,7 @@ impl Checker<'_> {
                 break;
             };
             let (pod, meta) = (pod.clone(), meta.clone());
-            let held = self.held(victim, &pod, &meta).or_else(|| {
+            let held = self.held(victim, &pod, &meta, false).or_else(|| {
                 (pod.priority >= beneficiary.priority).then(|| {
                     Skip::Preemption(format!("its priority {} is not below the priority {} of {who}", pod.priority, beneficiary.priority))
                 })
@@ -599,6 +613,7 @@ impl Checker<'_> {
         if let (None, Ok(())) = (&refusal, &fit) {
             // The pending pod takes the room it was given.
             whatif.upsert_pod(beneficiary, &node);
+            self.rooms.insert(uid.to_string(), node.clone());
             return victims.iter().map(|_| Decision::Preempt { beneficiary: who.clone(), node: node.clone() }).collect();
         }
         for (pod, meta) in removed {

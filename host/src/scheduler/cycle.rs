@@ -2,10 +2,10 @@
 //! rotating start index until enough feasible nodes are found, weighted normalized scores, random tie-break,
 //! and the `0/N nodes are available: ...` message when nothing fits. Pure logic over a [`ClusterState`].
 
-use crate::cluster::ClusterState;
+use crate::cluster::{ClusterState, Nomination};
 use crate::contract::types::{FilterResult, NodeId, Placement, Pod, ViewScope};
 use crate::registry::ProfilePolicies;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
@@ -157,7 +157,26 @@ pub fn fits_on(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, id:
 
 /// One decision for `pod`. `hint` is the rescheduler's placement for the pod's workload: a required node is the
 /// only candidate; a preferred node, like a node nominated by preemption, is tried first.
-pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, hint: Option<&Placement>, cursor: &mut Cursor, percentage: u32) -> Decision {
+///
+/// `nominations` is the room preemption made for pending pods: a node where the pods nominated to it with a
+/// priority at least `pod`'s would no longer fit next to `pod` is rejected, as kube-scheduler's filters reject it
+/// with those pods added.
+pub fn schedule(
+    profile: &ProfilePolicies,
+    cluster: &ClusterState,
+    pod: &Pod,
+    hint: Option<&Placement>,
+    cursor: &mut Cursor,
+    percentage: u32,
+    nominations: &HashMap<String, Vec<Nomination>>,
+) -> Decision {
+    // The filters, then the room nominated pods keep.
+    let fits_here = |id: NodeId| {
+        fits_on(profile, cluster, pod, id).and_then(|()| match room_held_for_others(cluster, pod, id, nominations) {
+            None => Ok(()),
+            Some(reason) => Err(Rejections { reasons: BTreeMap::from([(reason, 1)]), by_policy_seeing_pods: false }),
+        })
+    };
     let nodes = cluster.node_ids();
     if nodes.is_empty() {
         let message = "0/0 nodes are available: no nodes available to schedule pods.".into();
@@ -166,7 +185,7 @@ pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, hi
     let bind_on = |id: NodeId| Decision::Bind { node: cluster.node_name(id).unwrap_or_default().to_string(), feasible: 1, evaluated: 1 };
     if let Some(Placement::RequiredNode(name)) = hint {
         if let Some(id) = cluster.node_id(name) {
-            return match fits_on(profile, cluster, pod, id) {
+            return match fits_here(id) {
                 Ok(()) => bind_on(id),
                 Err(rejections) => Decision::Unschedulable {
                     message: format!(
@@ -184,7 +203,7 @@ pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, hi
         _ => None,
     };
     for name in preferred.into_iter().chain(pod.nominated_node.as_deref()) {
-        if let Some(id) = cluster.node_id(name).filter(|id| fits_on(profile, cluster, pod, *id).is_ok()) {
+        if let Some(id) = cluster.node_id(name).filter(|id| fits_here(*id).is_ok()) {
             return bind_on(id);
         }
     }
@@ -205,11 +224,49 @@ pub fn schedule(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, hi
         }
     }
     cursor.0 = (start + evaluated) % nodes.len();
+    if !nominations.is_empty() {
+        feasible.retain(|id| match room_held_for_others(cluster, pod, *id, nominations) {
+            None => true,
+            Some(reason) => {
+                *rejections.reasons.entry(reason).or_default() += 1;
+                false
+            }
+        });
+    }
     let Some(chosen) = best_node(profile, cluster, pod, &feasible) else {
         let message = unschedulable_message(nodes.len(), &rejections.reasons);
         return Decision::Unschedulable { message, waits_for_other_pods: rejections.by_policy_seeing_pods };
     };
     Decision::Bind { node: cluster.node_name(chosen).unwrap_or_default().to_string(), feasible: feasible.len(), evaluated }
+}
+
+/// Why `pod` may not take node `id`: the room there is kept for pending pods nominated to it with at least its
+/// priority (their requests and pod slots counted as taken). kube-scheduler's resource reasons.
+fn room_held_for_others(cluster: &ClusterState, pod: &Pod, id: NodeId, nominations: &HashMap<String, Vec<Nomination>>) -> Option<String> {
+    let held: Vec<&Nomination> = nominations
+        .get(cluster.node_name(id)?)?
+        .iter()
+        .filter(|nomination| nomination.uid != pod.uid && nomination.priority >= pod.priority)
+        .collect();
+    if held.is_empty() {
+        return None;
+    }
+    let (node, usage) = cluster.node(id)?;
+    if usage.pod_count as usize + held.len() + 1 > node.allocatable_pods as usize {
+        return Some("Too many pods".into());
+    }
+    let mut wanted = crate::cluster::to_vector(&usage.requested);
+    for nomination in &held {
+        wanted.add(&nomination.requests);
+    }
+    wanted.add(&crate::cluster::pod_requests(pod).0);
+    let allocatable = crate::cluster::to_vector(&node.allocatable);
+    let short = [("cpu", wanted.cpu_millis, allocatable.cpu_millis), ("memory", wanted.memory_bytes, allocatable.memory_bytes), ("ephemeral-storage", wanted.ephemeral_storage_bytes, allocatable.ephemeral_storage_bytes)]
+        .into_iter()
+        .find(|(_, wanted, available)| wanted > available)
+        .map(|(name, _, _)| name.to_string())
+        .or_else(|| wanted.scalar.iter().find(|(name, amount)| **amount > allocatable.get(name)).map(|(name, _)| name.clone()))?;
+    Some(format!("Insufficient {short}"))
 }
 
 /// Weighted sum of every score policy; ties broken uniformly at random.

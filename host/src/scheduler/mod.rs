@@ -175,9 +175,10 @@ impl Scheduler {
         };
         let percentage = generation.config.scheduler.percentage_of_nodes_to_score;
         let hint = self.cluster.hints.for_pod(&queued.pod);
+        let nominations = self.cluster.nominations();
         let decision = crate::runtime::off_async_worker(|| {
             let cluster = self.cluster.read();
-            cycle::schedule(&profile, &cluster, &queued.pod, hint.as_ref(), cursor, percentage)
+            cycle::schedule(&profile, &cluster, &queued.pod, hint.as_ref(), cursor, percentage, &nominations)
         });
         match decision {
             Decision::Bind { node, feasible, evaluated } => {
@@ -313,7 +314,11 @@ fn requeue_hint(event: &ClusterEvent) -> Option<Change> {
         ClusterEvent::PodUpdated { .. } => None,
         // Fewer nodes never make room.
         ClusterEvent::NodeRemoved { .. } => None,
-        ClusterEvent::PodPending(_) | ClusterEvent::PendingGone { .. } | ClusterEvent::PodGated(_) | ClusterEvent::PodUnreadable(_) => None,
+        ClusterEvent::PodPending(_)
+        | ClusterEvent::PendingGone { .. }
+        | ClusterEvent::PodGated(_)
+        | ClusterEvent::PodUnreadable(_)
+        | ClusterEvent::PreemptionWanted { .. } => None,
     }
 }
 

@@ -1,8 +1,11 @@
-//! `make-room-for-pending`: preemption as a rescheduling policy. For each pod of a wasp profile that waits for
-//! room (highest priority first), finds the node where evicting the fewest pods of lower priority lets it fit
-//! (ties: the lowest-priority victims, then the node name), and proposes those pods with `room-for`. The host
-//! checks the victims as a group (envelope, budgets, the pending pod's own filters on that node) and nominates
-//! the node for the pending pod, so the scheduler places it there.
+//! `make-room-for-pending`: preemption as a rescheduling policy (the host runs it as the scheduler's preemption,
+//! `rescheduler.preemption`). For each pod of a wasp profile that waits for room (highest priority first), finds
+//! on each node the fewest pods of lower priority whose eviction lets it fit, and proposes the victims of the best
+//! `maxNodesPerPod` nodes with `room-for`, best first, ranked as kube-scheduler's DefaultPreemption ranks its
+//! candidates: the lowest highest-victim priority, then the smallest sum of priorities, then the fewest victims
+//! (then the node name). The host checks each node's victims as a group (envelope, budgets, the pending pod's own
+//! filters on that node) and takes the first group that passes, so a node whose victims a
+//! PodDisruptionBudget protects is passed over for the next; it then nominates that node for the pending pod.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -19,11 +22,13 @@ pub struct Settings {
     pub max_victims: u32,
     /// Only pending pods the scheduler rejected for lack of resources (`Insufficient ...`, `Too many pods`).
     pub only_for_resources: bool,
+    /// Nodes offered per pending pod, best first: the host takes the first whose victims it may evict.
+    pub max_nodes_per_pod: u32,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { max_pending_per_run: 5, max_victims: 10, only_for_resources: true }
+        Settings { max_pending_per_run: 5, max_victims: 10, only_for_resources: true, max_nodes_per_pod: 3 }
     }
 }
 
@@ -75,11 +80,12 @@ impl Policy for MakeRoomForPending {
     const POD_FACTS: PodFacts = PodFacts { containers: true, placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "maxPendingPerRun: pending pods to make room for per run (default 5)\n\
         maxVictims: pods evicted for one pending pod, at most (default 10)\n\
-        onlyForResources: only pods rejected for lack of resources (default true)";
+        onlyForResources: only pods rejected for lack of resources (default true)\n\
+        maxNodesPerPod: nodes offered per pending pod, best first; the host takes the first it may use (default 3)";
 
     fn new(settings: Settings) -> Result<Self, String> {
-        if settings.max_pending_per_run == 0 || settings.max_victims == 0 {
-            return Err("maxPendingPerRun and maxVictims must be at least 1".into());
+        if settings.max_pending_per_run == 0 || settings.max_victims == 0 || settings.max_nodes_per_pod == 0 {
+            return Err("maxPendingPerRun, maxVictims and maxNodesPerPod must be at least 1".into());
         }
         Ok(MakeRoomForPending { settings })
     }
@@ -99,25 +105,35 @@ impl Evict for MakeRoomForPending {
                 continue;
             }
             let pod = &pending.pod;
-            let best = cluster
+            let mut options: Vec<(&NodeInfo, Vec<(PodId, i32)>)> = cluster
                 .nodes()
                 .filter(|node| pod.may_run_on(&node.node))
                 .filter_map(|node| victims_on(node, cluster, pod, &taken, self.settings.max_victims as usize).map(|victims| (node, victims)))
-                .min_by_key(|(node, victims)| (victims.len(), victims.iter().map(|(_, priority)| *priority).max(), node.name().to_string()));
+                .collect();
             // Nothing to do when it fits somewhere already (the scheduler will place it) or nowhere even so.
-            let Some((node, victims)) = best.filter(|(_, victims)| !victims.is_empty()) else { continue };
+            if options.is_empty() || options.iter().any(|(_, victims)| victims.is_empty()) {
+                continue;
+            }
+            options.sort_by_cached_key(|(node, victims)| {
+                let highest = victims.iter().map(|(_, priority)| *priority).max();
+                let sum: i64 = victims.iter().map(|(_, priority)| i64::from(*priority)).sum();
+                (highest, sum, victims.len(), node.name().to_string())
+            });
+            options.truncate(self.settings.max_nodes_per_pod as usize);
             served += 1;
-            for (id, priority) in victims {
-                taken.insert(id);
-                let reason = format!(
-                    "priority {priority} gives way on node {} to {}/{} (priority {}), which waits: {}",
-                    node.name(),
-                    pod.namespace,
-                    pod.name,
-                    pod.priority,
-                    pending.reason
-                );
-                evictions.push(Eviction::new(id, reason).room_for(&pod.uid));
+            for (node, victims) in options {
+                for (id, priority) in victims {
+                    taken.insert(id);
+                    let reason = format!(
+                        "priority {priority} gives way on node {} to {}/{} (priority {}), which waits: {}",
+                        node.name(),
+                        pod.namespace,
+                        pod.name,
+                        pod.priority,
+                        pending.reason
+                    );
+                    evictions.push(Eviction::new(id, reason).room_for(&pod.uid));
+                }
             }
         }
         evictions
@@ -152,11 +168,34 @@ mod tests {
             cluster.bind(PodBuilder::new(&format!("small-{index}")).cpu("1").priority(0).running().build(), crowded);
         }
         let context = waiting(important(), "0/2 nodes are available: 2 Insufficient cpu.");
-        let proposals = build::<MakeRoomForPending>("").unwrap().propose(&cluster, &context);
+        let proposals = build::<MakeRoomForPending>(r#"{"maxNodesPerPod": 1}"#).unwrap().propose(&cluster, &context);
         assert_eq!(proposals.len(), 1, "one pod on busy, three on crowded: {proposals:?}");
         assert_eq!(proposals[0].pod, big);
         assert_eq!(proposals[0].room_for.as_deref(), Some("uid-important"));
         assert!(proposals[0].reason.starts_with("priority 0 gives way on node busy to default/important (priority 1000)"), "{}", proposals[0].reason);
+        // By default the next node follows, for the host to take if busy's pod may not go.
+        let proposals = build::<MakeRoomForPending>("").unwrap().propose(&cluster, &context);
+        let nodes: Vec<&str> = proposals.iter().map(|eviction| eviction.reason.split(" on node ").nth(1).unwrap().split(' ').next().unwrap()).collect();
+        assert_eq!(nodes, ["busy", "crowded", "crowded", "crowded"]);
+    }
+
+    #[test]
+    fn nodes_are_ranked_as_kube_scheduler_ranks_preemption_candidates() {
+        // a: one victim of priority 10; b: two of priority 0; c: one of priority 0 and one of 5. The lowest
+        // highest-victim priority comes first (b 0, c 5, a 10), though a needs the fewest victims.
+        let mut cluster = Cluster::for_policy::<MakeRoomForPending>();
+        let a = cluster.add_node(NodeBuilder::new("a").cpu("4").build());
+        let b = cluster.add_node(NodeBuilder::new("b").cpu("4").build());
+        let c = cluster.add_node(NodeBuilder::new("c").cpu("4").build());
+        cluster.bind(PodBuilder::new("a-1").cpu("4").priority(10).running().build(), a);
+        for index in 0..2 {
+            cluster.bind(PodBuilder::new(&format!("b-{index}")).cpu("2").priority(0).running().build(), b);
+        }
+        cluster.bind(PodBuilder::new("c-0").cpu("2").priority(0).running().build(), c);
+        cluster.bind(PodBuilder::new("c-5").cpu("2").priority(5).running().build(), c);
+        let proposals = build::<MakeRoomForPending>("").unwrap().propose(&cluster, &waiting(important(), "0/3 nodes are available: 3 Insufficient cpu."));
+        let nodes: Vec<&str> = proposals.iter().map(|eviction| eviction.reason.split(" on node ").nth(1).unwrap().split(' ').next().unwrap()).collect();
+        assert_eq!(nodes, ["b", "b", "c", "c", "a"]);
     }
 
     #[test]
