@@ -296,6 +296,32 @@ mod tests {
         assert_eq!(feasible_nodes_to_find(1000, 100), 1000);
     }
 
+    fn pod(name: &str, priority: i32, cpu: &str) -> Pod {
+        let source = serde_json::json!({"metadata": {"name": name, "namespace": "d", "uid": name},
+            "spec": {"priority": priority, "containers": [{"name": "a", "resources": {"requests": {"cpu": cpu}}}]}});
+        crate::cluster::convert::pod(&serde_json::from_value(source).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn room_nominated_for_a_pod_is_held_from_pods_of_lower_or_equal_priority_only() {
+        let mut cluster = ClusterState::new();
+        let node = serde_json::json!({"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "4", "pods": "3"}}});
+        cluster.upsert_node(crate::cluster::convert::node(&serde_json::from_value(node).unwrap()).unwrap());
+        cluster.upsert_pod(pod("running", 0, "1"), "n");
+        let id = cluster.node_id("n").unwrap();
+        let vip = pod("vip", 100, "2500m");
+        let nominations = HashMap::from([("n".to_string(), vec![Nomination { uid: "vip".into(), priority: 100, requests: crate::cluster::pod_requests(&vip).0 }])]);
+        // 1 + 2.5 held + 1 > 4 CPUs.
+        assert_eq!(room_held_for_others(&cluster, &pod("replacement", 0, "1"), id, &nominations).as_deref(), Some("Insufficient cpu"));
+        assert_eq!(room_held_for_others(&cluster, &pod("equal", 100, "1"), id, &nominations).as_deref(), Some("Insufficient cpu"));
+        assert_eq!(room_held_for_others(&cluster, &pod("small", 0, "500m"), id, &nominations), None, "what the nominated pod leaves");
+        assert_eq!(room_held_for_others(&cluster, &pod("higher", 101, "1"), id, &nominations), None, "a higher priority is not held back");
+        assert_eq!(room_held_for_others(&cluster, &vip, id, &nominations), None, "its own room");
+        // Three pod slots: the running pod, the nominated pod and one more.
+        cluster.upsert_pod(pod("tiny", 0, "10m"), "n");
+        assert_eq!(room_held_for_others(&cluster, &pod("small", 0, "10m"), id, &nominations).as_deref(), Some("Too many pods"));
+    }
+
     #[test]
     fn message_counts_and_sorts_reasons() {
         let reasons = BTreeMap::from([("Insufficient cpu".to_string(), 1), ("node(s) had untolerated taint {k: v}".to_string(), 2)]);
