@@ -20,13 +20,15 @@ fn every_default_policy_describes_itself() {
         ("pod-topology-spread", vec![PolicyKind::Filter, PolicyKind::Score], ViewScope::NodesAndPods),
         ("remove-pods-violating-node-taints", vec![PolicyKind::Evict], ViewScope::NodesAndPods),
         ("hpa", vec![PolicyKind::Scale], ViewScope::Nodes),
+        ("image-locality", vec![PolicyKind::Score], ViewScope::Nodes),
     ];
     for (name, kinds, view) in expected {
         let policy = load(&runtime, name, "");
         assert_eq!(policy.name(), name);
         assert_eq!(policy.descriptor.kinds, kinds, "{name}");
         assert_eq!(policy.descriptor.view, view, "{name}");
-        assert_eq!(policy.contract_version, "0.4.0");
+        assert_eq!(policy.contract_version, wasp::contract::CONTRACT_VERSION);
+        assert_eq!(policy.descriptor.node_facts.images, name == "image-locality", "only image-locality asks for node images");
         assert!(policy.size < 300 * 1024, "{name} is {} bytes; a ConfigMap holds 1 MiB in all", policy.size);
         let defaults: serde_json::Value = serde_json::from_str(&policy.descriptor.default_settings).unwrap();
         assert!(defaults.is_object(), "{name}");

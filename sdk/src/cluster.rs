@@ -58,27 +58,33 @@ pub struct PodInfo {
 
 /// What a view keeps of each bound pod besides its identity and state (namespace, name, uid, scheduler name,
 /// priority, phase, owner, creation time, ready, terminating, mirror, storage flags, status reason), which every
-/// view keeps. The rest is dropped as the pod arrives: with 50k pods in every instance of every policy that keeps
-/// pods, a pod's containers, tolerations and labels are most of a view's memory, and a tenant's pod with a large
-/// label set costs only the policies that read labels. Annotations are never in views.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PodFacts {
-    pub labels: bool,
-    /// Containers, init containers, sidecars and overhead: requests, restart counts, states.
-    pub containers: bool,
-    /// The pod's own placement rules: node selector, node affinity, tolerations, topology spread constraints,
-    /// nominated node ([`Pod::may_run_on`] reads them).
-    pub placement: bool,
-    /// Pod affinity and anti-affinity terms.
-    pub pod_affinity: bool,
-    pub host_ports: bool,
+/// view keeps: the contract's `pod-facts`, declared by [`Policy::POD_FACTS`](crate::Policy::POD_FACTS). The host
+/// sends only these in a view's pods: with 50k pods in every instance of every policy that keeps pods, a pod's
+/// containers, tolerations and labels are most of a view's memory and of the time a view takes to sync, and a
+/// tenant's pod with a large label set costs only the policies that read labels. Annotations are never in views.
+pub use crate::types::PodFacts;
+
+/// What a view keeps of each node besides its name, labels, taints, schedulability, allocatable and conditions:
+/// the contract's `node-facts`, declared by [`Policy::NODE_FACTS`](crate::Policy::NODE_FACTS).
+pub use crate::types::NodeFacts;
+
+impl NodeFacts {
+    pub const NONE: NodeFacts = NodeFacts { images: false };
+    pub const ALL: NodeFacts = NodeFacts { images: true };
+
+    /// Drops from `node` what these facts do not keep.
+    pub fn keep_only(&self, node: &mut Node) {
+        if !self.images {
+            node.images = Vec::new();
+        }
+    }
 }
 
 impl PodFacts {
-    pub const NONE: PodFacts = PodFacts { labels: false, containers: false, placement: false, pod_affinity: false, host_ports: false };
-    pub const ALL: PodFacts = PodFacts { labels: true, containers: true, placement: true, pod_affinity: true, host_ports: true };
+    pub const NONE: PodFacts = PodFacts { labels: false, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
+    pub const ALL: PodFacts = PodFacts { labels: true, containers: true, images: true, placement: true, pod_affinity: true, host_ports: true };
 
-    /// Drops from `pod` what these facts do not keep.
+    /// Drops from `pod` what these facts do not keep (what the host does not send).
     pub fn keep_only(&self, pod: &mut Pod) {
         pod.annotations = Vec::new();
         if !self.labels {
@@ -89,6 +95,10 @@ impl PodFacts {
             pod.init_containers = Vec::new();
             pod.sidecar_init_containers = Vec::new();
             pod.overhead = zero_resources();
+        } else if !self.images {
+            for container in pod.containers.iter_mut().chain(pod.init_containers.iter_mut()) {
+                container.image = String::new();
+            }
         }
         if !self.placement {
             pod.node_selector = Vec::new();
@@ -136,6 +146,7 @@ pub struct Cluster {
     /// the guest's memory (which never shrinks) is not sized by the table's slack.
     pods: HashMap<PodId, Box<PodInfo>>,
     keeps: PodFacts,
+    node_keeps: NodeFacts,
     /// Which bound pods the view keeps at all (every pod when None).
     keeps_pod: Option<fn(&Pod) -> bool>,
     /// Pods with pod affinity or anti-affinity terms: few in most clusters, and every scheduling decision of
@@ -147,10 +158,12 @@ pub struct Cluster {
     indexing: Option<Indexing>,
     /// Namespace labels, for pod affinity's namespace selectors (views with pods only).
     namespaces: HashMap<String, Vec<(String, String)>>,
+    /// How many nodes list each image name (views that keep node images only).
+    image_nodes: HashMap<String, u32>,
     next_test_id: u32,
 }
 
-/// A view that keeps every pod fact, as [`Cluster::new`].
+/// A view that keeps every pod and node fact, as [`Cluster::new`].
 impl Default for Cluster {
     fn default() -> Self {
         Cluster::new()
@@ -158,27 +171,29 @@ impl Default for Cluster {
 }
 
 impl Cluster {
-    /// A view that keeps every pod fact.
+    /// A view that keeps every pod and node fact.
     pub fn new() -> Self {
         Self::keeping(PodFacts::ALL)
     }
 
-    /// A view that keeps only `facts` of each pod.
+    /// A view that keeps only `facts` of each pod (and every node fact).
     pub fn keeping(facts: PodFacts) -> Self {
-        Self::empty(facts, None, indexing_for(facts), 0)
+        Self::empty(facts, NodeFacts::ALL, None, indexing_for(facts), 0)
     }
 
-    fn empty(keeps: PodFacts, keeps_pod: Option<fn(&Pod) -> bool>, indexing: Option<Indexing>, next_test_id: u32) -> Self {
+    fn empty(keeps: PodFacts, node_keeps: NodeFacts, keeps_pod: Option<fn(&Pod) -> bool>, indexing: Option<Indexing>, next_test_id: u32) -> Self {
         Cluster {
             nodes: Vec::new(),
             node_count: 0,
             pods: HashMap::new(),
             keeps,
+            node_keeps,
             keeps_pod,
             with_affinity: std::collections::BTreeSet::new(),
             index: PodIndex::default(),
             indexing,
             namespaces: HashMap::new(),
+            image_nodes: HashMap::new(),
             next_test_id,
         }
     }
@@ -188,7 +203,7 @@ impl Cluster {
     pub fn for_policy<P: crate::Policy>() -> Self {
         let reads_index = matches!(P::VIEW, crate::types::ViewScope::NodesAndPods) && (P::POD_FACTS.labels || P::POD_FACTS.pod_affinity);
         let indexing = if reads_index { Some(INDEXING) } else { None };
-        Self::empty(P::POD_FACTS, Some(P::keeps_pod), indexing, 0)
+        Self::empty(P::POD_FACTS, P::NODE_FACTS, Some(P::keeps_pod), indexing, 0)
     }
 
     pub fn apply(&mut self, delta: ClusterDelta) {
@@ -210,7 +225,7 @@ impl Cluster {
             ClusterDelta::NamespaceRemove(name) => {
                 self.namespaces.remove(&name);
             }
-            ClusterDelta::Reset => *self = Self::empty(self.keeps, self.keeps_pod, self.indexing, self.next_test_id),
+            ClusterDelta::Reset => *self = Self::empty(self.keeps, self.node_keeps, self.keeps_pod, self.indexing, self.next_test_id),
         }
     }
 
@@ -299,25 +314,47 @@ impl Cluster {
         self.nodes.get_mut(id as usize).and_then(Option::as_mut)
     }
 
-    fn upsert_node(&mut self, id: NodeId, node: Node, usage: NodeUsage) {
+    fn upsert_node(&mut self, id: NodeId, mut node: Node, usage: NodeUsage) {
+        self.node_keeps.keep_only(&mut node);
         let index = id as usize;
         if index >= self.nodes.len() {
             self.nodes.resize_with(index + 1, || None);
         }
         let pods = match self.nodes[index].take() {
-            Some(previous) => previous.pods,
+            Some(previous) => {
+                self.count_images(&previous.node, -1);
+                previous.pods
+            }
             None => {
                 self.node_count += 1;
                 Vec::new()
             }
         };
+        self.count_images(&node, 1);
         self.nodes[index] = Some(NodeInfo { id, node, usage, pods });
+    }
+
+    fn count_images(&mut self, node: &Node, change: i32) {
+        for name in node.images.iter().flat_map(|image| &image.names) {
+            let count = self.image_nodes.entry(name.clone()).or_default();
+            *count = count.saturating_add_signed(change);
+            if *count == 0 {
+                self.image_nodes.remove(name);
+            }
+        }
+    }
+
+    /// How many nodes list an image by this name (in `status.images`; views that keep
+    /// [`NodeFacts::images`] only): kube-scheduler's ImageLocality spreads an image's score by it.
+    pub fn nodes_with_image(&self, name: &str) -> u32 {
+        self.image_nodes.get(name).copied().unwrap_or(0)
     }
 
     fn remove_node(&mut self, id: NodeId) {
         if let Some(slot) = self.nodes.get_mut(id as usize) {
             if let Some(info) = slot.take() {
                 self.node_count -= 1;
+                self.count_images(&info.node, -1);
                 for pod in info.pods {
                     self.with_affinity.remove(&pod);
                     if let Some(removed) = self.pods.remove(&pod) {

@@ -123,6 +123,8 @@ pub fn describe<P: Policy>(version: &str, exports: &Exports<P>) -> Descriptor {
         version: version.to_string(),
         kinds: exports.kinds(),
         view: P::VIEW,
+        pod_facts: P::POD_FACTS,
+        node_facts: P::NODE_FACTS,
         default_settings: serde_json::to_string(&P::Settings::default()).unwrap_or_else(|_| "{}".to_string()),
         settings_doc: P::SETTINGS_DOC.to_string(),
     }

@@ -2,7 +2,7 @@
 //! [`Evict`] and [`Scale`] are the four kinds of decision, and a policy may implement several:
 //! `export_policy!` exports each one the type implements.
 
-use crate::cluster::{Cluster, NodeInfo, PodFacts};
+use crate::cluster::{Cluster, NodeFacts, NodeInfo, PodFacts};
 use crate::types::{Eviction, FilterResult, NodeId, Placement, Pod, PodId, ScaleDecision, ScaleRequest, ViewScope};
 use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
@@ -25,6 +25,9 @@ pub trait Policy: Sized + 'static {
     /// With pods in the view: what of each pod the instances keep (see [`PodFacts`]). Everything unless said;
     /// declare what the policy reads and build test clusters with [`Cluster::for_policy`], which keeps the same.
     const POD_FACTS: PodFacts = PodFacts::ALL;
+    /// What of each node the instances keep beyond name, labels, taints, schedulability, allocatable and
+    /// conditions (see [`NodeFacts`]): nothing unless said (a node's images are kilobytes each).
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     /// One line per setting: what it means and its unit.
     const SETTINGS_DOC: &'static str = "";
 

@@ -2,7 +2,7 @@
 //! quantities (`"500m"`, `"2Gi"`). They panic on malformed quantities: they are for tests.
 
 use crate::quantity;
-use crate::types::{
+use crate::types::{NodeImage, 
     Condition, Container, ContainerState, HostPort, InclusionPolicy, PodAffinity, PodAffinityTerm, PortProtocol,
     Termination, WeightedPodAffinityTerm, LabelSelector, Metric, Node, NodeAffinity, NodeSelectorTerm, Owner, Pod,
     MetricSample, MetricSource, MetricTarget, PodMetric, PodPhase, PreferredTerm, Resources, ScaleRequest, SelectorRequirement, Taint, TaintEffect,
@@ -28,7 +28,7 @@ fn empty_resources() -> Resources {
 
 fn container(name: &str, requests: &[(&str, &str)]) -> Container {
     let mut container =
-        Container { name: name.to_string(), requests: empty_resources(), restart_count: 0, state: ContainerState::Unknown };
+        Container { name: name.to_string(), image: String::new(), requests: empty_resources(), restart_count: 0, state: ContainerState::Unknown };
     for (resource, value) in requests {
         set_quantity(&mut container.requests, resource, value);
     }
@@ -143,6 +143,14 @@ impl PodBuilder {
 
     pub fn memory(self, value: &str) -> Self {
         self.request("memory", value)
+    }
+
+    /// The image of the app containers so far (`registry/repo:tag`).
+    pub fn image(mut self, image: &str) -> Self {
+        for container in &mut self.pod.containers {
+            container.image = image.to_string();
+        }
+        self
     }
 
     /// Adds another app container with the given requests, e.g. `&[("cpu", "100m")]`.
@@ -304,12 +312,19 @@ impl NodeBuilder {
                 allocatable,
                 allocatable_pods: 110,
                 conditions: vec![Condition { kind: "Ready".into(), status: "True".into() }],
+                images: Vec::new(),
             },
         }
     }
 
     pub fn allocatable(mut self, resource: &str, value: &str) -> Self {
         set_quantity(&mut self.node.allocatable, resource, value);
+        self
+    }
+
+    /// An image on the node (`status.images`) with its names and size.
+    pub fn image(mut self, names: &[&str], size_bytes: u64) -> Self {
+        self.node.images.push(NodeImage { names: names.iter().map(|name| name.to_string()).collect(), size_bytes });
         self
     }
 

@@ -59,6 +59,18 @@ pub struct NodeGroup {
     /// The nodes start cordoned (a pool not yet open; an `uncordon` event opens it).
     #[serde(default)]
     pub unschedulable: bool,
+    /// Images already on the nodes (`status.images`), for ImageLocality.
+    #[serde(default)]
+    pub images: Vec<NodeImageSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeImageSpec {
+    /// `registry/repo:tag` (and digests), as the kubelet lists them.
+    pub names: Vec<String>,
+    /// A quantity: `500Mi`, `1.2G`.
+    pub size: String,
 }
 
 fn default_max_pods() -> u32 {
@@ -100,6 +112,9 @@ pub struct Workload {
     pub memory: Option<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The container image (default `registry.example/app:1`).
+    #[serde(default)]
+    pub image: Option<String>,
     #[serde(default)]
     pub priority: Option<i32>,
     /// Merged into the generated pod spec: nodeSelector, affinity, tolerations, topologySpreadConstraints, ...
@@ -182,6 +197,12 @@ impl Scenario {
             }
             for (position, taint) in group.taints.iter().enumerate() {
                 check_effect(&taint.effect).with_context(|| format!("{field}.taints[{position}].effect"))?;
+            }
+            for (position, image) in group.images.iter().enumerate() {
+                wasp_sdk::quantity::whole_units(&image.size).with_context(|| format!("{field}.images[{position}].size"))?;
+                if image.names.is_empty() {
+                    bail!("{field}.images[{position}].names: at least one name is needed");
+                }
             }
         }
         let mut workloads = BTreeSet::new();
@@ -306,6 +327,9 @@ fn node_object(group: &NodeGroup, index: u32) -> Value {
     let address = format!("10.{}.{}.{}", group_byte, index / 250, index % 250 + 1);
     let id = format!("{:0>32}", format!("{:x}{index:x}", group_byte));
     let taints: Vec<Value> = group.taints.iter().map(|taint| json!({"key": taint.key, "value": taint.value, "effect": taint.effect})).collect();
+    // Sizes were checked by `validate`.
+    let size = |image: &NodeImageSpec| wasp_sdk::quantity::whole_units(&image.size).unwrap_or(0);
+    let images: Vec<Value> = group.images.iter().map(|image| json!({"names": image.names, "sizeBytes": size(image)})).collect();
     json!({
         "metadata": {"name": name, "labels": labels},
         "spec": {"taints": taints, "unschedulable": group.unschedulable},
@@ -314,6 +338,7 @@ fn node_object(group: &NodeGroup, index: u32) -> Value {
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}],
             "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "images": images,
             // Every NodeSystemInfo field is required (the Python client refuses a node without one).
             "nodeInfo": {
                 "machineID": id, "systemUUID": id, "bootID": id, "kernelVersion": "6.1.0-wasp-sim", "osImage": "wasp simulated node",
@@ -336,7 +361,8 @@ fn pod_template(workload: &Workload) -> Value {
     if let Some(memory) = &workload.memory {
         requests["memory"] = json!(memory);
     }
-    let mut spec = json!({"containers": [{"name": "app", "image": "registry.example/app:1", "resources": {"requests": requests}}], "terminationGracePeriodSeconds": 30});
+    let image = workload.image.as_deref().unwrap_or("registry.example/app:1");
+    let mut spec = json!({"containers": [{"name": "app", "image": image, "resources": {"requests": requests}}], "terminationGracePeriodSeconds": 30});
     if let Some(scheduler) = &workload.scheduler_name {
         spec["schedulerName"] = json!(scheduler);
     }

@@ -63,7 +63,21 @@ impl<P: Policy + Send + Sync + 'static> NativePolicy<P> {
             state.configure(&self.settings).expect("default settings are valid");
             NativeInstance { state, synced_to: None }
         });
-        cluster.sync(&mut instance, self.view()).expect("native sync cannot fail");
+        // The facts the component's descriptor would declare, so both sides are synced alike.
+        let facts = P::POD_FACTS;
+        let view = wasp::cluster::View {
+            scope: self.view(),
+            pod_facts: wasp::contract::types::PodFacts {
+                labels: facts.labels,
+                containers: facts.containers,
+                images: facts.images,
+                placement: facts.placement,
+                pod_affinity: facts.pod_affinity,
+                host_ports: facts.host_ports,
+            },
+            node_facts: wasp::contract::types::NodeFacts { images: P::NODE_FACTS.images },
+        };
+        cluster.sync(&mut instance, view).expect("native sync cannot fail");
         let subject = ClusterDelta::PodUpsert((0, PodPlace::Subject, pod.clone()));
         instance.state.apply(vec![to_sdk(&subject)]);
         let result = body(&instance.state);

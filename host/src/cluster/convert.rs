@@ -2,7 +2,7 @@
 //! the field, so a malformed manifest is easy to fix.
 
 use crate::contract::types::{
-    Condition, Container, ContainerState, HostPort, InclusionPolicy, LabelSelector, Node, NodeAffinity,
+    Condition, Container, NodeImage, ContainerState, HostPort, InclusionPolicy, LabelSelector, Node, NodeAffinity,
     NodeSelectorTerm, Owner, Pod, PodAffinity, PodAffinityTerm, PodPhase, PortProtocol, PreferredTerm, Resources,
     SelectorOperator, SelectorRequirement, Taint, TaintEffect, Termination, Toleration, TolerationOperator,
     TopologySpreadConstraint, UnsatisfiableAction, WeightedPodAffinityTerm,
@@ -69,6 +69,7 @@ impl Context {
         }
         Ok(Container {
             name: container.name.clone(),
+            image: container.image.clone().unwrap_or_default(),
             requests: self.resources(&format!("{field}[{}].resources.requests", container.name), Some(&requests))?,
             restart_count: 0,
             state: ContainerState::Unknown,
@@ -541,6 +542,13 @@ pub fn node(source: &core::Node) -> Result<Node, ConvertError> {
             .into_iter()
             .flatten()
             .map(|condition| Condition { kind: condition.type_.clone(), status: condition.status.clone() })
+            .collect(),
+        // The kubelet reports images with a size (`sizeBytes`, 0 when unknown) and none, one or two names.
+        images: status
+            .and_then(|status| status.images.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|image| NodeImage { names: image.names.clone().unwrap_or_default(), size_bytes: image.size_bytes.unwrap_or(0).max(0) as u64 })
             .collect(),
     })
 }

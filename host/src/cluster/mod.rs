@@ -9,7 +9,9 @@ pub mod hints;
 pub mod informer;
 mod shared;
 mod state;
+mod view;
 
 pub use hints::{PlacementHints, Workload};
+pub use view::View;
 pub use shared::{ClusterEvent, Nomination, SharedCluster, Synced, UnreadablePod};
 pub use state::{pod_requests, to_vector, ClusterState, DeltaSink, EvictionConsent, PodChange, PodMeta, Rewind, SyncPoint, EVICT_ANNOTATION};

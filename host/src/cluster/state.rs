@@ -10,6 +10,7 @@
 use crate::shrink::ShrinkWhenSparse;
 use crate::contract::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources, ViewScope};
 use crate::contract::FailedPod;
+use super::View;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -397,13 +398,14 @@ impl ClusterState {
 
     /// For a fork whose changes are all covered: the deltas that bring a sink with `scope` that follows it back to
     /// the original state at the fork.
-    pub fn rewind(&self, scope: ViewScope) -> Option<Rewind> {
+    pub fn rewind(&self, view: impl Into<View>) -> Option<Rewind> {
+        let view = view.into();
         let origin = self.origin.as_ref().filter(|origin| origin.complete)?;
         let mut deltas = Vec::with_capacity(origin.pods.len() + origin.usage.len());
-        if scope == ViewScope::NodesAndPods {
+        if view.scope == ViewScope::NodesAndPods {
             for (&id, original) in &origin.pods {
                 deltas.push(match original {
-                    Some((node, pod)) => ClusterDelta::PodUpsert((id, PodPlace::Bound(*node), pod.clone())),
+                    Some((node, pod)) => ClusterDelta::PodUpsert((id, PodPlace::Bound(*node), view.pod(pod))),
                     None => ClusterDelta::PodRemove(id),
                 });
             }
@@ -625,12 +627,14 @@ impl ClusterState {
 
     /// Brings an instance up to [`head`](Self::head): the deltas it missed, or a full snapshot when it follows
     /// another state's log or fell behind this one's retained part.
-    pub fn sync<S: DeltaSink>(&self, instance: &mut S, scope: ViewScope) -> Result<(), S::Error> {
+    pub fn sync<S: DeltaSink>(&self, instance: &mut S, view: impl Into<View>) -> Result<(), S::Error> {
+        let view = view.into();
         let head = self.head();
         let mut point = instance.synced_to();
         // Back from a fork of this state: undo the fork's changes, then follow this log from the fork's point.
         if point.is_some_and(|point| point.epoch != self.epoch) {
             if let Some(rewind) = instance.take_rewind().filter(|rewind| rewind.to.epoch == self.epoch) {
+                // Made by `rewind` for this instance's view, so already trimmed to it.
                 send_in_chunks(instance, rewind.deltas.into_iter())?;
                 instance.set_synced_to(rewind.to);
                 point = Some(rewind.to);
@@ -644,24 +648,25 @@ impl ClusterState {
             Some(SyncPoint { epoch, position }) if epoch == self.epoch && position == head => {}
             Some(SyncPoint { epoch, position }) if epoch == self.epoch && position >= self.log_start && position <= head => {
                 let missed = self.log.range((position - self.log_start) as usize..);
-                let relevant = missed.filter(|delta| scope == ViewScope::NodesAndPods || !is_pod_delta(delta));
-                send_in_chunks(instance, relevant.cloned())?;
+                let relevant = missed.filter(|delta| view.scope == ViewScope::NodesAndPods || !is_pod_delta(delta));
+                send_in_chunks(instance, relevant.map(|delta| view.delta(delta)))?;
             }
-            _ => send_in_chunks(instance, self.snapshot(scope))?,
+            _ => send_in_chunks(instance, self.snapshot(view))?,
         }
         instance.set_synced_to(SyncPoint { epoch: self.epoch, position: head });
-        instance.keep_rewind(self.rewind(scope));
+        instance.keep_rewind(self.rewind(view));
         Ok(())
     }
 
-    /// A reset followed by every node (and, for views with pods, every bound pod).
-    fn snapshot(&self, scope: ViewScope) -> impl Iterator<Item = ClusterDelta> + '_ {
+    /// A reset followed by every node (and, for views with pods, every bound pod), with the view's facts.
+    fn snapshot(&self, view: View) -> impl Iterator<Item = ClusterDelta> + '_ {
+        let scope = view.scope;
         let present = || self.slots.values().filter_map(|slot| slot.node.as_ref().map(|node| (slot, node)));
-        let nodes = present().map(|(slot, node)| ClusterDelta::NodeUpsert((slot.id, node.clone(), slot.usage.to_contract())));
+        let nodes = present().map(move |(slot, node)| ClusterDelta::NodeUpsert((slot.id, view.node(node), slot.usage.to_contract())));
         let pods = present()
             .filter(move |_| scope == ViewScope::NodesAndPods)
             .flat_map(move |(slot, _)| slot.pods.iter().map(move |uid| (slot.id, &self.pods[uid])))
-            .map(|(node_id, bound)| ClusterDelta::PodUpsert((bound.id, PodPlace::Bound(node_id), bound.pod.clone())));
+            .map(move |(node_id, bound)| ClusterDelta::PodUpsert((bound.id, PodPlace::Bound(node_id), view.pod(&bound.pod))));
         let namespaces = self
             .namespaces
             .iter()
@@ -786,6 +791,39 @@ mod tests {
         cluster.remove_namespace("d");
         cluster.sync(&mut with_pods, ViewScope::NodesAndPods).unwrap();
         assert!(matches!(with_pods.deltas.last(), Some(ClusterDelta::NamespaceRemove(name)) if name == "d"));
+    }
+
+    #[test]
+    fn a_view_receives_only_the_facts_its_policy_declares_in_snapshots_and_in_the_log() {
+        use crate::contract::types::{NodeFacts, NodeImage, PodFacts};
+        let mut cluster = ClusterState::new();
+        let mut imaged = node("4");
+        imaged.images = vec![NodeImage { names: vec!["app:1".into()], size_bytes: 300 << 20 }];
+        cluster.upsert_node(imaged);
+        cluster.upsert_pod(pod("a"), "n");
+        let none = PodFacts { labels: false, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
+        let labels_and_images = View { scope: ViewScope::NodesAndPods, pod_facts: PodFacts { labels: true, ..none }, node_facts: NodeFacts { images: true } };
+        let nothing = View { scope: ViewScope::NodesAndPods, pod_facts: none, node_facts: NodeFacts { images: false } };
+        let sent = |transcript: &Transcript| {
+            let nodes: Vec<&Node> = transcript.deltas.iter().filter_map(|delta| if let ClusterDelta::NodeUpsert((_, node, _)) = delta { Some(node) } else { None }).collect();
+            let pods: Vec<&Pod> = transcript.deltas.iter().filter_map(|delta| if let ClusterDelta::PodUpsert((_, _, pod)) = delta { Some(pod) } else { None }).collect();
+            (nodes.iter().map(|node| node.images.len()).collect::<Vec<_>>(), pods.iter().map(|pod| pod.labels.len()).collect::<Vec<_>>())
+        };
+        let (mut reader, mut blind) = (Transcript::default(), Transcript::default());
+        cluster.sync(&mut reader, labels_and_images).unwrap();
+        cluster.sync(&mut blind, nothing).unwrap();
+        assert_eq!(sent(&reader), (vec![1], vec![1]), "a snapshot with the declared facts");
+        assert_eq!(sent(&blind), (vec![0], vec![0]), "a snapshot without them");
+        // Changes from the log are trimmed the same way.
+        cluster.upsert_pod(pod("b"), "n");
+        let (reader_before, blind_before) = (reader.deltas.len(), blind.deltas.len());
+        cluster.sync(&mut reader, labels_and_images).unwrap();
+        cluster.sync(&mut blind, nothing).unwrap();
+        assert!(reader.deltas.len() > reader_before && blind.deltas.len() > blind_before);
+        let resets = |transcript: &Transcript| transcript.deltas.iter().filter(|delta| matches!(delta, ClusterDelta::Reset)).count();
+        assert_eq!((resets(&reader), resets(&blind)), (1, 1), "the change came from the log, not a second snapshot");
+        assert_eq!(sent(&reader).1, vec![1, 1]);
+        assert_eq!(sent(&blind).1, vec![0, 0]);
     }
 
     /// A sink that keeps what a guest with pods in its view would: pods by node, usage, how many snapshots it

@@ -309,7 +309,7 @@ impl LoadedPolicy {
             Some(instance) => instance,
             None => self.new_instance()?,
         };
-        match cluster.sync(&mut instance, self.descriptor.view) {
+        match cluster.sync(&mut instance, crate::cluster::View::of(&self.descriptor)) {
             Ok(()) => Ok(Prepared { slot, instance }),
             Err(error) => {
                 tracing::debug!(policy = %self.name, %error, "discarding policy instance");

@@ -1,0 +1,101 @@
+//! [`View`]: what one policy's instances receive of the cluster. Pods only in views with pods, and of each pod
+//! and node only the facts the policy declares in its descriptor (`pod-facts`, `node-facts`): a cold strategy
+//! that keeps 50k pods for their placement alone is synced without their containers and labels, and a node's
+//! images (kilobytes each) reach only the policies that read them. Pods of calls (the pod to place, pending and
+//! failed pods) are not views: they go whole.
+
+use crate::contract::types::{ClusterDelta, Descriptor, Node, NodeFacts, Pod, PodFacts, PodPlace, Resources, ViewScope};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct View {
+    pub scope: ViewScope,
+    pub pod_facts: PodFacts,
+    pub node_facts: NodeFacts,
+}
+
+const ALL_POD_FACTS: PodFacts = PodFacts { labels: true, containers: true, images: true, placement: true, pod_affinity: true, host_ports: true };
+
+impl View {
+    /// What the policy `descriptor` describes declares.
+    pub fn of(descriptor: &Descriptor) -> View {
+        View { scope: descriptor.view, pod_facts: descriptor.pod_facts, node_facts: descriptor.node_facts }
+    }
+
+    /// The copy of `delta` this view receives: upserts keep only the declared facts.
+    pub fn delta(&self, delta: &ClusterDelta) -> ClusterDelta {
+        match delta {
+            ClusterDelta::NodeUpsert((id, node, usage)) => ClusterDelta::NodeUpsert((*id, self.node(node), usage.clone())),
+            ClusterDelta::PodUpsert((id, place @ PodPlace::Bound(_), pod)) => ClusterDelta::PodUpsert((*id, place.clone(), self.pod(pod))),
+            other => other.clone(),
+        }
+    }
+
+    pub fn node(&self, node: &Node) -> Node {
+        Node {
+            name: node.name.clone(),
+            labels: node.labels.clone(),
+            taints: node.taints.clone(),
+            unschedulable: node.unschedulable,
+            allocatable: node.allocatable.clone(),
+            allocatable_pods: node.allocatable_pods,
+            conditions: node.conditions.clone(),
+            images: if self.node_facts.images { node.images.clone() } else { Vec::new() },
+        }
+    }
+
+    /// A copy of a bound pod with the declared facts only; what is not kept is not copied either.
+    pub fn pod(&self, pod: &Pod) -> Pod {
+        let facts = self.pod_facts;
+        fn keep<T: Clone>(kept: bool, list: &[T]) -> Vec<T> {
+            if kept { list.to_vec() } else { Vec::new() }
+        }
+        fn keep_some<T: Clone>(kept: bool, value: &Option<T>) -> Option<T> {
+            if kept { value.clone() } else { None }
+        }
+        let containers = |list: &[crate::contract::types::Container]| {
+            let mut list = keep(facts.containers, list);
+            if !facts.images {
+                list.iter_mut().for_each(|container| container.image = String::new());
+            }
+            list
+        };
+        Pod {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            labels: keep(facts.labels, &pod.labels),
+            scheduler_name: pod.scheduler_name.clone(),
+            priority: pod.priority,
+            phase: pod.phase,
+            containers: containers(&pod.containers),
+            init_containers: containers(&pod.init_containers),
+            sidecar_init_containers: keep(facts.containers, &pod.sidecar_init_containers),
+            overhead: if facts.containers { pod.overhead.clone() } else { Resources { cpu_millis: 0, memory_bytes: 0, ephemeral_storage_bytes: 0, scalar: Vec::new() } },
+            node_selector: keep(facts.placement, &pod.node_selector),
+            node_affinity: keep_some(facts.placement, &pod.node_affinity),
+            tolerations: keep(facts.placement, &pod.tolerations),
+            topology_spread: keep(facts.placement, &pod.topology_spread),
+            owner: pod.owner.clone(),
+            created_at: pod.created_at,
+            terminating: pod.terminating,
+            mirror: pod.mirror,
+            local_storage: pod.local_storage,
+            pvc: pod.pvc,
+            ready: pod.ready,
+            nominated_node: keep_some(facts.placement, &pod.nominated_node),
+            pod_affinity: keep_some(facts.pod_affinity, &pod.pod_affinity),
+            pod_anti_affinity: keep_some(facts.pod_affinity, &pod.pod_anti_affinity),
+            host_ports: keep(facts.host_ports, &pod.host_ports),
+            status_reason: pod.status_reason.clone(),
+            // Views never carry annotations (see the contract).
+            annotations: Vec::new(),
+        }
+    }
+}
+
+/// A view with every fact (natively compiled policies, tests).
+impl From<ViewScope> for View {
+    fn from(scope: ViewScope) -> View {
+        View { scope, pod_facts: ALL_POD_FACTS, node_facts: NodeFacts { images: true } }
+    }
+}
