@@ -64,16 +64,28 @@ pub struct PodInfo {
 /// tenant's pod with a large label set costs only the policies that read labels. Annotations are never in views.
 pub use crate::types::PodFacts;
 
-/// What a view keeps of each node besides its name, labels, taints, schedulability, allocatable and conditions:
-/// the contract's `node-facts`, declared by [`Policy::NODE_FACTS`](crate::Policy::NODE_FACTS).
+/// What a view keeps of each node besides its name, schedulability, allocatable and usage: the contract's
+/// `node-facts`, declared by [`Policy::NODE_FACTS`](crate::Policy::NODE_FACTS). A policy that only counts
+/// resources keeps a few hundred bytes a node instead of kilobytes.
 pub use crate::types::NodeFacts;
 
 impl NodeFacts {
-    pub const NONE: NodeFacts = NodeFacts { images: false };
-    pub const ALL: NodeFacts = NodeFacts { images: true };
+    pub const NONE: NodeFacts = NodeFacts { labels: false, taints: false, conditions: false, images: false };
+    /// What a policy that declares nothing keeps: everything but images.
+    pub const DEFAULT: NodeFacts = NodeFacts { labels: true, taints: true, conditions: true, images: false };
+    pub const ALL: NodeFacts = NodeFacts { labels: true, taints: true, conditions: true, images: true };
 
-    /// Drops from `node` what these facts do not keep.
+    /// Drops from `node` what these facts do not keep (what the host does not send).
     pub fn keep_only(&self, node: &mut Node) {
+        if !self.labels {
+            node.labels = Vec::new();
+        }
+        if !self.taints {
+            node.taints = Vec::new();
+        }
+        if !self.conditions {
+            node.conditions = Vec::new();
+        }
         if !self.images {
             node.images = Vec::new();
         }

@@ -25,9 +25,10 @@ pub trait Policy: Sized + 'static {
     /// With pods in the view: what of each pod the instances keep (see [`PodFacts`]). Everything unless said;
     /// declare what the policy reads and build test clusters with [`Cluster::for_policy`], which keeps the same.
     const POD_FACTS: PodFacts = PodFacts::ALL;
-    /// What of each node the instances keep beyond name, labels, taints, schedulability, allocatable and
-    /// conditions (see [`NodeFacts`]): nothing unless said (a node's images are kilobytes each).
-    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
+    /// What of each node the instances keep beyond name, schedulability, allocatable and usage (see
+    /// [`NodeFacts`]): labels, taints and conditions unless said, images only when asked for.
+    /// [`Pod::may_run_on`] reads labels and taints; [`Node::is_ready`](crate::types::Node) reads conditions.
+    const NODE_FACTS: NodeFacts = NodeFacts::DEFAULT;
     /// One line per setting: what it means and its unit.
     const SETTINGS_DOC: &'static str = "";
 

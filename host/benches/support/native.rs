@@ -75,7 +75,12 @@ impl<P: Policy + Send + Sync + 'static> NativePolicy<P> {
                 pod_affinity: facts.pod_affinity,
                 host_ports: facts.host_ports,
             },
-            node_facts: wasp::contract::types::NodeFacts { images: P::NODE_FACTS.images },
+            node_facts: wasp::contract::types::NodeFacts {
+                labels: P::NODE_FACTS.labels,
+                taints: P::NODE_FACTS.taints,
+                conditions: P::NODE_FACTS.conditions,
+                images: P::NODE_FACTS.images,
+            },
         };
         cluster.sync(&mut instance, view).expect("native sync cannot fail");
         let subject = ClusterDelta::PodUpsert((0, PodPlace::Subject, pod.clone()));

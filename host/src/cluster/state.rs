@@ -799,20 +799,21 @@ mod tests {
         let mut cluster = ClusterState::new();
         let mut imaged = node("4");
         imaged.images = vec![NodeImage { names: vec!["app:1".into()], size_bytes: 300 << 20 }];
+        imaged.labels = vec![("topology.kubernetes.io/zone".into(), "a".into())];
         cluster.upsert_node(imaged);
         cluster.upsert_pod(pod("a"), "n");
         let none = PodFacts { labels: false, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
-        let labels_and_images = View { scope: ViewScope::NodesAndPods, pod_facts: PodFacts { labels: true, ..none }, node_facts: NodeFacts { images: true } };
-        let nothing = View { scope: ViewScope::NodesAndPods, pod_facts: none, node_facts: NodeFacts { images: false } };
+        let labels_and_images = View { scope: ViewScope::NodesAndPods, pod_facts: PodFacts { labels: true, ..none }, node_facts: NodeFacts { labels: true, taints: true, conditions: true, images: true } };
+        let nothing = View { scope: ViewScope::NodesAndPods, pod_facts: none, node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false } };
         let sent = |transcript: &Transcript| {
             let nodes: Vec<&Node> = transcript.deltas.iter().filter_map(|delta| if let ClusterDelta::NodeUpsert((_, node, _)) = delta { Some(node) } else { None }).collect();
             let pods: Vec<&Pod> = transcript.deltas.iter().filter_map(|delta| if let ClusterDelta::PodUpsert((_, _, pod)) = delta { Some(pod) } else { None }).collect();
-            (nodes.iter().map(|node| node.images.len()).collect::<Vec<_>>(), pods.iter().map(|pod| pod.labels.len()).collect::<Vec<_>>())
+            (nodes.iter().map(|node| node.images.len() + node.labels.len()).collect::<Vec<_>>(), pods.iter().map(|pod| pod.labels.len()).collect::<Vec<_>>())
         };
         let (mut reader, mut blind) = (Transcript::default(), Transcript::default());
         cluster.sync(&mut reader, labels_and_images).unwrap();
         cluster.sync(&mut blind, nothing).unwrap();
-        assert_eq!(sent(&reader), (vec![1], vec![1]), "a snapshot with the declared facts");
+        assert_eq!(sent(&reader), (vec![2], vec![1]), "a snapshot with the declared facts: the image and the label");
         assert_eq!(sent(&blind), (vec![0], vec![0]), "a snapshot without them");
         // Changes from the log are trimmed the same way.
         cluster.upsert_pod(pod("b"), "n");

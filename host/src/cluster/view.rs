@@ -33,22 +33,19 @@ impl View {
     pub fn node(&self, node: &Node) -> Node {
         Node {
             name: node.name.clone(),
-            labels: node.labels.clone(),
-            taints: node.taints.clone(),
+            labels: keep(self.node_facts.labels, &node.labels),
+            taints: keep(self.node_facts.taints, &node.taints),
             unschedulable: node.unschedulable,
             allocatable: node.allocatable.clone(),
             allocatable_pods: node.allocatable_pods,
-            conditions: node.conditions.clone(),
-            images: if self.node_facts.images { node.images.clone() } else { Vec::new() },
+            conditions: keep(self.node_facts.conditions, &node.conditions),
+            images: keep(self.node_facts.images, &node.images),
         }
     }
 
     /// A copy of a bound pod with the declared facts only; what is not kept is not copied either.
     pub fn pod(&self, pod: &Pod) -> Pod {
         let facts = self.pod_facts;
-        fn keep<T: Clone>(kept: bool, list: &[T]) -> Vec<T> {
-            if kept { list.to_vec() } else { Vec::new() }
-        }
         fn keep_some<T: Clone>(kept: bool, value: &Option<T>) -> Option<T> {
             if kept { value.clone() } else { None }
         }
@@ -93,9 +90,13 @@ impl View {
     }
 }
 
+fn keep<T: Clone>(kept: bool, list: &[T]) -> Vec<T> {
+    if kept { list.to_vec() } else { Vec::new() }
+}
+
 /// A view with every fact (natively compiled policies, tests).
 impl From<ViewScope> for View {
     fn from(scope: ViewScope) -> View {
-        View { scope, pod_facts: ALL_POD_FACTS, node_facts: NodeFacts { images: true } }
+        View { scope, pod_facts: ALL_POD_FACTS, node_facts: NodeFacts { labels: true, taints: true, conditions: true, images: true } }
     }
 }

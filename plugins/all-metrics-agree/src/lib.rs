@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::autoscaling::{check_tolerance, Proposals, DEFAULT_TOLERANCE};
 use wasp_sdk::types::{ScaleDecision, ScaleRequest};
-use wasp_sdk::{Policy, Scale};
+use wasp_sdk::{Policy, Scale, NodeFacts};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -31,6 +31,7 @@ pub struct AllMetricsAgree {
 impl Policy for AllMetricsAgree {
     type Settings = Settings;
     const NAME: &'static str = "all-metrics-agree";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const SETTINGS_DOC: &'static str = "tolerance: relative change ignored, 0 to 1 (default 0.1)\n\
         priority: metric names, most important first; settles up-versus-down conflicts (default: a conflict holds)";
 

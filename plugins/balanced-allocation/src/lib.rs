@@ -4,7 +4,7 @@
 
 use wasp_sdk::resources::{validate_resource_weights, ResourceVector, ResourceWeightSettings};
 use wasp_sdk::types::Pod;
-use wasp_sdk::{Cluster, NodeInfo, Policy, Score};
+use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
 
 pub struct BalancedAllocation {
     resources: Vec<String>,
@@ -13,6 +13,7 @@ pub struct BalancedAllocation {
 impl Policy for BalancedAllocation {
     type Settings = ResourceWeightSettings;
     const NAME: &'static str = "balanced-allocation";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const SETTINGS_DOC: &'static str = "resources: [{name, weight}], default cpu and memory";
 
     fn new(settings: ResourceWeightSettings) -> Result<Self, String> {

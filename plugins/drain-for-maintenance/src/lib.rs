@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, Placement, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -36,6 +36,7 @@ impl DrainForMaintenance {
 impl Policy for DrainForMaintenance {
     type Settings = Settings;
     const NAME: &'static str = "drain-for-maintenance";
+    const NODE_FACTS: NodeFacts = NodeFacts { labels: true, taints: true, ..NodeFacts::NONE };
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const POD_FACTS: PodFacts = PodFacts { containers: true, placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "key: label or taint key marking nodes to drain (default wasp.dev/maintenance)";

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{EvictContext, Eviction, NodeId, Placement, PodPhase, ViewScope};
 use wasp_sdk::utilization::{Thresholds, Utilization};
-use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -35,6 +35,7 @@ impl HighNodeUtilization {
 impl Policy for HighNodeUtilization {
     type Settings = Settings;
     const NAME: &'static str = "high-node-utilization";
+    const NODE_FACTS: NodeFacts = NodeFacts::DEFAULT;
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const POD_FACTS: PodFacts = PodFacts { containers: true, placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "thresholds: {cpu, memory, pods} percent of allocatable under which a node is emptied (default 20 each)";

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::autoscaling::{check_tolerance, Proposals, DEFAULT_TOLERANCE};
 use wasp_sdk::types::{ScaleDecision, ScaleRequest};
-use wasp_sdk::{Policy, Scale};
+use wasp_sdk::{Policy, Scale, NodeFacts};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -39,6 +39,7 @@ pub struct Hpa {
 impl Policy for Hpa {
     type Settings = Settings;
     const NAME: &'static str = "hpa";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const SETTINGS_DOC: &'static str = "tolerance: relative change ignored, 0 to 1 (default 0.1)\n\
         combine: max (default, the HPA's rule) or min across metrics";
 

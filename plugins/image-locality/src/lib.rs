@@ -18,7 +18,7 @@ pub struct ImageLocality;
 impl Policy for ImageLocality {
     type Settings = NoSettings;
     const NAME: &'static str = "image-locality";
-    const NODE_FACTS: NodeFacts = NodeFacts { images: true };
+    const NODE_FACTS: NodeFacts = NodeFacts { images: true, ..NodeFacts::NONE };
 
     fn new(_: NoSettings) -> Result<Self, String> {
         Ok(ImageLocality)

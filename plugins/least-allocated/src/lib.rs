@@ -5,7 +5,7 @@
 use wasp_sdk::allocation::weighted;
 use wasp_sdk::resources::{validate_resource_weights, ResourceWeight, ResourceWeightSettings};
 use wasp_sdk::types::Pod;
-use wasp_sdk::{Cluster, NodeInfo, Policy, Score};
+use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
 
 pub struct LeastAllocated {
     resources: Vec<ResourceWeight>,
@@ -14,6 +14,7 @@ pub struct LeastAllocated {
 impl Policy for LeastAllocated {
     type Settings = ResourceWeightSettings;
     const NAME: &'static str = "least-allocated";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const SETTINGS_DOC: &'static str = "resources: [{name, weight 1-100}], default cpu and memory with weight 1";
 
     fn new(settings: ResourceWeightSettings) -> Result<Self, String> {

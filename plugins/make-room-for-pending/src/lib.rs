@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{EvictContext, Eviction, Pod, PodId, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -76,6 +76,7 @@ fn victims_on(node: &NodeInfo, cluster: &Cluster, pending: &Pod, taken: &HashSet
 impl Policy for MakeRoomForPending {
     type Settings = Settings;
     const NAME: &'static str = "make-room-for-pending";
+    const NODE_FACTS: NodeFacts = NodeFacts { labels: true, taints: true, ..NodeFacts::NONE };
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const POD_FACTS: PodFacts = PodFacts { containers: true, placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "maxPendingPerRun: pending pods to make room for per run (default 5)\n\
@@ -177,6 +178,25 @@ mod tests {
         let proposals = build::<MakeRoomForPending>("").unwrap().propose(&cluster, &context);
         let nodes: Vec<&str> = proposals.iter().map(|eviction| eviction.reason.split(" on node ").nth(1).unwrap().split(' ').next().unwrap()).collect();
         assert_eq!(nodes, ["busy", "crowded", "crowded", "crowded"]);
+    }
+
+    #[test]
+    fn a_node_the_pod_may_not_run_on_is_not_offered() {
+        // The tainted node's victim would be the cheapest, and the selector rules out the other one.
+        let mut cluster = Cluster::for_policy::<MakeRoomForPending>();
+        let tainted = cluster.add_node(NodeBuilder::new("tainted").cpu("4").taint("dedicated", "gpu", wasp_sdk::types::TaintEffect::NoSchedule).build());
+        let elsewhere = cluster.add_node(NodeBuilder::new("elsewhere").cpu("4").label("pool", "other").build());
+        let fitting = cluster.add_node(NodeBuilder::new("fitting").cpu("4").label("pool", "main").build());
+        for node in [tainted, elsewhere] {
+            cluster.bind(PodBuilder::new("low").cpu("4").priority(0).running().build(), node);
+        }
+        for index in 0..2 {
+            cluster.bind(PodBuilder::new(&format!("mid-{index}")).cpu("2").priority(1).running().build(), fitting);
+        }
+        let pod = PodBuilder::new("important").cpu("3").priority(1000).node_selector("pool", "main").with(|pod| pod.uid = "uid-important".into()).build();
+        let proposals = build::<MakeRoomForPending>("").unwrap().propose(&cluster, &waiting(pod, "0/3 nodes are available: 3 Insufficient cpu."));
+        assert_eq!(proposals.len(), 2, "{proposals:?}");
+        assert!(proposals.iter().all(|eviction| eviction.reason.contains("on node fitting")), "{proposals:?}");
     }
 
     #[test]

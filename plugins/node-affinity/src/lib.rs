@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{NodeSelectorTerm, Pod, SelectorOperator, SelectorRequirement};
-use wasp_sdk::{Cluster, Filter, NodeInfo, Normalization, Policy, Score, Verdict};
+use wasp_sdk::{Cluster, Filter, NodeInfo, Normalization, Policy, Score, Verdict, NodeFacts};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -92,6 +92,7 @@ fn term(field: &str, settings: &TermSettings) -> Result<NodeSelectorTerm, String
 impl Policy for NodeAffinity {
     type Settings = Settings;
     const NAME: &'static str = "node-affinity";
+    const NODE_FACTS: NodeFacts = NodeFacts { labels: true, ..NodeFacts::NONE };
     const SETTINGS_DOC: &'static str = "addedAffinity.required: node selector terms (ORed) every pod must match\n\
         addedAffinity.preferred: [{weight 1-100, preference: term}] added to every pod's preferences";
 
@@ -159,7 +160,7 @@ mod tests {
     }
 
     fn zones() -> (Cluster, Vec<u32>) {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<NodeAffinity>();
         let ids = ["a", "b", "c"]
             .iter()
             .map(|zone| cluster.add_node(NodeBuilder::new(&format!("n-{zone}")).label("zone", zone).label("cores", "8").build()))

@@ -4,7 +4,7 @@
 
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::types::{FilterResult, HostPort, NodeId, Pod, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Filter, NoSettings, NodeInfo, Policy, Verdict};
+use wasp_sdk::{PodFacts, Cluster, Filter, NoSettings, NodeInfo, Policy, Verdict, NodeFacts};
 
 const PORTS_TAKEN: &str = "node(s) didn't have free ports for the requested pod ports";
 const ANY_ADDRESS: &str = "0.0.0.0";
@@ -14,6 +14,7 @@ pub struct NodePorts;
 impl Policy for NodePorts {
     type Settings = NoSettings;
     const NAME: &'static str = "node-ports";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const POD_FACTS: PodFacts = PodFacts { host_ports: true, ..PodFacts::NONE };
 

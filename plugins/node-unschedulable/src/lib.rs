@@ -2,13 +2,14 @@
 //! unless the pod tolerates the `node.kubernetes.io/unschedulable:NoSchedule` taint.
 
 use wasp_sdk::types::{Pod, Taint, TaintEffect};
-use wasp_sdk::{Cluster, Filter, NodeInfo, NoSettings, Policy, Verdict};
+use wasp_sdk::{Cluster, Filter, NodeInfo, NoSettings, Policy, Verdict, NodeFacts};
 
 pub struct NodeUnschedulable;
 
 impl Policy for NodeUnschedulable {
     type Settings = NoSettings;
     const NAME: &'static str = "node-unschedulable";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
 
     fn new(_: NoSettings) -> Result<Self, String> {
         Ok(NodeUnschedulable)

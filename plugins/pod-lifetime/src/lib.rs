@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -37,6 +37,7 @@ fn phase_name(phase: PodPhase) -> &'static str {
 impl Policy for PodLifetime {
     type Settings = Settings;
     const NAME: &'static str = "pod-lifetime";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const POD_FACTS: PodFacts = PodFacts::NONE;
     const SETTINGS_DOC: &'static str = "maxPodLifeTimeSeconds: pods older than this are proposed (default 604800, a week)\n\

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::autoscaling::{check_tolerance, describe, load_of, propose, replicas_for_load, DEFAULT_TOLERANCE};
 use wasp_sdk::types::{Metric, MetricProposal, ScaleDecision, ScaleRequest};
-use wasp_sdk::{Policy, Scale};
+use wasp_sdk::{Policy, Scale, NodeFacts};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -44,6 +44,7 @@ pub struct Predictive {
 impl Policy for Predictive {
     type Settings = Settings;
     const NAME: &'static str = "predictive";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const SETTINGS_DOC: &'static str = "method: holt (default) or linear\n\
         horizonSeconds: how far ahead to forecast (default 120, at most 3600)\n\
         alpha, beta: Holt's level and trend smoothing, in (0, 1] (default 0.5, 0.5)\n\

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use wasp_sdk::types::{EvictContext, Eviction, PodId, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -25,6 +25,7 @@ type OwnerKey = (String, String, String);
 impl Policy for RemoveDuplicates {
     type Settings = Settings;
     const NAME: &'static str = "remove-duplicates";
+    const NODE_FACTS: NodeFacts = NodeFacts { labels: true, taints: true, ..NodeFacts::NONE };
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const POD_FACTS: PodFacts = PodFacts { placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "excludeOwnerKinds: owner kinds whose pods are never duplicates (default none)";

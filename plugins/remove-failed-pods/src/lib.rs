@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::selection::{Namespaces, PodFilter, Selector};
 use wasp_sdk::types::{ContainerState, EvictContext, Eviction, Pod};
-use wasp_sdk::{Cluster, Evict, Policy};
+use wasp_sdk::{Cluster, Evict, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -48,6 +48,7 @@ pub struct RemoveFailedPods {
 impl Policy for RemoveFailedPods {
     type Settings = Settings;
     const NAME: &'static str = "remove-failed-pods";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const SETTINGS_DOC: &'static str = "minPodLifetimeSeconds: only pods created at least this long ago (default 3600)\n\
         reasons: only pods with one of these reasons, pod or container (default any)\n\
         exitCodes: only pods with a container terminated with one of these codes (default any)\n\

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -27,6 +27,7 @@ pub struct RemovePodsHavingTooManyRestarts {
 impl Policy for RemovePodsHavingTooManyRestarts {
     type Settings = Settings;
     const NAME: &'static str = "remove-pods-having-too-many-restarts";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const POD_FACTS: PodFacts = PodFacts { containers: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "podRestartThreshold: restarts (summed over containers) at which a pod is proposed (default 100)\n\

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, Node, Pod, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
 
 const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
 const PREFERRED: &str = "preferredDuringSchedulingIgnoredDuringExecution";
@@ -39,6 +39,7 @@ fn preferred_weight(pod: &Pod, node: &Node) -> i64 {
 impl Policy for RemovePodsViolatingNodeAffinity {
     type Settings = Settings;
     const NAME: &'static str = "remove-pods-violating-node-affinity";
+    const NODE_FACTS: NodeFacts = NodeFacts { labels: true, ..NodeFacts::NONE };
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const POD_FACTS: PodFacts = PodFacts { placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "nodeAffinityType: list of requiredDuringSchedulingIgnoredDuringExecution (default) \

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::matching::first_untolerated_taint;
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, Taint, TaintEffect, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -41,6 +41,7 @@ impl RemovePodsViolatingNodeTaints {
 impl Policy for RemovePodsViolatingNodeTaints {
     type Settings = Settings;
     const NAME: &'static str = "remove-pods-violating-node-taints";
+    const NODE_FACTS: NodeFacts = NodeFacts { taints: true, ..NodeFacts::NONE };
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const POD_FACTS: PodFacts = PodFacts { placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "excludedTaints: taints ignored, as key or key=value\n\

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use wasp_sdk::spread::{domain_counts, resolved_selector};
 use wasp_sdk::types::{EvictContext, Eviction, PodId, PodPhase, UnsatisfiableAction, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -24,6 +24,7 @@ pub struct RemovePodsViolatingTopologySpreadConstraint {
 impl Policy for RemovePodsViolatingTopologySpreadConstraint {
     type Settings = Settings;
     const NAME: &'static str = "remove-pods-violating-topology-spread-constraint";
+    const NODE_FACTS: NodeFacts = NodeFacts { labels: true, taints: true, ..NodeFacts::NONE };
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const POD_FACTS: PodFacts = PodFacts { labels: true, placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "includeSoftConstraints: also balance ScheduleAnyway constraints (default false)";

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use wasp_sdk::allocation::requested_and_allocatable;
 use wasp_sdk::resources::{validate_resource_weights, ResourceWeight};
 use wasp_sdk::types::Pod;
-use wasp_sdk::{Cluster, NodeInfo, Policy, Score};
+use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,6 +44,7 @@ pub struct RequestedToCapacityRatio {
 impl Policy for RequestedToCapacityRatio {
     type Settings = Settings;
     const NAME: &'static str = "requested-to-capacity-ratio";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const SETTINGS_DOC: &'static str = "shape: [{utilization 0-100, score 0-10}], utilization increasing (default 0->0, 100->10)\n\
         resources: [{name, weight 1-100}], default cpu and memory with weight 1";
 

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{FilterResult, NodeId, Pod};
-use wasp_sdk::{Cluster, Filter, NodeInfo, Policy, Verdict};
+use wasp_sdk::{Cluster, Filter, NodeInfo, Policy, Verdict, NodeFacts};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -33,6 +33,7 @@ impl ResourcesFit {
 impl Policy for ResourcesFit {
     type Settings = Settings;
     const NAME: &'static str = "resources-fit";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const SETTINGS_DOC: &'static str = "ignoredResources: extended resources not checked\n\
         ignoredResourceGroups: resource groups (prefix before '/') not checked";
 

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::autoscaling::{check_tolerance, Proposals, DEFAULT_TOLERANCE};
 use wasp_sdk::types::{ScaleDecision, ScaleRequest};
-use wasp_sdk::{Policy, Scale};
+use wasp_sdk::{Policy, Scale, NodeFacts};
 
 const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 
@@ -92,6 +92,7 @@ pub struct Scheduled {
 impl Policy for Scheduled {
     type Settings = Settings;
     const NAME: &'static str = "scheduled";
+    const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const SETTINGS_DOC: &'static str = "utcOffset: the schedules' offset from UTC, like +02:00 (default +00:00)\n\
         schedules: [{days: [Mon..Sun] (default every day), start: HH:MM, end: HH:MM, replicas}]\n\
         tolerance: relative change the metrics ignore, 0 to 1 (default 0.1)";

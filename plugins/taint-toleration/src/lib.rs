@@ -4,13 +4,14 @@
 
 use wasp_sdk::matching::first_untolerated_taint;
 use wasp_sdk::types::{Pod, TaintEffect};
-use wasp_sdk::{Cluster, Filter, NodeInfo, Normalization, NoSettings, Policy, Score, Verdict};
+use wasp_sdk::{Cluster, Filter, NodeInfo, Normalization, NoSettings, Policy, Score, Verdict, NodeFacts};
 
 pub struct TaintToleration;
 
 impl Policy for TaintToleration {
     type Settings = NoSettings;
     const NAME: &'static str = "taint-toleration";
+    const NODE_FACTS: NodeFacts = NodeFacts { taints: true, ..NodeFacts::NONE };
 
     fn new(_: NoSettings) -> Result<Self, String> {
         Ok(TaintToleration)
@@ -57,7 +58,7 @@ mod tests {
 
     #[test]
     fn filter_uses_kube_scheduler_wording() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<TaintToleration>();
         let tainted = cluster.add_node(NodeBuilder::new("n1").taint("dedicated", "gpu", TaintEffect::NoSchedule).build());
         let soft = cluster.add_node(NodeBuilder::new("n2").taint("spot", "true", TaintEffect::PreferNoSchedule).build());
         let plain = PodBuilder::new("p").build();
@@ -71,7 +72,7 @@ mod tests {
 
     #[test]
     fn no_execute_taints_filter_too() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<TaintToleration>();
         let node = cluster.add_node(NodeBuilder::new("n1").taint("node.kubernetes.io/not-ready", "", TaintEffect::NoExecute).build());
         let pod = PodBuilder::new("p").build();
         assert!(!TaintToleration.filter(&pod, cluster.node(node).unwrap(), &cluster).is_pass());
@@ -79,7 +80,7 @@ mod tests {
 
     #[test]
     fn score_prefers_fewer_untolerated_prefer_no_schedule_taints() {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::for_policy::<TaintToleration>();
         let two = cluster.add_node(
             NodeBuilder::new("n1")
                 .taint("a", "1", TaintEffect::PreferNoSchedule)

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use wasp_sdk::types::{EvictContext, Eviction, Pod, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy};
+use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -41,6 +41,7 @@ fn restarts(pod: &Pod) -> u32 {
 impl Policy for UnhealthyNode {
     type Settings = Settings;
     const NAME: &'static str = "unhealthy-node";
+    const NODE_FACTS: NodeFacts = NodeFacts { conditions: true, ..NodeFacts::NONE };
     const VIEW: ViewScope = ViewScope::NodesAndPods;
     const POD_FACTS: PodFacts = PodFacts { containers: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "pressureConditions: node conditions that mean trouble when True (default MemoryPressure, DiskPressure, PIDPressure)\n\
