@@ -292,7 +292,7 @@ pub fn propose<'a, State: Deref<Target = ClusterState>>(
 ) -> Proposals {
     let scheduling = fit_check.scheduling_policies();
     for policy in &scheduling {
-        policy.warm(&live, crate::scheduler::cycle::parallelism());
+        policy.warm(&live, crate::scheduler::cycle::threads_for(policy.as_ref()));
     }
     let prepare = |policy: &'a Arc<LoadedPolicy>, state: &ClusterState| {
         let started = Instant::now();

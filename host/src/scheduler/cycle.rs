@@ -4,8 +4,10 @@
 
 use crate::cluster::{ClusterState, Nomination};
 use crate::contract::types::{FilterResult, NodeId, Placement, Pod, ViewScope};
+use crate::policy::SchedulingPolicy;
 use crate::registry::ProfilePolicies;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
@@ -62,8 +64,22 @@ pub fn parallelism() -> usize {
     *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 
+/// Threads that call `policy` at once in one filter pass, so instances of it a loop needs ready: one per
+/// thread for a policy that sees nodes only, one for a policy that sees pods (see [`filter_in_parallel`]).
+pub fn threads_for(policy: &dyn SchedulingPolicy) -> usize {
+    match policy.view() {
+        ViewScope::Nodes => parallelism(),
+        ViewScope::NodesAndPods => 1,
+    }
+}
+
 /// Runs the filter chain over `candidates` split across threads (each call takes its own pooled policy
-/// instance), like kube-scheduler's parallel Filter. Survivors keep their order.
+/// instance), like kube-scheduler's parallel Filter. Survivors keep their order, and each rejected node's
+/// reasons are those of the first policy in the chain that rejected it, as if the chain ran on one thread.
+///
+/// Only runs of policies that see nodes alone are split. A policy that sees pods is called once over all the
+/// candidates: a second thread would take a second instance, which holds its own copy of the pods it keeps
+/// (tens of MiB at 50k pods), and would redo the pod's own work (its domain counts) for its half of the nodes.
 fn filter_in_parallel(
     profile: &ProfilePolicies,
     cluster: &ClusterState,
@@ -71,10 +87,28 @@ fn filter_in_parallel(
     candidates: &[NodeId],
     rejections: &mut Rejections,
 ) -> Vec<NodeId> {
-    let threads = parallelism().min(candidates.len() / MIN_NODES_PER_THREAD).max(1);
-    if threads == 1 {
-        return filter_chain(profile, cluster, pod, candidates.to_vec(), rejections);
+    let split = |policy: &Arc<dyn SchedulingPolicy>| threads_for(policy.as_ref()) > 1;
+    let mut candidates = candidates.to_vec();
+    for segment in profile.filters.chunk_by(|first, next| split(first) && split(next)) {
+        let threads = threads_for(segment[0].as_ref()).min(candidates.len() / MIN_NODES_PER_THREAD).max(1);
+        candidates = if threads == 1 {
+            filter_chain(segment, cluster, pod, candidates, rejections)
+        } else {
+            filter_split(segment, cluster, pod, &candidates, threads, rejections)
+        };
     }
+    candidates
+}
+
+/// [`filter_chain`] over `candidates` cut into one part per thread.
+fn filter_split(
+    filters: &[Arc<dyn SchedulingPolicy>],
+    cluster: &ClusterState,
+    pod: &Pod,
+    candidates: &[NodeId],
+    threads: usize,
+    rejections: &mut Rejections,
+) -> Vec<NodeId> {
     let chunk = candidates.len().div_ceil(threads);
     let results: Vec<(Vec<NodeId>, Rejections)> = std::thread::scope(|scope| {
         let workers: Vec<_> = candidates
@@ -82,7 +116,7 @@ fn filter_in_parallel(
             .map(|part| {
                 scope.spawn(move || {
                     let mut local = Rejections::default();
-                    (filter_chain(profile, cluster, pod, part.to_vec(), &mut local), local)
+                    (filter_chain(filters, cluster, pod, part.to_vec(), &mut local), local)
                 })
             })
             .collect();
@@ -96,16 +130,16 @@ fn filter_in_parallel(
     survivors
 }
 
-/// Runs the filter chain over `candidates`; returns the survivors and adds rejected nodes' reasons (those of
+/// Runs `filters` in order over `candidates`; returns the survivors and adds rejected nodes' reasons (those of
 /// the first policy that rejected each node) to `rejections`.
 fn filter_chain(
-    profile: &ProfilePolicies,
+    filters: &[Arc<dyn SchedulingPolicy>],
     cluster: &ClusterState,
     pod: &Pod,
     mut candidates: Vec<NodeId>,
     rejections: &mut Rejections,
 ) -> Vec<NodeId> {
-    for policy in &profile.filters {
+    for policy in filters {
         if candidates.is_empty() {
             break;
         }
@@ -149,7 +183,7 @@ pub fn best_node(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, f
 /// Whether `pod` passes every filter of `profile` on node `id`; if not, the reasons.
 pub fn fits_on(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, id: NodeId) -> Result<(), Rejections> {
     let mut rejections = Rejections::default();
-    match filter_chain(profile, cluster, pod, vec![id], &mut rejections).as_slice() {
+    match filter_chain(&profile.filters, cluster, pod, vec![id], &mut rejections).as_slice() {
         [_] => Ok(()),
         _ => Err(rejections),
     }
@@ -294,6 +328,61 @@ mod tests {
         assert_eq!(feasible_nodes_to_find(10_000, 0), 500, "floored at 5%");
         assert_eq!(feasible_nodes_to_find(150, 0), 100, "at least 100");
         assert_eq!(feasible_nodes_to_find(1000, 100), 1000);
+    }
+
+    /// A filter that rejects the nodes whose name's number `rejects` says, and records what it was asked.
+    struct NumberFilter {
+        view: ViewScope,
+        reason: &'static str,
+        rejects: fn(usize) -> bool,
+        calls: std::sync::Mutex<Vec<usize>>,
+    }
+
+    impl SchedulingPolicy for NumberFilter {
+        fn name(&self) -> &str {
+            self.reason
+        }
+        fn view(&self) -> ViewScope {
+            self.view
+        }
+        fn filter_or_failure_mode(&self, cluster: &ClusterState, _pod: &Pod, candidates: &[NodeId]) -> FilterResult {
+            self.calls.lock().unwrap().push(candidates.len());
+            let number = |id: &NodeId| cluster.node_name(*id).unwrap()[1..].parse::<usize>().unwrap();
+            let verdicts = candidates.iter().map(|id| u32::from((self.rejects)(number(id)))).collect();
+            FilterResult { verdicts, rejections: vec![vec![self.reason.to_string()]] }
+        }
+        fn score_or_failure_mode(&self, _: &ClusterState, _: &Pod, candidates: &[NodeId]) -> Vec<u32> {
+            vec![0; candidates.len()]
+        }
+    }
+
+    #[test]
+    fn a_filter_that_sees_pods_is_called_once_over_all_candidates_and_reasons_stay_those_of_the_first_rejecting_filter() {
+        let mut cluster = ClusterState::new();
+        for number in 0..600 {
+            let node = serde_json::json!({"metadata": {"name": format!("n{number}")}, "status": {"allocatable": {"cpu": "4"}}});
+            cluster.upsert_node(crate::cluster::convert::node(&serde_json::from_value(node).unwrap()).unwrap());
+        }
+        let filter = |view, reason, rejects| Arc::new(NumberFilter { view, reason, rejects, calls: Default::default() });
+        let odd = filter(ViewScope::Nodes, "even", |number| number % 2 == 0);
+        let sees_pods = filter(ViewScope::NodesAndPods, "three", |number| number % 3 == 0);
+        let fives = filter(ViewScope::Nodes, "five", |number| number % 5 == 0);
+        let profile = ProfilePolicies {
+            scheduler_name: "test".into(),
+            filters: vec![odd.clone(), sees_pods.clone(), fives.clone()],
+            scores: vec![],
+        };
+        let (feasible, rejections) = feasible_nodes(&profile, &cluster, &pod("p", 0, "1"), &[]);
+
+        assert_eq!(*sees_pods.calls.lock().unwrap(), vec![300], "one call over the odd nodes");
+        let expected_calls = parallelism().min(600 / MIN_NODES_PER_THREAD);
+        assert_eq!(odd.calls.lock().unwrap().len(), expected_calls, "nodes-only filters are still split");
+        let numbers: Vec<usize> = feasible.iter().map(|id| cluster.node_name(*id).unwrap()[1..].parse().unwrap()).collect();
+        let expected: Vec<usize> = (0..600).filter(|n| n % 2 == 1 && n % 3 != 0 && n % 5 != 0).collect();
+        assert_eq!(numbers, expected, "survivors keep the candidates' order");
+        let counts: Vec<(&str, usize)> = rejections.reasons.iter().map(|(reason, count)| (reason.as_str(), *count)).collect();
+        assert_eq!(counts, vec![("even", 300), ("five", 40), ("three", 100)]);
+        assert!(rejections.by_policy_seeing_pods);
     }
 
     fn pod(name: &str, priority: i32, cpu: &str) -> Pod {
