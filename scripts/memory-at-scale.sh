@@ -2,8 +2,8 @@
 # Resident memory of `wasp run` (scheduler, rescheduler, autoscaler) with the shipped configuration
 # (manifests/20-config.yaml, rescheduling every 20 s instead of 5 min) against `wasp sim serve` with 5000 nodes
 # and 50k pending pods, which it schedules. Prints, every 10 s: resident memory, the guest memory of every policy
-# (sum of wasp_policy_memory_bytes), pods scheduled and rescheduler runs; then each policy's share, and what each
-# rescheduling run took (its log line's took_ms).
+# (sum of wasp_policy_memory_bytes), pods scheduled and rescheduler runs; then the peak resident memory, each
+# policy's share, and what each rescheduling run took (its log line's took_ms).
 #
 # Usage: scripts/memory-at-scale.sh [NODES] [PODS] [SECONDS]   (after scripts/build-policies.sh;
 # builds the release binary)
@@ -41,6 +41,8 @@ for ((elapsed = 10; elapsed <= seconds; elapsed += 10)); do
   printf '%5ss %8s MiB %10.0f MiB %10s %12s\n' $elapsed "$resident" "$(metric wasp_policy_memory_bytes | awk '{ print $1 / 1048576 }')" \
     "$(metric 'wasp_schedule_attempts_total{profile="wasp",result="scheduled"}')" "$(metric wasp_rescheduler_run_duration_seconds_count)"
 done
+# The samples above can miss a short peak; the kernel keeps the highest resident size the process reached.
+awk '/VmHWM/ { printf "peak resident memory (VmHWM) over the whole run: %.0f MiB\n", $2 / 1024 }' /proc/$host/status
 echo "guest memory by policy (MiB):"
 curl -s "http://$address/metrics" | awk '/^wasp_policy_memory_bytes/ { printf "  %-60s %6.1f\n", $1, $2 / 1048576 }' | sort -k2 -n -r
 echo "rescheduling runs (each: plan with the shipped strategies, fit check, evictions):"

@@ -12,8 +12,32 @@ mod sim;
 #[cfg(feature = "sim")]
 mod simulate;
 
+use crate::config::HostConfig;
 use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// `relative` in the wasp checkout this binary was built in, if it is still there: what a command run from
+/// anywhere else (a policy author's own crate) falls back on for the SDK and the default policies.
+fn in_build_checkout(relative: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(relative);
+    path.exists().then(|| path.canonicalize().unwrap_or(path))
+}
+
+/// The configuration in `path`, or the built-in one. The built-in one names `plugins/out`, relative to the
+/// working directory; outside a wasp checkout, the default policies of the checkout the binary was built in.
+fn config_or_built_in(path: Option<&Path>) -> anyhow::Result<HostConfig> {
+    let Some(path) = path else {
+        let mut config = HostConfig::built_in();
+        if !config.policy_dir.is_dir() {
+            if let Some(built) = in_build_checkout(&config.policy_dir.to_string_lossy()) {
+                config.policy_dir = built;
+            }
+        }
+        return Ok(config);
+    };
+    HostConfig::load(path)
+}
 
 #[derive(Parser)]
 #[command(name = "wasp", version, about = "WebAssembly policy host for Kubernetes")]

@@ -50,10 +50,7 @@ fn with_strategies(mut config: HostConfig, strategies: &[String]) -> anyhow::Res
 }
 
 pub fn run(args: RescheduleArgs) -> anyhow::Result<()> {
-    let config = match &args.config {
-        Some(path) => HostConfig::load(path)?,
-        None => HostConfig::built_in(),
-    };
+    let config = super::config_or_built_in(args.config.as_deref())?;
     let config = with_strategies(config, &args.strategies)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {

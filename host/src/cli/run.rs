@@ -3,7 +3,6 @@
 //! files change.
 
 use crate::admission::WebhookServing;
-use crate::config::HostConfig;
 use crate::host::Host;
 use crate::kube::{ApiClient, HostIdentity};
 use crate::registry::watch::WatchOptions;
@@ -52,10 +51,7 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    let config = match &args.config {
-        Some(path) => HostConfig::load(path)?,
-        None => HostConfig::built_in(),
-    };
+    let config = super::config_or_built_in(args.config.as_deref())?;
     let identity = HostIdentity::from_env();
     if identity.pod.is_none() {
         tracing::warn!("POD_NAMESPACE and POD_NAME are not set: events about the host (refused reloads) are only logged");

@@ -30,8 +30,7 @@ fn check_name(name: &str) -> anyhow::Result<()> {
 
 /// Where the generated crate finds `wasp-sdk`: the SDK this binary was built with, when it is still there.
 fn default_sdk() -> Option<PathBuf> {
-    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk");
-    sdk.join("Cargo.toml").is_file().then(|| sdk.canonicalize().unwrap_or(sdk))
+    super::in_build_checkout("sdk/Cargo.toml").and_then(|manifest| manifest.parent().map(Path::to_path_buf))
 }
 
 fn cargo_toml(name: &str, sdk: &Path) -> String {

@@ -97,9 +97,9 @@ least loaded (requested cpu):
 
 #[derive(Args)]
 pub struct SimulateArgs {
-    /// The scenario (see sim/scenarios/).
-    #[arg(long, default_value = "sim/scenarios/small.yaml")]
-    scenario: PathBuf,
+    /// The scenario (see sim/scenarios/); by default sim/scenarios/small.yaml, built into the binary.
+    #[arg(long)]
+    scenario: Option<PathBuf>,
     /// Host configuration; the built-in default uses the policies in plugins/out.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -125,19 +125,22 @@ pub struct SimulateArgs {
 impl SimulateArgs {
     /// `wasp policy test`: one component tried on `scenario`, everything else as `wasp simulate` defaults it.
     pub fn trying(policy: PathBuf, scenario: PathBuf, config: Option<PathBuf>) -> SimulateArgs {
-        SimulateArgs { scenario, config, timeout: Duration::from_secs(60), full: false, autoscalers: None, autoscale_for: None, policies: vec![policy] }
+        SimulateArgs { scenario: Some(scenario), config, timeout: Duration::from_secs(60), full: false, autoscalers: None, autoscale_for: None, policies: vec![policy] }
     }
 }
+
+/// The cluster `wasp simulate` runs when given no scenario, wherever it is run from.
+const DEFAULT_SCENARIO: &str = include_str!("../../../sim/scenarios/small.yaml");
 
 /// Above this many nodes, the report summarizes instead of listing every node.
 const LISTED_NODES: usize = 20;
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
-    let scenario = Scenario::load(&args.scenario)?;
-    let mut config = match &args.config {
-        Some(path) => HostConfig::load(path)?,
-        None => HostConfig::built_in(),
+    let scenario = match &args.scenario {
+        Some(path) => Scenario::load(path)?,
+        None => Scenario::parse(DEFAULT_SCENARIO).expect("the built-in scenario is valid (tested)"),
     };
+    let mut config = super::config_or_built_in(args.config.as_deref())?;
     // Kept until the simulation ends: the policy directory with the tried components.
     let _staged = match args.policies.is_empty() {
         true => None,

@@ -1,5 +1,3 @@
-//! Example policy from sdk/README.md (kept compiling and tested here): prefer nodes in one zone.
-
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::Pod;
 use wasp_sdk::{Cluster, NodeInfo, Normalization, Policy, Score};
@@ -46,7 +44,7 @@ mod tests {
         let mut cluster = Cluster::new();
         let a = cluster.add_node(NodeBuilder::new("a").label("topology.kubernetes.io/zone", "east").build());
         let b = cluster.add_node(NodeBuilder::new("b").label("topology.kubernetes.io/zone", "west").build());
-        let policy = wasp_sdk::guest::build::<PreferZone>(r#"{"zone": "west"}"#).unwrap();
+        let policy = wasp_sdk::testing::build::<PreferZone>(r#"{"zone": "west"}"#).unwrap();
         assert_eq!(policy.score_all(&PodBuilder::new("p").build(), &cluster, &[a, b]), vec![0, 100]);
     }
 }
