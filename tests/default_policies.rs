@@ -36,6 +36,19 @@ fn every_default_policy_describes_itself() {
 }
 
 #[test]
+fn the_policies_that_read_labels_through_selectors_keep_only_selected_labels_and_settings_name_theirs() {
+    use wasp::contract::types::LabelScope;
+    let runtime = runtime();
+    for name in ["pod-topology-spread", "inter-pod-affinity", "remove-pods-violating-topology-spread-constraint", "remove-pods-violating-inter-pod-anti-affinity"] {
+        assert_eq!(load(&runtime, name, "").descriptor.pod_facts.labels, LabelScope::Selected, "{name}");
+    }
+    let settings = r#"{"labelSelector": {"matchLabels": {"team": "a"}, "matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]}}"#;
+    let strategy = load(&runtime, "remove-pods-violating-inter-pod-anti-affinity", settings);
+    assert_eq!(strategy.settings_label_keys, ["canary", "team"], "the keys its labelSelector names reach its view");
+    assert!(load(&runtime, "remove-pods-violating-inter-pod-anti-affinity", "").settings_label_keys.is_empty());
+}
+
+#[test]
 fn resources_fit_follows_binding_deltas() {
     let runtime = runtime();
     let fit = load(&runtime, "resources-fit", "");

@@ -35,9 +35,9 @@ fn components_that_are_not_policies_are_refused() {
     let error = load_error(&empty);
     assert!(error.contains("not a wasp policy: it exports none of the wasp:policy interfaces"), "{error}");
 
-    let partial = wat::parse_str(r#"(component (instance $i) (export "wasp:policy/policy@0.5.0" (instance $i)))"#).unwrap();
+    let partial = wat::parse_str(r#"(component (instance $i) (export "wasp:policy/policy@0.6.0" (instance $i)))"#).unwrap();
     let error = load_error(&partial);
-    assert!(error.contains("missing exports: wasp:policy/filter@0.5.0, wasp:policy/score@0.5.0"), "{error}");
+    assert!(error.contains("missing exports: wasp:policy/filter@0.6.0, wasp:policy/score@0.6.0"), "{error}");
 }
 
 #[test]
@@ -45,7 +45,7 @@ fn wrong_contract_version_names_both_versions() {
     let older = wat::parse_str(r#"(component (instance $i) (export "wasp:policy/policy@0.1.0" (instance $i)))"#).unwrap();
     let error = load_error(&older);
     assert!(
-        error.contains("built against contract wasp:policy@0.1.0, this host implements wasp:policy@0.5.0"),
+        error.contains("built against contract wasp:policy@0.1.0, this host implements wasp:policy@0.6.0"),
         "{error}"
     );
 }
@@ -114,6 +114,22 @@ fn unbounded_allocation_hits_the_memory_cap() {
     assert_eq!(error, CallError::OutOfMemory { operation: "filter", limit_mib: 32 });
     let verdicts = policy.filter_or_failure_mode(&cluster, &pod, &ids);
     assert_eq!(verdicts.verdicts, vec![0, 0], "fail-open skips the policy");
+}
+
+#[test]
+fn an_instance_that_cannot_follow_the_changes_is_replaced_by_a_fresh_sync_and_the_call_goes_on() {
+    let policy = misbehaving(r#"{"trap-in-apply": true}"#, FailureMode::FailClosed);
+    let (mut cluster, ids) = two_node_cluster();
+    let pod = simple_pod("p", "100m", "");
+    assert_eq!(policy.filter(&cluster, &pod, &ids).unwrap().verdicts, [0, 0]);
+    assert_eq!(policy.idle_instances(), 1);
+    for round in 0..3 {
+        // The pooled instance traps on this pod's arrival; a fresh one gets it in a snapshot and answers.
+        cluster.upsert_pod(simple_pod(&format!("m{round}"), "100m", "misbehave=yes"), "n1");
+        let answer = policy.filter(&cluster, &pod, &ids);
+        assert_eq!(answer.map(|result| result.verdicts), Ok(vec![0, 0]), "round {round}");
+        assert_eq!(policy.idle_instances(), 1, "the instance that failed is gone, its place taken by the fresh one");
+    }
 }
 
 #[test]

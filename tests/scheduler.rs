@@ -692,3 +692,52 @@ async fn pod_affinity_anti_affinity_symmetry_and_host_ports_hold_as_in_kube_sche
         Some("0/3 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, 2 node(s) didn't match Pod's node affinity/selector.")
     );
 }
+
+const SPREAD_ZONES: &str = r#"
+kubelet: {readyDelay: 10ms}
+nodeGroups:
+- {name: node, count: 6, cpu: "64", memory: 256Gi, pods: 500, zones: [a, b, c]}
+"#;
+
+/// A tenant's pods carry big label sets that no selector names (kilobytes each, within what a real API server
+/// accepts): the policies that read labels through selectors keep none of them, so another tenant's spread pods
+/// are placed as usual and `pod-topology-spread` stays small. With every label kept, its instances, capped here
+/// at 16 MiB, ran out of memory and every spread pod got `0/6 nodes are available: 6 policy pod-topology-spread
+/// failed.`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_big_label_sets_cost_the_label_reading_policies_nothing_and_spread_pods_are_placed() {
+    const BULKY_PODS: usize = 150;
+    const LABELS_PER_POD: usize = 400;
+    let mut config = default_config();
+    config.policies.entry("pod-topology-spread".into()).or_default().memory_mib = Some(16);
+    let harness = start(SPREAD_ZONES, config).await;
+    let value = "v".repeat(63);
+    for index in 0..BULKY_PODS {
+        let labels: serde_json::Map<String, serde_json::Value> =
+            (0..LABELS_PER_POD).map(|label| (format!("tenant.example.com/label-{label:03}"), json!(format!("{index:04}{}", &value[4..])))).collect();
+        let pod = json!({"metadata": {"name": format!("bulky-{index}"), "labels": labels},
+            "spec": {"nodeName": format!("node-{}", index % 6), "containers": [{"name": "app", "image": "app"}]}});
+        harness.pods().create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    }
+    let cluster = harness.host.cluster.clone();
+    common::eventually("the host sees the bulky pods bound", || cluster.read().pod_count() == BULKY_PODS).await;
+
+    for index in 0..6 {
+        let spread = json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "spread"}}});
+        let pod = json!({"metadata": {"name": format!("spread-{index}"), "labels": {"app": "spread"}},
+            "spec": {"schedulerName": "wasp", "topologySpreadConstraints": [spread], "containers": [{"name": "app", "image": "app"}]}});
+        harness.pods().create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    }
+    let placed = harness.placements("app=spread", 6).await;
+    let mut per_zone = BTreeMap::new();
+    for node in placed.values() {
+        let zone = ["a", "b", "c"][node.trim_start_matches("node-").parse::<usize>().unwrap() % 3];
+        *per_zone.entry(zone).or_insert(0) += 1;
+    }
+    assert_eq!(per_zone, BTreeMap::from([("a", 2), ("b", 2), ("c", 2)]), "{placed:?}");
+    assert_eq!(harness.scheduler.stats.scheduled.load(Ordering::Relaxed), 6);
+    let spread = harness.host.policies.current().policies["pod-topology-spread"].clone();
+    let bulky_text = BULKY_PODS * LABELS_PER_POD * (30 + 63);
+    let per_instance = spread.memory_in_use() / spread.idle_instances().max(1) as u64;
+    assert!(per_instance < (bulky_text / 2) as u64, "{per_instance} bytes of guest memory per instance for {bulky_text} bytes of labels nobody selects");
+}

@@ -183,7 +183,7 @@ fn memory_at_scale(runtime: &Arc<Runtime>) {
         let policy = load(runtime, name);
         for _ in 0..INSTANCES {
             let mut instance = policy.new_instance().unwrap();
-            cluster.sync(&mut instance, wasp::cluster::View::of(&policy.descriptor)).unwrap();
+            cluster.sync(&mut instance, policy.view()).unwrap();
             instances.push((instance, policy.descriptor.view));
         }
     }

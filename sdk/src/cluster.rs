@@ -64,6 +64,13 @@ pub struct PodInfo {
 /// tenant's pod with a large label set costs only the policies that read labels. Annotations are never in views.
 pub use crate::types::PodFacts;
 
+/// Which labels of each pod a view keeps ([`PodFacts::labels`]). `Selected` is what a policy that reads labels
+/// only through label selectors (topology spread, pod affinity) declares: the host then sends only the labels
+/// whose keys some pod's selector, or the policy's own settings ([`Policy::label_keys`](crate::Policy::label_keys)),
+/// names, so labels a tenant puts on its pods for its own use cost no guest memory. A test view built with
+/// [`Cluster::for_policy`] keeps every label of a `Selected` policy: a selector only matches keys it names.
+pub use crate::types::LabelScope;
+
 /// What a view keeps of each node besides its name, schedulability, allocatable and usage: the contract's
 /// `node-facts`, declared by [`Policy::NODE_FACTS`](crate::Policy::NODE_FACTS). A policy that only counts
 /// resources keeps a few hundred bytes a node instead of kilobytes.
@@ -93,13 +100,13 @@ impl NodeFacts {
 }
 
 impl PodFacts {
-    pub const NONE: PodFacts = PodFacts { labels: false, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
-    pub const ALL: PodFacts = PodFacts { labels: true, containers: true, images: true, placement: true, pod_affinity: true, host_ports: true };
+    pub const NONE: PodFacts = PodFacts { labels: LabelScope::None, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
+    pub const ALL: PodFacts = PodFacts { labels: LabelScope::All, containers: true, images: true, placement: true, pod_affinity: true, host_ports: true };
 
     /// Drops from `pod` what these facts do not keep (what the host does not send).
     pub fn keep_only(&self, pod: &mut Pod) {
         pod.annotations = Vec::new();
-        if !self.labels {
+        if self.labels == LabelScope::None {
             pod.labels = Vec::new();
         }
         if !self.containers {
@@ -146,7 +153,7 @@ struct Indexing {
 const INDEXING: Indexing = Indexing { insert: PodIndex::insert, remove: PodIndex::remove };
 
 fn indexing_for(facts: PodFacts) -> Option<Indexing> {
-    (facts.labels || facts.pod_affinity).then_some(INDEXING)
+    (facts.labels != LabelScope::None || facts.pod_affinity).then_some(INDEXING)
 }
 
 #[derive(Debug)]
@@ -213,7 +220,7 @@ impl Cluster {
     /// The view `P`'s instances keep: the pods [`Policy::keeps_pod`](crate::Policy::keeps_pod) chooses, with
     /// their [`Policy::POD_FACTS`](crate::Policy::POD_FACTS).
     pub fn for_policy<P: crate::Policy>() -> Self {
-        let reads_index = matches!(P::VIEW, crate::types::ViewScope::NodesAndPods) && (P::POD_FACTS.labels || P::POD_FACTS.pod_affinity);
+        let reads_index = matches!(P::VIEW, crate::types::ViewScope::NodesAndPods) && (P::POD_FACTS.labels != LabelScope::None || P::POD_FACTS.pod_affinity);
         let indexing = if reads_index { Some(INDEXING) } else { None };
         Self::empty(P::POD_FACTS, P::NODE_FACTS, Some(P::keeps_pod), indexing, 0)
     }
@@ -485,7 +492,7 @@ mod tests {
 
     #[test]
     fn a_view_keeps_only_its_pod_facts_and_a_reset_keeps_the_choice() {
-        let facts = PodFacts { labels: true, ..PodFacts::NONE };
+        let facts = PodFacts { labels: LabelScope::All, ..PodFacts::NONE };
         let mut cluster = Cluster::keeping(facts);
         let node = cluster.add_node(NodeBuilder::new("n1").cpu("4").build());
         let pod = PodBuilder::new("a").label("app", "web").cpu("1").toleration("dedicated", None, None).annotation("note", "x").host_port(80, "TCP").owner("ReplicaSet", "web").build();

@@ -155,9 +155,12 @@ impl<P: Policy> GuestState<P> {
         describe(version, &self.exports)
     }
 
-    pub fn configure(&mut self, settings: &str) -> Result<(), String> {
-        self.policy = Some(build::<P>(settings)?);
-        Ok(())
+    /// Answers the label keys the settings name (see [`Policy::label_keys`]).
+    pub fn configure(&mut self, settings: &str) -> Result<Vec<String>, String> {
+        let policy = build::<P>(settings)?;
+        let keys = policy.label_keys();
+        self.policy = Some(policy);
+        Ok(keys)
     }
 
     pub fn apply(&mut self, deltas: Vec<ClusterDelta>) {
@@ -231,7 +234,7 @@ macro_rules! export_policy {
                 fn describe() -> Descriptor {
                     STATE.with_borrow(|state| state.describe(env!("CARGO_PKG_VERSION")))
                 }
-                fn configure(settings: String) -> Result<(), String> {
+                fn configure(settings: String) -> Result<::std::vec::Vec<::std::string::String>, String> {
                     STATE.with_borrow_mut(|state| state.configure(&settings))
                 }
                 fn apply(deltas: Vec<ClusterDelta>) {

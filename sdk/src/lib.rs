@@ -56,9 +56,9 @@ pub mod types {
 }
 
 /// The contract version this SDK builds against (the `wasp:policy` WIT package version).
-pub const CONTRACT_VERSION: &str = "0.5.0";
+pub const CONTRACT_VERSION: &str = "0.6.0";
 
-pub use cluster::{Cluster, NodeFacts, NodeInfo, PodFacts, PodInfo};
+pub use cluster::{Cluster, LabelScope, NodeFacts, NodeInfo, PodFacts, PodInfo};
 pub use policy::{Evict, Filter, NoSettings, Normalization, Policy, Scale, Score, Verdict};
 pub use serde;
 pub use serde_json;

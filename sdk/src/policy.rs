@@ -41,6 +41,13 @@ pub trait Policy: Sized + 'static {
     fn keeps_pod(_pod: &Pod) -> bool {
         true
     }
+
+    /// The label keys these settings name (a label selector in them, say): a view whose
+    /// [`POD_FACTS`](Policy::POD_FACTS) keep [`LabelScope::Selected`](crate::LabelScope) labels keeps these keys
+    /// besides those the pods' own selectors name. None unless said.
+    fn label_keys(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The reason given for a candidate id the policy's cluster view does not hold.

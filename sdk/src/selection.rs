@@ -82,6 +82,17 @@ impl PodFilter {
         Ok(PodFilter { namespaces: namespaces.clone(), selector })
     }
 
+    /// The label keys the selector names: what a policy whose view keeps `Selected` labels answers as its
+    /// [`Policy::label_keys`](crate::Policy::label_keys).
+    pub fn label_keys(&self) -> Vec<String> {
+        let Some(selector) = &self.selector else { return Vec::new() };
+        let named = selector.match_labels.iter().map(|(key, _)| key).chain(selector.match_expressions.iter().map(|requirement| &requirement.key));
+        let mut keys: Vec<String> = named.cloned().collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     pub fn admits(&self, pod: &Pod) -> bool {
         self.namespaces.contains(&pod.namespace) && self.selector.as_ref().is_none_or(|selector| selector.matches(&pod.labels))
     }
@@ -99,6 +110,8 @@ mod tests {
         assert!(filter.admits(&PodBuilder::new("a").namespace("shop").label("tier", "web").build()));
         assert!(!filter.admits(&PodBuilder::new("b").namespace("shop").label("tier", "web").label("canary", "1").build()));
         assert!(!filter.admits(&PodBuilder::new("c").namespace("other").label("tier", "web").build()));
+        assert_eq!(filter.label_keys(), ["canary", "tier"]);
+        assert!(PodFilter::new(&Namespaces::default(), None).unwrap().label_keys().is_empty());
         let both = Namespaces { include: vec!["a".into()], exclude: vec!["b".into()] };
         assert_eq!(PodFilter::new(&both, None).unwrap_err(), "namespaces: only one of include and exclude can be set");
         let bad: Selector = serde_json::from_str(r#"{"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["1"]}]}"#).unwrap();

@@ -68,7 +68,11 @@ impl<P: Policy + Send + Sync + 'static> NativePolicy<P> {
         let view = wasp::cluster::View {
             scope: self.view(),
             pod_facts: wasp::contract::types::PodFacts {
-                labels: facts.labels,
+                labels: match facts.labels {
+                    wasp_sdk::LabelScope::None => wasp::contract::types::LabelScope::None,
+                    wasp_sdk::LabelScope::Selected => wasp::contract::types::LabelScope::Selected,
+                    wasp_sdk::LabelScope::All => wasp::contract::types::LabelScope::All,
+                },
                 containers: facts.containers,
                 images: facts.images,
                 placement: facts.placement,
@@ -81,6 +85,7 @@ impl<P: Policy + Send + Sync + 'static> NativePolicy<P> {
                 conditions: P::NODE_FACTS.conditions,
                 images: P::NODE_FACTS.images,
             },
+            settings_keys: &[],
         };
         cluster.sync(&mut instance, view).expect("native sync cannot fail");
         let subject = ClusterDelta::PodUpsert((0, PodPlace::Subject, pod.clone()));

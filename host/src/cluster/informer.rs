@@ -215,7 +215,7 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
         None if !pod.terminating && !finished => {
             let never_preempts = source.spec.as_ref().and_then(|spec| spec.preemption_policy.as_deref()) == Some("Never");
             cluster.set_preemption_policy(&uid, never_preempts);
-            cluster.pending().insert(uid.clone(), pod.clone());
+            cluster.add_pending(pod.clone());
             cluster.set_nomination(&pod);
             changes.push(ClusterEvent::PodPending(Arc::new(pod)));
             return changes;

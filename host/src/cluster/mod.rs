@@ -1,16 +1,18 @@
 //! The host's view of the cluster, shared by every loop: Kubernetes objects converted to contract records
 //! ([`convert`]); nodes and bound pods with usage totals and the delta log that keeps every policy instance's
 //! own view current ([`ClusterState`], with what-if forks); the informers that keep it current ([`informer`]);
-//! the shared handle loops read and subscribe to ([`SharedCluster`]); and the placement hints the rescheduler
-//! leaves for the scheduler ([`hints`]).
+//! the shared handle loops read and subscribe to ([`SharedCluster`]); the placement hints the rescheduler leaves
+//! for the scheduler ([`hints`]); and what each policy's view receives of it ([`View`], [`SelectedKeys`]).
 
 pub mod convert;
 pub mod hints;
 pub mod informer;
+mod selected;
 mod shared;
 mod state;
 mod view;
 
+pub use selected::{named_keys, SelectedKeys};
 pub use hints::{PlacementHints, Workload};
 pub use view::View;
 pub use shared::{ClusterEvent, Nomination, SharedCluster, Synced, UnreadablePod};

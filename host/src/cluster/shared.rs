@@ -225,12 +225,25 @@ impl SharedCluster {
         pending.into_iter().map(|pod| { let reason = reasons.get(&pod.uid).cloned().unwrap_or_default(); (pod, reason) }).collect()
     }
 
+    /// A pod waits for a scheduler (of any name). The label keys its selectors name are selected from now on:
+    /// the views of policies that keep `selected` labels need them of the bound pods to decide for it.
+    pub(super) fn add_pending(&self, pod: Pod) {
+        if !super::selected::named_keys(&pod).is_empty() {
+            self.write().select_for_pending(&pod.uid, &pod);
+        }
+        self.pending().insert(pod.uid.clone(), pod);
+    }
+
     /// The pod no longer waits (bound, deleted, finished); false when it did not.
     pub(super) fn forget_pending(&self, uid: &str) -> bool {
         let mut pending = self.pending();
-        let was_pending = pending.remove(uid).is_some();
+        let removed = pending.remove(uid);
         pending.shrink_when_sparse();
         drop(pending);
+        let was_pending = removed.is_some();
+        if removed.is_some_and(|pod| !super::selected::named_keys(&pod).is_empty()) {
+            self.write().unselect_pending(uid);
+        }
         self.set_preemption_policy(uid, false);
         if was_pending {
             withdraw_nomination(&mut self.nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), uid);

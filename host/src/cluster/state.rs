@@ -10,7 +10,8 @@
 use crate::shrink::ShrinkWhenSparse;
 use crate::contract::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources, ViewScope};
 use crate::contract::FailedPod;
-use super::View;
+use super::selected::named_keys;
+use super::{SelectedKeys, View};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -217,6 +218,8 @@ pub struct ClusterState {
     next_pod_id: PodId,
     /// Namespaces and their labels (pod affinity's namespace selectors read them).
     namespaces: BTreeMap<String, Vec<(String, String)>>,
+    /// The label keys some pod's selectors name: the only labels views with `selected` labels receive.
+    selected: SelectedKeys,
     /// Pods in phase Failed still on a node, by uid: they hold nothing, so they are in no view and no usage, but
     /// evict policies may clear them away (the descheduler's RemoveFailedPods). Ids from the same sequence.
     failed: HashMap<String, (FailedPod, PodMeta)>,
@@ -241,6 +244,7 @@ impl Default for ClusterState {
             uids: HashMap::new(),
             next_pod_id: 0,
             namespaces: BTreeMap::new(),
+            selected: SelectedKeys::default(),
             failed: HashMap::new(),
             origin: None,
             epoch: next_epoch(),
@@ -268,6 +272,7 @@ impl ClusterState {
             uids: self.uids.clone(),
             next_pod_id: self.next_pod_id,
             namespaces: self.namespaces.clone(),
+            selected: self.selected.fork(),
             failed: self.failed.clone(),
             origin: Some(Origin {
                 parent: SyncPoint { epoch: self.epoch, position: self.head() },
@@ -398,14 +403,14 @@ impl ClusterState {
 
     /// For a fork whose changes are all covered: the deltas that bring a sink with `scope` that follows it back to
     /// the original state at the fork.
-    pub fn rewind(&self, view: impl Into<View>) -> Option<Rewind> {
+    pub fn rewind<'a>(&self, view: impl Into<View<'a>>) -> Option<Rewind> {
         let view = view.into();
         let origin = self.origin.as_ref().filter(|origin| origin.complete)?;
         let mut deltas = Vec::with_capacity(origin.pods.len() + origin.usage.len());
         if view.scope == ViewScope::NodesAndPods {
             for (&id, original) in &origin.pods {
                 deltas.push(match original {
-                    Some((node, pod)) => ClusterDelta::PodUpsert((id, PodPlace::Bound(*node), view.pod(pod))),
+                    Some((node, pod)) => ClusterDelta::PodUpsert((id, PodPlace::Bound(*node), view.pod(pod, &self.selected))),
                     None => ClusterDelta::PodRemove(id),
                 });
             }
@@ -545,6 +550,8 @@ impl ClusterState {
             self.remove_pod(&uid);
         }
         let (requests, non_zero_requests) = pod_requests(&pod);
+        let named_before = self.pods.get(&uid).map(|bound| named_keys(&bound.pod)).unwrap_or_default();
+        let named_now = named_keys(&pod);
         let change = match self.pods.get(&uid) {
             None => PodChange::Bound,
             Some(bound) => PodChange::Updated { labels_changed: bound.pod.labels != pod.labels, requests_changed: bound.requests != requests },
@@ -585,7 +592,49 @@ impl ClusterState {
             self.record(ClusterDelta::NodeUsageUpdate((node_id, usage)));
             self.record(delta);
         }
+        if named_before != named_now {
+            self.selected.remove(&named_before);
+            let newly = self.selected.add(&named_now);
+            self.send_again_pods_labelled(&newly);
+        }
         change
+    }
+
+    /// Records the label keys a pod waiting for a scheduler names in its selectors (the pod a filter is about
+    /// is such a pod): views with `selected` labels then keep those labels of the bound pods.
+    pub fn select_for_pending(&mut self, uid: &str, pod: &Pod) {
+        let newly = self.selected.add_pending(uid, named_keys(pod));
+        self.send_again_pods_labelled(&newly);
+    }
+
+    /// The pod no longer waits; its keys count no more (views keep the labels they have: no selector reads them).
+    pub fn unselect_pending(&mut self, uid: &str) {
+        self.selected.remove_pending(uid);
+    }
+
+    /// The label keys some pod's selectors name.
+    pub fn selected_keys(&self) -> &SelectedKeys {
+        &self.selected
+    }
+
+    /// Sends again the bound pods that carry one of `keys`, which views with `selected` labels did not keep
+    /// until now. A key stops being selected without a delta: a label no selector names changes no answer.
+    fn send_again_pods_labelled(&mut self, keys: &[String]) {
+        if keys.is_empty() {
+            return;
+        }
+        let labelled: Vec<(PodId, NodeId, Pod)> = self
+            .pods
+            .values()
+            .filter(|bound| bound.pod.labels.iter().any(|(key, _)| keys.contains(key)))
+            .filter_map(|bound| {
+                let slot = self.slots.get(&bound.node).filter(|slot| slot.node.is_some())?;
+                Some((bound.id, slot.id, bound.pod.clone()))
+            })
+            .collect();
+        for (id, node, pod) in labelled {
+            self.record(ClusterDelta::PodUpsert((id, PodPlace::Bound(node), pod)));
+        }
     }
 
     /// The node's usage as the sum of its pods' requests.
@@ -604,6 +653,7 @@ impl ClusterState {
     pub fn remove_pod(&mut self, uid: &str) -> bool {
         self.remember_pod(uid);
         let Some(bound) = self.pods.remove(uid) else { return false };
+        self.selected.remove(&named_keys(&bound.pod));
         self.uids.remove(&bound.id);
         self.pods.shrink_when_sparse();
         self.uids.shrink_when_sparse();
@@ -627,7 +677,7 @@ impl ClusterState {
 
     /// Brings an instance up to [`head`](Self::head): the deltas it missed, or a full snapshot when it follows
     /// another state's log or fell behind this one's retained part.
-    pub fn sync<S: DeltaSink>(&self, instance: &mut S, view: impl Into<View>) -> Result<(), S::Error> {
+    pub fn sync<'a, S: DeltaSink>(&self, instance: &mut S, view: impl Into<View<'a>>) -> Result<(), S::Error> {
         let view = view.into();
         let head = self.head();
         let mut point = instance.synced_to();
@@ -649,7 +699,7 @@ impl ClusterState {
             Some(SyncPoint { epoch, position }) if epoch == self.epoch && position >= self.log_start && position <= head => {
                 let missed = self.log.range((position - self.log_start) as usize..);
                 let relevant = missed.filter(|delta| view.scope == ViewScope::NodesAndPods || !is_pod_delta(delta));
-                send_in_chunks(instance, relevant.map(|delta| view.delta(delta)))?;
+                send_in_chunks(instance, relevant.map(|delta| view.delta(delta, &self.selected)))?;
             }
             _ => send_in_chunks(instance, self.snapshot(view))?,
         }
@@ -659,14 +709,14 @@ impl ClusterState {
     }
 
     /// A reset followed by every node (and, for views with pods, every bound pod), with the view's facts.
-    fn snapshot(&self, view: View) -> impl Iterator<Item = ClusterDelta> + '_ {
+    fn snapshot<'a>(&'a self, view: View<'a>) -> impl Iterator<Item = ClusterDelta> + 'a {
         let scope = view.scope;
         let present = || self.slots.values().filter_map(|slot| slot.node.as_ref().map(|node| (slot, node)));
         let nodes = present().map(move |(slot, node)| ClusterDelta::NodeUpsert((slot.id, view.node(node), slot.usage.to_contract())));
         let pods = present()
             .filter(move |_| scope == ViewScope::NodesAndPods)
             .flat_map(move |(slot, _)| slot.pods.iter().map(move |uid| (slot.id, &self.pods[uid])))
-            .map(move |(node_id, bound)| ClusterDelta::PodUpsert((bound.id, PodPlace::Bound(node_id), view.pod(&bound.pod))));
+            .map(move |(node_id, bound)| ClusterDelta::PodUpsert((bound.id, PodPlace::Bound(node_id), view.pod(&bound.pod, &self.selected))));
         let namespaces = self
             .namespaces
             .iter()
@@ -795,16 +845,16 @@ mod tests {
 
     #[test]
     fn a_view_receives_only_the_facts_its_policy_declares_in_snapshots_and_in_the_log() {
-        use crate::contract::types::{NodeFacts, NodeImage, PodFacts};
+        use crate::contract::types::{LabelScope, NodeFacts, NodeImage, PodFacts};
         let mut cluster = ClusterState::new();
         let mut imaged = node("4");
         imaged.images = vec![NodeImage { names: vec!["app:1".into()], size_bytes: 300 << 20 }];
         imaged.labels = vec![("topology.kubernetes.io/zone".into(), "a".into())];
         cluster.upsert_node(imaged);
         cluster.upsert_pod(pod("a"), "n");
-        let none = PodFacts { labels: false, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
-        let labels_and_images = View { scope: ViewScope::NodesAndPods, pod_facts: PodFacts { labels: true, ..none }, node_facts: NodeFacts { labels: true, taints: true, conditions: true, images: true } };
-        let nothing = View { scope: ViewScope::NodesAndPods, pod_facts: none, node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false } };
+        let none = PodFacts { labels: LabelScope::None, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
+        let labels_and_images = View { scope: ViewScope::NodesAndPods, pod_facts: PodFacts { labels: LabelScope::All, ..none }, node_facts: NodeFacts { labels: true, taints: true, conditions: true, images: true }, settings_keys: &[] };
+        let nothing = View { scope: ViewScope::NodesAndPods, pod_facts: none, node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false }, settings_keys: &[] };
         let sent = |transcript: &Transcript| {
             let nodes: Vec<&Node> = transcript.deltas.iter().filter_map(|delta| if let ClusterDelta::NodeUpsert((_, node, _)) = delta { Some(node) } else { None }).collect();
             let pods: Vec<&Pod> = transcript.deltas.iter().filter_map(|delta| if let ClusterDelta::PodUpsert((_, _, pod)) = delta { Some(pod) } else { None }).collect();
@@ -825,6 +875,57 @@ mod tests {
         assert_eq!((resets(&reader), resets(&blind)), (1, 1), "the change came from the log, not a second snapshot");
         assert_eq!(sent(&reader).1, vec![1, 1]);
         assert_eq!(sent(&blind).1, vec![0, 0]);
+    }
+
+    /// A pod with these labels, and a topology spread constraint selecting on `selects` when given.
+    fn labelled(uid: &str, labels: &[(&str, &str)], selects: Option<&str>) -> Pod {
+        let labels: serde_json::Map<String, serde_json::Value> = labels.iter().map(|(key, value)| (key.to_string(), serde_json::json!(value))).collect();
+        let constraints: Vec<serde_json::Value> = selects
+            .map(|key| serde_json::json!({"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchExpressions": [{"key": key, "operator": "Exists"}]}}))
+            .into_iter()
+            .collect();
+        let source = serde_json::json!({"metadata": {"name": uid, "namespace": "d", "uid": uid, "labels": labels}, "spec": {"containers": [], "topologySpreadConstraints": constraints}});
+        convert::pod(&serde_json::from_value(source).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_view_of_selected_labels_gets_the_keys_selectors_name_and_the_pods_again_when_a_key_is_newly_named() {
+        use crate::contract::types::{LabelScope, NodeFacts, PodFacts};
+        let facts = PodFacts { labels: LabelScope::Selected, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
+        let settings_keys = vec!["team".to_string()];
+        let view = View { scope: ViewScope::NodesAndPods, pod_facts: facts, node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false }, settings_keys: &settings_keys };
+        let labels_of = |transcript: &Transcript, uid: &str| {
+            transcript.deltas.iter().rev().find_map(|delta| match delta {
+                ClusterDelta::PodUpsert((_, _, pod)) if pod.uid == uid => Some(pod.labels.iter().map(|(key, _)| key.clone()).collect::<Vec<_>>()),
+                _ => None,
+            })
+        };
+        let mut cluster = ClusterState::new();
+        cluster.upsert_node(node("4"));
+        let bulky = [("app", "web"), ("team", "a"), ("tenant.example.com/blob-1", "x"), ("zone-hint", "east")];
+        cluster.upsert_pod(labelled("bulky", &bulky, None), "n");
+        cluster.upsert_pod(labelled("spread", &[("app", "web")], Some("app")), "n");
+        let mut guest = Transcript::default();
+        cluster.sync(&mut guest, view).unwrap();
+        assert_eq!(labels_of(&guest, "bulky").unwrap(), ["app", "team"], "what a bound pod's selector or the settings name, nothing else");
+
+        // A waiting pod names a key no selector named: the bound pods carrying it are sent again, with it.
+        let seen = guest.deltas.len();
+        cluster.select_for_pending("waiting", &labelled("waiting", &[], Some("zone-hint")));
+        cluster.sync(&mut guest, view).unwrap();
+        assert_eq!(labels_of(&guest, "bulky").unwrap(), ["app", "team", "zone-hint"]);
+        assert!(guest.deltas[seen..].iter().all(|delta| !matches!(delta, ClusterDelta::Reset)), "from the log, not a snapshot");
+        let sent_again: Vec<&str> = guest.deltas[seen..].iter().filter_map(|delta| if let ClusterDelta::PodUpsert((_, _, pod)) = delta { Some(pod.uid.as_str()) } else { None }).collect();
+        assert_eq!(sent_again, ["bulky"], "only the pods that carry the key");
+
+        // The pod is placed and the selecting pod goes: the key is no longer selected, a fresh view lacks it.
+        cluster.unselect_pending("waiting");
+        assert!(cluster.selected_keys().contains("app") && !cluster.selected_keys().contains("zone-hint"));
+        cluster.remove_pod("spread");
+        assert!(cluster.selected_keys().is_empty());
+        let mut fresh = Transcript::default();
+        cluster.sync(&mut fresh, view).unwrap();
+        assert_eq!(labels_of(&fresh, "bulky").unwrap(), ["team"]);
     }
 
     /// A sink that keeps what a guest with pods in its view would: pods by node, usage, how many snapshots it

@@ -1,32 +1,48 @@
 //! [`View`]: what one policy's instances receive of the cluster. Pods only in views with pods, and of each pod
 //! and node only the facts the policy declares in its descriptor (`pod-facts`, `node-facts`): a cold strategy
 //! that keeps 50k pods for their placement alone is synced without their containers and labels, and a node's
-//! images (kilobytes each) reach only the policies that read them. Pods of calls (the pod to place, pending and
-//! failed pods) are not views: they go whole.
+//! images (kilobytes each) reach only the policies that read them. Of a pod's labels, a view that keeps
+//! `selected` ones gets those whose keys some pod's selector ([`SelectedKeys`]) or the policy's own settings
+//! name. Pods of calls (the pod to place, pending and failed pods) are not views: they go whole.
 
-use crate::contract::types::{ClusterDelta, Descriptor, Node, NodeFacts, Pod, PodFacts, PodPlace, Resources, ViewScope};
+use super::SelectedKeys;
+use crate::contract::types::{ClusterDelta, Descriptor, LabelScope, Node, NodeFacts, Pod, PodFacts, PodPlace, Resources, ViewScope};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct View {
+pub struct View<'a> {
     pub scope: ViewScope,
     pub pod_facts: PodFacts,
     pub node_facts: NodeFacts,
+    /// The label keys the policy's settings name (its `configure` answer), kept beside the selected ones.
+    pub settings_keys: &'a [String],
 }
 
-const ALL_POD_FACTS: PodFacts = PodFacts { labels: true, containers: true, images: true, placement: true, pod_affinity: true, host_ports: true };
+const ALL_POD_FACTS: PodFacts = PodFacts { labels: LabelScope::All, containers: true, images: true, placement: true, pod_affinity: true, host_ports: true };
 
-impl View {
-    /// What the policy `descriptor` describes declares.
-    pub fn of(descriptor: &Descriptor) -> View {
-        View { scope: descriptor.view, pod_facts: descriptor.pod_facts, node_facts: descriptor.node_facts }
+impl<'a> View<'a> {
+    /// What the policy `descriptor` describes declares, and the label keys its settings name.
+    pub fn of(descriptor: &Descriptor, settings_keys: &'a [String]) -> View<'a> {
+        View { scope: descriptor.view, pod_facts: descriptor.pod_facts, node_facts: descriptor.node_facts, settings_keys }
     }
 
     /// The copy of `delta` this view receives: upserts keep only the declared facts.
-    pub fn delta(&self, delta: &ClusterDelta) -> ClusterDelta {
+    pub fn delta(&self, delta: &ClusterDelta, selected: &SelectedKeys) -> ClusterDelta {
         match delta {
             ClusterDelta::NodeUpsert((id, node, usage)) => ClusterDelta::NodeUpsert((*id, self.node(node), usage.clone())),
-            ClusterDelta::PodUpsert((id, place @ PodPlace::Bound(_), pod)) => ClusterDelta::PodUpsert((*id, place.clone(), self.pod(pod))),
+            ClusterDelta::PodUpsert((id, place @ PodPlace::Bound(_), pod)) => ClusterDelta::PodUpsert((*id, place.clone(), self.pod(pod, selected))),
             other => other.clone(),
+        }
+    }
+
+    fn labels(&self, labels: &[(String, String)], selected: &SelectedKeys) -> Vec<(String, String)> {
+        match self.pod_facts.labels {
+            LabelScope::None => Vec::new(),
+            LabelScope::All => labels.to_vec(),
+            LabelScope::Selected => labels
+                .iter()
+                .filter(|(key, _)| selected.contains(key) || self.settings_keys.contains(key))
+                .cloned()
+                .collect(),
         }
     }
 
@@ -44,7 +60,7 @@ impl View {
     }
 
     /// A copy of a bound pod with the declared facts only; what is not kept is not copied either.
-    pub fn pod(&self, pod: &Pod) -> Pod {
+    pub fn pod(&self, pod: &Pod, selected: &SelectedKeys) -> Pod {
         let facts = self.pod_facts;
         fn keep_some<T: Clone>(kept: bool, value: &Option<T>) -> Option<T> {
             if kept { value.clone() } else { None }
@@ -60,7 +76,7 @@ impl View {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             uid: pod.uid.clone(),
-            labels: keep(facts.labels, &pod.labels),
+            labels: self.labels(&pod.labels, selected),
             scheduler_name: pod.scheduler_name.clone(),
             priority: pod.priority,
             phase: pod.phase,
@@ -95,8 +111,8 @@ fn keep<T: Clone>(kept: bool, list: &[T]) -> Vec<T> {
 }
 
 /// A view with every fact (natively compiled policies, tests).
-impl From<ViewScope> for View {
-    fn from(scope: ViewScope) -> View {
-        View { scope, pod_facts: ALL_POD_FACTS, node_facts: NodeFacts { labels: true, taints: true, conditions: true, images: true } }
+impl From<ViewScope> for View<'static> {
+    fn from(scope: ViewScope) -> View<'static> {
+        View { scope, pod_facts: ALL_POD_FACTS, node_facts: NodeFacts { labels: true, taints: true, conditions: true, images: true }, settings_keys: &[] }
     }
 }

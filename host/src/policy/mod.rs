@@ -52,6 +52,8 @@ pub struct LoadedPolicy {
     pub size: usize,
     pub cache: CacheOutcome,
     pub options: PolicyOptions,
+    /// The label keys its settings name (its `configure` answer): views with `selected` labels keep them.
+    pub settings_label_keys: Vec<String>,
     pub loaded_at: SystemTime,
     name: Arc<str>,
     runtime: Arc<Runtime>,
@@ -219,7 +221,7 @@ impl LoadedPolicy {
             let reason = format!("the component calls itself {:?}, but the file name loads it as {expected:?}", descriptor.name);
             return Err(LoadError { name_mismatch: true, ..LoadError::new(source, reason) });
         }
-        instance.configure(&options.settings).map_err(|error| fail(format!("settings rejected: {error}")))?;
+        let settings_label_keys = instance.configure(&options.settings).map_err(|error| fail(format!("settings rejected: {error}")))?;
 
         let name: Arc<str> = Arc::from(descriptor.name.as_str());
         tracing::info!(policy = %name, version = %descriptor.version, source, digest = &digest[..12], ?cache, "policy loaded");
@@ -231,6 +233,7 @@ impl LoadedPolicy {
             size: wasm.len(),
             cache,
             options,
+            settings_label_keys,
             loaded_at: SystemTime::now(),
             name,
             runtime: runtime.clone(),
@@ -262,10 +265,12 @@ impl LoadedPolicy {
         &self,
         cluster: &ClusterState,
         operation: &str,
+        subject: Option<&Pod>,
         body: impl FnOnce(&mut PolicyInstance) -> Result<R, CallError>,
     ) -> Result<R, CallError> {
         let started = Instant::now();
-        let result = self.prepare(cluster).and_then(|prepared| prepared.call(body));
+        let unselected = subject.map(|pod| self.unselected_keys(cluster, pod)).unwrap_or_default();
+        let result = self.prepare_with(cluster, unselected).and_then(|prepared| prepared.call(body));
         if let Some(metrics) = self.metrics.get() {
             metrics.observe(&self.name, operation, started.elapsed(), result.is_err());
         }
@@ -301,6 +306,28 @@ impl LoadedPolicy {
     /// An instance from the pool (or a new one), synced with `cluster` now and called later: the caller may let
     /// go of `cluster` (a read lock on the live state, say) in between.
     pub fn prepare(&self, cluster: &ClusterState) -> Result<Prepared<'_>, CallError> {
+        self.prepare_with(cluster, Vec::new())
+    }
+
+    /// The label keys `subject`'s selectors name that neither `cluster` nor the settings select, for a policy
+    /// that keeps selected labels: a state that was never told the pod waits (a command's one-off cluster, a
+    /// test) would leave them out of the view the policy decides on.
+    fn unselected_keys(&self, cluster: &ClusterState, subject: &Pod) -> Vec<String> {
+        if self.descriptor.pod_facts.labels != crate::contract::types::LabelScope::Selected || self.descriptor.view != crate::contract::types::ViewScope::NodesAndPods {
+            return Vec::new();
+        }
+        let mut keys = crate::cluster::named_keys(subject);
+        keys.retain(|key| !cluster.selected_keys().contains(key) && !self.settings_label_keys.contains(key));
+        keys
+    }
+
+    /// [`prepare`](Self::prepare); with `unselected` keys, the instance is synced from a snapshot that keeps those
+    /// labels too (it keeps them after the call: labels nothing selects change no answer).
+    fn prepare_with(&self, cluster: &ClusterState, unselected: Vec<String>) -> Result<Prepared<'_>, CallError> {
+        let mut keys = self.settings_label_keys.clone();
+        let snapshot = !unselected.is_empty();
+        keys.extend(unselected);
+        let view = crate::cluster::View::of(&self.descriptor, &keys);
         let taken = self.take(cluster.epoch());
         // Until the instance is back in the pool, it counts as live; if the call fails, panics or the instance
         // cannot be made, the guard gives its place back.
@@ -309,13 +336,34 @@ impl LoadedPolicy {
             Some(instance) => instance,
             None => self.new_instance()?,
         };
-        match cluster.sync(&mut instance, crate::cluster::View::of(&self.descriptor)) {
+        if snapshot {
+            instance.synced_to = None;
+        }
+        let reused = instance.synced_to.is_some();
+        match cluster.sync(&mut instance, view) {
             Ok(()) => Ok(Prepared { slot, instance }),
+            // An instance that cannot follow the changes (its memory filled with what it kept over time, say) is
+            // replaced by a fresh one synced from a snapshot, rather than failing this call and the next.
+            Err(error) if reused => {
+                tracing::warn!(policy = %self.name, %error, "an instance could not follow the cluster's changes; starting a fresh one from a full sync");
+                drop(instance);
+                let mut fresh = self.new_instance()?;
+                cluster.sync(&mut fresh, view).inspect_err(|error| {
+                    tracing::debug!(policy = %self.name, %error, "discarding policy instance");
+                })?;
+                Ok(Prepared { slot, instance: fresh })
+            }
             Err(error) => {
                 tracing::debug!(policy = %self.name, %error, "discarding policy instance");
                 Err(error)
             }
         }
+    }
+
+    /// What its instances receive of the cluster: its descriptor's view and facts, and the label keys its
+    /// settings name.
+    pub fn view(&self) -> crate::cluster::View<'_> {
+        crate::cluster::View::of(&self.descriptor, &self.settings_label_keys)
     }
 
     fn lock_pool(&self) -> std::sync::MutexGuard<'_, Pool> {
@@ -366,6 +414,7 @@ impl LoadedPolicy {
     /// here is the caller's, outside the pool's bound).
     pub fn new_instance(&self) -> Result<SyncedInstance, CallError> {
         let mut instance = PolicyInstance::instantiate(&self.runtime, &self.pre, &self.name, self.options.limits, &self.memory_in_use)?;
+        // The same settings name the same label keys as when the policy was loaded.
         instance.configure(&self.options.settings)?;
         Ok(SyncedInstance::new(instance))
     }
@@ -381,7 +430,7 @@ impl LoadedPolicy {
     }
 
     pub fn filter(&self, cluster: &ClusterState, pod: &Pod, candidates: &[u32]) -> Result<FilterResult, CallError> {
-        self.with_instance(cluster, "filter", |instance| instance.filter(pod, candidates))
+        self.with_instance(cluster, "filter", Some(pod), |instance| instance.filter(pod, candidates))
     }
 
     /// Filter verdicts with the failure mode applied: never fails.
@@ -399,7 +448,7 @@ impl LoadedPolicy {
     }
 
     pub fn score(&self, cluster: &ClusterState, pod: &Pod, candidates: &[u32]) -> Result<Vec<u32>, CallError> {
-        self.with_instance(cluster, "score", |instance| instance.score(pod, candidates))
+        self.with_instance(cluster, "score", Some(pod), |instance| instance.score(pod, candidates))
     }
 
     /// Scores with the failure mode applied: a failed score policy contributes nothing.
@@ -412,7 +461,7 @@ impl LoadedPolicy {
 
     /// Evictions the policy proposes on `cluster` (see [`checked_proposals`] for what is refused).
     pub fn propose(&self, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
-        self.with_instance(cluster, "propose", |instance| checked_proposals(instance.propose(context)?, cluster, context))
+        self.with_instance(cluster, "propose", None, |instance| checked_proposals(instance.propose(context)?, cluster, context))
     }
 
     pub fn recommend(&self, cluster: &ClusterState, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
@@ -422,16 +471,16 @@ impl LoadedPolicy {
     /// A recommendation under `settings` (an Autoscaler's own) instead of the policy's: the instance is
     /// configured with them for this call only, then given its own settings back before it returns to the pool.
     pub fn recommend_with_settings(&self, cluster: &ClusterState, request: &ScaleRequest, settings: Option<&str>) -> Result<ScaleDecision, CallError> {
-        self.with_instance(cluster, "recommend", |instance| {
+        self.with_instance(cluster, "recommend", None, |instance| {
             let Some(settings) = settings else { return instance.recommend(request) };
-            let configured = instance.configure(settings).map_err(|error| match error {
+            let configured = instance.configure(settings).map(drop).map_err(|error| match error {
                 CallError::Guest(message) => CallError::Guest(format!("invalid settings: {message}")),
                 other => other,
             });
             let decision = configured.and_then(|()| instance.recommend(request));
             // Restored even after a refusal (a component may have half-applied it); an instance left with another
             // caller's settings must not go back to the pool: a trap discards it.
-            instance.configure(&self.options.settings).map_err(|error| CallError::Trap {
+            instance.configure(&self.options.settings).map(drop).map_err(|error| CallError::Trap {
                 operation: "configure",
                 message: format!("could not restore the policy's own settings: {error}"),
             })?;

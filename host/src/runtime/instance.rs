@@ -199,9 +199,13 @@ impl PolicyInstance {
         self.call("describe", |bindings, store| bindings.wasp_policy_policy().call_describe(store))
     }
 
-    pub fn configure(&mut self, settings: &str) -> Result<(), CallError> {
-        self.call("configure", |bindings, store| bindings.wasp_policy_policy().call_configure(store, settings))?
-            .map_err(guest_error)
+    /// Answers the label keys the settings name (kept by views with `selected` labels).
+    pub fn configure(&mut self, settings: &str) -> Result<Vec<String>, CallError> {
+        let keys = self
+            .call("configure", |bindings, store| bindings.wasp_policy_policy().call_configure(store, settings))?
+            .map_err(guest_error)?;
+        check_label_keys(&keys)?;
+        Ok(keys)
     }
 
     pub fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError> {
@@ -309,6 +313,21 @@ fn check_texts<'a>(operation: &'static str, budget: usize, texts: impl Iterator<
         if total > budget {
             return malformed(format!("more than {budget} bytes of reasons in one answer"));
         }
+    }
+    Ok(())
+}
+
+/// A Kubernetes label key is at most 317 bytes (a 253-byte prefix, `/`, a 63-byte name); a policy's settings
+/// name a handful.
+pub const MAX_SETTINGS_LABEL_KEYS: usize = 256;
+
+fn check_label_keys(keys: &[String]) -> Result<(), CallError> {
+    let malformed = |message: String| Err(CallError::Malformed { operation: "configure", message });
+    if keys.len() > MAX_SETTINGS_LABEL_KEYS {
+        return malformed(format!("{} label keys named by the settings (at most {MAX_SETTINGS_LABEL_KEYS})", keys.len()));
+    }
+    if let Some(key) = keys.iter().find(|key| key.is_empty() || key.len() > 317) {
+        return malformed(format!("a label key of {} bytes (1 to 317)", key.len()));
     }
     Ok(())
 }

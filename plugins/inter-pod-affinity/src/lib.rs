@@ -12,7 +12,7 @@ use wasp_sdk::index::TermKind;
 use wasp_sdk::matching::label;
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::types::{FilterResult, NodeId, Pod, PodAffinityTerm, PodId, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Filter, NodeInfo, Policy, Score, Verdict, NodeFacts};
+use wasp_sdk::{LabelScope, PodFacts, Cluster, Filter, NodeInfo, Policy, Score, Verdict, NodeFacts};
 
 const AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod affinity rules";
 const ANTI_AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod anti-affinity rules";
@@ -42,7 +42,7 @@ impl Policy for InterPodAffinity {
     const NAME: &'static str = "inter-pod-affinity";
     const NODE_FACTS: NodeFacts = NodeFacts { labels: true, ..NodeFacts::NONE };
     const VIEW: ViewScope = ViewScope::NodesAndPods;
-    const POD_FACTS: PodFacts = PodFacts { labels: true, pod_affinity: true, ..PodFacts::NONE };
+    const POD_FACTS: PodFacts = PodFacts { labels: LabelScope::Selected, pod_affinity: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "hardPodAffinityWeight: score weight of existing pods' required affinity to the pod, 0-100 (default 1)\n\
         ignorePreferredTermsOfExistingPods: score only with the pod's own preferred terms (default false)";
 

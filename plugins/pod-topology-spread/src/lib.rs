@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::spread::{domain_counts, resolved_selector};
 use wasp_sdk::types::{FilterResult, LabelSelector, NodeId, Pod, TopologySpreadConstraint, UnsatisfiableAction, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Filter, NodeInfo, NoSettings, Policy, Score, Verdict, NodeFacts};
+use wasp_sdk::{LabelScope, PodFacts, Cluster, Filter, NodeInfo, NoSettings, Policy, Score, Verdict, NodeFacts};
 
 const NOT_MATCH: &str = "node(s) didn't match pod topology spread constraints";
 const MISSING_LABEL: &str = "node(s) didn't match pod topology spread constraints (missing required label)";
@@ -19,7 +19,7 @@ impl Policy for PodTopologySpread {
     const NAME: &'static str = "pod-topology-spread";
     const NODE_FACTS: NodeFacts = NodeFacts { labels: true, taints: true, ..NodeFacts::NONE };
     const VIEW: ViewScope = ViewScope::NodesAndPods;
-    const POD_FACTS: PodFacts = PodFacts { labels: true, ..PodFacts::NONE };
+    const POD_FACTS: PodFacts = PodFacts { labels: LabelScope::Selected, ..PodFacts::NONE };
 
     fn new(_: NoSettings) -> Result<Self, String> {
         Ok(PodTopologySpread)

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use wasp_sdk::affinity::required;
 use wasp_sdk::selection::{Namespaces, PodFilter, Selector};
 use wasp_sdk::types::{EvictContext, Eviction, NodeId, PodId, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, PodInfo, Policy, NodeFacts};
+use wasp_sdk::{LabelScope, PodFacts, Cluster, Evict, NodeInfo, PodInfo, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -27,12 +27,16 @@ impl Policy for RemovePodsViolatingInterPodAntiAffinity {
     const NAME: &'static str = "remove-pods-violating-inter-pod-anti-affinity";
     const NODE_FACTS: NodeFacts = NodeFacts { labels: true, ..NodeFacts::NONE };
     const VIEW: ViewScope = ViewScope::NodesAndPods;
-    const POD_FACTS: PodFacts = PodFacts { labels: true, pod_affinity: true, ..PodFacts::NONE };
+    const POD_FACTS: PodFacts = PodFacts { labels: LabelScope::Selected, pod_affinity: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "namespaces: {include: [...]} or {exclude: [...]}, the pods considered (default all)\n\
         labelSelector: only pods matching it (matchLabels, matchExpressions; default all)";
 
     fn new(settings: Settings) -> Result<Self, String> {
         Ok(RemovePodsViolatingInterPodAntiAffinity { filter: PodFilter::new(&settings.namespaces, settings.label_selector.as_ref())? })
+    }
+
+    fn label_keys(&self) -> Vec<String> {
+        self.filter.label_keys()
     }
 }
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use wasp_sdk::spread::{domain_counts, resolved_selector};
 use wasp_sdk::types::{EvictContext, Eviction, PodId, PodPhase, UnsatisfiableAction, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
+use wasp_sdk::{LabelScope, PodFacts, Cluster, Evict, Policy, NodeFacts};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -26,7 +26,7 @@ impl Policy for RemovePodsViolatingTopologySpreadConstraint {
     const NAME: &'static str = "remove-pods-violating-topology-spread-constraint";
     const NODE_FACTS: NodeFacts = NodeFacts { labels: true, taints: true, ..NodeFacts::NONE };
     const VIEW: ViewScope = ViewScope::NodesAndPods;
-    const POD_FACTS: PodFacts = PodFacts { labels: true, placement: true, ..PodFacts::NONE };
+    const POD_FACTS: PodFacts = PodFacts { labels: LabelScope::Selected, placement: true, ..PodFacts::NONE };
     const SETTINGS_DOC: &'static str = "includeSoftConstraints: also balance ScheduleAnyway constraints (default false)";
 
     fn new(settings: Settings) -> Result<Self, String> {

@@ -1,0 +1,143 @@
+//! [`SelectedKeys`]: the label keys that some pod's label selectors name. A view that keeps `selected` labels
+//! (contract 0.6: topology spread, pod affinity) receives only these of each pod's labels, so the labels a tenant
+//! puts on its own pods for its own use (kilobytes of them, if it likes) cost no guest memory: a selector can only
+//! match keys it names. The keys of the pods bound and of the pods waiting for a scheduler both count, since the
+//! pod a filter is about is a waiting one.
+
+use crate::contract::types::{LabelSelector, Pod};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, Default)]
+pub struct SelectedKeys {
+    /// How many pods name each key in their selectors (a pod counts once per key); a key at zero is gone.
+    counts: HashMap<String, u32>,
+    /// The keys each waiting pod names, by uid: only pods that name some.
+    pending: HashMap<String, Vec<String>>,
+}
+
+impl SelectedKeys {
+    pub fn contains(&self, key: &str) -> bool {
+        self.counts.contains_key(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.counts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// A what-if copy: the counts, without the waiting pods (only the live state hears of those).
+    pub fn fork(&self) -> SelectedKeys {
+        SelectedKeys { counts: self.counts.clone(), pending: HashMap::new() }
+    }
+
+    /// Counts a pod's keys once more; answers those that no selector named before.
+    pub fn add(&mut self, keys: &[String]) -> Vec<String> {
+        let mut new = Vec::new();
+        for key in keys {
+            let count = self.counts.entry(key.clone()).or_insert(0);
+            *count += 1;
+            if *count == 1 {
+                new.push(key.clone());
+            }
+        }
+        new
+    }
+
+    pub fn remove(&mut self, keys: &[String]) {
+        for key in keys {
+            if let Some(count) = self.counts.get_mut(key) {
+                *count -= 1;
+                if *count == 0 {
+                    self.counts.remove(key);
+                }
+            }
+        }
+    }
+
+    /// Records the keys a waiting pod names (replacing what it named before); answers those newly selected.
+    pub fn add_pending(&mut self, uid: &str, keys: Vec<String>) -> Vec<String> {
+        self.remove_pending(uid);
+        if keys.is_empty() {
+            return Vec::new();
+        }
+        let new = self.add(&keys);
+        self.pending.insert(uid.to_string(), keys);
+        new
+    }
+
+    pub fn remove_pending(&mut self, uid: &str) {
+        if let Some(keys) = self.pending.remove(uid) {
+            self.remove(&keys);
+        }
+    }
+}
+
+/// The label keys `pod`'s selectors name: its topology spread constraints' selectors and `matchLabelKeys`, and
+/// its pod affinity and anti-affinity terms' selectors (which already hold their `matchLabelKeys`). Sorted, each
+/// once; empty (and no allocation) for a pod with none.
+pub fn named_keys(pod: &Pod) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut selector = |selector: &Option<LabelSelector>| {
+        if let Some(selector) = selector {
+            keys.extend(selector.match_labels.iter().map(|(key, _)| key.clone()));
+            keys.extend(selector.match_expressions.iter().map(|requirement| requirement.key.clone()));
+        }
+    };
+    for constraint in &pod.topology_spread {
+        selector(&constraint.label_selector);
+    }
+    for terms in [&pod.pod_affinity, &pod.pod_anti_affinity].into_iter().flatten() {
+        terms.required.iter().for_each(|term| selector(&term.label_selector));
+        terms.preferred.iter().for_each(|weighted| selector(&weighted.term.label_selector));
+    }
+    keys.extend(pod.topology_spread.iter().flat_map(|constraint| constraint.match_label_keys.iter().cloned()));
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::convert;
+
+    fn pod(spec: serde_json::Value) -> Pod {
+        let source = serde_json::json!({"metadata": {"name": "p", "namespace": "d", "uid": "u"}, "spec": spec});
+        convert::pod(&serde_json::from_value(source).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_pod_names_the_keys_of_its_spread_constraints_and_affinity_terms() {
+        let term = |key: &str| serde_json::json!({"labelSelector": {"matchExpressions": [{"key": key, "operator": "Exists"}]}, "topologyKey": "zone"});
+        let named = named_keys(&pod(serde_json::json!({
+            "containers": [],
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["pod-template-hash"]}],
+            "affinity": {
+                "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("tier")]},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": term("app")}]},
+            },
+        })));
+        assert_eq!(named, ["app", "pod-template-hash", "tier"]);
+        assert!(named_keys(&pod(serde_json::json!({"containers": []}))).is_empty());
+    }
+
+    #[test]
+    fn keys_are_counted_until_no_pod_names_them() {
+        let keys = |names: &[&str]| names.iter().map(|name| name.to_string()).collect::<Vec<_>>();
+        let mut selected = SelectedKeys::default();
+        assert_eq!(selected.add(&keys(&["app"])), ["app"]);
+        assert!(selected.add(&keys(&["app"])).is_empty(), "already selected");
+        assert_eq!(selected.add_pending("waiting", keys(&["app", "tier"])), ["tier"]);
+        selected.remove(&keys(&["app"]));
+        selected.remove(&keys(&["app"]));
+        assert!(selected.contains("app"), "the waiting pod still names it");
+        let fork = selected.fork();
+        selected.remove_pending("waiting");
+        assert!(selected.is_empty());
+        assert!(fork.contains("app") && fork.contains("tier"), "a fork keeps its own counts");
+    }
+}
