@@ -187,7 +187,7 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
     let node = source.spec.as_ref().and_then(|spec| spec.node_name.clone()).filter(|node| !node.is_empty());
     let finished = matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed);
     let mut changes = Vec::new();
-    let was_pending = cluster.forget_pending(&uid);
+    let waited = cluster.take_pending(&uid);
     match node {
         // A finished pod frees its node; a failed one stays known (with its id) until deleted, for evict
         // policies to clear.
@@ -222,7 +222,8 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
         }
         None => {}
     }
-    if was_pending {
+    if let Some(waited) = waited {
+        cluster.unselect_pending(&waited);
         changes.insert(0, ClusterEvent::PendingGone { uid });
     }
     changes

@@ -13,6 +13,9 @@ pub struct SelectedKeys {
     counts: HashMap<String, u32>,
     /// The keys each waiting pod names, by uid: only pods that name some.
     pending: HashMap<String, Vec<String>>,
+    /// A what-if copy's keys only grow: what it removes (a victim, a pod it moves) its original still selects,
+    /// and an instance that comes back from the fork by its way back must hold what the original selects.
+    only_grows: bool,
 }
 
 impl SelectedKeys {
@@ -28,9 +31,9 @@ impl SelectedKeys {
         self.counts.is_empty()
     }
 
-    /// A what-if copy: the counts, without the waiting pods (only the live state hears of those).
+    /// A what-if copy: the counts, without the waiting pods (only the live state hears of those), that only grow.
     pub fn fork(&self) -> SelectedKeys {
-        SelectedKeys { counts: self.counts.clone(), pending: HashMap::new() }
+        SelectedKeys { counts: self.counts.clone(), pending: HashMap::new(), only_grows: true }
     }
 
     /// Counts a pod's keys once more; answers those that no selector named before.
@@ -47,6 +50,9 @@ impl SelectedKeys {
     }
 
     pub fn remove(&mut self, keys: &[String]) {
+        if self.only_grows {
+            return;
+        }
         for key in keys {
             if let Some(count) = self.counts.get_mut(key) {
                 *count -= 1;
@@ -57,14 +63,17 @@ impl SelectedKeys {
         }
     }
 
-    /// Records the keys a waiting pod names (replacing what it named before); answers those newly selected.
+    /// Records the keys a waiting pod names (replacing what it named before: a key both name never drops to zero
+    /// in between, which would send every pod carrying it again); answers those newly selected.
     pub fn add_pending(&mut self, uid: &str, keys: Vec<String>) -> Vec<String> {
-        self.remove_pending(uid);
         if keys.is_empty() {
+            self.remove_pending(uid);
             return Vec::new();
         }
         let new = self.add(&keys);
-        self.pending.insert(uid.to_string(), keys);
+        if let Some(before) = self.pending.insert(uid.to_string(), keys) {
+            self.remove(&before);
+        }
         new
     }
 
@@ -132,12 +141,14 @@ mod tests {
         assert_eq!(selected.add(&keys(&["app"])), ["app"]);
         assert!(selected.add(&keys(&["app"])).is_empty(), "already selected");
         assert_eq!(selected.add_pending("waiting", keys(&["app", "tier"])), ["tier"]);
+        assert!(selected.add_pending("waiting", keys(&["app", "tier"])).is_empty(), "an update of the waiting pod selects nothing anew");
         selected.remove(&keys(&["app"]));
         selected.remove(&keys(&["app"]));
         assert!(selected.contains("app"), "the waiting pod still names it");
-        let fork = selected.fork();
+        let mut fork = selected.fork();
         selected.remove_pending("waiting");
         assert!(selected.is_empty());
-        assert!(fork.contains("app") && fork.contains("tier"), "a fork keeps its own counts");
+        fork.remove(&keys(&["app", "tier"]));
+        assert!(fork.contains("app") && fork.contains("tier"), "a fork keeps its own counts, and they only grow");
     }
 }

@@ -234,21 +234,34 @@ impl SharedCluster {
         self.pending().insert(pod.uid.clone(), pod);
     }
 
-    /// The pod no longer waits (bound, deleted, finished); false when it did not.
+    /// The pod no longer waits (deleted, finished); false when it did not.
     pub(super) fn forget_pending(&self, uid: &str) -> bool {
+        let removed = self.take_pending(uid);
+        if let Some(pod) = &removed {
+            self.unselect_pending(pod);
+        }
+        removed.is_some()
+    }
+
+    /// The label keys the pod named while it waited count no more. Called once the pod is recorded where it
+    /// went (bound, waiting again): a key it still names never drops to zero in between.
+    pub(super) fn unselect_pending(&self, pod: &Pod) {
+        if !super::selected::named_keys(pod).is_empty() {
+            self.write().unselect_pending(&pod.uid);
+        }
+    }
+
+    /// Takes the pod out of the waiting pods; its selector keys still count (see [`unselect_pending`]).
+    pub(super) fn take_pending(&self, uid: &str) -> Option<Pod> {
         let mut pending = self.pending();
         let removed = pending.remove(uid);
         pending.shrink_when_sparse();
         drop(pending);
-        let was_pending = removed.is_some();
-        if removed.is_some_and(|pod| !super::selected::named_keys(&pod).is_empty()) {
-            self.write().unselect_pending(uid);
-        }
         self.set_preemption_policy(uid, false);
-        if was_pending {
+        if removed.is_some() {
             withdraw_nomination(&mut self.nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), uid);
         }
-        was_pending
+        removed
     }
 
     pub(super) fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pod>> {

@@ -546,12 +546,18 @@ impl ClusterState {
         let uid = pod.uid.clone();
         self.remember_pod(&uid);
         self.remember_usage(node_name);
-        if self.pods.get(&uid).is_some_and(|bound| bound.node != node_name) {
+        let named_now = named_keys(&pod);
+        let named_before = self.pods.get(&uid).map(|bound| named_keys(&bound.pod)).unwrap_or_default();
+        let moving = self.pods.get(&uid).is_some_and(|bound| bound.node != node_name);
+        // The new record's keys count before the old record's go: a key both name never drops to zero in between
+        // (which would send every pod carrying it again).
+        let newly = if moving || named_before != named_now { self.selected.add(&named_now) } else { Vec::new() };
+        if moving {
             self.remove_pod(&uid);
+        } else if named_before != named_now {
+            self.selected.remove(&named_before);
         }
         let (requests, non_zero_requests) = pod_requests(&pod);
-        let named_before = self.pods.get(&uid).map(|bound| named_keys(&bound.pod)).unwrap_or_default();
-        let named_now = named_keys(&pod);
         let change = match self.pods.get(&uid) {
             None => PodChange::Bound,
             Some(bound) => PodChange::Updated { labels_changed: bound.pod.labels != pod.labels, requests_changed: bound.requests != requests },
@@ -592,11 +598,7 @@ impl ClusterState {
             self.record(ClusterDelta::NodeUsageUpdate((node_id, usage)));
             self.record(delta);
         }
-        if named_before != named_now {
-            self.selected.remove(&named_before);
-            let newly = self.selected.add(&named_now);
-            self.send_again_pods_labelled(&newly);
-        }
+        self.send_again_pods_labelled(&newly);
         change
     }
 
@@ -926,6 +928,34 @@ mod tests {
         let mut fresh = Transcript::default();
         cluster.sync(&mut fresh, view).unwrap();
         assert_eq!(labels_of(&fresh, "bulky").unwrap(), ["team"]);
+    }
+
+    #[test]
+    fn an_instance_back_from_a_fork_that_removed_the_only_selecting_pod_keeps_what_the_live_state_selects() {
+        use crate::contract::types::{LabelScope, NodeFacts, PodFacts};
+        let facts = PodFacts { labels: LabelScope::Selected, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
+        let view = View { scope: ViewScope::NodesAndPods, pod_facts: facts, node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false }, settings_keys: &[] };
+        // What the guest holds at the end: the last labels each pod was sent with.
+        let held = |transcript: &Transcript, uid: &str| {
+            transcript.deltas.iter().rev().find_map(|delta| match delta {
+                ClusterDelta::PodUpsert((_, _, pod)) if pod.uid == uid => Some(pod.labels.iter().map(|(key, _)| key.clone()).collect::<Vec<_>>()),
+                _ => None,
+            })
+        };
+        let mut live = ClusterState::new();
+        live.upsert_node(node("4"));
+        live.upsert_pod(labelled("victim", &[("app", "web")], Some("app")), "n");
+        let mut guest = Transcript::default();
+        live.sync(&mut guest, view).unwrap();
+        // A what-if run removes the only pod that selects `app` (a preemption victim), the guest follows it...
+        let mut whatif = live.fork();
+        whatif.remove_pod("victim");
+        whatif.upsert_pod(labelled("beneficiary", &[], None), "n");
+        assert!(whatif.selected_keys().contains("app"), "a fork's keys only grow");
+        whatif.sync(&mut guest, view).unwrap();
+        // ...and comes back by its way back: the victim, still bound in the live state, still has its label.
+        live.sync(&mut guest, view).unwrap();
+        assert_eq!(held(&guest, "victim").unwrap(), ["app"]);
     }
 
     /// A sink that keeps what a guest with pods in its view would: pods by node, usage, how many snapshots it
