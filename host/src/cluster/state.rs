@@ -879,6 +879,14 @@ mod tests {
         assert_eq!(sent(&blind).1, vec![0, 0]);
     }
 
+    /// The label keys of the last copy of pod `uid` the sink received: what its guest holds.
+    fn label_keys_sent(transcript: &Transcript, uid: &str) -> Option<Vec<String>> {
+        transcript.deltas.iter().rev().find_map(|delta| match delta {
+            ClusterDelta::PodUpsert((_, _, pod)) if pod.uid == uid => Some(pod.labels.iter().map(|(key, _)| key.clone()).collect()),
+            _ => None,
+        })
+    }
+
     /// A pod with these labels, and a topology spread constraint selecting on `selects` when given.
     fn labelled(uid: &str, labels: &[(&str, &str)], selects: Option<&str>) -> Pod {
         let labels: serde_json::Map<String, serde_json::Value> = labels.iter().map(|(key, value)| (key.to_string(), serde_json::json!(value))).collect();
@@ -896,12 +904,6 @@ mod tests {
         let facts = PodFacts { labels: LabelScope::Selected, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
         let settings_keys = vec!["team".to_string()];
         let view = View { scope: ViewScope::NodesAndPods, pod_facts: facts, node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false }, settings_keys: &settings_keys };
-        let labels_of = |transcript: &Transcript, uid: &str| {
-            transcript.deltas.iter().rev().find_map(|delta| match delta {
-                ClusterDelta::PodUpsert((_, _, pod)) if pod.uid == uid => Some(pod.labels.iter().map(|(key, _)| key.clone()).collect::<Vec<_>>()),
-                _ => None,
-            })
-        };
         let mut cluster = ClusterState::new();
         cluster.upsert_node(node("4"));
         let bulky = [("app", "web"), ("team", "a"), ("tenant.example.com/blob-1", "x"), ("zone-hint", "east")];
@@ -909,13 +911,13 @@ mod tests {
         cluster.upsert_pod(labelled("spread", &[("app", "web")], Some("app")), "n");
         let mut guest = Transcript::default();
         cluster.sync(&mut guest, view).unwrap();
-        assert_eq!(labels_of(&guest, "bulky").unwrap(), ["app", "team"], "what a bound pod's selector or the settings name, nothing else");
+        assert_eq!(label_keys_sent(&guest, "bulky").unwrap(), ["app", "team"], "what a bound pod's selector or the settings name, nothing else");
 
         // A waiting pod names a key no selector named: the bound pods carrying it are sent again, with it.
         let seen = guest.deltas.len();
         cluster.select_for_pending("waiting", &labelled("waiting", &[], Some("zone-hint")));
         cluster.sync(&mut guest, view).unwrap();
-        assert_eq!(labels_of(&guest, "bulky").unwrap(), ["app", "team", "zone-hint"]);
+        assert_eq!(label_keys_sent(&guest, "bulky").unwrap(), ["app", "team", "zone-hint"]);
         assert!(guest.deltas[seen..].iter().all(|delta| !matches!(delta, ClusterDelta::Reset)), "from the log, not a snapshot");
         let sent_again: Vec<&str> = guest.deltas[seen..].iter().filter_map(|delta| if let ClusterDelta::PodUpsert((_, _, pod)) = delta { Some(pod.uid.as_str()) } else { None }).collect();
         assert_eq!(sent_again, ["bulky"], "only the pods that carry the key");
@@ -927,7 +929,7 @@ mod tests {
         assert!(cluster.selected_keys().is_empty());
         let mut fresh = Transcript::default();
         cluster.sync(&mut fresh, view).unwrap();
-        assert_eq!(labels_of(&fresh, "bulky").unwrap(), ["team"]);
+        assert_eq!(label_keys_sent(&fresh, "bulky").unwrap(), ["team"]);
     }
 
     #[test]
@@ -935,13 +937,6 @@ mod tests {
         use crate::contract::types::{LabelScope, NodeFacts, PodFacts};
         let facts = PodFacts { labels: LabelScope::Selected, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
         let view = View { scope: ViewScope::NodesAndPods, pod_facts: facts, node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false }, settings_keys: &[] };
-        // What the guest holds at the end: the last labels each pod was sent with.
-        let held = |transcript: &Transcript, uid: &str| {
-            transcript.deltas.iter().rev().find_map(|delta| match delta {
-                ClusterDelta::PodUpsert((_, _, pod)) if pod.uid == uid => Some(pod.labels.iter().map(|(key, _)| key.clone()).collect::<Vec<_>>()),
-                _ => None,
-            })
-        };
         let mut live = ClusterState::new();
         live.upsert_node(node("4"));
         live.upsert_pod(labelled("victim", &[("app", "web")], Some("app")), "n");
@@ -955,7 +950,7 @@ mod tests {
         whatif.sync(&mut guest, view).unwrap();
         // ...and comes back by its way back: the victim, still bound in the live state, still has its label.
         live.sync(&mut guest, view).unwrap();
-        assert_eq!(held(&guest, "victim").unwrap(), ["app"]);
+        assert_eq!(label_keys_sent(&guest, "victim").unwrap(), ["app"]);
     }
 
     /// A sink that keeps what a guest with pods in its view would: pods by node, usage, how many snapshots it
