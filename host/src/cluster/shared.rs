@@ -83,7 +83,9 @@ impl Synced {
 pub struct SharedCluster {
     state: RwLock<ClusterState>,
     /// Unbound, live pods of every scheduler, by uid: loops that subscribe late, lag, or gain a profile read them.
-    pending: Mutex<HashMap<String, Pod>>,
+    /// Boxed: the table (sized for the most pods ever pending, 50k in a burst) then holds pointers, not ~700-byte
+    /// records, and growing it copies pointers (inline records made it 43 MB, twice that while it rehashed).
+    pending: Mutex<HashMap<String, Box<Pod>>>,
     /// Why pending pods could not be placed, as a scheduler last said (by uid).
     unschedulable: Mutex<HashMap<String, String>>,
     /// Pending pods with `preemptionPolicy: Never`: they wait for room and never take it from other pods.
@@ -152,12 +154,18 @@ impl SharedCluster {
     }
 
     pub fn pending_pods(&self) -> Vec<Pod> {
-        self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).values().cloned().collect()
+        self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).values().map(|pod| Pod::clone(pod)).collect()
     }
 
     /// The pending pods `wanted` keeps, copied out without copying the others.
     pub fn pending_where(&self, wanted: impl Fn(&Pod) -> bool) -> Vec<Pod> {
-        self.pending().values().filter(|pod| wanted(pod)).cloned().collect()
+        self.pending().values().filter(|pod| wanted(pod)).map(|pod| Pod::clone(pod)).collect()
+    }
+
+    /// The uids of the pending pods `wanted` keeps: a check every few seconds during a burst of 50k pending pods
+    /// must not copy them.
+    pub fn pending_uids_where(&self, wanted: impl Fn(&Pod) -> bool) -> Vec<String> {
+        self.pending().values().filter(|pod| wanted(pod)).map(|pod| pod.uid.clone()).collect()
     }
 
     /// A scheduler could not place the pending pod `uid`, for `message`; unless the pod never preempts, the
@@ -189,7 +197,7 @@ impl SharedCluster {
     /// Holds room on `node` for the pending pod `uid` from now on (None: no longer), before the API server has
     /// its nomination: preemption's victims may be gone, and their room taken, before the informer sees it.
     pub fn nominate(&self, uid: &str, node: Option<&str>) {
-        let pod = self.pending().get(uid).cloned();
+        let pod = self.pending().get(uid).map(|pod| Pod::clone(pod));
         if let Some(pod) = pod {
             self.hold_room(&pod, node);
         }
@@ -214,13 +222,14 @@ impl SharedCluster {
         !self.never_preempt.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(uid)
     }
 
-    /// The pending pods with why they wait (empty when no scheduler said yet); reasons of pods that no longer
-    /// wait are forgotten on the way.
-    pub fn pending_with_reasons(&self) -> Vec<(Pod, String)> {
-        let pending = self.pending_pods();
+    /// The pending pods `wanted` keeps, with why they wait (empty when no scheduler said yet); reasons of pods
+    /// that no longer wait are forgotten on the way.
+    pub fn pending_with_reasons(&self, wanted: impl Fn(&Pod) -> bool) -> Vec<(Pod, String)> {
+        let pending = self.pending_where(wanted);
         let mut reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let waiting: std::collections::HashSet<&str> = pending.iter().map(|pod| pod.uid.as_str()).collect();
-        reasons.retain(|uid, _| waiting.contains(uid.as_str()));
+        let waiting = self.pending();
+        reasons.retain(|uid, _| waiting.contains_key(uid));
+        drop(waiting);
         reasons.shrink_when_sparse();
         pending.into_iter().map(|pod| { let reason = reasons.get(&pod.uid).cloned().unwrap_or_default(); (pod, reason) }).collect()
     }
@@ -231,7 +240,7 @@ impl SharedCluster {
         if !super::selected::named_keys(&pod).is_empty() {
             self.write().select_for_pending(&pod.uid, &pod);
         }
-        self.pending().insert(pod.uid.clone(), pod);
+        self.pending().insert(pod.uid.clone(), Box::new(pod));
     }
 
     /// The pod no longer waits (deleted, finished); false when it did not.
@@ -254,7 +263,7 @@ impl SharedCluster {
     /// Takes the pod out of the waiting pods; its selector keys still count (see [`unselect_pending`]).
     pub(super) fn take_pending(&self, uid: &str) -> Option<Pod> {
         let mut pending = self.pending();
-        let removed = pending.remove(uid);
+        let removed = pending.remove(uid).map(|pod| *pod);
         pending.shrink_when_sparse();
         drop(pending);
         self.set_preemption_policy(uid, false);
@@ -264,7 +273,7 @@ impl SharedCluster {
         removed
     }
 
-    pub(super) fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pod>> {
+    pub(super) fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Box<Pod>>> {
         self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 

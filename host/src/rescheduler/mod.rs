@@ -169,9 +169,9 @@ impl Rescheduler {
         };
         let mut pending: Vec<PendingPod> = self
             .cluster
-            .pending_with_reasons()
+            .pending_with_reasons(|pod| generation.plans.scheduling.contains_key(&pod.scheduler_name))
             .into_iter()
-            .filter(|(pod, _)| generation.plans.scheduling.contains_key(&pod.scheduler_name) && self.may_take_room(pod))
+            .filter(|(pod, _)| self.may_take_room(pod))
             .map(|(pod, reason)| PendingPod { pod, reason })
             .collect();
         pending.sort_by(|a, b| b.pod.priority.cmp(&a.pod.priority).then(a.pod.created_at.cmp(&b.pod.created_at)));
@@ -374,14 +374,9 @@ impl Rescheduler {
         let generation = self.policies.current();
         let Some(section) = &generation.config.rescheduler else { return false };
         let now = wall_seconds();
-        let waiting: Vec<String> = self
-            .cluster
-            .pending_pods()
-            .into_iter()
-            .filter(|pod| generation.plans.scheduling.contains_key(&pod.scheduler_name))
-            .filter(|pod| now.saturating_sub(pod.created_at) >= section.pending_trigger.as_secs() as i64)
-            .map(|pod| pod.uid)
-            .collect();
+        let waiting = self.cluster.pending_uids_where(|pod| {
+            generation.plans.scheduling.contains_key(&pod.scheduler_name) && now.saturating_sub(pod.created_at) >= section.pending_trigger.as_secs() as i64
+        });
         let fresh = waiting.iter().any(|uid| !seen.contains(uid));
         // Forget pods that no longer wait, so the set stays as small as the pending pods.
         *seen = waiting.into_iter().collect();
