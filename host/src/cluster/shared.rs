@@ -83,9 +83,7 @@ impl Synced {
 pub struct SharedCluster {
     state: RwLock<ClusterState>,
     /// Unbound, live pods of every scheduler, by uid: loops that subscribe late, lag, or gain a profile read them.
-    /// Boxed: the table (sized for the most pods ever pending, 50k in a burst) then holds pointers, not ~700-byte
-    /// records, and growing it copies pointers (inline records made it 43 MB, twice that while it rehashed).
-    pending: Mutex<HashMap<String, Box<Pod>>>,
+    pending: Mutex<HashMap<String, Pod>>,
     /// Why pending pods could not be placed, as a scheduler last said (by uid).
     unschedulable: Mutex<HashMap<String, String>>,
     /// Pending pods with `preemptionPolicy: Never`: they wait for room and never take it from other pods.
@@ -154,12 +152,12 @@ impl SharedCluster {
     }
 
     pub fn pending_pods(&self) -> Vec<Pod> {
-        self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).values().map(|pod| Pod::clone(pod)).collect()
+        self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).values().cloned().collect()
     }
 
     /// The pending pods `wanted` keeps, copied out without copying the others.
     pub fn pending_where(&self, wanted: impl Fn(&Pod) -> bool) -> Vec<Pod> {
-        self.pending().values().filter(|pod| wanted(pod)).map(|pod| Pod::clone(pod)).collect()
+        self.pending().values().filter(|pod| wanted(pod)).cloned().collect()
     }
 
     /// The uids of the pending pods `wanted` keeps: a check every few seconds during a burst of 50k pending pods
@@ -197,7 +195,7 @@ impl SharedCluster {
     /// Holds room on `node` for the pending pod `uid` from now on (None: no longer), before the API server has
     /// its nomination: preemption's victims may be gone, and their room taken, before the informer sees it.
     pub fn nominate(&self, uid: &str, node: Option<&str>) {
-        let pod = self.pending().get(uid).map(|pod| Pod::clone(pod));
+        let pod = self.pending().get(uid).cloned();
         if let Some(pod) = pod {
             self.hold_room(&pod, node);
         }
@@ -240,7 +238,7 @@ impl SharedCluster {
         if !super::selected::named_keys(&pod).is_empty() {
             self.write().select_for_pending(&pod.uid, &pod);
         }
-        self.pending().insert(pod.uid.clone(), Box::new(pod));
+        self.pending().insert(pod.uid.clone(), pod);
     }
 
     /// The pod no longer waits (deleted, finished); false when it did not.
@@ -263,7 +261,7 @@ impl SharedCluster {
     /// Takes the pod out of the waiting pods; its selector keys still count (see [`unselect_pending`]).
     pub(super) fn take_pending(&self, uid: &str) -> Option<Pod> {
         let mut pending = self.pending();
-        let removed = pending.remove(uid).map(|pod| *pod);
+        let removed = pending.remove(uid);
         pending.shrink_when_sparse();
         drop(pending);
         self.set_preemption_policy(uid, false);
@@ -273,7 +271,7 @@ impl SharedCluster {
         removed
     }
 
-    pub(super) fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Box<Pod>>> {
+    pub(super) fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pod>> {
         self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 

@@ -202,7 +202,7 @@ impl Scheduler {
     }
 
     fn assume_and_bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String) {
-        self.cluster.assume(Pod::clone(&queued.pod), &node);
+        self.cluster.assume(queued.pod.clone(), &node);
         let scheduler = self.clone();
         tokio::spawn(async move {
             let pod = &queued.pod;

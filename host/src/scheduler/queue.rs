@@ -17,9 +17,7 @@ const MAX_UNSCHEDULABLE: Duration = Duration::from_secs(300);
 
 #[derive(Clone)]
 pub struct QueuedPod {
-    /// Boxed: the queue's table then holds pointers, not records (inline, the table of a 50k-pod burst was 69 MB,
-    /// and more while it rehashed).
-    pub pod: Box<Pod>,
+    pub pod: Pod,
     pub attempts: u32,
     /// When the pod first entered the queue, for end-to-end latency.
     pub first_queued: Instant,
@@ -153,8 +151,8 @@ impl SchedulingQueue {
     pub fn upsert(&self, pod: Pod) {
         let mut inner = self.lock();
         if let Some((place, queued)) = inner.places.get_mut(&pod.uid) {
-            let changed = *queued.pod != pod;
-            *queued.pod = pod;
+            let changed = queued.pod != pod;
+            queued.pod = pod;
             if changed && matches!(place, Place::Unschedulable(_)) {
                 let due = Instant::now() + backoff_for(queued.attempts);
                 let uid = queued.pod.uid.clone();
@@ -165,7 +163,7 @@ impl SchedulingQueue {
             return;
         }
         inner.active.push(Active::of(&pod));
-        let queued = QueuedPod { pod: Box::new(pod), attempts: 0, first_queued: Instant::now(), waits_for_other_pods: false };
+        let queued = QueuedPod { pod, attempts: 0, first_queued: Instant::now(), waits_for_other_pods: false };
         inner.places.insert(queued.pod.uid.clone(), (Place::Active, queued));
         drop(inner);
         self.wake.notify_one();
@@ -368,9 +366,9 @@ mod tests {
         queue.upsert(pod("a", 0, "2026-01-01T00:00:00Z"));
         let first = queue.pop().await;
         queue.unschedulable(first.clone());
-        queue.upsert(Pod::clone(&first.pod));
+        queue.upsert(first.pod.clone());
         assert_eq!(queue.sizes().unschedulable, 1, "the same record again is no reason to retry");
-        let mut edited = Pod::clone(&first.pod);
+        let mut edited = first.pod.clone();
         edited.priority = 5;
         queue.upsert(edited);
         assert_eq!(queue.sizes().backoff, 1);
