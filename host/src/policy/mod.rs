@@ -324,9 +324,11 @@ impl LoadedPolicy {
     /// [`prepare`](Self::prepare); with `unselected` keys, the instance is synced from a snapshot that keeps those
     /// labels too (it keeps them after the call: labels nothing selects change no answer).
     fn prepare_with(&self, cluster: &ClusterState, unselected: Vec<String>) -> Result<Prepared<'_>, CallError> {
-        let mut keys = self.settings_label_keys.clone();
         let snapshot = !unselected.is_empty();
-        keys.extend(unselected);
+        let keys: std::borrow::Cow<'_, [String]> = match snapshot {
+            false => std::borrow::Cow::Borrowed(&self.settings_label_keys),
+            true => self.settings_label_keys.iter().cloned().chain(unselected).collect(),
+        };
         let view = crate::cluster::View::of(&self.descriptor, &keys);
         let taken = self.take(cluster.epoch());
         // Until the instance is back in the pool, it counts as live; if the call fails, panics or the instance
