@@ -235,8 +235,9 @@ impl SharedCluster {
     /// A pod waits for a scheduler (of any name). The label keys its selectors name are selected from now on:
     /// the views of policies that keep `selected` labels need them of the bound pods to decide for it.
     pub(super) fn add_pending(&self, pod: Pod) {
-        if !super::selected::named_keys(&pod).is_empty() {
-            self.write().select_for_pending(&pod.uid, &pod);
+        let keys = super::selected::named_keys(&pod);
+        if !keys.is_empty() {
+            self.write().select_for_pending(&pod.uid, keys);
         }
         self.pending().insert(pod.uid.clone(), pod);
     }

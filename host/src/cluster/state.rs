@@ -604,8 +604,9 @@ impl ClusterState {
 
     /// Records the label keys a pod waiting for a scheduler names in its selectors (the pod a filter is about
     /// is such a pod): views with `selected` labels then keep those labels of the bound pods.
-    pub fn select_for_pending(&mut self, uid: &str, pod: &Pod) {
-        let newly = self.selected.add_pending(uid, named_keys(pod));
+    /// `keys` are what [`named_keys`] answers for the pod.
+    pub fn select_for_pending(&mut self, uid: &str, keys: Vec<String>) {
+        let newly = self.selected.add_pending(uid, keys);
         self.send_again_pods_labelled(&newly);
     }
 
@@ -915,7 +916,7 @@ mod tests {
 
         // A waiting pod names a key no selector named: the bound pods carrying it are sent again, with it.
         let seen = guest.deltas.len();
-        cluster.select_for_pending("waiting", &labelled("waiting", &[], Some("zone-hint")));
+        cluster.select_for_pending("waiting", named_keys(&labelled("waiting", &[], Some("zone-hint"))));
         cluster.sync(&mut guest, view).unwrap();
         assert_eq!(label_keys_sent(&guest, "bulky").unwrap(), ["app", "team", "zone-hint"]);
         assert!(guest.deltas[seen..].iter().all(|delta| !matches!(delta, ClusterDelta::Reset)), "from the log, not a snapshot");
