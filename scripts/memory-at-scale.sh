@@ -43,6 +43,34 @@ for ((elapsed = 10; elapsed <= seconds; elapsed += 10)); do
 done
 # The samples above can miss a short peak; the kernel keeps the highest resident size the process reached.
 awk '/VmHWM/ { printf "peak resident memory (VmHWM) over the whole run: %.0f MiB\n", $2 / 1024 }' /proc/$host/status
+# What the resident memory is now, by kind of mapping. wasmtime reserves gigabytes for each guest memory and
+# makes its used part readable: a read-write mapping followed by the inaccessible rest of the reservation.
+# Compiled code is anonymous and executable; the rest of the anonymous memory is the host's heap (jemalloc) and
+# thread stacks.
+python3 - "$host" <<'PY'
+import sys
+mappings = []
+for line in open(f"/proc/{sys.argv[1]}/smaps"):
+    fields = line.split()
+    if "-" in fields[0] and len(fields) >= 5:
+        low, high = (int(bound, 16) for bound in fields[0].split("-"))
+        mappings.append({"low": low, "high": high, "perms": fields[1], "path": fields[5] if len(fields) > 5 else "", "rss": 0})
+    elif fields[0] == "Rss:":
+        mappings[-1]["rss"] += int(fields[1])
+rss = {}
+for mapping, following in zip(mappings, mappings[1:] + [None]):
+    path, perms = mapping["path"], mapping["perms"]
+    if path.endswith("/wasp"): kind = "the wasp binary"
+    elif path and not path.startswith("["): kind = "other files"
+    elif "x" in perms: kind = "compiled policy code"
+    elif following and following["low"] == mapping["high"] and following["perms"].startswith("---") \
+            and not following["path"] and following["high"] - following["low"] >= 1 << 30: kind = "guest memories"
+    else: kind = "host heap and stacks"
+    rss[kind] = rss.get(kind, 0) + mapping["rss"]
+print("resident memory now, by mapping (MiB):")
+for kind, kib in sorted(rss.items(), key=lambda item: -item[1]):
+    print(f"  {kind:<24} {kib / 1024:8.1f}")
+PY
 echo "guest memory by policy (MiB):"
 curl -s "http://$address/metrics" | awk '/^wasp_policy_memory_bytes/ { printf "  %-60s %6.1f\n", $1, $2 / 1048576 }' | sort -k2 -n -r
 echo "rescheduling runs (each: plan with the shipped strategies, fit check, evictions):"

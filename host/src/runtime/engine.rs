@@ -16,6 +16,8 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(2);
 
 pub struct Runtime {
     engine: Engine,
+    /// The engine's configuration, for the throwaway engines that compile (see [`ArtifactCache`]).
+    config: Config,
     linker: Linker<InstanceState>,
     cache: ArtifactCache,
     ticker_stop: Arc<AtomicBool>,
@@ -38,7 +40,7 @@ impl Runtime {
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone())?;
         let cache = ArtifactCache::new(&engine, cache_directory);
-        Ok(Arc::new(Runtime { engine, linker, cache, ticker_stop }))
+        Ok(Arc::new(Runtime { engine, config, linker, cache, ticker_stop }))
     }
 
     pub fn engine(&self) -> &Engine {
@@ -52,7 +54,7 @@ impl Runtime {
     /// Compiles a component, or takes it from the artifact cache. `digest` is the sha256 of `wasm`. The caller
     /// becomes a user of the cached component until it calls [`release`](Self::release).
     pub fn compile(&self, digest: &str, wasm: &[u8]) -> wasmtime::Result<(Component, CacheOutcome)> {
-        self.cache.get_or_compile(&self.engine, digest, wasm)
+        self.cache.get_or_compile(&self.engine, &self.config, digest, wasm)
     }
 
     /// One user of the component is done with it; the last one drops it from memory.
