@@ -252,3 +252,22 @@ fn concurrent_calls_use_separate_instances_from_the_pool() {
     let idle = fit.idle_instances();
     assert!((1..=2).contains(&idle), "one instance per concurrent caller at most: {idle}");
 }
+
+/// Instances another loop made while the scheduler held the others go once that loop is done: each keeps its
+/// own copy of the cluster (megabytes at 5000 nodes).
+#[test]
+fn a_policy_keeps_at_most_the_instances_asked_for_and_drops_the_longest_idle() {
+    let runtime = runtime();
+    let fit = load(&runtime, "resources-fit", "");
+    let cluster = cluster_of(vec![simple_node("small", "1", "2Gi", "")]);
+    let held: Vec<_> = (0..3).map(|_| fit.prepare(&cluster).unwrap()).collect();
+    held.into_iter().for_each(|prepared| prepared.release());
+    assert_eq!(fit.idle_instances(), 3, "three callers at once, three instances");
+    let before = fit.memory_in_use();
+    fit.keep_at_most(1);
+    assert_eq!(fit.idle_instances(), 1);
+    assert!(fit.memory_in_use() < before, "their memory went with them");
+    let pod = simple_pod("web", "2", "");
+    assert_eq!(reasons(&fit.filter(&cluster, &pod, &cluster.node_ids()).unwrap()), vec!["Insufficient cpu"], "the one kept still serves");
+    assert_eq!(fit.idle_instances(), 1);
+}

@@ -226,6 +226,22 @@ async fn a_node_labelled_for_maintenance_is_drained_though_it_stays_schedulable(
     node_in_maintenance_is_emptied(Mark::Label).await;
 }
 
+/// The loops run side by side: a rescheduling run does not wait for the scheduler to place a burst of pending
+/// pods (polled in one task with it, the rescheduler did not run until the scheduler's queue was empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rescheduling_run_happens_while_the_scheduler_works_through_a_burst() {
+    const PODS: usize = 3000;
+    let scenario = format!("nodeGroups: [{{name: n, count: 50, cpu: '64', memory: 256Gi, pods: 110}}]\nworkloads: [{{name: burst, kind: Pods, replicas: {PODS}, schedulerName: wasp, cpu: 10m}}]\n");
+    let harness = start(&scenario, config("strategies: [{policy: remove-duplicates}]\ndryRun: true\ninterval: 1h"), true).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while harness.host.rescheduler.stats.runs.load(Ordering::Relaxed) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no rescheduling run in 120 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let bound = harness.pods().list(&ListParams::default()).await.unwrap().items.iter().filter(|pod| pod.spec.as_ref().is_some_and(|spec| spec.node_name.is_some())).count();
+    assert!(bound < PODS / 2, "the first rescheduling run ended only once {bound} of {PODS} pods were bound");
+}
+
 /// One read guard: a second `read()` in the same expression waits behind an informer's pending write while the
 /// first guard blocks that write, a deadlock (it hung a CI run).
 fn host_sees_taint(host: &Host, node: &str) -> bool {

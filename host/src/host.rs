@@ -66,13 +66,18 @@ impl Host {
         let events = EventRecorder::new(api.clone(), COMPONENT, identity.clone());
         let mut endpoints = Endpoints::new(policies.clone());
         let scheduler_metrics = SchedulerMetrics::register(&mut endpoints.metrics);
-        let scheduler = Scheduler::new(policies.clone(), cluster.clone(), Binder::new(api.clone(), events.clone()), scheduler_metrics);
+        // Each loop sends through a request budget of its own (see `kube::client`).
+        let scheduler_api = api.with_own_budget(crate::kube::client::SCHEDULER_IN_FLIGHT);
+        let binder = Binder::new(scheduler_api.clone(), events.sending_through(scheduler_api));
+        let scheduler = Scheduler::new(policies.clone(), cluster.clone(), binder, scheduler_metrics);
         let rescheduler_metrics = ReschedulerMetrics::register(&mut endpoints.metrics);
-        let rescheduler = Rescheduler::new(policies.clone(), cluster.clone(), api.clone(), &events, rescheduler_metrics);
+        let rescheduler_api = api.with_own_budget(crate::kube::client::LOOP_IN_FLIGHT);
+        let rescheduler = Rescheduler::new(policies.clone(), cluster.clone(), rescheduler_api.clone(), &events.sending_through(rescheduler_api), rescheduler_metrics);
         let reported = rescheduler.clone();
         endpoints.status_section("rescheduler", Box::new(move || serde_json::json!({"lastRun": reported.last_run()})));
         let autoscaler_metrics = AutoscalerMetrics::register(&mut endpoints.metrics);
-        let autoscaler = AutoscalerLoop::new(policies.clone(), cluster.clone(), api.clone(), &events, autoscaler_metrics);
+        let autoscaler_api = api.with_own_budget(crate::kube::client::LOOP_IN_FLIGHT);
+        let autoscaler = AutoscalerLoop::new(policies.clone(), cluster.clone(), autoscaler_api.clone(), &events.sending_through(autoscaler_api), autoscaler_metrics);
         let reported = autoscaler.clone();
         endpoints.status_section("autoscaler", Box::new(move || serde_json::json!({"lastPass": reported.last_pass()})));
         let admission_metrics = AdmissionMetrics::register(&mut endpoints.metrics);
@@ -177,9 +182,22 @@ impl Host {
     }
 
     /// Runs the loops the configuration enables until the task is dropped (no leader election: one replica).
+    /// Each loop is a task of its own: polled together in one task, the scheduler, which does not wait while its
+    /// queue holds pods, let no other loop run during a burst (a rescheduling run and the autoscaler's first pass
+    /// waited 97 s for 50k pods to be placed).
     pub async fn run_loops(self: Arc<Self>) {
         self.start_informers();
-        tokio::join!(self.scheduler.clone().run(), self.rescheduler.clone().run(), self.autoscaler.clone().run(), self.stray_pods.clone().run());
+        let mut loops = tokio::task::JoinSet::new();
+        loops.spawn(self.scheduler.clone().run());
+        loops.spawn(self.rescheduler.clone().run());
+        loops.spawn(self.autoscaler.clone().run());
+        loops.spawn(self.stray_pods.clone().run());
+        // Dropping the set (when the Lease is lost) stops every loop.
+        while let Some(ended) = loops.join_next().await {
+            if let Err(error) = ended {
+                tracing::error!(%error, "a loop stopped");
+            }
+        }
     }
 
     /// Syncs the informers, then runs the loops only while holding the Lease; returns when the Lease is lost

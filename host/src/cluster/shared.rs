@@ -220,10 +220,21 @@ impl SharedCluster {
         !self.never_preempt.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(uid)
     }
 
-    /// The pending pods `wanted` keeps, with why they wait (empty when no scheduler said yet); reasons of pods
-    /// that no longer wait are forgotten on the way.
-    pub fn pending_with_reasons(&self, wanted: impl Fn(&Pod) -> bool) -> Vec<(Pod, String)> {
-        let pending = self.pending_where(wanted);
+    /// Up to `limit` of the pending pods `wanted` keeps, highest priority first, then the oldest, with why they
+    /// wait (empty when no scheduler said yet); only those are copied out. Reasons of pods that no longer wait
+    /// are forgotten on the way.
+    pub fn pending_with_reasons(&self, wanted: impl Fn(&Pod) -> bool, limit: usize) -> Vec<(Pod, String)> {
+        let pending: Vec<Pod> = {
+            let waiting = self.pending();
+            let mut chosen: Vec<&Pod> = waiting.values().filter(|pod| wanted(pod)).collect();
+            let order = |a: &&Pod, b: &&Pod| b.priority.cmp(&a.priority).then(a.created_at.cmp(&b.created_at)).then_with(|| a.uid.cmp(&b.uid));
+            if chosen.len() > limit {
+                chosen.select_nth_unstable_by(limit, order);
+                chosen.truncate(limit);
+            }
+            chosen.sort_unstable_by(order);
+            chosen.into_iter().cloned().collect()
+        };
         let mut reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let waiting = self.pending();
         reasons.retain(|uid, _| waiting.contains_key(uid));
@@ -294,5 +305,33 @@ impl SharedCluster {
         let mut receiver = self.synced.subscribe();
         // The sender lives as long as `self`, so this only ends when ready.
         let _ = receiver.wait_for(|synced| synced.all()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending_pod(name: &str, priority: i32, created_at: i64) -> Pod {
+        let source = serde_json::json!({"metadata": {"name": name, "namespace": "d", "uid": name}, "spec": {"containers": [], "priority": priority}});
+        let mut pod = super::super::convert::pod(&serde_json::from_value(source).unwrap()).unwrap();
+        pod.created_at = created_at;
+        pod
+    }
+
+    #[test]
+    fn a_run_is_told_of_the_highest_priority_then_oldest_pending_pods_up_to_its_limit() {
+        let cluster = SharedCluster::default();
+        for (name, priority, created_at) in [("low-old", 0, 1), ("high-new", 100, 9), ("high-old", 100, 2), ("mid", 50, 5), ("low-new", 0, 8), ("other", 1000, 0)] {
+            cluster.add_pending(pending_pod(name, priority, created_at));
+        }
+        cluster.note_unschedulable("mid", "0/3 nodes are available: 3 Insufficient cpu.");
+        let names = |limit| -> Vec<(String, String)> {
+            cluster.pending_with_reasons(|pod| pod.name != "other", limit).into_iter().map(|(pod, reason)| (pod.name, reason)).collect()
+        };
+        let told = names(3);
+        assert_eq!(told.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), ["high-old", "high-new", "mid"]);
+        assert_eq!(told[2].1, "0/3 nodes are available: 3 Insufficient cpu.", "with why the scheduler could not place it");
+        assert_eq!(names(10).len(), 5, "every wanted pod under the limit");
     }
 }

@@ -1,15 +1,22 @@
 //! The API client every loop shares: kube's default retries are off (it retries 429/503/504 for minutes, while
-//! each loop has its own backoff), and requests in flight are bounded for the whole process.
+//! each loop has its own backoff), and requests in flight are bounded, per loop.
 
 use anyhow::Context;
 use std::sync::Arc;
 
-/// Requests in flight at once, over every loop. Bindings, events and evictions are sent from their own tasks;
-/// unbounded, a burst of thousands of decisions would open as many connections (HTTP/1) and exhaust file
-/// descriptors on both sides.
+/// Requests in flight at once for what has no budget of its own (admission's events, the CLI's commands).
+/// Bindings, events and evictions are sent from their own tasks; unbounded, a burst of thousands of decisions
+/// would open as many connections (HTTP/1) and exhaust file descriptors on both sides.
 pub const MAX_IN_FLIGHT: usize = 64;
+/// The scheduler's budget: its bindings, status patches and events.
+pub const SCHEDULER_IN_FLIGHT: usize = 48;
+/// The rescheduler's and the autoscaler's budget each (the autoscaler reconciles 16 workloads at once). A budget
+/// per loop, because permits are handed out in order: sharing one, a rescheduling run waited 97 s for its
+/// PodDisruptionBudgets behind the scheduler's bindings and events for 50k pods, and an autoscaler's scale would
+/// have waited as long.
+pub const LOOP_IN_FLIGHT: usize = 16;
 
-/// A kube client and the process-wide request budget.
+/// A kube client and a request budget.
 #[derive(Clone)]
 pub struct ApiClient {
     pub client: kube::Client,
@@ -19,6 +26,11 @@ pub struct ApiClient {
 impl ApiClient {
     pub fn new(client: kube::Client) -> ApiClient {
         ApiClient { client, in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)) }
+    }
+
+    /// The same client with a request budget of its own, which no other loop's burst fills.
+    pub fn with_own_budget(&self, permits: usize) -> ApiClient {
+        ApiClient { client: self.client.clone(), in_flight: Arc::new(tokio::sync::Semaphore::new(permits)) }
     }
 
     /// A client for `config` with kube's own retries off.
@@ -52,5 +64,24 @@ impl ApiClient {
     /// Waits for a slot in the request budget; hold it for the request's duration.
     pub async fn permit(&self) -> tokio::sync::SemaphorePermit<'_> {
         self.in_flight.acquire().await.expect("the semaphore is never closed")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_loop_with_a_budget_of_its_own_is_not_held_behind_another_loops_burst() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let shared = ApiClient::from_config(config).unwrap();
+        let scheduler = shared.with_own_budget(SCHEDULER_IN_FLIGHT);
+        let rescheduler = shared.with_own_budget(LOOP_IN_FLIGHT);
+        let burst: Vec<_> = futures::future::join_all((0..SCHEDULER_IN_FLIGHT).map(|_| scheduler.permit())).await;
+        assert_eq!(scheduler.in_flight.available_permits(), 0, "the scheduler's burst holds its whole budget");
+        let own = tokio::time::timeout(std::time::Duration::from_secs(5), rescheduler.permit()).await;
+        assert!(own.is_ok(), "the rescheduler's request goes at once");
+        assert_eq!(shared.in_flight.available_permits(), MAX_IN_FLIGHT, "and the rest of the process's budget is untouched");
+        drop(burst);
     }
 }

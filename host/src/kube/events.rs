@@ -94,6 +94,11 @@ impl EventRecorder {
         EventRecorder { api, component: Arc::from(component), identity, recent: Arc::default() }
     }
 
+    /// The same recorder, sending through `api` (a loop's client, with the loop's request budget).
+    pub fn sending_through(&self, api: ApiClient) -> EventRecorder {
+        EventRecorder { api, ..self.clone() }
+    }
+
     /// The same recorder under another reporting component.
     pub fn for_component(&self, component: &str) -> EventRecorder {
         EventRecorder { component: Arc::from(component), ..self.clone() }

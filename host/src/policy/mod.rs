@@ -296,6 +296,16 @@ impl LoadedPolicy {
         prepared.into_iter().for_each(Prepared::release);
     }
 
+    /// Drops idle instances, the longest idle first, until at most `count` are live: those another loop made
+    /// while the usual caller held the others (a rescheduling run's fit check during a scheduling burst) would
+    /// otherwise keep their copy of the cluster for good.
+    pub fn keep_at_most(&self, count: usize) {
+        let mut pool = self.lock_pool();
+        let extra = pool.live.saturating_sub(count).min(pool.idle.len());
+        pool.idle.drain(..extra);
+        pool.live -= extra;
+    }
+
     /// Drops the idle instances, and their copy of the cluster, for a policy used only now and then.
     pub fn release_idle(&self) {
         let mut pool = self.lock_pool();

@@ -16,6 +16,8 @@ pub trait SchedulingPolicy: Send + Sync {
     /// Readies `count` copies of the policy's view at `cluster`'s head before a fork of it is used (see
     /// [`LoadedPolicy::warm`]); a policy without copies to ready does nothing.
     fn warm(&self, _cluster: &ClusterState, _count: usize) {}
+    /// Keeps at most `count` copies of the policy's view (see [`LoadedPolicy::keep_at_most`]).
+    fn keep_at_most(&self, _count: usize) {}
 }
 
 impl SchedulingPolicy for LoadedPolicy {
@@ -37,5 +39,9 @@ impl SchedulingPolicy for LoadedPolicy {
 
     fn warm(&self, cluster: &ClusterState, count: usize) {
         LoadedPolicy::warm(self, cluster, count)
+    }
+
+    fn keep_at_most(&self, count: usize) {
+        LoadedPolicy::keep_at_most(self, count)
     }
 }

@@ -42,6 +42,10 @@ use tokio::sync::broadcast::error::RecvError;
 const SETTLE: Duration = Duration::from_secs(1);
 /// Runs that a change triggers start at least this long after the previous run ended.
 const MIN_GAP: Duration = Duration::from_secs(5);
+/// Pending pods a run tells its policies of, at most: the highest priority, then the oldest. Each policy
+/// receives each of them whole, so a burst of 50k pods waiting for the scheduler would cost every strategy's
+/// instance ~75 MB and its sync a minute; a run evicts for a few pending pods at most anyway.
+pub const PENDING_PER_RUN: usize = 1000;
 /// How often pending pods are checked against `pendingTrigger`.
 const PENDING_CHECK: Duration = Duration::from_secs(5);
 /// A burst of unschedulable pods makes one preemption run: wait this long after the first.
@@ -167,20 +171,25 @@ impl Rescheduler {
             memory.prune(&section.pacing, Instant::now());
             memory.clone()
         };
-        let mut pending: Vec<PendingPod> = self
+        let pending: Vec<PendingPod> = self
             .cluster
-            .pending_with_reasons(|pod| generation.plans.scheduling.contains_key(&pod.scheduler_name))
+            .pending_with_reasons(|pod| generation.plans.scheduling.contains_key(&pod.scheduler_name), PENDING_PER_RUN)
             .into_iter()
             .filter(|(pod, _)| self.may_take_room(pod))
             .map(|(pod, reason)| PendingPod { pod, reason })
             .collect();
-        pending.sort_by(|a, b| b.pod.priority.cmp(&a.pod.priority).then(a.pod.created_at.cmp(&b.pod.created_at)));
         let failed = self.cluster.read().failed_pods();
         let context = EvictContext { now: wall_seconds(), pending, failed };
         let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now };
         let mut plan = crate::runtime::off_async_worker(|| {
             let proposals = plan::propose(&policies, &generation.plans, self.cluster.read(), context, section.keep_strategies_warm);
-            plan::plan(inputs, proposals)
+            let plan = plan::plan(inputs, proposals);
+            // The fit check makes instances of the scheduling policies when the scheduler holds theirs (a run
+            // during a burst): each policy keeps what the scheduler calls at once.
+            for policy in generation.plans.scheduling_policies() {
+                policy.keep_at_most(crate::scheduler::cycle::threads_for(policy.as_ref()));
+            }
+            plan
         });
         plan.dry_run = dry_run;
         plan.warnings.append(&mut warnings);
