@@ -9,7 +9,7 @@ use std::sync::Arc;
 /// would open as many connections (HTTP/1) and exhaust file descriptors on both sides.
 pub const MAX_IN_FLIGHT: usize = 64;
 /// The scheduler's budget: its bindings, status patches and events.
-pub const SCHEDULER_IN_FLIGHT: usize = 48;
+pub const SCHEDULER_IN_FLIGHT: usize = 64;
 /// The rescheduler's and the autoscaler's budget each (the autoscaler reconciles 16 workloads at once). A budget
 /// per loop, because permits are handed out in order: sharing one, a rescheduling run waited 97 s for its
 /// PodDisruptionBudgets behind the scheduler's bindings and events for 50k pods, and an autoscaler's scale would
