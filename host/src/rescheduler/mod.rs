@@ -43,8 +43,8 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// Runs that a change triggers start at least this long after the previous run ended.
 const MIN_GAP: Duration = Duration::from_secs(5);
 /// Pending pods a run tells its policies of, at most: the highest priority, then the oldest. Each policy
-/// receives each of them whole, so a burst of 50k pods waiting for the scheduler would cost every strategy's
-/// instance ~75 MB and its sync a minute; a run evicts for a few pending pods at most anyway.
+/// receives each of them whole, so a burst of 50k pods waiting for the scheduler would be 50k pod records in
+/// every strategy's instance; a run evicts for a few pending pods at most anyway.
 pub const PENDING_PER_RUN: usize = 1000;
 /// How often pending pods are checked against `pendingTrigger`.
 const PENDING_CHECK: Duration = Duration::from_secs(5);
