@@ -36,6 +36,7 @@ fn host_node(index: usize) -> host::Node {
         allocatable: host::Resources { cpu_millis: 16_000, memory_bytes: 64 << 30, ephemeral_storage_bytes: 100 << 30, scalar: Vec::new() },
         allocatable_pods: 110,
         conditions: vec![host::Condition { kind: "Ready".into(), status: "True".into() }],
+        images: Vec::new(),
     }
 }
 
