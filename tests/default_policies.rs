@@ -256,7 +256,7 @@ fn concurrent_calls_use_separate_instances_from_the_pool() {
 /// Instances another loop made while the scheduler held the others go once that loop is done: each keeps its
 /// own copy of the cluster (megabytes at 5000 nodes).
 #[test]
-fn a_policy_keeps_at_most_the_instances_asked_for_and_drops_the_longest_idle() {
+fn a_policy_keeps_at_most_the_instances_asked_for_and_its_pool_stays_whole() {
     let runtime = runtime();
     let fit = load(&runtime, "resources-fit", "");
     let cluster = cluster_of(vec![simple_node("small", "1", "2Gi", "")]);
@@ -270,4 +270,14 @@ fn a_policy_keeps_at_most_the_instances_asked_for_and_drops_the_longest_idle() {
     let pod = simple_pod("web", "2", "");
     assert_eq!(reasons(&fit.filter(&cluster, &pod, &cluster.node_ids()).unwrap()), vec!["Insufficient cpu"], "the one kept still serves");
     assert_eq!(fit.idle_instances(), 1);
+    // The dropped instances gave their places back: as many callers as the pool allows are served at once.
+    let (done, finished) = std::sync::mpsc::channel();
+    let (fit, cluster) = (std::sync::Arc::new(fit), std::sync::Arc::new(cluster));
+    // Not scoped: a caller stuck waiting must fail the test, not hang it.
+    std::thread::spawn(move || {
+        let held: Vec<_> = (0..wasp::policy::max_instances()).map(|_| fit.prepare(&cluster).unwrap()).collect();
+        held.into_iter().for_each(|prepared| prepared.release());
+        done.send(()).unwrap();
+    });
+    assert!(finished.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "a caller waits for a place that was never given back");
 }

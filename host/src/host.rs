@@ -192,10 +192,14 @@ impl Host {
         loops.spawn(self.rescheduler.clone().run());
         loops.spawn(self.autoscaler.clone().run());
         loops.spawn(self.stray_pods.clone().run());
-        // Dropping the set (when the Lease is lost) stops every loop.
+        // Dropping the set (when the Lease is lost) stops every loop. A loop that panics takes the process down,
+        // as it did when they shared a task: a replica that holds the Lease but no longer schedules must restart.
         while let Some(ended) = loops.join_next().await {
             if let Err(error) = ended {
-                tracing::error!(%error, "a loop stopped");
+                if error.is_panic() {
+                    loops.abort_all();
+                    std::panic::resume_unwind(error.into_panic());
+                }
             }
         }
     }

@@ -160,10 +160,12 @@ impl SharedCluster {
         self.pending().values().filter(|pod| wanted(pod)).cloned().collect()
     }
 
-    /// The uids of the pending pods `wanted` keeps: a check every few seconds during a burst of 50k pending pods
-    /// must not copy them.
-    pub fn pending_uids_where(&self, wanted: impl Fn(&Pod) -> bool) -> Vec<String> {
-        self.pending().values().filter(|pod| wanted(pod)).map(|pod| pod.uid.clone()).collect()
+    /// The uids of the pending pods `wanted` keeps that a scheduler tried and could not place: a check every few
+    /// seconds during a burst of 50k pending pods copies neither the pods nor the uids of those merely queued.
+    pub fn unplaced_uids_where(&self, wanted: impl Fn(&Pod) -> bool) -> Vec<String> {
+        let reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let waiting = self.pending();
+        reasons.keys().filter(|uid| waiting.get(*uid).is_some_and(&wanted)).cloned().collect()
     }
 
     /// A scheduler could not place the pending pod `uid`, for `message`; unless the pod never preempts, the
@@ -220,27 +222,25 @@ impl SharedCluster {
         !self.never_preempt.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(uid)
     }
 
-    /// Up to `limit` of the pending pods `wanted` keeps, highest priority first, then the oldest, with why they
-    /// wait (empty when no scheduler said yet); only those are copied out. Reasons of pods that no longer wait
-    /// are forgotten on the way.
+    /// Up to `limit` of the pending pods `wanted` keeps, with why they wait (empty when no scheduler said yet),
+    /// highest priority first, then the oldest; only those are copied out. Over the limit, pods a scheduler tried
+    /// and could not place come before those it has not tried yet (during a burst, most of them), then by
+    /// priority and age. Reasons of pods that no longer wait are forgotten on the way.
     pub fn pending_with_reasons(&self, wanted: impl Fn(&Pod) -> bool, limit: usize) -> Vec<(Pod, String)> {
-        let pending: Vec<Pod> = {
-            let waiting = self.pending();
-            let mut chosen: Vec<&Pod> = waiting.values().filter(|pod| wanted(pod)).collect();
-            let order = |a: &&Pod, b: &&Pod| b.priority.cmp(&a.priority).then(a.created_at.cmp(&b.created_at)).then_with(|| a.uid.cmp(&b.uid));
-            if chosen.len() > limit {
-                chosen.select_nth_unstable_by(limit, order);
-                chosen.truncate(limit);
-            }
-            chosen.sort_unstable_by(order);
-            chosen.into_iter().cloned().collect()
-        };
         let mut reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let waiting = self.pending();
         reasons.retain(|uid, _| waiting.contains_key(uid));
+        let by_priority_then_age = |a: &Pod, b: &Pod| b.priority.cmp(&a.priority).then(a.created_at.cmp(&b.created_at)).then_with(|| a.uid.cmp(&b.uid));
+        let mut chosen: Vec<(&Pod, Option<&String>)> = waiting.values().filter(|pod| wanted(pod)).map(|pod| (pod, reasons.get(&pod.uid))).collect();
+        if chosen.len() > limit {
+            chosen.select_nth_unstable_by(limit, |(a, a_reason), (b, b_reason)| b_reason.is_some().cmp(&a_reason.is_some()).then_with(|| by_priority_then_age(a, b)));
+            chosen.truncate(limit);
+        }
+        chosen.sort_unstable_by(|(a, _), (b, _)| by_priority_then_age(a, b));
+        let pending = chosen.into_iter().map(|(pod, reason)| (pod.clone(), reason.cloned().unwrap_or_default())).collect();
         drop(waiting);
         reasons.shrink_when_sparse();
-        pending.into_iter().map(|pod| { let reason = reasons.get(&pod.uid).cloned().unwrap_or_default(); (pod, reason) }).collect()
+        pending
     }
 
     /// A pod waits for a scheduler (of any name). The label keys its selectors name are selected from now on:
@@ -333,5 +333,9 @@ mod tests {
         assert_eq!(told.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), ["high-old", "high-new", "mid"]);
         assert_eq!(told[2].1, "0/3 nodes are available: 3 Insufficient cpu.", "with why the scheduler could not place it");
         assert_eq!(names(10).len(), 5, "every wanted pod under the limit");
+        // A pod the scheduler tried comes before higher-priority pods it has not tried yet, in priority order.
+        cluster.note_unschedulable("low-new", "0/3 nodes are available: 3 Too many pods.");
+        let told = names(2);
+        assert_eq!(told.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), ["mid", "low-new"]);
     }
 }

@@ -300,17 +300,24 @@ impl LoadedPolicy {
     /// while the usual caller held the others (a rescheduling run's fit check during a scheduling burst) would
     /// otherwise keep their copy of the cluster for good.
     pub fn keep_at_most(&self, count: usize) {
-        let mut pool = self.lock_pool();
-        let extra = pool.live.saturating_sub(count).min(pool.idle.len());
-        pool.idle.drain(..extra);
-        pool.live -= extra;
+        let dropped: Vec<SyncedInstance> = {
+            let mut pool = self.lock_pool();
+            let extra = pool.live.saturating_sub(count).min(pool.idle.len());
+            pool.live -= extra;
+            pool.idle.drain(..extra).collect()
+        };
+        // Unmapping their memory happens outside the pool's lock.
+        drop(dropped);
     }
 
     /// Drops the idle instances, and their copy of the cluster, for a policy used only now and then.
     pub fn release_idle(&self) {
-        let mut pool = self.lock_pool();
-        pool.live -= pool.idle.len();
-        pool.idle.clear();
+        let dropped = {
+            let mut pool = self.lock_pool();
+            pool.live -= pool.idle.len();
+            std::mem::take(&mut pool.idle)
+        };
+        drop(dropped);
     }
 
     /// An instance from the pool (or a new one), synced with `cluster` now and called later: the caller may let
@@ -388,7 +395,8 @@ impl LoadedPolicy {
         let mut pool = self.lock_pool();
         loop {
             let following = pool.idle.iter().rposition(|instance| instance.synced_to.is_some_and(|point| point.epoch == epoch));
-            if let Some(instance) = following.map(|index| pool.idle.swap_remove(index)).or_else(|| pool.idle.pop()) {
+            // `remove`, not `swap_remove`: the idle list stays in the order instances came back, longest idle first.
+            if let Some(instance) = following.map(|index| pool.idle.remove(index)).or_else(|| pool.idle.pop()) {
                 return Some(instance);
             }
             if pool.live < max_instances() {

@@ -42,7 +42,8 @@ use tokio::sync::broadcast::error::RecvError;
 const SETTLE: Duration = Duration::from_secs(1);
 /// Runs that a change triggers start at least this long after the previous run ended.
 const MIN_GAP: Duration = Duration::from_secs(5);
-/// Pending pods a run tells its policies of, at most: the highest priority, then the oldest. Each policy
+/// Pending pods a run tells its policies of, at most: those the scheduler could not place first, then the
+/// highest priority, then the oldest (see [`SharedCluster::pending_with_reasons`]). Each policy
 /// receives each of them whole, so a burst of 50k pods waiting for the scheduler would be 50k pod records in
 /// every strategy's instance; a run evicts for a few pending pods at most anyway.
 pub const PENDING_PER_RUN: usize = 1000;
@@ -173,7 +174,7 @@ impl Rescheduler {
         };
         let pending: Vec<PendingPod> = self
             .cluster
-            .pending_with_reasons(|pod| generation.plans.scheduling.contains_key(&pod.scheduler_name), PENDING_PER_RUN)
+            .pending_with_reasons(|pod| generation.plans.scheduling.contains_key(&pod.scheduler_name) && self.cluster.may_preempt(&pod.uid), PENDING_PER_RUN)
             .into_iter()
             .filter(|(pod, _)| self.may_take_room(pod))
             .map(|(pod, reason)| PendingPod { pod, reason })
@@ -378,12 +379,13 @@ impl Rescheduler {
         !self.cluster.read().pods_on(node).any(|other| other.terminating && other.priority < pod.priority)
     }
 
-    /// Whether a pod of a wasp profile newly waits longer than `pendingTrigger` (each pod triggers once).
+    /// Whether a pod of a wasp profile that the scheduler could not place newly waits longer than `pendingTrigger`
+    /// (each pod triggers once); pods merely queued behind a burst trigger nothing.
     fn pods_waiting_too_long(&self, seen: &mut HashSet<String>) -> bool {
         let generation = self.policies.current();
         let Some(section) = &generation.config.rescheduler else { return false };
         let now = wall_seconds();
-        let waiting = self.cluster.pending_uids_where(|pod| {
+        let waiting = self.cluster.unplaced_uids_where(|pod| {
             generation.plans.scheduling.contains_key(&pod.scheduler_name) && now.saturating_sub(pod.created_at) >= section.pending_trigger.as_secs() as i64
         });
         let fresh = waiting.iter().any(|uid| !seen.contains(uid));

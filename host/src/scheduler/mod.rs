@@ -157,6 +157,9 @@ impl Scheduler {
         loop {
             let queued = self.queue.pop().await;
             self.schedule_one(queued, &mut cursor);
+            // The queue is never empty during a burst: without a turn given now and then, this task would not
+            // see that it was aborted (the Lease lost) until the burst ends.
+            tokio::task::coop::consume_budget().await;
         }
     }
 
