@@ -165,7 +165,6 @@ fn evict_with_grace(store: &Store, namespace: Option<&str>, name: &str, grace: O
     let pod = store.get(resources::pods(), namespace, name)?;
     let namespace_name = namespace.unwrap_or("default");
     let pdbs_type = resources::find("policy", "v1", "poddisruptionbudgets").expect("served");
-    let pods = store.all(resources::pods());
     let covering: Vec<Arc<Value>> = store
         .all(pdbs_type)
         .into_iter()
@@ -177,7 +176,11 @@ fn evict_with_grace(store: &Store, namespace: Option<&str>, name: &str, grace: O
     }
     // An unready or finished pod does not count toward the budget, so evicting it never violates it.
     if let (Some(pdb), true) = (covering.first(), pdb::is_ready(&pod)) {
-        let budget = pdb::budget(pdb, pods.iter().map(|pod| pod.as_ref()));
+        // Only the pods the budget selects, parsed one at a time: a parsed copy of every pod per eviction made the
+        // simulator's memory jump by ~500 MB for each eviction in a 50k-pod scenario.
+        let selector = pdb.pointer("/spec/selector").unwrap_or(&Value::Null);
+        let selected = store.list(resources::pods(), Some(namespace_name), 0, None, |candidate| crate::selectors_k8s::label_selector_matches(selector, candidate))?.items;
+        let budget = pdb::budget(pdb, selected.iter().map(|pod| pod.as_ref()));
         if budget.disruptions_allowed < 1 {
             let pdb_name = crate::store::name_of(pdb);
             return Err(ApiError::too_many_requests(
