@@ -236,7 +236,7 @@ async fn a_rescheduling_run_happens_while_the_scheduler_works_through_a_burst() 
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while harness.host.rescheduler.stats.runs.load(Ordering::Relaxed) == 0 {
         assert!(std::time::Instant::now() < deadline, "no rescheduling run in 120 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await; // poll interval of the condition wait, bounded by the deadline
     }
     // Counted from the scheduler's decisions (a binding request goes out with each), not from bindings, which
     // lag behind.
@@ -388,7 +388,7 @@ async fn wasp_reschedule_dry_run_prints_the_plan_for_any_cluster_and_changes_not
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while pods.list(&ListParams::default()).await.unwrap().items.iter().filter(|pod| is_ready(pod)).count() < 3 {
         assert!(std::time::Instant::now() < deadline, "the pods never became Ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await; // poll interval of the condition wait, bounded by the deadline
     }
     let directory = tempfile::tempdir().unwrap();
     let kubeconfig = directory.path().join("kubeconfig");
