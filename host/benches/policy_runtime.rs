@@ -16,7 +16,7 @@ use wasp_sdk::testing::{NodeBuilder, PodBuilder};
 use wasp_sdk::{Filter, Policy};
 
 // The `wasp` binary's allocator and its settings, so that memory figures are the binary's.
-wasp::binary_allocator!();
+wasp_allocator::binary_allocator!();
 
 const LABELS: usize = 10;
 

@@ -32,19 +32,3 @@ pub mod runtime;
 pub mod scheduler;
 pub mod serve;
 pub mod shrink;
-
-/// The `wasp` binary's allocator, for the binary and the benchmarks that report its memory: jemalloc, which
-/// returns what bursts freed (a 50k-pod list, compiling a policy, a rescheduler fork) where glibc's per-thread
-/// arenas kept it. Freed pages go back after a second, by a background thread, rather than jemalloc's default
-/// ten seconds at the next allocation: at 5000 nodes and 50k pods that is 530 -> 480 MiB resident.
-#[macro_export]
-macro_rules! binary_allocator {
-    () => {
-        #[global_allocator]
-        static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-        /// jemalloc's `malloc_conf` (tikv-jemalloc-sys prefixes its symbols); `_RJEM_MALLOC_CONF` overrides it.
-        #[unsafe(export_name = "_rjem_malloc_conf")]
-        static JEMALLOC_CONF: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
-    };
-}

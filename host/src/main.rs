@@ -1,7 +1,7 @@
 //! The `wasp` binary.
 
 #[cfg(feature = "jemalloc")]
-wasp::binary_allocator!();
+wasp_allocator::binary_allocator!();
 
 fn main() -> std::process::ExitCode {
     wasp::cli::main()

@@ -454,10 +454,26 @@ impl Store {
         name: &str,
         change: impl FnOnce(&mut Value) -> Result<(), ApiError>,
     ) -> Result<Arc<Value>, ApiError> {
-        let mut state = self.lock();
         let object_key = key(resource, namespace, name);
-        let current = stored(&state, resource, &object_key)?;
-        let mut updated = (*current).clone();
+        // Parsing and copying the object are most of a write's work: they are done before taking the lock, on the
+        // text as it was, so that other writers are not held up. If another write came in between, they are
+        // done again under the lock; `change` itself runs once, under the lock, on the current version.
+        let read = self.lock().objects.get(&resource.id()).and_then(|table| table.get(&object_key)).cloned();
+        let prepared = read.as_ref().map(|text| {
+            let current = parse(text);
+            let updated = (*current).clone();
+            (current, updated)
+        });
+        let mut state = self.lock();
+        let still_current = |text: &Stored| state.objects.get(&resource.id()).and_then(|table| table.get(&object_key)).is_some_and(|now| Arc::ptr_eq(now, text));
+        let (current, mut updated) = match (read.as_ref(), prepared) {
+            (Some(text), Some(prepared)) if still_current(text) => prepared,
+            _ => {
+                let current = stored(&state, resource, &object_key)?;
+                let updated = (*current).clone();
+                (current, updated)
+            }
+        };
         change(&mut updated)?;
         // Identity fields never change through an update.
         if !updated.get("metadata").is_some_and(Value::is_object) {
@@ -735,6 +751,37 @@ mod tests {
             Ok(())
         });
         assert_ne!(node.pointer("/metadata/resourceVersion"), changed.unwrap().pointer("/metadata/resourceVersion"));
+    }
+
+    /// Writers prepare outside the lock; one that was overtaken must apply its change to the newer version, or
+    /// updates are lost (as a read-modify-write without the lock would lose them).
+    #[test]
+    fn concurrent_updates_of_one_object_are_all_kept() {
+        const WRITERS: usize = 4;
+        const EACH: usize = 250;
+        let store = Arc::new(store_with_default_namespace());
+        store.create(resources::nodes(), None, json!({"metadata": {"name": "n1", "annotations": {"count": "0", "padding": "x".repeat(4000)}}})).unwrap();
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..EACH {
+                        store
+                            .mutate(resources::nodes(), None, "n1", |node| {
+                                let count: usize = node["metadata"]["annotations"]["count"].as_str().unwrap().parse().unwrap();
+                                node["metadata"]["annotations"]["count"] = json!((count + 1).to_string());
+                                Ok(())
+                            })
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let node = store.get(resources::nodes(), None, "n1").unwrap();
+        assert_eq!(node["metadata"]["annotations"]["count"], json!((WRITERS * EACH).to_string()));
     }
 
     #[test]

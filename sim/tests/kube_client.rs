@@ -135,6 +135,30 @@ async fn binding_starts_the_pod_and_cannot_happen_twice() {
     assert!(ready);
 }
 
+/// A started pod's `hostIP` is its node's InternalIP, also after the node's address changes (the simulated
+/// kubelets keep each node's address rather than read the node for every pod).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_pod_has_its_nodes_address() {
+    let (_simulator, client) = start(QUIET).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let internal_ip = |node: &Node| node.status.as_ref()?.addresses.as_ref()?.iter().find(|address| address.type_ == "InternalIP").map(|address| address.address.clone());
+    let started_on = async |name: &str, node: &str| {
+        pods.create(&PostParams::default(), &pod(name)).await.unwrap();
+        bind(&client, name, node).await;
+        eventually("the pod to run", async || {
+            let status = pods.get(name).await.unwrap().status?;
+            (status.phase.as_deref() == Some("Running")).then_some(status.host_ip)?
+        })
+        .await
+    };
+    let first = internal_ip(&nodes.get("worker-1").await.unwrap()).expect("nodes have an InternalIP");
+    assert_eq!(started_on("before", "worker-1").await, first);
+    let patch = json!({"status": {"addresses": [{"type": "InternalIP", "address": "192.0.2.77"}, {"type": "Hostname", "address": "worker-1"}]}});
+    nodes.patch_status("worker-1", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    assert_eq!(started_on("after", "worker-1").await, "192.0.2.77");
+}
+
 async fn bind(client: &Client, name: &str, node: &str) {
     let body = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"kind": "Node", "name": node}});
     let request = http::Request::post(format!("/api/v1/namespaces/default/pods/{name}/binding"))

@@ -5,7 +5,7 @@
 pub mod native;
 
 // The `wasp` binary's allocator and its settings, so that memory figures are the binary's.
-wasp::binary_allocator!();
+wasp_allocator::binary_allocator!();
 
 use wasp::kube::ApiClient;
 use wasp_sim::{Scenario, Simulator};
