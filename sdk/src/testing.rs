@@ -2,7 +2,7 @@
 //! quantities (`"500m"`, `"2Gi"`). They panic on malformed quantities: they are for tests.
 
 use crate::quantity;
-use crate::types::{NodeImage, 
+use crate::types::{NodeImage, ClaimRequirement, VolumeClaim,
     Condition, Container, ContainerState, HostPort, InclusionPolicy, PodAffinity, PodAffinityTerm, PortProtocol,
     Termination, WeightedPodAffinityTerm, LabelSelector, Metric, Node, NodeAffinity, NodeSelectorTerm, Owner, Pod,
     MetricSample, MetricSource, MetricTarget, PodMetric, PodPhase, PreferredTerm, Resources, ScaleRequest, SelectorRequirement, Taint, TaintEffect,
@@ -72,8 +72,15 @@ impl PodBuilder {
                 host_ports: Vec::new(),
                 status_reason: String::new(),
                 annotations: Vec::new(),
+                volume_claims: Vec::new(),
             },
         }
+    }
+
+    /// A PersistentVolumeClaim as the host resolved it for the pod to place.
+    pub fn claim(mut self, name: &str, requirement: ClaimRequirement) -> Self {
+        self.pod.volume_claims.push(VolumeClaim { name: name.into(), requirement });
+        self
     }
 
     pub fn annotation(mut self, key: &str, value: &str) -> Self {

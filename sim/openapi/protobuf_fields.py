@@ -13,7 +13,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Packages whose messages the served kinds can contain.
 PACKAGES = ["api/core/v1", "api/admissionregistration/v1", "api/apps/v1", "api/policy/v1", "api/rbac/v1", "api/coordination/v1", "api/events/v1",
-            "api/autoscaling/v1", "api/autoscaling/v2", "apimachinery/pkg/apis/meta/v1", "apimachinery/pkg/api/resource",
+            "api/autoscaling/v1", "api/autoscaling/v2", "api/storage/v1", "apimachinery/pkg/apis/meta/v1", "apimachinery/pkg/api/resource",
             "apimachinery/pkg/util/intstr", "apimachinery/pkg/runtime"]
 ATTRIBUTE = re.compile(r'#\[prost\((?P<body>[^\]]*)\)\]\s*pub (?P<name>(r#)?[a-z0-9_]+):\s*(?P<type>[^;]*?),\s*(?=(///|#\[|pub |\}))', re.S)
 STRUCT = re.compile(r'pub struct (\w+) \{(.*?)\n\}', re.S)

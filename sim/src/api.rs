@@ -393,6 +393,10 @@ fn known_fields(resource: &ResourceType) -> &'static [&'static str] {
         ("rbac.authorization.k8s.io", "Role") => &["apiVersion", "kind", "metadata", "rules"],
         ("rbac.authorization.k8s.io", "ClusterRoleBinding" | "RoleBinding") => &["apiVersion", "kind", "metadata", "roleRef", "subjects"],
         ("", "Endpoints") => &["apiVersion", "kind", "metadata", "subsets"],
+        ("storage.k8s.io", "StorageClass") => &[
+            "apiVersion", "kind", "metadata", "provisioner", "parameters", "reclaimPolicy", "mountOptions", "allowVolumeExpansion",
+            "volumeBindingMode", "allowedTopologies",
+        ],
         ("admissionregistration.k8s.io", _) => &["apiVersion", "kind", "metadata", "webhooks"],
         _ => &["apiVersion", "kind", "metadata", "spec", "status"],
     }

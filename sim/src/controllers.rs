@@ -1,6 +1,7 @@
 //! What a cluster does without kubelets (like kwok): bound pods start and become Ready after a delay, terminating
 //! pods go away after their grace period, Deployments keep a ReplicaSet per template, ReplicaSets and
-//! StatefulSets keep their pod count, and PodDisruptionBudget status stays current.
+//! StatefulSets keep their pod count, PodDisruptionBudget status stays current, and claims are bound to volumes
+//! and provisioned (`volumes`).
 //!
 //! Event driven: changes mark objects dirty, a short tick reconciles what is dirty, and a periodic full pass
 //! catches anything missed (or a burst that overflowed the event buffer).
@@ -131,6 +132,9 @@ fn full_pass(store: &Arc<Store>, dirty: &mut Dirty, kubelet: &Arc<Kubelet>) {
     for pdb in store.all(pdbs()) {
         dirty.pdb_namespaces.insert(namespace_of(&pdb).to_string());
     }
+    for claim in store.all(crate::volumes::claims()) {
+        let _ = crate::volumes::reconcile_claim(store, &claim);
+    }
     // Only pods the kubelet acts on (bound and Pending, or terminating) are parsed; the text test is loose (it may
     // let through a pod run_kubelet then skips), never strict.
     let needs_kubelet = |text: &str| text.contains("\"deletionTimestamp\"") || (text.contains("\"nodeName\"") && text.contains("\"Pending\""));
@@ -165,6 +169,12 @@ fn observe(store: &Arc<Store>, event: &crate::store::Event, dirty: &mut Dirty, k
             dirty.pdb_namespaces.insert(namespace);
         }
         ("", "nodes") => kubelet.forget(name_of(object)),
+        ("", "persistentvolumeclaims") if event.kind == EventKind::Deleted => crate::volumes::claim_deleted(store, object),
+        ("", "persistentvolumeclaims") => {
+            if let Err(error) = crate::volumes::reconcile_claim(store, object) {
+                tracing::warn!(namespace, claim = name_of(object), %error, "claim not bound");
+            }
+        }
         _ => {}
     }
 }

@@ -48,6 +48,37 @@ pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError
             }
         }
         ("", "Node") if object.get("status").is_none() => object["status"] = json!({}),
+        ("", "PersistentVolumeClaim") => {
+            if object.pointer("/spec/accessModes").is_none() {
+                return Err(ApiError::invalid("PersistentVolumeClaim", &name, "spec.accessModes", "Required value: at least 1 access mode is required"));
+            }
+            if object.pointer("/spec/volumeMode").is_none() {
+                object["spec"]["volumeMode"] = json!("Filesystem");
+            }
+            object["status"] = json!({"phase": "Pending"});
+        }
+        ("", "PersistentVolume") => {
+            if object.pointer("/spec/persistentVolumeReclaimPolicy").is_none() {
+                object["spec"]["persistentVolumeReclaimPolicy"] = json!("Retain");
+            }
+            if object.pointer("/spec/volumeMode").is_none() {
+                object["spec"]["volumeMode"] = json!("Filesystem");
+            }
+            if object.pointer("/status/phase").is_none() {
+                object["status"] = json!({"phase": "Available"});
+            }
+        }
+        ("storage.k8s.io", "StorageClass") => {
+            if object.get("provisioner").and_then(Value::as_str).is_none_or(str::is_empty) {
+                return Err(ApiError::invalid("StorageClass", &name, "provisioner", "Required value"));
+            }
+            if object.get("reclaimPolicy").is_none() {
+                object["reclaimPolicy"] = json!("Delete");
+            }
+            if object.get("volumeBindingMode").is_none() {
+                object["volumeBindingMode"] = json!("Immediate");
+            }
+        }
         // Every namespace carries its name as a label (kube-apiserver since 1.21), which is what webhooks'
         // namespaceSelectors usually select on.
         ("", "Namespace") => {

@@ -32,6 +32,7 @@ pub mod server;
 pub mod store;
 pub mod subresources;
 pub mod tables;
+pub mod volumes;
 pub mod webhooks;
 
 pub use scenario::Scenario;

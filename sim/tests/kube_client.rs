@@ -418,3 +418,64 @@ async fn a_pod_created_again_under_a_deleted_ones_name_is_not_removed_by_its_tim
     let current = pods.get_opt("p0").await.unwrap().expect("the new p0 still exists");
     assert_eq!(current.metadata.uid, again.metadata.uid);
 }
+
+/// Claims as a CSI driver with zonal disks serves them: `WaitForFirstConsumer` waits for the scheduler's node and
+/// provisions in its zone, `Immediate` provisions at once, a claim naming a volume is bound to it, and a deleted
+/// claim takes its provisioned volume with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_are_provisioned_where_the_scheduler_says() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let (_simulator, client) = start(SCENARIO).await;
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    for (name, mode) in [("zonal", "WaitForFirstConsumer"), ("eager", "Immediate")] {
+        let class = json!({"metadata": {"name": name}, "provisioner": "disk.csi.example.com", "volumeBindingMode": mode});
+        classes.create(&PostParams::default(), &serde_json::from_value(class).unwrap()).await.unwrap();
+    }
+    let claim = |name: &str, class: &str| serde_json::from_value::<PersistentVolumeClaim>(json!({
+        "metadata": {"name": name}, "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}
+    })).unwrap();
+    let bound = async |name: &str| {
+        eventually("the claim to be bound", async || {
+            let claim = claims.get(name).await.unwrap();
+            (claim.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(claim)
+        })
+        .await
+    };
+    let zone_of = |volume: &PersistentVolume| {
+        let term = &volume.spec.as_ref().unwrap().node_affinity.as_ref().unwrap().required.as_ref().unwrap().node_selector_terms[0];
+        let expression = &term.match_expressions.as_ref().unwrap()[0];
+        assert_eq!(expression.key, "topology.kubernetes.io/zone");
+        expression.values.as_ref().unwrap()[0].clone()
+    };
+
+    claims.create(&PostParams::default(), &claim("data", "zonal")).await.unwrap();
+    claims.create(&PostParams::default(), &claim("cache", "eager")).await.unwrap();
+    let cache = bound("cache").await;
+    assert!(volumes.get(cache.spec.unwrap().volume_name.as_deref().unwrap()).await.is_ok());
+    // Not provisioned before a node is chosen.
+    assert_eq!(claims.get("data").await.unwrap().status.unwrap().phase.as_deref(), Some("Pending"));
+    let node = Api::<Node>::all(client.clone()).get("worker-2").await.unwrap();
+    let node_zone = node.metadata.labels.unwrap()["topology.kubernetes.io/zone"].clone();
+    let selected = json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "worker-2"}}});
+    claims.patch("data", &PatchParams::default(), &Patch::Merge(&selected)).await.unwrap();
+    let data = bound("data").await;
+    let volume = volumes.get(data.spec.as_ref().unwrap().volume_name.as_deref().unwrap()).await.unwrap();
+    assert_eq!(zone_of(&volume), node_zone);
+    assert_eq!(volume.spec.as_ref().unwrap().claim_ref.as_ref().unwrap().name.as_deref(), Some("data"));
+    assert_eq!(volume.status.as_ref().unwrap().phase.as_deref(), Some("Bound"));
+
+    // A volume made by hand, named by its claim.
+    let manual = json!({"metadata": {"name": "manual"}, "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/data"}}});
+    volumes.create(&PostParams::default(), &serde_json::from_value(manual).unwrap()).await.unwrap();
+    let mut named = claim("named", "");
+    named.spec.as_mut().unwrap().volume_name = Some("manual".into());
+    claims.create(&PostParams::default(), &named).await.unwrap();
+    bound("named").await;
+
+    claims.delete("data", &DeleteParams::default()).await.unwrap();
+    let name = volume.metadata.name.clone().unwrap();
+    eventually("the provisioned volume to go", async || volumes.get_opt(&name).await.unwrap().is_none().then_some(())).await;
+}

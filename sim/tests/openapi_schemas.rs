@@ -3,7 +3,7 @@
 //! The simulator embeds the file (no schemars at run time); this test keeps it current:
 //! `WASP_SIM_REGENERATE_OPENAPI=1 cargo test -p wasp-sim --test openapi_schemas` rewrites it.
 
-use k8s_openapi::api::{admissionregistration, apps, autoscaling, coordination, core, events, policy, rbac};
+use k8s_openapi::api::{admissionregistration, apps, autoscaling, coordination, core, events, policy, rbac, storage};
 use schemars::{generate::SchemaSettings, JsonSchema};
 use serde_json::{json, Map, Value};
 
@@ -26,6 +26,9 @@ fn generate() -> Value {
         "v1/ServiceAccount" => core::v1::ServiceAccount,
         "v1/Service" => core::v1::Service,
         "v1/Endpoints" => core::v1::Endpoints,
+        "v1/PersistentVolumeClaim" => core::v1::PersistentVolumeClaim,
+        "v1/PersistentVolume" => core::v1::PersistentVolume,
+        "storage.k8s.io/v1/StorageClass" => storage::v1::StorageClass,
         "v1/Binding" => core::v1::Binding,
         "events.k8s.io/v1/Event" => events::v1::Event,
         "coordination.k8s.io/v1/Lease" => coordination::v1::Lease,

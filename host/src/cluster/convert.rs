@@ -2,6 +2,7 @@
 //! the field, so a malformed manifest is easy to fix.
 
 use crate::contract::types::{
+    ClaimRequirement, VolumeClaim,
     Condition, Container, NodeImage, ContainerState, HostPort, InclusionPolicy, LabelSelector, Node, NodeAffinity,
     NodeSelectorTerm, Owner, Pod, PodAffinity, PodAffinityTerm, PodPhase, PortProtocol, PreferredTerm, Resources,
     SelectorOperator, SelectorRequirement, Taint, TaintEffect, Termination, Toleration, TolerationOperator,
@@ -488,6 +489,17 @@ pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
             .flatten()
             .filter(|(key, _)| key.as_str() != LAST_APPLIED)
             .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+        // Resolved against claims, volumes and classes when the pod is placed (`cluster::volumes`).
+        volume_claims: volumes
+            .clone()
+            .filter_map(|volume| match (&volume.persistent_volume_claim, &volume.ephemeral) {
+                (Some(claim), _) => Some(claim.claim_name.clone()),
+                // A generic ephemeral volume's claim is named after the pod and the volume.
+                (None, Some(_)) => Some(format!("{}-{}", source.metadata.name.as_deref().unwrap_or_default(), volume.name)),
+                (None, None) => None,
+            })
+            .map(|name| VolumeClaim { name, requirement: ClaimRequirement::Anywhere })
             .collect(),
     })
 }

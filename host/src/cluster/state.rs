@@ -485,6 +485,7 @@ impl ClusterState {
     pub fn note_failed(&mut self, mut pod: Pod, node: &str, meta: PodMeta) {
         self.remove_pod(&pod.uid);
         pod.annotations = Vec::new();
+        pod.volume_claims = Vec::new();
         let id = match self.failed.get(&pod.uid) {
             Some((known, _)) => known.id,
             None => {
@@ -535,8 +536,10 @@ impl ClusterState {
     /// [`upsert_pod`](Self::upsert_pod) with what the host knows beyond the record; a change of `meta` alone is
     /// kept but sent to no policy.
     pub fn upsert_pod_with(&mut self, mut pod: Pod, node_name: &str, meta: PodMeta) -> PodChange {
-        // Pods in views carry no annotations (the contract says so): a tenant's annotations cost no guest memory.
+        // Pods in views carry no annotations and no claims (the contract says so): a tenant's annotations cost no
+        // guest memory.
         pod.annotations = Vec::new();
+        pod.volume_claims = Vec::new();
         if let Some(bound) = self.pods.get_mut(&pod.uid).filter(|bound| bound.node == node_name && bound.pod == pod) {
             if bound.meta != meta {
                 Arc::make_mut(bound).meta = meta;

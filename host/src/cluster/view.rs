@@ -100,8 +100,9 @@ impl<'a> View<'a> {
             pod_anti_affinity: keep_some(facts.pod_affinity, &pod.pod_anti_affinity),
             host_ports: keep(facts.host_ports, &pod.host_ports),
             status_reason: pod.status_reason.clone(),
-            // Views never carry annotations (see the contract).
+            // Views never carry annotations or claims (see the contract).
             annotations: Vec::new(),
+            volume_claims: Vec::new(),
         }
     }
 }
