@@ -741,3 +741,76 @@ async fn a_tenants_big_label_sets_cost_the_label_reading_policies_nothing_and_sp
     let per_instance = spread.memory_in_use() / spread.idle_instances().max(1) as u64;
     assert!(per_instance < (bulky_text / 2) as u64, "{per_instance} bytes of guest memory per instance for {bulky_text} bytes of labels nobody selects");
 }
+
+const ONE_NODE_PER_ZONE: &str = r#"
+kubelet: {readyDelay: 10ms}
+nodeGroups:
+- {name: node, count: 3, cpu: "4", memory: 16Gi, zones: [a, b, c]}
+"#;
+
+/// A pod with `claims` (PersistentVolumeClaims by name) for the `wasp` profile.
+fn pod_with_claims(name: &str, claims: &[&str]) -> Pod {
+    let volumes: Vec<serde_json::Value> = claims.iter().map(|claim| json!({"name": claim, "persistentVolumeClaim": {"claimName": claim}})).collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"schedulerName": "wasp", "volumes": volumes, "containers": [{"name": "app", "image": "app", "resources": {"requests": {"cpu": "100m"}}}]}
+    }))
+    .unwrap()
+}
+
+/// Volume topology as kube-scheduler's VolumeBinding holds it: a pod goes where its zonal disk is; a
+/// WaitForFirstConsumer claim is provisioned (by the simulator's zonal provisioner) in the zone of the node the
+/// scheduler chose, before the pod is bound there; a missing claim keeps the pod waiting, and its creation lets
+/// it through; two disks in two zones fit nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_go_where_their_volumes_are_and_claims_are_provisioned_where_pods_go() {
+    use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let harness = start(ONE_NODE_PER_ZONE, default_config()).await;
+    let volumes: Api<PersistentVolume> = Api::all(harness.client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(harness.client.clone(), "default");
+    let classes: Api<StorageClass> = Api::all(harness.client.clone());
+    let post = PostParams::default();
+    let zone_of_node = async |node: &str| Api::<Node>::all(harness.client.clone()).get(node).await.unwrap().metadata.labels.unwrap()["topology.kubernetes.io/zone"].clone();
+    let disk = |name: &str, zone: &str| serde_json::from_value::<PersistentVolume>(json!({"metadata": {"name": name}, "spec": {
+        "capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"], "csi": {"driver": "disk.csi.example.com", "volumeHandle": name},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}})).unwrap();
+    let claim = |name: &str, class: &str, volume: Option<&str>| serde_json::from_value::<PersistentVolumeClaim>(json!({"metadata": {"name": name}, "spec": {
+        "storageClassName": class, "volumeName": volume, "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).unwrap();
+
+    // A disk in zone b, claimed by name: its pod can only run there.
+    volumes.create(&post, &disk("disk-b", "b")).await.unwrap();
+    claims.create(&post, &claim("data", "", Some("disk-b"))).await.unwrap();
+    harness.pods().create(&post, &pod_with_claims("db", &["data"])).await.unwrap();
+    let db = harness.placements("app=db", 1).await;
+    assert_eq!(zone_of_node(&db["db"]).await, "b", "{db:?}");
+
+    // A claim of a WaitForFirstConsumer class: provisioned for the node chosen, in its zone.
+    let class = json!({"metadata": {"name": "zonal"}, "provisioner": "disk.csi.example.com", "volumeBindingMode": "WaitForFirstConsumer"});
+    classes.create(&post, &serde_json::from_value(class).unwrap()).await.unwrap();
+    claims.create(&post, &claim("cache", "zonal", None)).await.unwrap();
+    harness.pods().create(&post, &pod_with_claims("web", &["cache"])).await.unwrap();
+    let web = harness.placements("app=web", 1).await;
+    let cache = claims.get("cache").await.unwrap();
+    assert_eq!(cache.metadata.annotations.as_ref().unwrap()["volume.kubernetes.io/selected-node"], web["web"]);
+    assert_eq!(cache.status.as_ref().unwrap().phase.as_deref(), Some("Bound"), "provisioned before the pod was bound");
+    let provisioned = volumes.get(cache.spec.unwrap().volume_name.as_deref().unwrap()).await.unwrap();
+    let term = &provisioned.spec.unwrap().node_affinity.unwrap().required.unwrap().node_selector_terms[0];
+    assert_eq!(term.match_expressions.as_ref().unwrap()[0].values.as_ref().unwrap()[0], zone_of_node(&web["web"]).await);
+
+    // A missing claim: every node says why; once the claim exists, the pod is placed.
+    harness.pods().create(&post, &pod_with_claims("late", &["later"])).await.unwrap();
+    let (_, event) = harness.failed_scheduling("late").await;
+    assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 persistentvolumeclaim \"later\" not found."));
+    claims.create(&post, &claim("later", "zonal", None)).await.unwrap();
+    harness.placements_within("app=late", 1, Duration::from_secs(20)).await;
+
+    // Two disks in two zones: no node can attach both.
+    volumes.create(&post, &disk("disk-a", "a")).await.unwrap();
+    volumes.create(&post, &disk("disk-c", "c")).await.unwrap();
+    claims.create(&post, &claim("left", "", Some("disk-a"))).await.unwrap();
+    claims.create(&post, &claim("right", "", Some("disk-c"))).await.unwrap();
+    harness.pods().create(&post, &pod_with_claims("split", &["left", "right"])).await.unwrap();
+    let (_, event) = harness.failed_scheduling("split").await;
+    assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 node(s) had volume node affinity conflict."));
+}

@@ -93,8 +93,8 @@ impl Host {
                 Some(match synced.all() {
                     true => Ok(()),
                     false => Err(format!(
-                        "waiting for the first list (nodes listed: {}, pods listed: {}, namespaces listed: {})",
-                        synced.nodes, synced.pods, synced.namespaces
+                        "waiting for the first list (nodes listed: {}, pods listed: {}, namespaces listed: {}, claims listed: {}, volumes listed: {}, storage classes listed: {})",
+                        synced.nodes, synced.pods, synced.namespaces, synced.claims, synced.volumes, synced.storage_classes
                     )),
                 })
             }),

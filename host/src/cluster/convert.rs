@@ -344,6 +344,57 @@ pub fn label_selector(object: &str, field: &str, selector: &meta::LabelSelector)
         .map_err(|error| context.error(field, format!("cannot be evaluated: {error}")))
 }
 
+/// What the scheduler keeps of a PersistentVolumeClaim.
+pub fn claim(source: &core::PersistentVolumeClaim) -> super::volumes::Claim {
+    let spec = source.spec.as_ref();
+    super::volumes::Claim {
+        volume: spec.and_then(|spec| spec.volume_name.clone()).filter(|name| !name.is_empty()),
+        class: spec.and_then(|spec| spec.storage_class_name.clone()),
+        bound: source.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Bound"),
+        terminating: source.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// What the scheduler keeps of a PersistentVolume: where it can be attached.
+pub fn volume(source: &core::PersistentVolume) -> Result<super::volumes::Volume, ConvertError> {
+    let context = Context { object: format!("PersistentVolume {}", source.metadata.name.as_deref().unwrap_or_default()) };
+    let required = source.spec.as_ref().and_then(|spec| spec.node_affinity.as_ref()).and_then(|affinity| affinity.required.as_ref());
+    let node_affinity = required
+        .map(|selector| {
+            selector
+                .node_selector_terms
+                .iter()
+                .enumerate()
+                .map(|(index, term)| context.node_term(&format!("spec.nodeAffinity.required.nodeSelectorTerms[{index}]"), term))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
+    Ok(super::volumes::Volume { node_affinity })
+}
+
+/// What the scheduler keeps of a StorageClass: when its claims are provisioned, and where they may be.
+pub fn storage_class(source: &k8s_openapi::api::storage::v1::StorageClass) -> super::volumes::Class {
+    let allowed_topologies = source
+        .allowed_topologies
+        .iter()
+        .flatten()
+        .map(|term| NodeSelectorTerm {
+            match_expressions: term
+                .match_label_expressions
+                .iter()
+                .flatten()
+                .map(|requirement| SelectorRequirement { key: requirement.key.clone(), operator: SelectorOperator::In, values: requirement.values.clone() })
+                .collect(),
+            match_fields: Vec::new(),
+        })
+        .collect();
+    super::volumes::Class {
+        wait_for_first_consumer: source.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"),
+        allowed_topologies,
+        default: source.metadata.annotations.as_ref().and_then(|annotations| annotations.get(super::volumes::DEFAULT_CLASS)).is_some_and(|value| value == "true"),
+    }
+}
+
 /// Identifies a pod in errors and logs: `default/web-1`.
 pub fn pod_key(pod: &core::Pod) -> String {
     format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or("default"), pod.metadata.name.as_deref().unwrap_or(""))

@@ -1,4 +1,4 @@
-//! Informers: kube-rs watchers on nodes, pods and namespaces that keep the [`SharedCluster`] current and publish what
+//! Informers: kube-rs watchers on nodes, pods, namespaces and volume objects that keep the [`SharedCluster`] current and publish what
 //! changed. After every (re)list, objects the list no longer holds are removed: a pod or node deleted while the
 //! watch was disconnected does not linger as phantom usage.
 
@@ -6,7 +6,8 @@ use super::shared::{ClusterEvent, SharedCluster, Synced, UnreadablePod};
 use super::{convert, PodChange};
 use crate::contract::types::PodPhase;
 use futures::TryStreamExt;
-use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, Node as KubeNode, Pod as KubePod};
+use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, Node as KubeNode, PersistentVolume, PersistentVolumeClaim, Pod as KubePod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
@@ -23,6 +24,9 @@ pub fn spawn(client: Client, cluster: Arc<SharedCluster>) -> Informers {
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(follow(client.clone(), cluster.clone(), "nodes", apply_node_event, |synced| synced.nodes = true));
     tasks.spawn(follow(client.clone(), cluster.clone(), "namespaces", apply_namespace_event, |synced| synced.namespaces = true));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "persistentvolumeclaims", apply_claim_event, |synced| synced.claims = true));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "persistentvolumes", apply_volume_event, |synced| synced.volumes = true));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "storageclasses", apply_class_event, |synced| synced.storage_classes = true));
     tasks.spawn(follow(client, cluster, "pods", apply_pod_event, |synced| synced.pods = true));
     Informers { _tasks: tasks }
 }
@@ -96,6 +100,94 @@ fn apply_node_event(cluster: &SharedCluster, event: Event<KubeNode>, relisted: &
                 .collect()
         }
     }
+}
+
+/// The volume objects' events, alike for claims, volumes and classes: `upsert` keeps what the scheduler needs of an
+/// object (by its key) and says whether that changed, `remove` forgets one, `retain` keeps only those a relist found.
+fn apply_volume_object<K: kube::Resource>(
+    event: Event<K>,
+    relisted: &mut HashSet<String>,
+    key: impl Fn(&K) -> String,
+    upsert: impl Fn(&K) -> bool,
+    remove: impl Fn(&K),
+    retain: impl Fn(&HashSet<String>),
+) -> Vec<ClusterEvent> {
+    let changed = match event {
+        Event::Init => {
+            relisted.clear();
+            false
+        }
+        Event::InitApply(object) => {
+            relisted.insert(key(&object));
+            upsert(&object)
+        }
+        Event::Apply(object) => upsert(&object),
+        Event::Delete(object) => {
+            remove(&object);
+            true
+        }
+        Event::InitDone => {
+            retain(relisted);
+            true
+        }
+    };
+    if changed { vec![ClusterEvent::VolumesChanged] } else { Vec::new() }
+}
+
+fn apply_claim_event(cluster: &SharedCluster, event: Event<PersistentVolumeClaim>, relisted: &mut HashSet<String>) -> Vec<ClusterEvent> {
+    let volumes = &cluster.volumes;
+    let names = |claim: &PersistentVolumeClaim| (claim.metadata.namespace.clone().unwrap_or_default(), claim.metadata.name.clone().unwrap_or_default());
+    apply_volume_object(
+        event,
+        relisted,
+        |claim| {
+            let (namespace, name) = names(claim);
+            format!("{namespace}/{name}")
+        },
+        |claim| {
+            let (namespace, name) = names(claim);
+            volumes.upsert_claim(&namespace, &name, convert::claim(claim))
+        },
+        |claim| {
+            let (namespace, name) = names(claim);
+            volumes.remove_claim(&namespace, &name)
+        },
+        |listed| volumes.retain_claims(listed),
+    )
+}
+
+fn apply_volume_event(cluster: &SharedCluster, event: Event<PersistentVolume>, relisted: &mut HashSet<String>) -> Vec<ClusterEvent> {
+    let volumes = &cluster.volumes;
+    let name = |volume: &PersistentVolume| volume.metadata.name.clone().unwrap_or_default();
+    apply_volume_object(
+        event,
+        relisted,
+        name,
+        |volume| match convert::volume(volume) {
+            Ok(converted) => volumes.upsert_volume(&name(volume), converted),
+            Err(error) => {
+                // Unreadable node affinity: as if the volume did not exist, so its pods wait and say why.
+                tracing::warn!(volume = %name(volume), %error, "ignoring persistent volume");
+                volumes.remove_volume(&name(volume));
+                true
+            }
+        },
+        |volume| volumes.remove_volume(&name(volume)),
+        |listed| volumes.retain_volumes(listed),
+    )
+}
+
+fn apply_class_event(cluster: &SharedCluster, event: Event<StorageClass>, relisted: &mut HashSet<String>) -> Vec<ClusterEvent> {
+    let volumes = &cluster.volumes;
+    let name = |class: &StorageClass| class.metadata.name.clone().unwrap_or_default();
+    apply_volume_object(
+        event,
+        relisted,
+        name,
+        |class| volumes.upsert_class(&name(class), convert::storage_class(class)),
+        |class| volumes.remove_class(&name(class)),
+        |listed| volumes.retain_classes(listed),
+    )
 }
 
 /// Namespaces matter only through their labels (pod affinity's namespace selectors); no loop reacts to them.

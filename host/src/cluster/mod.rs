@@ -2,7 +2,8 @@
 //! ([`convert`]); nodes and bound pods with usage totals and the delta log that keeps every policy instance's
 //! own view current ([`ClusterState`], with what-if forks); the informers that keep it current ([`informer`]);
 //! the shared handle loops read and subscribe to ([`SharedCluster`]); the placement hints the rescheduler leaves
-//! for the scheduler ([`hints`]); and what each policy's view receives of it ([`View`], [`SelectedKeys`]).
+//! for the scheduler ([`hints`]); what each policy's view receives of it ([`View`], [`SelectedKeys`]); and the
+//! claims, volumes and storage classes a pod's volumes resolve against ([`volumes`]).
 
 pub mod convert;
 pub mod hints;
@@ -11,6 +12,7 @@ mod selected;
 mod shared;
 mod state;
 mod view;
+pub mod volumes;
 
 pub use selected::{named_keys, SelectedKeys};
 pub use hints::{PlacementHints, Workload};

@@ -39,6 +39,8 @@ pub enum ClusterEvent {
     /// A pending pod the host cannot read (a quantity it cannot parse, say): no scheduler will place it, and its
     /// owner must be told why.
     PodUnreadable(Arc<UnreadablePod>),
+    /// A PersistentVolumeClaim, PersistentVolume or StorageClass changed: pods waiting for their claims may fit.
+    VolumesChanged,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -72,11 +74,14 @@ pub struct Synced {
     pub nodes: bool,
     pub pods: bool,
     pub namespaces: bool,
+    pub claims: bool,
+    pub volumes: bool,
+    pub storage_classes: bool,
 }
 
 impl Synced {
     pub fn all(self) -> bool {
-        self.nodes && self.pods && self.namespaces
+        self.nodes && self.pods && self.namespaces && self.claims && self.volumes && self.storage_classes
     }
 }
 
@@ -92,6 +97,8 @@ pub struct SharedCluster {
     nominations: Mutex<HashMap<String, Vec<Nomination>>>,
     /// Where the rescheduler wants its evicted pods' replacements.
     pub hints: super::PlacementHints,
+    /// What pods' claims resolve against.
+    pub volumes: super::volumes::VolumeObjects,
     events: broadcast::Sender<ClusterEvent>,
     synced: watch::Sender<Synced>,
 }
@@ -105,6 +112,7 @@ impl Default for SharedCluster {
             never_preempt: Mutex::new(std::collections::HashSet::new()),
             nominations: Mutex::new(HashMap::new()),
             hints: super::PlacementHints::default(),
+            volumes: Default::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
             synced: watch::channel(Synced::default()).0,
         }

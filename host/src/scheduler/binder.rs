@@ -1,9 +1,10 @@
-//! What the scheduler writes to the API server: bindings, `Scheduled`/`FailedScheduling` events (under the
-//! profile's name, as kube-scheduler reports per profile) and the `PodScheduled=False` condition.
+//! What the scheduler writes to the API server: bindings, the node chosen for claims that wait for it,
+//! `Scheduled`/`FailedScheduling` events (under the profile's name, as kube-scheduler reports per profile) and the
+//! `PodScheduled=False` condition.
 
 use crate::contract::types::Pod;
 use crate::kube::{ApiClient, EventRecorder, ObjectRef};
-use k8s_openapi::api::core::v1::Pod as KubePod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod as KubePod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
@@ -35,6 +36,15 @@ impl Binder {
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         });
         pods.create_subresource::<_, serde_json::Value>("binding", &pod.name, &PostParams::default(), &binding).await.map(drop)
+    }
+
+    /// Tells the provisioner of a `WaitForFirstConsumer` claim which node its pod goes to, as kube-scheduler's
+    /// VolumeBinding PreBind does: the claim's `volume.kubernetes.io/selected-node` annotation.
+    pub async fn select_node_for_claim(&self, namespace: &str, claim: &str, node: &str) -> Result<(), kube::Error> {
+        let _permit = self.api.permit().await;
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.api.client.clone(), namespace);
+        let annotation = json!({"metadata": {"annotations": {crate::cluster::volumes::SELECTED_NODE: node}}});
+        claims.patch(claim, &PatchParams::default(), &Patch::Merge(annotation)).await.map(drop)
     }
 
     pub async fn scheduled(&self, pod: &Pod, node: &str, profile: &str) {

@@ -18,7 +18,7 @@ pub mod cycle;
 pub mod metrics;
 pub mod queue;
 
-use crate::cluster::{ClusterEvent, SharedCluster};
+use crate::cluster::{volumes, ClusterEvent, SharedCluster};
 use crate::contract::types::Pod;
 use crate::registry::PolicyRegistry;
 use binder::Binder;
@@ -29,6 +29,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
+
+/// How long a pod waits for its `WaitForFirstConsumer` claims to be provisioned once placed: kube-scheduler's
+/// VolumeBinding `bindTimeoutSeconds` default.
+const BIND_VOLUMES_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Counters, and what `wasp simulate` reports when asked to keep it.
 #[derive(Default)]
@@ -179,14 +183,18 @@ impl Scheduler {
         let percentage = generation.config.scheduler.percentage_of_nodes_to_score;
         let hint = self.cluster.hints.for_pod(&queued.pod);
         let nominations = self.cluster.nominations();
+        // The pod's claims as its volumes and their classes stand now (pods without claims are not copied).
+        let resolved = self.cluster.volumes.resolved(&queued.pod);
+        let pod = resolved.as_ref().unwrap_or(&queued.pod);
         let decision = crate::runtime::off_async_worker(|| {
             let cluster = self.cluster.read();
-            cycle::schedule(&profile, &cluster, &queued.pod, hint.as_ref(), cursor, percentage, &nominations)
+            cycle::schedule(&profile, &cluster, pod, hint.as_ref(), cursor, percentage, &nominations)
         });
         match decision {
             Decision::Bind { node, feasible, evaluated } => {
                 tracing::debug!(pod = %key_of(&queued.pod), %node, feasible, evaluated, "decided");
-                self.assume_and_bind(queued, node, profile.scheduler_name.clone())
+                let to_provision = resolved.as_ref().map(|pod| volumes::to_provision(pod).map(str::to_string).collect()).unwrap_or_default();
+                self.assume_and_bind(queued, node, profile.scheduler_name.clone(), to_provision)
             }
             Decision::Unschedulable { message, waits_for_other_pods } => {
                 self.metrics.attempt(&profile.scheduler_name, "unschedulable");
@@ -204,12 +212,22 @@ impl Scheduler {
         }
     }
 
-    fn assume_and_bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String) {
+    /// Binds the pod, after its `WaitForFirstConsumer` claims (`to_provision`) are provisioned for the node.
+    fn assume_and_bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String, to_provision: Vec<String>) {
         self.cluster.assume(queued.pod.clone(), &node);
         let scheduler = self.clone();
         tokio::spawn(async move {
             let pod = &queued.pod;
             let key = key_of(pod);
+            if let Err(error) = scheduler.bind_volumes(pod, &node, &to_provision).await {
+                tracing::warn!(pod = %key, %node, %error, "binding volumes failed; forgetting the assumed pod");
+                scheduler.metrics.attempt(&profile, "error");
+                scheduler.cluster.forget(&pod.uid);
+                let message = format!("running PreBind plugin \"VolumeBinding\": binding volumes: {error}");
+                scheduler.binder.not_scheduled(&crate::kube::ObjectRef::pod(&pod.namespace, &pod.name, &pod.uid), "SchedulerError", &message, &profile).await;
+                scheduler.queue.backoff(queued);
+                return;
+            }
             scheduler.stats.bind_requests.fetch_add(1, Ordering::Relaxed);
             match scheduler.binder.bind(pod, &node).await {
                 Ok(()) => {
@@ -253,6 +271,18 @@ impl Scheduler {
                 }
             }
         });
+    }
+
+    /// kube-scheduler's VolumeBinding PreBind: names the node in each claim that waits for it, then waits until a
+    /// provisioner has made and bound its volume (the claim's informer says so).
+    async fn bind_volumes(&self, pod: &Pod, node: &str, to_provision: &[String]) -> Result<(), String> {
+        for claim in to_provision {
+            self.binder.select_node_for_claim(&pod.namespace, claim, node).await.map_err(|error| format!("persistentvolumeclaim {claim:?}: {error}"))?;
+        }
+        for claim in to_provision {
+            self.cluster.volumes.wait_bound(&pod.namespace, claim, BIND_VOLUMES_TIMEOUT).await?;
+        }
+        Ok(())
     }
 
     /// Feeds the queue from the cluster's events.
@@ -317,6 +347,8 @@ fn requeue_hint(event: &ClusterEvent) -> Option<Change> {
         ClusterEvent::PodUpdated { .. } => None,
         // Fewer nodes never make room.
         ClusterEvent::NodeRemoved { .. } => None,
+        // A claim, its volume or its class appeared or changed: a pod that waited for it may fit anywhere now.
+        ClusterEvent::VolumesChanged => Some(Change::NodeChanged),
         ClusterEvent::PodPending(_)
         | ClusterEvent::PendingGone { .. }
         | ClusterEvent::PodGated(_)
