@@ -430,7 +430,8 @@ async fn readiness_names_the_check_that_fails() {
     let address = host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let (status, body) = common::http_get(address, "/readyz").await;
     assert_eq!(status, 503, "informers not started yet");
-    assert!(body.starts_with("[-]informers failed: waiting for the first list (nodes listed: false, pods listed: false, namespaces listed: false)\n[+]policies ok\n"), "{body}");
+    let waiting = "waiting for the first list of nodes, pods, namespaces, persistentvolumeclaims, persistentvolumes, storageclasses";
+    assert!(body.starts_with(&format!("[-]informers failed: {waiting}\n[+]policies ok\n")), "{body}");
     host.start_informers();
     host.cluster.wait_until_ready().await;
     assert_eq!(common::http_get(address, "/readyz").await.0, 200);
@@ -813,4 +814,59 @@ async fn pods_go_where_their_volumes_are_and_claims_are_provisioned_where_pods_g
     harness.pods().create(&post, &pod_with_claims("split", &["left", "right"])).await.unwrap();
     let (_, event) = harness.failed_scheduling("split").await;
     assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 node(s) had volume node affinity conflict."));
+}
+
+const STATEFUL_WITH_DISKS: &str = r#"
+kubelet: {readyDelay: 10ms, terminationDelay: 10ms}
+nodeGroups:
+- {name: node, count: 6, cpu: "4", memory: 16Gi, zones: [a, b, c]}
+storageClasses:
+- {name: zonal, volumeBindingMode: WaitForFirstConsumer, default: true}
+workloads:
+- {name: db, kind: StatefulSet, replicas: 3, schedulerName: wasp, cpu: "1", volumes: [{name: data, size: 20Gi}]}
+"#;
+
+/// The user's case: a StatefulSet's replicas get their disks where they first land; a replica that is deleted
+/// comes back in its disk's zone, whichever node the scheduler would otherwise pick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateful_replica_comes_back_in_the_zone_of_its_disk() {
+    use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+    let harness = start(STATEFUL_WITH_DISKS, default_config()).await;
+    let zone_of_node = async |node: &str| Api::<Node>::all(harness.client.clone()).get(node).await.unwrap().metadata.labels.unwrap()["topology.kubernetes.io/zone"].clone();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(harness.client.clone(), "default");
+    let volumes: Api<PersistentVolume> = Api::all(harness.client.clone());
+    let disk_zone = async |ordinal: usize| {
+        let claim = claims.get(&format!("data-db-{ordinal}")).await.unwrap();
+        let volume = volumes.get(claim.spec.unwrap().volume_name.as_deref().unwrap()).await.unwrap();
+        let term = &volume.spec.unwrap().node_affinity.unwrap().required.unwrap().node_selector_terms[0];
+        term.match_expressions.as_ref().unwrap()[0].values.as_ref().unwrap()[0].clone()
+    };
+    let first = harness.placements("app=db", 3).await;
+    for ordinal in 0..3 {
+        assert_eq!(disk_zone(ordinal).await, zone_of_node(&first[&format!("db-{ordinal}")]).await, "made where the pod went");
+    }
+    // Cordon the node db-0 runs on and the other node of its zone is the only place it can come back to; the
+    // other zones have room to spare, where the spreading scores would otherwise put it.
+    let zone = disk_zone(0).await;
+    let nodes: Api<Node> = Api::all(harness.client.clone());
+    let cordon = json!({"spec": {"unschedulable": true}});
+    nodes.patch(&first["db-0"], &PatchParams::default(), &Patch::Merge(&cordon)).await.unwrap();
+    let old_uid = harness.pods().get("db-0").await.unwrap().metadata.uid;
+    harness.pods().delete("db-0", &Default::default()).await.unwrap();
+    let again = {
+        let mut placed = None;
+        for _ in 0..400 {
+            let pod = harness.pods().get_opt("db-0").await.unwrap();
+            if let Some(pod) = pod.filter(|pod| pod.metadata.uid != old_uid) {
+                if let Some(node) = pod.spec.and_then(|spec| spec.node_name) {
+                    placed = Some(node);
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await; // poll interval of the condition wait
+        }
+        placed.expect("db-0 came back and was bound")
+    };
+    assert_ne!(again, first["db-0"], "its old node is cordoned");
+    assert_eq!(zone_of_node(&again).await, zone, "back in its disk's zone");
 }

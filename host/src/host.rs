@@ -92,10 +92,7 @@ impl Host {
                 let synced = informed.synced();
                 Some(match synced.all() {
                     true => Ok(()),
-                    false => Err(format!(
-                        "waiting for the first list (nodes listed: {}, pods listed: {}, namespaces listed: {}, claims listed: {}, volumes listed: {}, storage classes listed: {})",
-                        synced.nodes, synced.pods, synced.namespaces, synced.claims, synced.volumes, synced.storage_classes
-                    )),
+                    false => Err(format!("waiting for the first list of {}", synced.missing().join(", "))),
                 })
             }),
         );

@@ -443,6 +443,36 @@ async fn reconcile_replica_set(store: &Store, namespace: &str, name: &str) -> Re
     set_status(store, apps("replicasets"), &replica_set, workload_status(&replica_set, live, ready))
 }
 
+/// A StatefulSet pod's claims from `volumeClaimTemplates`, as the StatefulSet controller makes them: one claim per
+/// template and ordinal (`<template>-<set>-<ordinal>`), created if missing and kept when the pod goes (the default
+/// retention policy), and the pod's volume of the template's name pointed at it.
+fn claim_volumes(store: &Store, stateful_set: &Value, ordinal: usize, pod: &mut Value) -> Result<(), ApiError> {
+    let namespace = namespace_of(stateful_set).to_string();
+    for template in stateful_set.pointer("/spec/volumeClaimTemplates").and_then(Value::as_array).into_iter().flatten() {
+        let volume = name_of(template).to_string();
+        let claim_name = format!("{volume}-{}-{ordinal}", name_of(stateful_set));
+        if store.get(crate::volumes::claims(), Some(&namespace), &claim_name).is_err() {
+            let mut claim = json!({"metadata": template.get("metadata").cloned().unwrap_or(json!({})), "spec": template["spec"]});
+            claim["metadata"]["name"] = json!(claim_name);
+            claim["metadata"]["namespace"] = json!(namespace);
+            claim["metadata"]["labels"] = stateful_set.pointer("/spec/selector/matchLabels").cloned().unwrap_or(json!({}));
+            match store.create(crate::volumes::claims(), Some(&namespace), claim) {
+                Ok(_) => {}
+                Err(error) if error.code == 409 => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let volumes = &mut pod["spec"]["volumes"];
+        if !volumes.is_array() {
+            *volumes = json!([]);
+        }
+        let list = volumes.as_array_mut().expect("an array");
+        list.retain(|existing| existing["name"] != volume.as_str());
+        list.push(json!({"name": volume, "persistentVolumeClaim": {"claimName": claim_name}}));
+    }
+    Ok(())
+}
+
 async fn reconcile_stateful_set(store: &Store, namespace: &str, name: &str) -> Result<(), ApiError> {
     let stateful_set = store.get(apps("statefulsets"), Some(namespace), name)?;
     let pods = store.owned(resources::pods(), uid_of(&stateful_set));
@@ -451,7 +481,8 @@ async fn reconcile_stateful_set(store: &Store, namespace: &str, name: &str) -> R
     for index in 0..wanted {
         let pod_name = format!("{name}-{index}");
         if !pods.iter().any(|pod| name_of(pod) == pod_name) {
-            let pod = pod_from_template("StatefulSet", &stateful_set, Some(pod_name.clone()));
+            let mut pod = pod_from_template("StatefulSet", &stateful_set, Some(pod_name.clone()));
+            claim_volumes(store, &stateful_set, index, &mut pod)?;
             let created = create_as(store, "statefulset-controller", resources::pods(), namespace, pod).await;
             let message = |error: &ApiError| format!("create Pod {pod_name} in StatefulSet {name} failed error: {}", error.message);
             // Ordered creation: a later ordinal waits for this one.

@@ -26,6 +26,9 @@ pub struct Scenario {
     pub faults: FaultSpec,
     #[serde(default)]
     pub node_groups: Vec<NodeGroup>,
+    /// StorageClasses, provisioned by the simulator's zonal provisioner (`sim/src/volumes.rs`).
+    #[serde(default)]
+    pub storage_classes: Vec<StorageClassSpec>,
     #[serde(default)]
     pub workloads: Vec<Workload>,
     /// Series served by `external.metrics.k8s.io` (a queue's depth, say), by metric name.
@@ -62,6 +65,37 @@ pub struct NodeGroup {
     /// Images already on the nodes (`status.images`), for ImageLocality.
     #[serde(default)]
     pub images: Vec<NodeImageSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StorageClassSpec {
+    pub name: String,
+    /// `WaitForFirstConsumer` (zonal disks made where the pod goes) or `Immediate` (the default, as in Kubernetes).
+    #[serde(default)]
+    pub volume_binding_mode: Option<String>,
+    /// The cluster's default class (`storageclass.kubernetes.io/is-default-class`).
+    #[serde(default)]
+    pub default: bool,
+    /// Zones volumes may be made in (`allowedTopologies`); none: any.
+    #[serde(default)]
+    pub zones: Vec<String>,
+}
+
+/// A claim per replica of a StatefulSet (`volumeClaimTemplates`), mounted under its name.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VolumeSpec {
+    pub name: String,
+    /// None: the default class.
+    #[serde(default)]
+    pub storage_class: Option<String>,
+    #[serde(default = "default_volume_size")]
+    pub size: String,
+}
+
+fn default_volume_size() -> String {
+    "10Gi".into()
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -122,6 +156,9 @@ pub struct Workload {
     pub pod_spec: Option<Value>,
     #[serde(default)]
     pub pdb: Option<PdbSpec>,
+    /// StatefulSets only: a claim per replica of each.
+    #[serde(default)]
+    pub volumes: Vec<VolumeSpec>,
     #[serde(default)]
     pub load: WorkloadLoad,
 }
@@ -273,6 +310,9 @@ impl Scenario {
                 store.create(resources::nodes(), None, node_object(group, index))?;
             }
         }
+        for class in &self.storage_classes {
+            create_storage_class(store, class)?;
+        }
         for workload in &self.workloads {
             create_workload(store, workload)?;
             load.set(&workload.name, workload.load.clone());
@@ -375,7 +415,25 @@ fn pod_template(workload: &Workload) -> Value {
     json!({"metadata": {"labels": labels}, "spec": spec})
 }
 
+fn create_storage_class(store: &Store, class: &StorageClassSpec) -> Result<(), ApiError> {
+    let mut object = json!({
+        "metadata": {"name": class.name, "annotations": {}},
+        "provisioner": "disk.csi.wasp-sim.dev",
+        "volumeBindingMode": class.volume_binding_mode.as_deref().unwrap_or("Immediate"),
+    });
+    if class.default {
+        object["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] = json!("true");
+    }
+    if !class.zones.is_empty() {
+        object["allowedTopologies"] = json!([{"matchLabelExpressions": [{"key": "topology.kubernetes.io/zone", "values": class.zones}]}]);
+    }
+    store.create(crate::volumes::classes(), None, object).map(drop).map_err(|error| ApiError { message: format!("storage class {}: {}", class.name, error.message), ..error })
+}
+
 fn create_workload(store: &Store, workload: &Workload) -> Result<(), ApiError> {
+    if !workload.volumes.is_empty() && !matches!(workload.kind, WorkloadKind::StatefulSet) {
+        return Err(ApiError::bad_request(format!("workload {}: volumes: only StatefulSet workloads have a claim per replica", workload.name)));
+    }
     let template = pod_template(workload);
     let namespace = Some(workload.namespace.as_str());
     let selector = json!({"matchLabels": {WORKLOAD_LABEL: workload.name}});
@@ -392,10 +450,24 @@ fn create_workload(store: &Store, workload: &Workload) -> Result<(), ApiError> {
                 WorkloadKind::Deployment => ("deployments", "Deployment"),
                 _ => ("statefulsets", "StatefulSet"),
             };
-            let object = json!({
+            let mut object = json!({
                 "metadata": {"name": workload.name, "labels": {"app": workload.name}},
                 "spec": {"replicas": workload.replicas, "selector": selector, "template": template},
             });
+            if !workload.volumes.is_empty() {
+                let templates: Vec<Value> = workload
+                    .volumes
+                    .iter()
+                    .map(|volume| {
+                        let mut spec = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": volume.size}}});
+                        if let Some(class) = &volume.storage_class {
+                            spec["storageClassName"] = json!(class);
+                        }
+                        json!({"metadata": {"name": volume.name}, "spec": spec})
+                    })
+                    .collect();
+                object["spec"]["volumeClaimTemplates"] = json!(templates);
+            }
             store.create(resources::find("apps", "v1", plural).expect("served"), namespace, object)
                 .map_err(|error| ApiError { message: format!("{kind} {}: {}", workload.name, error.message), ..error })?;
         }

@@ -101,6 +101,38 @@ fn columns(resource: &ResourceType) -> Vec<Column> {
             column("Container-Runtime", "string", 1, "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
         ],
         ("", "Namespace") => vec![NAME, column("Status", "string", 0, "The status of the namespace"), AGE],
+        ("", "PersistentVolumeClaim") => vec![
+            NAME,
+            column("Status", "string", 0, "phase represents the current phase of PersistentVolumeClaim."),
+            column("Volume", "string", 0, "volumeName is the binding reference to the PersistentVolume backing this claim."),
+            column("Capacity", "string", 0, "capacity represents the actual resources of the underlying volume."),
+            column("Access Modes", "string", 0, "accessModes contains the desired access modes the volume should have."),
+            column("StorageClass", "string", 0, "storageClassName is the name of the StorageClass required by the claim."),
+            column("VolumeAttributesClass", "string", 0, "volumeAttributesClassName may be used to set the VolumeAttributesClass used by this claim."),
+            AGE,
+            column("VolumeMode", "string", 1, "volumeMode defines what type of volume is required by the claim."),
+        ],
+        ("", "PersistentVolume") => vec![
+            NAME,
+            column("Capacity", "string", 0, "capacity is the description of the persistent volume's resources and capacity."),
+            column("Access Modes", "string", 0, "accessModes contains all ways the volume can be mounted."),
+            column("Reclaim Policy", "string", 0, "persistentVolumeReclaimPolicy defines what happens to a persistent volume when released from its claim."),
+            column("Status", "string", 0, "phase indicates if a volume is available, bound to a claim, or released by a claim."),
+            column("Claim", "string", 0, "claimRef is part of a bi-directional binding between PersistentVolume and PersistentVolumeClaim."),
+            column("StorageClass", "string", 0, "storageClassName is the name of StorageClass to which this persistent volume belongs."),
+            column("VolumeAttributesClass", "string", 0, "Name of VolumeAttributesClass to which this persistent volume belongs."),
+            column("Reason", "string", 0, "reason is a brief CamelCase string that describes any failure and is meant for machine parsing and tidy display in the CLI."),
+            AGE,
+            column("VolumeMode", "string", 1, "volumeMode defines if a volume is intended to be used with a formatted filesystem or to remain in raw block state."),
+        ],
+        ("storage.k8s.io", "StorageClass") => vec![
+            NAME,
+            column("Provisioner", "string", 0, "provisioner indicates the type of the provisioner."),
+            column("ReclaimPolicy", "string", 0, "reclaimPolicy controls the reclaimPolicy for dynamically provisioned PersistentVolumes of this storage class."),
+            column("VolumeBindingMode", "string", 0, "volumeBindingMode indicates how PersistentVolumeClaims should be provisioned and bound."),
+            column("AllowVolumeExpansion", "string", 0, "allowVolumeExpansion shows whether the storage class allow volume expand."),
+            AGE,
+        ],
         ("", "ConfigMap") => vec![NAME, column("Data", "string", 0, "Data contains the configuration data."), AGE],
         ("", "Secret") => vec![NAME, column("Type", "string", 0, "Used to facilitate programmatic handling of secret data."), column("Data", "string", 0, "Data contains the secret data."), AGE],
         ("", "ServiceAccount") => vec![NAME, column("Secrets", "string", 0, "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use."), AGE],
@@ -160,6 +192,21 @@ fn columns(resource: &ResourceType) -> Vec<Column> {
         ("coordination.k8s.io", "Lease") => vec![NAME, column("Holder", "string", 0, "The holder of the lease."), AGE],
         _ => vec![NAME, AGE],
     }
+}
+
+/// kube's `GetAccessModesAsString`: `RWO,ROX`, in that fixed order.
+fn access_modes(modes: Option<&Value>) -> String {
+    let listed: Vec<&str> = modes.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    [("ReadWriteOnce", "RWO"), ("ReadOnlyMany", "ROX"), ("ReadWriteMany", "RWX"), ("ReadWriteOncePod", "RWOP")]
+        .iter()
+        .filter(|(mode, _)| listed.contains(mode))
+        .map(|(_, short)| *short)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn or_unset(text: String) -> String {
+    if text.is_empty() { "<unset>".into() } else { text }
 }
 
 /// kube's `duration.HumanDuration`.
@@ -400,6 +447,55 @@ fn cells(resource: &ResourceType, object: &Value) -> Vec<Value> {
         ("", "Pod") => pod_cells(object),
         ("", "Node") => node_cells(object),
         ("", "Namespace") => vec![name, json!(text(object.pointer("/status/phase"))), age(object)],
+        ("", "PersistentVolumeClaim") => {
+            let bound = text(object.pointer("/status/phase")) == "Bound";
+            let (capacity, modes) = match bound {
+                true => (text(object.pointer("/status/capacity/storage")), access_modes(object.pointer("/status/accessModes"))),
+                false => (String::new(), String::new()),
+            };
+            vec![
+                name,
+                json!(text(object.pointer("/status/phase"))),
+                json!(text(object.pointer("/spec/volumeName"))),
+                json!(capacity),
+                json!(modes),
+                json!(text(object.pointer("/spec/storageClassName"))),
+                json!(or_unset(text(object.pointer("/spec/volumeAttributesClassName")))),
+                age(object),
+                json!(text(object.pointer("/spec/volumeMode"))),
+            ]
+        }
+        ("", "PersistentVolume") => {
+            let claim = match (object.pointer("/spec/claimRef/namespace").and_then(Value::as_str), object.pointer("/spec/claimRef/name").and_then(Value::as_str)) {
+                (Some(namespace), Some(claim)) => format!("{namespace}/{claim}"),
+                _ => String::new(),
+            };
+            vec![
+                name,
+                json!(text(object.pointer("/spec/capacity/storage"))),
+                json!(access_modes(object.pointer("/spec/accessModes"))),
+                json!(text(object.pointer("/spec/persistentVolumeReclaimPolicy"))),
+                json!(text(object.pointer("/status/phase"))),
+                json!(claim),
+                json!(text(object.pointer("/spec/storageClassName"))),
+                json!(or_unset(text(object.pointer("/spec/volumeAttributesClassName")))),
+                json!(text(object.pointer("/status/reason"))),
+                age(object),
+                json!(text(object.pointer("/spec/volumeMode"))),
+            ]
+        }
+        ("storage.k8s.io", "StorageClass") => {
+            let default = object.pointer("/metadata/annotations/storageclass.kubernetes.io~1is-default-class").and_then(Value::as_str) == Some("true");
+            let shown = if default { json!(format!("{} (default)", name.as_str().unwrap_or(""))) } else { name };
+            vec![
+                shown,
+                json!(text(object.get("provisioner"))),
+                json!(text(object.get("reclaimPolicy"))),
+                json!(text(object.get("volumeBindingMode"))),
+                json!(object.get("allowVolumeExpansion").and_then(Value::as_bool).unwrap_or(false)),
+                age(object),
+            ]
+        }
         ("", "ConfigMap") => {
             let count = |field: &str| object.get(field).and_then(Value::as_object).map_or(0, |map| map.len());
             vec![name, json!(count("data") + count("binaryData")), age(object)]
@@ -561,6 +657,18 @@ mod tests {
         assert_eq!(names(find("", "v1", "namespaces").unwrap(), false), ["NAME", "STATUS", "AGE"]);
         assert_eq!(names(find("", "v1", "configmaps").unwrap(), false), ["NAME", "DATA", "AGE"]);
         assert_eq!(names(find("", "v1", "endpoints").unwrap(), false), ["NAME", "ENDPOINTS", "AGE"]);
+        assert_eq!(
+            names(find("", "v1", "persistentvolumeclaims").unwrap(), false),
+            ["NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS MODES", "STORAGECLASS", "VOLUMEATTRIBUTESCLASS", "AGE"]
+        );
+        assert_eq!(
+            names(find("", "v1", "persistentvolumes").unwrap(), false),
+            ["NAME", "CAPACITY", "ACCESS MODES", "RECLAIM POLICY", "STATUS", "CLAIM", "STORAGECLASS", "VOLUMEATTRIBUTESCLASS", "REASON", "AGE"]
+        );
+        assert_eq!(
+            names(find("storage.k8s.io", "v1", "storageclasses").unwrap(), false),
+            ["NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"]
+        );
         for plural in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
             assert_eq!(names(find("admissionregistration.k8s.io", "v1", plural).unwrap(), false), ["NAME", "WEBHOOKS", "AGE"]);
         }

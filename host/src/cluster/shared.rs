@@ -81,7 +81,20 @@ pub struct Synced {
 
 impl Synced {
     pub fn all(self) -> bool {
-        self.nodes && self.pods && self.namespaces && self.claims && self.volumes && self.storage_classes
+        self.missing().is_empty()
+    }
+
+    /// The resources not listed yet, by their plural names.
+    pub fn missing(self) -> Vec<&'static str> {
+        let listed = [
+            (self.nodes, "nodes"),
+            (self.pods, "pods"),
+            (self.namespaces, "namespaces"),
+            (self.claims, "persistentvolumeclaims"),
+            (self.volumes, "persistentvolumes"),
+            (self.storage_classes, "storageclasses"),
+        ];
+        listed.into_iter().filter(|(done, _)| !done).map(|(_, plural)| plural).collect()
     }
 }
 
