@@ -92,7 +92,11 @@ impl Host {
                 let synced = informed.synced();
                 Some(match synced.all() {
                     true => Ok(()),
-                    false => Err(format!("waiting for the first list of {}", synced.missing().join(", "))),
+                    false => {
+                        let errors = informed.watch_errors();
+                        let why = if errors.is_empty() { String::new() } else { format!(" ({})", errors.join("; ")) };
+                        Err(format!("waiting for the first list of {}{why}", synced.missing().join(", ")))
+                    }
                 })
             }),
         );

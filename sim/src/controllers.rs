@@ -123,6 +123,8 @@ pub fn spawn(store: Arc<Store>, settings: KubeletSettings) -> tokio::task::JoinH
 }
 
 fn full_pass(store: &Arc<Store>, dirty: &mut Dirty, kubelet: &Arc<Kubelet>) {
+    // Node events missed when the stream lagged never invalidated their addresses.
+    kubelet.host_ips.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
     for plural in ["deployments", "replicasets", "statefulsets"] {
         let resource = apps(plural);
         for object in store.all(resource) {

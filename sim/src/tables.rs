@@ -447,15 +447,16 @@ fn cells(resource: &ResourceType, object: &Value) -> Vec<Value> {
         ("", "Pod") => pod_cells(object),
         ("", "Node") => node_cells(object),
         ("", "Namespace") => vec![name, json!(text(object.pointer("/status/phase"))), age(object)],
+        // kube-apiserver's printer: capacity and access modes once a volume is named, `Terminating` when deleted.
         ("", "PersistentVolumeClaim") => {
-            let bound = text(object.pointer("/status/phase")) == "Bound";
-            let (capacity, modes) = match bound {
-                true => (text(object.pointer("/status/capacity/storage")), access_modes(object.pointer("/status/accessModes"))),
-                false => (String::new(), String::new()),
+            let (capacity, modes) = match text(object.pointer("/spec/volumeName")).is_empty() {
+                false => (text(object.pointer("/status/capacity/storage")), access_modes(object.pointer("/status/accessModes"))),
+                true => (String::new(), String::new()),
             };
+            let phase = if object.pointer("/metadata/deletionTimestamp").is_some() { "Terminating".to_string() } else { text(object.pointer("/status/phase")) };
             vec![
                 name,
-                json!(text(object.pointer("/status/phase"))),
+                json!(phase),
                 json!(text(object.pointer("/spec/volumeName"))),
                 json!(capacity),
                 json!(modes),
@@ -475,7 +476,7 @@ fn cells(resource: &ResourceType, object: &Value) -> Vec<Value> {
                 json!(text(object.pointer("/spec/capacity/storage"))),
                 json!(access_modes(object.pointer("/spec/accessModes"))),
                 json!(text(object.pointer("/spec/persistentVolumeReclaimPolicy"))),
-                json!(text(object.pointer("/status/phase"))),
+                json!(if object.pointer("/metadata/deletionTimestamp").is_some() { "Terminating".to_string() } else { text(object.pointer("/status/phase")) }),
                 json!(claim),
                 json!(text(object.pointer("/spec/storageClassName"))),
                 json!(or_unset(text(object.pointer("/spec/volumeAttributesClassName")))),
@@ -485,7 +486,9 @@ fn cells(resource: &ResourceType, object: &Value) -> Vec<Value> {
             ]
         }
         ("storage.k8s.io", "StorageClass") => {
-            let default = object.pointer("/metadata/annotations/storageclass.kubernetes.io~1is-default-class").and_then(Value::as_str) == Some("true");
+            let default = ["storageclass.kubernetes.io~1is-default-class", "storageclass.beta.kubernetes.io~1is-default-class"]
+                .iter()
+                .any(|key| object.pointer(&format!("/metadata/annotations/{key}")).and_then(Value::as_str) == Some("true"));
             let shown = if default { json!(format!("{} (default)", name.as_str().unwrap_or(""))) } else { name };
             vec![
                 shown,

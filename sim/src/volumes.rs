@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 const ZONE: &str = "topology.kubernetes.io/zone";
 const DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
+const DEFAULT_CLASS_BETA: &str = "storageclass.beta.kubernetes.io/is-default-class";
 
 pub fn claims() -> &'static ResourceType {
     resources::find("", "v1", "persistentvolumeclaims").expect("served")
@@ -33,13 +34,8 @@ fn text<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
     object.pointer(pointer).and_then(Value::as_str).filter(|text| !text.is_empty())
 }
 
-/// The claim's class: the one it names, else the default class (`""` names none, as in Kubernetes).
-fn class_of(store: &Store, claim: &Value) -> Option<std::sync::Arc<Value>> {
-    match claim.pointer("/spec/storageClassName").and_then(Value::as_str) {
-        Some("") => None,
-        Some(name) => store.get(classes(), None, name).ok(),
-        None => store.all(classes()).into_iter().find(|class| text(class, &format!("/metadata/annotations/{}", DEFAULT_CLASS.replace('/', "~1"))) == Some("true")),
-    }
+fn is_default(class: &Value) -> bool {
+    [DEFAULT_CLASS, DEFAULT_CLASS_BETA].iter().any(|key| class.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1"))).and_then(Value::as_str) == Some("true"))
 }
 
 /// Binds or provisions `claim` if it is pending and can be.
@@ -47,11 +43,22 @@ pub fn reconcile_claim(store: &Store, claim: &Value) -> Result<(), ApiError> {
     if text(claim, "/status/phase") == Some("Bound") || claim.pointer("/metadata/deletionTimestamp").is_some() {
         return Ok(());
     }
+    // A claim that names no class gets the default one written into it (the DefaultStorageClass admission
+    // plugin, and the PersistentVolume controller for claims made before a default existed); `""` stays none.
+    if claim.pointer("/spec/storageClassName").is_none_or(Value::is_null) && text(claim, "/spec/volumeName").is_none() {
+        if let Some(default) = store.all(classes()).into_iter().find(|class| is_default(class)) {
+            store.mutate(claims(), Some(namespace_of(claim)), name_of(claim), |claim| {
+                claim["spec"]["storageClassName"] = json!(name_of(&default));
+                Ok(())
+            })?;
+        }
+        return Ok(());
+    }
     if let Some(volume_name) = text(claim, "/spec/volumeName") {
         let Ok(volume) = store.get(volumes(), None, volume_name) else { return Ok(()) };
         return bind(store, claim, &volume);
     }
-    let Some(class) = class_of(store, claim) else { return Ok(()) };
+    let Some(class) = text(claim, "/spec/storageClassName").and_then(|name| store.get(classes(), None, name).ok()) else { return Ok(()) };
     let zone = match text(&class, "/volumeBindingMode") {
         Some("WaitForFirstConsumer") => {
             let Some(node) = text(claim, &format!("/metadata/annotations/{}", SELECTED_NODE.replace('/', "~1"))) else { return Ok(()) };
@@ -108,15 +115,20 @@ fn provision(store: &Store, claim: &Value, class: &Value, zone: Option<&str>) ->
 /// The volume claimed by the claim and the claim bound to the volume, as the PersistentVolume controller does.
 fn bind(store: &Store, claim: &Value, volume: &Value) -> Result<(), ApiError> {
     let claim_ref = json!({"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": namespace_of(claim), "name": name_of(claim), "uid": claim["metadata"]["uid"]});
-    if let Some(taken) = volume.pointer("/spec/claimRef/uid").filter(|uid| **uid != claim["metadata"]["uid"]) {
-        tracing::debug!(volume = name_of(volume), claimed_by = %taken, "volume bound to another claim");
-        return Ok(());
-    }
-    store.mutate(volumes(), None, name_of(volume), |volume| {
+    let uid = claim["metadata"]["uid"].clone();
+    // Checked under the store's lock, in the write: two claims never both take one volume.
+    let claimed = store.mutate(volumes(), None, name_of(volume), |volume| {
+        if volume.pointer("/spec/claimRef/uid").is_some_and(|taken| *taken != uid) {
+            return Err(ApiError::conflict("persistentvolumes", "", name_of(volume), "the volume is bound to another claim"));
+        }
         volume["spec"]["claimRef"] = claim_ref;
         volume["status"] = json!({"phase": "Bound"});
         Ok(())
-    })?;
+    });
+    if let Err(error) = claimed {
+        tracing::debug!(volume = name_of(volume), claim = name_of(claim), %error, "volume not bound");
+        return Ok(());
+    }
     let (capacity, modes) = (volume.pointer("/spec/capacity").cloned(), volume.pointer("/spec/accessModes").cloned());
     store.mutate(claims(), Some(namespace_of(claim)), name_of(claim), |claim| {
         claim["spec"]["volumeName"] = json!(name_of(volume));

@@ -166,6 +166,35 @@ async fn get_prints_the_api_servers_columns() {
     assert!(deployments.contains("kube-root-ca.crt") || deployments.contains("namespace/default"), "{deployments}");
 }
 
+/// Storage as a user applies and reads it: a default WaitForFirstConsumer class and a claim, provisioned once a
+/// node is chosen; `kubectl get sc,pvc,pv` with kube-apiserver's columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_apply_and_print_like_kube_apiserver() {
+    if kubectl_missing() {
+        return;
+    }
+    let cluster = start().await;
+    let storage = "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: zonal\n  annotations: {storageclass.kubernetes.io/is-default-class: \"true\"}\n\
+        provisioner: disk.csi.example.com\nvolumeBindingMode: WaitForFirstConsumer\n---\n\
+        apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 5Gi}}\n";
+    cluster.ok(&["apply", "-f", &cluster.file("storage.yaml", storage)]).await;
+    let classes = cluster.ok(&["get", "storageclass"]).await;
+    let header: Vec<&str> = classes.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"]);
+    assert_eq!(line_of(&classes, "zonal").split_whitespace().collect::<Vec<_>>()[..5], ["zonal", "(default)", "disk.csi.example.com", "Delete", "WaitForFirstConsumer"]);
+    let pending = cluster.ok(&["get", "pvc"]).await;
+    assert_eq!(pending.lines().next().unwrap().split_whitespace().collect::<Vec<_>>(), ["NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS", "MODES", "STORAGECLASS", "VOLUMEATTRIBUTESCLASS", "AGE"]);
+    assert_eq!(line_of(&pending, "data").split_whitespace().collect::<Vec<_>>()[..4], ["data", "Pending", "zonal", "<unset>"]);
+    cluster.ok(&["annotate", "pvc", "data", "volume.kubernetes.io/selected-node=worker-1"]).await;
+    let bound = cluster.until(&["get", "pvc"], |output| line_of(output, "data").contains("Bound")).await;
+    let row: Vec<&str> = line_of(&bound, "data").split_whitespace().collect();
+    assert_eq!((row[1], row[3], row[4], row[5]), ("Bound", "5Gi", "RWO", "zonal"));
+    assert!(row[2].starts_with("pvc-"), "{bound}");
+    let volumes = cluster.ok(&["get", "pv"]).await;
+    let row: Vec<&str> = volumes.lines().find(|line| line.starts_with("pvc-")).expect("a provisioned volume").split_whitespace().collect();
+    assert_eq!(row[1..6], ["5Gi", "RWO", "Delete", "Bound", "default/data"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_reads_the_served_schemas() {
     if kubectl_missing() {

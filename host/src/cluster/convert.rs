@@ -350,7 +350,8 @@ pub fn claim(source: &core::PersistentVolumeClaim) -> super::volumes::Claim {
     super::volumes::Claim {
         volume: spec.and_then(|spec| spec.volume_name.clone()).filter(|name| !name.is_empty()),
         class: spec.and_then(|spec| spec.storage_class_name.clone()),
-        bound: source.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Bound"),
+        bound: spec.and_then(|spec| spec.volume_name.as_deref()).is_some_and(|name| !name.is_empty())
+            && source.metadata.annotations.as_ref().is_some_and(|annotations| annotations.contains_key(super::volumes::BIND_COMPLETED)),
         terminating: source.metadata.deletion_timestamp.is_some(),
     }
 }
@@ -390,8 +391,8 @@ pub fn storage_class(source: &k8s_openapi::api::storage::v1::StorageClass) -> su
         .collect();
     super::volumes::Class {
         wait_for_first_consumer: source.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"),
+        provisioned: source.provisioner != "kubernetes.io/no-provisioner",
         allowed_topologies,
-        default: source.metadata.annotations.as_ref().and_then(|annotations| annotations.get(super::volumes::DEFAULT_CLASS)).is_some_and(|value| value == "true"),
     }
 }
 

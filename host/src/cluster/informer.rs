@@ -45,15 +45,21 @@ async fn follow<K>(
     let api: Api<K> = Api::all(client);
     let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
     let mut relisted = HashSet::new();
+    let mut failing = false;
     loop {
         let event = match stream.try_next().await {
             Ok(Some(event)) => event,
             Ok(None) => return,
             Err(error) => {
                 tracing::warn!(kind, %error, "watch failed; retrying");
+                cluster.note_watch_error(kind, Some(error.to_string()));
+                failing = true;
                 continue;
             }
         };
+        if std::mem::take(&mut failing) {
+            cluster.note_watch_error(kind, None);
+        }
         let done = matches!(event, Event::InitDone);
         for change in apply(&cluster, event, &mut relisted) {
             cluster.publish(change);

@@ -112,6 +112,9 @@ pub struct SharedCluster {
     pub hints: super::PlacementHints,
     /// What pods' claims resolve against.
     pub volumes: super::volumes::VolumeObjects,
+    /// The last error of each informer's watch, by resource, until it lists or watches again (a 403 for a
+    /// missing RBAC rule, say): readiness says why the host waits.
+    watch_errors: Mutex<std::collections::BTreeMap<&'static str, String>>,
     events: broadcast::Sender<ClusterEvent>,
     synced: watch::Sender<Synced>,
 }
@@ -126,6 +129,7 @@ impl Default for SharedCluster {
             nominations: Mutex::new(HashMap::new()),
             hints: super::PlacementHints::default(),
             volumes: Default::default(),
+            watch_errors: Mutex::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
             synced: watch::channel(Synced::default()).0,
         }
@@ -314,6 +318,20 @@ impl SharedCluster {
 
     pub fn is_ready(&self) -> bool {
         self.synced().all()
+    }
+
+    /// Records (`Some`) or clears (`None`) the last watch error of `kind`.
+    pub(super) fn note_watch_error(&self, kind: &'static str, error: Option<String>) {
+        let mut errors = self.watch_errors.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match error {
+            Some(error) => errors.insert(kind, error),
+            None => errors.remove(kind),
+        };
+    }
+
+    /// `kind: error` for each informer whose watch fails now.
+    pub fn watch_errors(&self) -> Vec<String> {
+        self.watch_errors.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).iter().map(|(kind, error)| format!("{kind}: {error}")).collect()
     }
 
     pub(super) fn mark_synced(&self, update: impl FnOnce(&mut Synced)) {

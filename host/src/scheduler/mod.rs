@@ -183,13 +183,22 @@ impl Scheduler {
         let percentage = generation.config.scheduler.percentage_of_nodes_to_score;
         let hint = self.cluster.hints.for_pod(&queued.pod);
         let nominations = self.cluster.nominations();
-        // The pod's claims as its volumes and their classes stand now (pods without claims are not copied).
-        let resolved = self.cluster.volumes.resolved(&queued.pod);
-        let pod = resolved.as_ref().unwrap_or(&queued.pod);
-        let decision = crate::runtime::off_async_worker(|| {
-            let cluster = self.cluster.read();
-            cycle::schedule(&profile, &cluster, pod, hint.as_ref(), cursor, percentage, &nominations)
-        });
+        // The pod's claims as its volumes and their classes stand now (pods without claims are not copied); a
+        // claim no node can satisfy is kube-scheduler's PreFilter rejection, said once for the pod.
+        let (resolved, decision) = match self.cluster.volumes.resolved(&queued.pod) {
+            Ok(resolved) => {
+                let pod = resolved.as_ref().unwrap_or(&queued.pod);
+                let decision = crate::runtime::off_async_worker(|| {
+                    let cluster = self.cluster.read();
+                    cycle::schedule(&profile, &cluster, pod, hint.as_ref(), cursor, percentage, &nominations)
+                });
+                (resolved, decision)
+            }
+            Err(reason) => {
+                let message = format!("0/{} nodes are available: {reason}.", self.cluster.read().node_names().count());
+                (None, Decision::Unschedulable { message, waits_for_other_pods: false })
+            }
+        };
         match decision {
             Decision::Bind { node, feasible, evaluated } => {
                 tracing::debug!(pod = %key_of(&queued.pod), %node, feasible, evaluated, "decided");
@@ -276,11 +285,22 @@ impl Scheduler {
     /// kube-scheduler's VolumeBinding PreBind: names the node in each claim that waits for it, then waits until a
     /// provisioner has made and bound its volume (the claim's informer says so).
     async fn bind_volumes(&self, pod: &Pod, node: &str, to_provision: &[String]) -> Result<(), String> {
+        if to_provision.is_empty() {
+            return Ok(());
+        }
+        let node_record = {
+            let cluster = self.cluster.read();
+            cluster.node_id(node).and_then(|id| cluster.node(id)).map(|(record, _)| record.clone()).ok_or_else(|| format!("node {node:?} not found"))?
+        };
         for claim in to_provision {
             self.binder.select_node_for_claim(&pod.namespace, claim, node).await.map_err(|error| format!("persistentvolumeclaim {claim:?}: {error}"))?;
         }
         for claim in to_provision {
-            self.cluster.volumes.wait_bound(&pod.namespace, claim, BIND_VOLUMES_TIMEOUT).await?;
+            self.cluster.volumes.wait_bound(&pod.namespace, claim, &node_record, BIND_VOLUMES_TIMEOUT).await?;
+        }
+        // A long wait may outlast this host's lease: a standby that took over places the pod itself.
+        if !self.is_running() {
+            return Err("this scheduler stopped (its lease was lost) while the claims were provisioned".into());
         }
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! `volume-topology`: kube-scheduler's VolumeBinding filter (with VolumeZone's effect for zonal disks). A pod whose
+//! `volume-topology`: kube-scheduler's VolumeBinding filter. A pod whose
 //! PersistentVolumeClaims are bound to volumes with node affinity goes only where every such volume can be
 //! attached; a `WaitForFirstConsumer` claim goes only where its StorageClass's `allowedTopologies` allow a volume
 //! to be made; a claim that cannot be satisfied (missing, or unbound with an `Immediate` class) rejects every node.
