@@ -102,6 +102,10 @@ fn the_install_is_consistent() {
         assert!(allows(&rules, "", resource, verb), "the ClusterRole does not allow {verb} {resource}");
     }
     assert!(!allows(&rules, "", "pods", "delete") && !allows(&rules, "", "secrets", "get"), "least privilege");
+    // Volume topology: claims, volumes and classes read, and claims told the node chosen for them.
+    for (group, resource, verb) in [("", "persistentvolumeclaims", "watch"), ("", "persistentvolumeclaims", "patch"), ("", "persistentvolumes", "watch"), ("storage.k8s.io", "storageclasses", "watch")] {
+        assert!(allows(&rules, group, resource, verb), "the ClusterRole does not allow {verb} {resource}");
+    }
     if config.rescheduler.is_some() {
         assert!(allows(&rules, "", "pods/eviction", "create"), "the rescheduler evicts through the Eviction API");
         assert!(allows(&rules, "policy", "poddisruptionbudgets", "list"), "the rescheduler plans within the budgets");
@@ -409,6 +413,12 @@ fn expected_calls() -> Vec<(&'static str, &'static str, &'static str, bool)> {
         ("informer: watch nodes", "GET", "/api/v1/nodes", true),
         ("informer: list pods", "GET", "/api/v1/pods", false),
         ("informer: watch pods", "GET", "/api/v1/pods", true),
+        ("informer: list claims", "GET", "/api/v1/persistentvolumeclaims", false),
+        ("informer: watch claims", "GET", "/api/v1/persistentvolumeclaims", true),
+        ("informer: list volumes", "GET", "/api/v1/persistentvolumes", false),
+        ("informer: watch volumes", "GET", "/api/v1/persistentvolumes", true),
+        ("informer: list storage classes", "GET", "/apis/storage.k8s.io/v1/storageclasses", false),
+        ("informer: watch storage classes", "GET", "/apis/storage.k8s.io/v1/storageclasses", true),
         ("leader election: create the Lease", "POST", "/apis/coordination.k8s.io/v1/namespaces/wasp-system/leases", false),
         ("leader election: renew the Lease", "PUT", "/apis/coordination.k8s.io/v1/namespaces/wasp-system/leases/wasp-scheduler", false),
         ("scheduler: bind", "POST", "/api/v1/namespaces/default/pods/*/binding", false),

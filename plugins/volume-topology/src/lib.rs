@@ -1,7 +1,7 @@
 //! `volume-topology`: kube-scheduler's VolumeBinding filter. A pod whose
 //! PersistentVolumeClaims are bound to volumes with node affinity goes only where every such volume can be
 //! attached; a `WaitForFirstConsumer` claim goes only where its StorageClass's `allowedTopologies` allow a volume
-//! to be made; a claim that cannot be satisfied (missing, or unbound with an `Immediate` class) rejects every node.
+//! to be made; a claim of a class without a provisioner finds no volume on any node.
 //! The host resolves the claims against the cluster's claims, volumes and classes before the call, and provisions
 //! `WaitForFirstConsumer` claims on the chosen node before it binds the pod.
 
