@@ -648,3 +648,34 @@ async fn failed_pods_are_cleared_by_reason_and_the_others_stay() {
     let message = events.iter().find(|event| event.reason.as_deref() == Some("Evicted")).and_then(|event| event.message.clone()).unwrap();
     assert!(message.starts_with("Evicted failed pod from node n-0 by policy remove-failed-pods: failed (OutOfcpu) "), "{message}");
 }
+
+/// A pod with a zonal disk moves only within its zone: the fit check resolves its claims as the scheduler does,
+/// so the plan sends it to the other node of its zone, though a node elsewhere is emptier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_with_a_zonal_disk_is_moved_only_within_its_zone() {
+    let scenario = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 4, cpu: '4', memory: 16Gi, zones: [a, b]}]\n\
+        storageClasses: [{name: zonal, volumeBindingMode: WaitForFirstConsumer, default: true}]\n\
+        workloads: [{name: db, kind: StatefulSet, replicas: 1, schedulerName: wasp, cpu: 500m, volumes: [{name: data}]}]\n";
+    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}]\ndryRun: true";
+    let harness = start(scenario, config(rescheduler), true).await;
+    let placed = harness.ready_placements("app=db", 1, Duration::from_secs(20)).await;
+    let node = placed["db-0"].clone();
+    let nodes: Api<Node> = Api::all(harness.client.clone());
+    let zone_of = |node: &Node| node.metadata.labels.as_ref().unwrap()["topology.kubernetes.io/zone"].clone();
+    let all = nodes.list(&ListParams::default()).await.unwrap().items;
+    let zone = zone_of(all.iter().find(|candidate| candidate.metadata.name.as_deref() == Some(&node)).unwrap());
+    let neighbour = all.iter().find(|candidate| candidate.metadata.name.as_deref() != Some(&node) && zone_of(candidate) == zone).unwrap().metadata.name.clone().unwrap();
+    // Load on the neighbour: the scores prefer the other zone's empty nodes.
+    let load: Pod = serde_json::from_value(json!({"metadata": {"name": "load"}, "spec": {"nodeName": neighbour, "containers": [{"name": "busy", "image": "busy", "resources": {"requests": {"cpu": "3"}}}]}})).unwrap();
+    let load_uid = harness.pods().create(&kube::api::PostParams::default(), &load).await.unwrap().metadata.uid.unwrap();
+    let host = harness.host.clone();
+    common::eventually("the host sees the load", move || host.cluster.read().pod(&load_uid).is_some()).await;
+    harness.taint(&node).await;
+    let host = harness.host.clone();
+    common::eventually("the host sees the taint", || host_sees_taint(&host, &node)).await;
+
+    let plan = harness.host.rescheduler.run_once(false).await.unwrap();
+    let evictions: Vec<_> = plan.evictions().collect();
+    assert_eq!(evictions.len(), 1, "{}", plan.table());
+    assert_eq!(evictions[0].target(), Some(neighbour.as_str()), "within its disk's zone: {}", plan.table());
+}

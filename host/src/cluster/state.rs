@@ -536,10 +536,9 @@ impl ClusterState {
     /// [`upsert_pod`](Self::upsert_pod) with what the host knows beyond the record; a change of `meta` alone is
     /// kept but sent to no policy.
     pub fn upsert_pod_with(&mut self, mut pod: Pod, node_name: &str, meta: PodMeta) -> PodChange {
-        // Pods in views carry no annotations and no claims (the contract says so): a tenant's annotations cost no
-        // guest memory.
+        // Pods in views carry no annotations (the contract says so): a tenant's annotations cost no guest memory.
+        // Claim names stay (the rescheduler resolves a moved pod's volumes); views drop them (`View::pod`).
         pod.annotations = Vec::new();
-        pod.volume_claims = Vec::new();
         if let Some(bound) = self.pods.get_mut(&pod.uid).filter(|bound| bound.node == node_name && bound.pod == pod) {
             if bound.meta != meta {
                 Arc::make_mut(bound).meta = meta;
@@ -825,12 +824,15 @@ mod tests {
     }
 
     #[test]
-    fn namespaces_reach_views_with_pods_only_and_view_pods_carry_no_annotations() {
+    fn namespaces_reach_views_with_pods_only_and_view_pods_carry_no_annotations_or_claims() {
         let mut cluster = ClusterState::new();
         cluster.upsert_node(node("4"));
         let mut annotated = pod("a");
         annotated.annotations = vec![("team".into(), "payments".into())];
+        let claim = crate::contract::types::VolumeClaim { name: "data".into(), requirement: crate::contract::types::ClaimRequirement::Anywhere };
+        annotated.volume_claims = vec![claim];
         cluster.upsert_pod(annotated, "n");
+        assert_eq!(cluster.pod("u").unwrap().0.volume_claims.len(), 1, "the host keeps a bound pod's claims");
         assert!(cluster.upsert_namespace("d", vec![("team".into(), "a".into())]));
         assert!(!cluster.upsert_namespace("d", vec![("team".into(), "a".into())]), "unchanged labels record nothing");
         let (mut nodes_only, mut with_pods) = (Transcript::default(), Transcript::default());
@@ -843,7 +845,7 @@ mod tests {
             ClusterDelta::PodUpsert((_, _, pod)) => Some(pod),
             _ => None,
         });
-        assert!(sent_pod.unwrap().annotations.is_empty());
+        assert!(sent_pod.unwrap().annotations.is_empty() && sent_pod.unwrap().volume_claims.is_empty());
         cluster.remove_namespace("d");
         cluster.sync(&mut with_pods, ViewScope::NodesAndPods).unwrap();
         assert!(matches!(with_pods.deltas.last(), Some(ClusterDelta::NamespaceRemove(name)) if name == "d"));

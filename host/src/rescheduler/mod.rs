@@ -177,11 +177,15 @@ impl Rescheduler {
             .pending_with_reasons(|pod| generation.plans.scheduling.contains_key(&pod.scheduler_name) && self.cluster.may_preempt(&pod.uid), PENDING_PER_RUN)
             .into_iter()
             .filter(|(pod, _)| self.may_take_room(pod))
-            .map(|(pod, reason)| PendingPod { pod, reason })
+            // Its claims as the scheduler resolves them; one no node can satisfy is not helped by room.
+            .filter_map(|(pod, reason)| match self.cluster.volumes.resolved(&pod) {
+                Ok(resolved) => Some(PendingPod { pod: resolved.unwrap_or(pod), reason }),
+                Err(_) => None,
+            })
             .collect();
         let failed = self.cluster.read().failed_pods();
         let context = EvictContext { now: wall_seconds(), pending, failed };
-        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now };
+        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now, volumes: &self.cluster.volumes };
         let mut plan = crate::runtime::off_async_worker(|| {
             let proposals = plan::propose(&policies, &generation.plans, self.cluster.read(), context, section.keep_strategies_warm);
             let plan = plan::plan(inputs, proposals);

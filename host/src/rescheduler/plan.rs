@@ -221,6 +221,8 @@ pub struct Inputs<'a> {
     pub now: Instant,
     /// Seconds since the Unix epoch.
     pub wall: i64,
+    /// What a moved pod's claims resolve against: a pod with a zonal disk only moves within its zone.
+    pub volumes: &'a crate::cluster::volumes::VolumeObjects,
 }
 
 /// Evictions counted against the limits within a run.
@@ -326,7 +328,7 @@ pub fn propose<'a, State: Deref<Target = ClusterState>>(
 /// Builds the plan of one run: the proposals, checked in order on their what-if copy, which the checks change as
 /// they go.
 pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
-    let Inputs { section, plans, memory, budgets, now, wall } = inputs;
+    let Inputs { section, plans, memory, budgets, now, wall, volumes } = inputs;
     let Proposals { mut whatif, context, answers } = proposals;
     let mut plan = Plan { dry_run: section.dry_run, ..Plan::default() };
     let mut proposed = HashSet::new();
@@ -379,6 +381,7 @@ pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
         rooms: HashMap::new(),
         now,
         wall,
+        volumes,
     };
     let mut decided = vec![false; plan.entries.len()];
     for index in 0..plan.entries.len() {
@@ -434,6 +437,7 @@ struct Checker<'a> {
     rooms: HashMap<String, String>,
     now: Instant,
     wall: i64,
+    volumes: &'a crate::cluster::volumes::VolumeObjects,
 }
 
 impl Checker<'_> {
@@ -519,6 +523,11 @@ impl Checker<'_> {
         if let Some(skip) = self.held(entry, &pod, &meta, true) {
             return Decision::Skip(skip);
         }
+        // Where its volumes let it go, as the scheduler will see it.
+        let pod = match self.volumes.resolved(&pod) {
+            Ok(resolved) => resolved.unwrap_or(pod),
+            Err(reason) => return Decision::Skip(Skip::NoFit(format!("its volumes fit no node: {reason}"))),
+        };
         let Some(profile) = self.profile_for(&pod).cloned() else {
             return Decision::Skip(Skip::NoFit(format!(
                 "scheduler {:?} is not a wasp profile, so nothing can check where it would land (set rescheduler.fitProfile)",
