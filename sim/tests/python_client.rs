@@ -39,7 +39,7 @@ async fn typed_models_accept_every_served_object() {
     let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    for expected in ["pods 4", "nodes 3", "events 1", "events.k8s.io 1", "statefulsets 1"] {
+    for expected in ["pods 4", "nodes 3", "events 1", "events.k8s.io 1", "statefulsets 1", "persistentvolumeclaims 1", "persistentvolumes 1", "storageclasses 1"] {
         assert!(stdout.lines().any(|line| line == expected), "{expected:?} not in\n{stdout}");
     }
 }

@@ -10,9 +10,10 @@ use wasp_sim::{Scenario, Simulator, SimulatorOptions};
 pub const EVERY_KIND: &str = r#"
 kubelet: {readyDelay: 10ms, terminationDelay: 10ms}
 nodeGroups: [{name: worker, count: 3, cpu: '4', memory: 16Gi, zones: [a, b]}]
+storageClasses: [{name: standard, default: true}]
 workloads:
 - {name: web, replicas: 3, schedulerName: wasp, cpu: 100m, memory: 64Mi, pdb: {minAvailable: 1}}
-- {name: db, kind: StatefulSet, replicas: 1, schedulerName: wasp, cpu: 100m, memory: 64Mi}
+- {name: db, kind: StatefulSet, replicas: 1, schedulerName: wasp, cpu: 100m, memory: 64Mi, volumes: [{name: data}]}
 events:
 - {at: 0s, action: cordon, node: worker-0}
 - {at: 0s, action: fail-node, node: worker-2}

@@ -24,6 +24,9 @@ calls = {
     "poddisruptionbudgets": client.PolicyV1Api().list_pod_disruption_budget_for_all_namespaces,
     "clusterroles": client.RbacAuthorizationV1Api().list_cluster_role,
     "rolebindings": client.RbacAuthorizationV1Api().list_role_binding_for_all_namespaces,
+    "persistentvolumeclaims": core.list_persistent_volume_claim_for_all_namespaces,
+    "persistentvolumes": core.list_persistent_volume,
+    "storageclasses": client.StorageV1Api().list_storage_class,
 }
 failed = False
 for name, call in calls.items():
