@@ -222,6 +222,20 @@ fn simulate_shows_a_bin_packing_profile_beside_a_spreading_one() {
     assert!(batch.starts_with("profile wasp-batch: 20 pods") && nodes <= 2, "most-allocated packs: {batch}");
 }
 
+/// The shipped zonal-disks scenario: every StatefulSet replica's disk is made in the zone of its node, and the
+/// report shows both.
+#[test]
+fn simulate_shows_each_claim_in_the_zone_of_its_pods_node() {
+    let (ok, stdout, stderr) = wasp(&["simulate", "--scenario", "sim/scenarios/zonal-disks.yaml", "--timeout", "30s"]);
+    assert!(ok, "{stderr}");
+    let rows: Vec<Vec<&str>> = stdout.lines().filter(|line| line.starts_with("data-db-")).map(|line| line.split_whitespace().collect()).collect();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    for row in rows {
+        // CLAIM STATUS VOLUME-ZONE POD NODE NODE-ZONE
+        assert_eq!((row[1], row[2]), ("Bound", row[5]), "{stdout}");
+    }
+}
+
 #[test]
 fn simulate_tries_a_policy_file_without_a_configuration() {
     let directory = tempfile::tempdir().unwrap();

@@ -387,6 +387,41 @@ fn utilization_spread(cluster: &ClusterState) -> f64 {
     (shares.iter().map(|share| (share - mean).powi(2)).sum::<f64>() / shares.len() as f64).sqrt()
 }
 
+/// Each claim a pod uses, with its volume's zone and the zone of the pod's node: where volume topology shows.
+/// Empty when no pod has claims.
+async fn claims_report(client: &Client, pods: &[Pod], nodes: &[Node]) -> anyhow::Result<String> {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    const ZONE: &str = "topology.kubernetes.io/zone";
+    let uses: Vec<(&Pod, &str)> = pods
+        .iter()
+        .flat_map(|pod| pod.spec.iter().flat_map(|spec| spec.volumes.iter().flatten()).filter_map(move |volume| Some((pod, volume.persistent_volume_claim.as_ref()?.claim_name.as_str()))))
+        .collect();
+    if uses.is_empty() {
+        return Ok(String::new());
+    }
+    let claims = Api::<PersistentVolumeClaim>::all(client.clone()).list(&ListParams::default()).await?.items;
+    let volumes = Api::<PersistentVolume>::all(client.clone()).list(&ListParams::default()).await?.items;
+    let node_zone = |name: &str| nodes.iter().find(|node| node.metadata.name.as_deref() == Some(name)).and_then(|node| node.metadata.labels.as_ref()?.get(ZONE).cloned());
+    let volume_zone = |name: &str| {
+        let volume = volumes.iter().find(|volume| volume.metadata.name.as_deref() == Some(name))?;
+        let terms = &volume.spec.as_ref()?.node_affinity.as_ref()?.required.as_ref()?.node_selector_terms;
+        let expression = terms.iter().flat_map(|term| term.match_expressions.iter().flatten()).find(|expression| expression.key == ZONE)?;
+        Some(expression.values.as_ref()?.join(","))
+    };
+    let mut out = format!("\n{:<24} {:<8} {:<12} {:<24} {:<12} {}\n", "CLAIM", "STATUS", "VOLUME ZONE", "POD", "NODE", "NODE ZONE");
+    for (pod, name) in uses {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let claim = claims.iter().find(|claim| claim.metadata.name.as_deref() == Some(name) && claim.metadata.namespace.as_deref() == Some(namespace));
+        let status = claim.and_then(|claim| claim.status.as_ref()?.phase.clone()).unwrap_or_else(|| "Missing".into());
+        let zone = claim.and_then(|claim| claim.spec.as_ref()?.volume_name.as_deref()).and_then(volume_zone).unwrap_or_else(|| "-".into());
+        let node = pod.spec.as_ref().and_then(|spec| spec.node_name.clone());
+        let node_zone = node.as_deref().and_then(node_zone).unwrap_or_else(|| "-".into());
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        out += &format!("{name:<24} {status:<8} {zone:<12} {pod_name:<24} {:<12} {node_zone}\n", node.as_deref().unwrap_or("-"));
+    }
+    Ok(out)
+}
+
 async fn report(client: &Client, host: &Host, profiles: &[String], elapsed: Duration, full: bool) -> anyhow::Result<()> {
     let scheduler: &Scheduler = &host.scheduler;
     let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await?.items;
@@ -408,6 +443,7 @@ async fn report(client: &Client, host: &Host, profiles: &[String], elapsed: Dura
     } else {
         print!("{}", summary(&host.cluster.read(), &per_node));
     }
+    print!("{}", claims_report(client, &pods, &nodes).await?);
     // Per profile, how many nodes its pods occupy: where spreading and bin-packing profiles differ.
     println!();
     for profile in profiles {
