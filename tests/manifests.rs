@@ -708,3 +708,50 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     leader.abort();
     eprintln!("took {:?}", started.elapsed());
 }
+
+/// An install whose RBAC predates volume topology (no rule for claims): the host still schedules pods without
+/// claims, and a pod with one waits, saying what the host may not read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_claims_rule_only_pods_with_claims_wait_and_say_why() {
+    let patience = Duration::from_secs(15);
+    let options = SimulatorOptions { require_auth: true, ..Default::default() };
+    let scenario = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 2, cpu: '4', memory: 16Gi}]\n";
+    let simulator = Simulator::start_with(&Scenario::parse(scenario).unwrap(), "127.0.0.1:0".parse().unwrap(), options).await.unwrap();
+    let admin = admin_client(&simulator);
+    install(&admin, "00-namespace.yaml", |_| {}).await;
+    install(&admin, "05-crd-autoscaler.yaml", |_| {}).await;
+    install(&admin, "10-rbac.yaml", |object| {
+        if let Some(rules) = object.get_mut("rules").and_then(Value::as_array_mut) {
+            rules.retain(|rule| !rule["resources"].as_array().is_some_and(|resources| resources.iter().any(|resource| resource == "persistentvolumeclaims")));
+        }
+    })
+    .await;
+    let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}});
+    let answer = post(&admin, "/api/v1/namespaces/wasp-system/serviceaccounts/wasp/token", &request).await.unwrap();
+    let token = answer.pointer("/status/token").and_then(Value::as_str).unwrap().to_string();
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&simulator.kubeconfig_with_token(&token, "wasp-system")).unwrap();
+    let api = ApiClient::from_config(kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap()).unwrap();
+    let host = Host::with_config(&shipped_config(), &wasp::runtime::Runtime::new(None).unwrap(), api).unwrap();
+    let _loops = tokio::spawn(host.clone().run_loops());
+
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let pod = |name: &str, claim: Option<&str>| {
+        let volumes: Vec<Value> = claim.into_iter().map(|claim| json!({"name": "data", "persistentVolumeClaim": {"claimName": claim}})).collect();
+        serde_json::from_value::<Pod>(json!({"metadata": {"name": name}, "spec": {"schedulerName": "wasp", "volumes": volumes, "containers": [{"name": "app", "image": "x"}]}})).unwrap()
+    };
+    pods.create(&PostParams::default(), &pod("plain", None)).await.unwrap();
+    pods.create(&PostParams::default(), &pod("stateful", Some("data"))).await.unwrap();
+    wait_for("the pod without claims to be bound", patience, || async {
+        let pod = pods.get("plain").await.map_err(|error| error.to_string())?;
+        node_of(&pod).map(drop).ok_or_else(|| "not bound".to_string())
+    })
+    .await;
+    let message = wait_for("the pod with a claim to say why it waits", patience, || async {
+        let failed = events(&admin, "default", "FailedScheduling").await;
+        failed.into_iter().find(|event| event.involved_object.name.as_deref() == Some("stateful")).and_then(|event| event.message).ok_or_else(|| "no event".to_string())
+    })
+    .await;
+    assert!(message.starts_with("0/2 nodes are available: the scheduler cannot read persistentvolumeclaims: "), "{message}");
+    assert!(message.contains(r#"cannot list resource "persistentvolumeclaims""#), "{message}");
+    assert_eq!(node_of(&pods.get("stateful").await.unwrap()), None);
+}

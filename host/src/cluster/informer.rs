@@ -22,13 +22,23 @@ pub struct Informers {
 /// Starts the node, pod and namespace informers on `cluster`.
 pub fn spawn(client: Client, cluster: Arc<SharedCluster>) -> Informers {
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(follow(client.clone(), cluster.clone(), "nodes", apply_node_event, |synced| synced.nodes = true));
-    tasks.spawn(follow(client.clone(), cluster.clone(), "namespaces", apply_namespace_event, |synced| synced.namespaces = true));
-    tasks.spawn(follow(client.clone(), cluster.clone(), "persistentvolumeclaims", apply_claim_event, |synced| synced.claims = true));
-    tasks.spawn(follow(client.clone(), cluster.clone(), "persistentvolumes", apply_volume_event, |synced| synced.volumes = true));
-    tasks.spawn(follow(client.clone(), cluster.clone(), "storageclasses", apply_class_event, |synced| synced.storage_classes = true));
-    tasks.spawn(follow(client, cluster, "pods", apply_pod_event, |synced| synced.pods = true));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "nodes", apply_node_event, |synced| synced.nodes = true, Needed::Always));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "namespaces", apply_namespace_event, |synced| synced.namespaces = true, Needed::Always));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "persistentvolumeclaims", apply_claim_event, |synced| synced.claims = true, Needed::ForClaims));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "persistentvolumes", apply_volume_event, |synced| synced.volumes = true, Needed::ForClaims));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "storageclasses", apply_class_event, |synced| synced.storage_classes = true, Needed::ForClaims));
+    tasks.spawn(follow(client, cluster, "pods", apply_pod_event, |synced| synced.pods = true, Needed::Always));
     Informers { _tasks: tasks }
+}
+
+/// What the loops need an informer's objects for.
+#[derive(Clone, Copy, PartialEq)]
+enum Needed {
+    /// Nothing works without them: the loops wait for the first list.
+    Always,
+    /// Only pods with claims: when the host may not read them (an install whose RBAC predates volume topology),
+    /// the loops start without them and those pods wait, saying why.
+    ForClaims,
 }
 
 /// Follows a watcher on every `K` until the stream ends: `apply` turns each event into cluster changes (with the
@@ -39,6 +49,7 @@ async fn follow<K>(
     kind: &'static str,
     mut apply: impl FnMut(&SharedCluster, Event<K>, &mut HashSet<String>) -> Vec<ClusterEvent>,
     listed: fn(&mut Synced),
+    needed: Needed,
 ) where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -54,6 +65,12 @@ async fn follow<K>(
                 tracing::warn!(kind, %error, "watch failed; retrying");
                 cluster.note_watch_error(kind, Some(error.to_string()));
                 failing = true;
+                if let (Needed::ForClaims, watcher::Error::InitialListFailed(kube::Error::Api(status))) = (needed, &error) {
+                    if status.code == 403 {
+                        cluster.volumes.set_unreadable(kind, Some(status.message.clone()));
+                        cluster.mark_synced(listed);
+                    }
+                }
                 continue;
             }
         };
@@ -66,6 +83,9 @@ async fn follow<K>(
         }
         if done {
             cluster.mark_synced(listed);
+            if needed == Needed::ForClaims {
+                cluster.volumes.set_unreadable(kind, None);
+            }
         }
     }
 }

@@ -58,6 +58,8 @@ struct Objects {
 pub struct VolumeObjects {
     objects: RwLock<Objects>,
     changed: Notify,
+    /// Kinds the host may not list (a 403), with the API server's message: pods with claims wait.
+    unreadable: std::sync::Mutex<std::collections::BTreeMap<&'static str, String>>,
 }
 
 impl VolumeObjects {
@@ -111,12 +113,27 @@ impl VolumeObjects {
         self.write().classes.retain(|name, _| listed.contains(name));
     }
 
+    /// Records (`Some(message)`) or clears that the host may not list `kind`.
+    pub fn set_unreadable(&self, kind: &'static str, message: Option<String>) {
+        let mut unreadable = self.unreadable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let changed = match message {
+            Some(message) => unreadable.insert(kind, message).is_none(),
+            None => unreadable.remove(kind).is_some(),
+        };
+        if changed {
+            self.changed.notify_waiters();
+        }
+    }
+
     /// `pod` with its claims resolved (None when it has none: the common case, no copy), or kube-scheduler's
     /// PreFilter reason why no node can take it (`persistentvolumeclaim "data" not found`), which
     /// kube-scheduler reports once, not per node.
     pub fn resolved(&self, pod: &Pod) -> Result<Option<Pod>, String> {
         if pod.volume_claims.is_empty() {
             return Ok(None);
+        }
+        if let Some((kind, message)) = self.unreadable.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).iter().next() {
+            return Err(format!("the scheduler cannot read {kind}: {message}"));
         }
         let objects = self.read();
         let mut resolved = pod.clone();
