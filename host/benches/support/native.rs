@@ -128,6 +128,7 @@ fn native(name: &str, settings: String) -> Arc<dyn SchedulingPolicy> {
         "least-allocated" => NativePolicy::<least_allocated::LeastAllocated>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(least_allocated::LeastAllocated))),
         "node-ports" => NativePolicy::<node_ports::NodePorts>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(node_ports::NodePorts))),
         "volume-topology" => NativePolicy::<volume_topology::VolumeTopology>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(volume_topology::VolumeTopology))),
+        "image-locality" => NativePolicy::<image_locality::ImageLocality>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(image_locality::ImageLocality))),
         "inter-pod-affinity" => NativePolicy::<inter_pod_affinity::InterPodAffinity>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(inter_pod_affinity::InterPodAffinity))),
         "balanced-allocation" => NativePolicy::<balanced_allocation::BalancedAllocation>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(balanced_allocation::BalancedAllocation))),
         other => panic!("no native build of {other}"),
