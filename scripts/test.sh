@@ -8,5 +8,6 @@ cd "$(dirname "$0")/.."
 # own, compiled once for both (a cold `cargo check` compiles them a second time, metadata only: 12 minutes on the
 # CI machine's kind of host, measured).
 cargo build --quiet -p wasp --no-default-features
-# Every test, with the simulator; without jemalloc, whose build from source costs minutes and which no test reads.
-cargo test --workspace --no-default-features --features wasp/sim "$@"
+# Every test, with the simulator; without jemalloc, whose build from source costs minutes and which no test reads
+# (so not the crate that only declares it either).
+cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim "$@"
