@@ -874,19 +874,15 @@ async fn a_stateful_replica_comes_back_in_the_zone_of_its_disk() {
     nodes.patch(&first["db-0"], &PatchParams::default(), &Patch::Merge(&cordon)).await.unwrap();
     let old_uid = harness.pods().get("db-0").await.unwrap().metadata.uid;
     harness.pods().delete("db-0", &Default::default()).await.unwrap();
-    let again = {
-        let mut placed = None;
-        for _ in 0..400 {
-            let pod = harness.pods().get_opt("db-0").await.unwrap();
-            if let Some(pod) = pod.filter(|pod| pod.metadata.uid != old_uid) {
-                if let Some(node) = pod.spec.and_then(|spec| spec.node_name) {
-                    placed = Some(node);
-                    break;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await; // poll interval of the condition wait
-        }
-        placed.expect("db-0 came back and was bound")
+    // The replacement as the API server stores it: another uid under the same name, bound.
+    let store = harness.simulator.store.clone();
+    let replacement_node = move || {
+        let pod = store.get(wasp_sim::resources::pods(), Some("default"), "db-0").ok()?;
+        let replaced = pod["metadata"]["uid"].as_str() != old_uid.as_deref();
+        pod["spec"]["nodeName"].as_str().filter(|_| replaced).map(str::to_string)
     };
+    let found = replacement_node.clone();
+    common::eventually_within("db-0 to come back and be bound", Duration::from_secs(10), move || found().is_some()).await;
+    let again = replacement_node().unwrap();
     assert_eq!(again, other, "back in its disk's zone, on the only node there left");
 }
