@@ -203,7 +203,7 @@ where
     }
 }
 
-/// The host's logs, captured (the process-wide subscriber; no other test of this binary logs).
+/// The host's logs, captured (the process-wide subscriber, so every host of this binary writes to it).
 #[derive(Clone, Default)]
 struct Logs(Arc<Mutex<Vec<u8>>>);
 
@@ -230,6 +230,10 @@ impl Logs {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 }
+
+/// Held by every test that runs a host: the RBAC test reads the logs for "forbidden", and another host's
+/// expected refusals would land in them (they did, once, in CI).
+static ONE_HOST_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Prints the captured logs when the test fails: they say what the host was doing.
 struct DumpLogsOnPanic(Logs);
@@ -445,6 +449,7 @@ fn path_matches(pattern: &str, path: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_reported() {
+    let _alone = ONE_HOST_AT_A_TIME.lock().await;
     let started = Instant::now();
     let logs = Logs::capture();
     let _dump = DumpLogsOnPanic(logs.clone());
@@ -713,6 +718,7 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
 /// claims, and a pod with one waits, saying what the host may not read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_claims_rule_only_pods_with_claims_wait_and_say_why() {
+    let _alone = ONE_HOST_AT_A_TIME.lock().await;
     let patience = Duration::from_secs(15);
     let options = SimulatorOptions { require_auth: true, ..Default::default() };
     let scenario = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 2, cpu: '4', memory: 16Gi}]\n";
