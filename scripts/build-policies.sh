@@ -31,4 +31,12 @@ cp "$built/zone_pin.wasm" target/wasm-fixtures/zone-pin-west.wasm
 # A version of it that is a score, not a filter: refused where a profile uses it as a filter.
 cargo build --quiet --target wasm32-wasip2 --profile policy -p zone-pin --features score-instead
 cp "$built/zone_pin.wasm" target/wasm-fixtures/zone-pin-score.wasm
-ls -l plugins/out/*.wasm | awk '{printf "  %-45s %7d bytes\n", $9, $5}'
+# Each component's size as built, and compressed as `wasp policy build` and the host's NAME.wasm.zst have it
+# (the default set as one bundle is smaller still: `wasp configmap --from-dir plugins/out --bundle`).
+for file in plugins/out/*.wasm target/wasm-fixtures/scaffolded.wasm; do
+  if command -v zstd > /dev/null; then
+    printf "  %-62s %7d bytes, %6d compressed\n" "$file" "$(wc -c < "$file")" "$(zstd -19 -q -c "$file" | wc -c)"
+  else
+    printf "  %-62s %7d bytes\n" "$file" "$(wc -c < "$file")"
+  fi
+done

@@ -29,6 +29,16 @@ fn inspect_shows_what_a_component_is() {
     assert_eq!(report["kinds"], serde_json::json!(["scale"]));
     assert_eq!(report["defaultSettings"]["tolerance"], 0.1);
     assert_eq!(report["sha256"].as_str().unwrap().len(), 64);
+
+    // Compressed, it is the same component: the host and every command read `NAME.wasm.zst` uncompressed.
+    let directory = tempfile::tempdir().unwrap();
+    let compressed = directory.path().join("hpa.wasm.zst");
+    let hpa = std::fs::read(repo_root().join("plugins/out/hpa.wasm")).unwrap();
+    std::fs::write(&compressed, wasp::registry::bundle::compress(&hpa).unwrap()).unwrap();
+    let (ok, stdout, stderr) = wasp(&["policy", "inspect", "--json", compressed.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let from_compressed: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!((&from_compressed["sha256"], &from_compressed["size"]), (&report["sha256"], &report["size"]));
 }
 
 #[test]
@@ -89,6 +99,19 @@ fn configmap_carries_the_components_and_refuses_more_than_a_mebibyte() {
     let binary = config_map.binary_data.unwrap();
     assert_eq!(binary.keys().collect::<Vec<_>>(), ["resources-fit.wasm"]);
     assert_eq!(binary["resources-fit.wasm"].0, fit, "round-trips byte for byte");
+    // A compressed component goes in as it is; in a bundle, as the component it holds.
+    std::fs::remove_file(directory.path().join("resources-fit.wasm")).unwrap();
+    let compressed = wasp::registry::bundle::compress(&fit).unwrap();
+    std::fs::write(directory.path().join("resources-fit.wasm.zst"), &compressed).unwrap();
+    let (ok, stdout, stderr) = wasp(&["configmap", "--from-dir", directory.path().to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let config_map: k8s_openapi::api::core::v1::ConfigMap = serde_yaml::from_str(&stdout).unwrap();
+    assert_eq!(config_map.binary_data.unwrap()["resources-fit.wasm.zst"].0, compressed);
+    let (ok, stdout, stderr) = wasp(&["configmap", "--from-dir", directory.path().to_str().unwrap(), "--bundle"]);
+    assert!(ok, "{stderr}");
+    let config_map: k8s_openapi::api::core::v1::ConfigMap = serde_yaml::from_str(&stdout).unwrap();
+    let bundled = wasp::registry::bundle::unpack(&config_map.binary_data.unwrap()["policies.tar.zst"].0).unwrap();
+    assert_eq!(bundled, [("resources-fit.wasm".to_string(), fit.clone())]);
 
     // --split: every file once, in ConfigMaps of at most 1 MiB each.
     let (ok, stdout, stderr) = wasp(&["configmap", "--from-dir", "plugins/out", "--split"]);

@@ -371,6 +371,32 @@ fn a_bundle_swaps_only_the_policies_that_changed_and_a_loose_file_overrides_it()
 }
 
 #[test]
+fn a_compressed_component_serves_as_its_uncompressed_self() {
+    let mut volume = PolicyVolume::new(east());
+    let registry = volume.registry();
+    registry.reload();
+    let compress = |bytes: &[u8]| wasp::registry::bundle::compress(bytes).unwrap();
+    // The same component, now compressed: the same policy, nothing to swap.
+    volume.set("zone-pin.wasm", None);
+    volume.set("zone-pin.wasm.zst", Some(compress(&east())));
+    let report = registry.reload();
+    assert!(report.swapped.is_empty() && report.errors.is_empty(), "{report:?}");
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&east()));
+    // A new version, compressed, swaps in.
+    volume.set("zone-pin.wasm.zst", Some(compress(&west())));
+    assert_eq!(registry.reload().swapped, ["zone-pin"]);
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&west()));
+    let source = registry.status().policies.into_iter().find(|status| status.name == "zone-pin").unwrap().source;
+    assert!(source.ends_with("zone-pin.wasm.zst"), "{source}");
+    // Cut short by a writer: refused with the reason, the loaded version keeps serving.
+    let damaged = compress(&east());
+    volume.set("zone-pin.wasm.zst", Some(damaged[..damaged.len() / 2].to_vec()));
+    let report = registry.reload();
+    assert!(report.error_messages().contains("zone-pin.wasm.zst: damaged"), "{:?}", report.error_messages());
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&west()));
+}
+
+#[test]
 fn a_new_version_that_no_longer_implements_what_its_users_need_is_refused() {
     let mut volume = PolicyVolume::new(east());
     let registry = volume.registry();

@@ -117,6 +117,9 @@ fn the_tutorial_runs_from_a_new_crate_to_a_swap_in_a_running_host() {
     }
     let crate_dir = home.path().join("policies/prefer-zone");
     assert!(crate_dir.join("prefer-zone.wasm").is_file(), "section 1 builds the scaffolded policy");
+    // What a user's trivial policy costs in a ConfigMap: the compressed component `wasp policy build` writes.
+    let compressed = std::fs::metadata(crate_dir.join("prefer-zone.wasm.zst")).unwrap().len();
+    assert!(compressed < 64 * 1024, "the scaffolded policy takes {compressed} bytes compressed; the target is < 64 KiB");
     std::fs::write(crate_dir.join("src/lib.rs"), tutorial_rust(&readme)).unwrap();
     for block in [in_section(&commands, "3"), in_section(&commands, "4")].concat() {
         run_block(block, home.path(), &mut groups);

@@ -4,6 +4,7 @@
 //! of ~6 MB takes ~0.35 MB: see `registry::bundle`). With `--split`, as many ConfigMaps `NAME-1`, `NAME-2`, ... as
 //! the loose files need, for a projected volume that mounts them as one directory (manifests/30-deployment.yaml).
 
+use crate::registry::bundle::{read_component, COMPRESSED_SUFFIX};
 use anyhow::{bail, Context};
 use clap::Args;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -17,7 +18,7 @@ const CONFIGMAP_LIMIT: usize = 1024 * 1024;
 
 #[derive(Args)]
 pub struct ConfigMapArgs {
-    /// Directory with the policy components (`*.wasm`).
+    /// Directory with the policy components (`*.wasm`, or compressed `*.wasm.zst`).
     #[arg(long)]
     from_dir: PathBuf,
     #[arg(long, default_value = "wasp-policies")]
@@ -40,14 +41,20 @@ pub fn run(args: ConfigMapArgs) -> anyhow::Result<()> {
     let entries = std::fs::read_dir(&args.from_dir).with_context(|| format!("reading {}", args.from_dir.display()))?;
     for entry in entries {
         let path = entry?.path();
-        if path.extension().is_some_and(|extension| extension == "wasm") {
-            let name = path.file_name().and_then(|name| name.to_str()).context("file name")?.to_string();
-            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            files.insert(name, bytes);
+        let name = path.file_name().and_then(|name| name.to_str()).context("file name")?.to_string();
+        if name.ends_with(".wasm") || name.ends_with(COMPRESSED_SUFFIX) {
+            // A bundle holds components, which it compresses together.
+            let (name, bytes) = match name.strip_suffix(".zst") {
+                Some(component) if args.bundle => (component.to_string(), read_component(&path)?),
+                _ => (name, std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?),
+            };
+            if files.insert(name.clone(), bytes).is_some() {
+                bail!("{}: {name} is there both compressed and not; keep one", args.from_dir.display());
+            }
         }
     }
     if files.is_empty() {
-        bail!("{}: no .wasm files", args.from_dir.display());
+        bail!("{}: no .wasm or .wasm.zst files", args.from_dir.display());
     }
     let total: usize = files.values().map(Vec::len).sum();
     let sizes = || {

@@ -28,7 +28,8 @@ pub enum PolicyCommand {
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
-    /// Build a policy crate into a wasm32-wasip2 component (NAME.wasm in the crate) and check it as the host loads it.
+    /// Build a policy crate into a wasm32-wasip2 component (NAME.wasm in the crate, and NAME.wasm.zst compressed)
+    /// and check it as the host loads it.
     Build {
         #[arg(default_value = ".")]
         dir: PathBuf,
@@ -78,7 +79,11 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
         }
         PolicyCommand::Build { dir } => {
             let component = super::scaffold::build_policy(&dir)?;
-            inspect(&component, false)
+            inspect(&component, false)?;
+            let compressed = component.with_extension("wasm.zst");
+            let size = std::fs::metadata(&compressed).with_context(|| format!("reading {}", compressed.display()))?.len();
+            println!("compressed {size} bytes in {} (the host loads either file)", compressed.display());
+            Ok(())
         }
         PolicyCommand::Inspect { file, json } => inspect(&file, json),
         PolicyCommand::Eval { file, pod, nodes, pods, settings } => {
@@ -90,7 +95,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
 }
 
 pub(super) fn load(file: &Path, settings: String) -> anyhow::Result<LoadedPolicy> {
-    let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let wasm = crate::registry::bundle::read_component(file)?;
     let runtime = Runtime::new(None)?;
     let options = PolicyOptions { settings, ..Default::default() };
     Ok(LoadedPolicy::load(&runtime, &file.display().to_string(), &wasm, options)?)

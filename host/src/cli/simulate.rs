@@ -170,7 +170,7 @@ fn try_policies(config: &mut HostConfig, files: &[PathBuf]) -> anyhow::Result<te
         let name = policy.descriptor.name.clone();
         let target = staged.path().join(format!("{name}.wasm"));
         let _ = std::fs::remove_file(&target);
-        std::fs::copy(file, &target).with_context(|| format!("copying {}", file.display()))?;
+        std::fs::write(&target, crate::registry::bundle::read_component(file)?).with_context(|| format!("writing {}", target.display()))?;
         let mut uses = Vec::new();
         for kind in &policy.descriptor.kinds {
             match kind {

@@ -3,9 +3,10 @@
 //! The directory may be a ConfigMap volume: the kubelet keeps the data in a timestamped `..<time>/` directory,
 //! points `..data` at it and exposes each key as a symlink `name -> ..data/name`. Entries starting with `..` are
 //! the writer's own and are skipped; reading a visible name follows the symlinks to the current data. Policies
-//! are `NAME.wasm` files, or components of a bundle (`*.tar.zst`, see [`super::bundle`]).
+//! are `NAME.wasm` files, `NAME.wasm.zst` files (one compressed component) or components of a bundle
+//! (`*.tar.zst`, see [`super::bundle`]).
 
-use super::bundle::{unpack, BUNDLE_SUFFIX};
+use super::bundle::{decompress, unpack, BUNDLE_SUFFIX, COMPRESSED_SUFFIX};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -48,7 +49,7 @@ pub struct PolicyFile {
 
 /// What the policy directory and configuration file hold at one moment.
 pub struct SourceSnapshot {
-    /// Policy files by policy name (the file name without `.wasm`).
+    /// Policy files by policy name (the file name without `.wasm` or `.wasm.zst`), uncompressed.
     pub policies: BTreeMap<String, PolicyFile>,
     /// The configuration file's text, when the registry follows one.
     pub config: Option<Result<String, String>>,
@@ -70,7 +71,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 impl SourceSnapshot {
     pub fn read(policy_dir: &Path, config_path: Option<&Path>) -> SourceSnapshot {
         let mut snapshot = SourceSnapshot { policies: BTreeMap::new(), config: None, unreadable: Vec::new() };
-        let mut bundles = Vec::new();
+        let (mut compressed, mut bundles) = (Vec::new(), Vec::new());
         match std::fs::read_dir(policy_dir) {
             Ok(entries) => {
                 for entry in entries.flatten() {
@@ -79,10 +80,12 @@ impl SourceSnapshot {
                         continue;
                     }
                     let bundle = file_name.ends_with(BUNDLE_SUFFIX);
-                    let Some(name) = file_name.strip_suffix(".wasm").or(bundle.then_some(file_name.as_str())) else { continue };
+                    let zst = file_name.strip_suffix(COMPRESSED_SUFFIX);
+                    let Some(name) = file_name.strip_suffix(".wasm").or(zst).or(bundle.then_some(file_name.as_str())) else { continue };
                     let path = entry.path();
                     match read_policy(&path) {
                         Ok(bytes) if bundle => bundles.push((path, bytes)),
+                        Ok(bytes) if zst.is_some() => compressed.push((name.to_string(), path, bytes)),
                         Ok(bytes) => {
                             let digest = sha256_hex(&bytes);
                             snapshot.policies.insert(name.to_string(), PolicyFile { path, bytes, digest });
@@ -95,12 +98,31 @@ impl SourceSnapshot {
             }
             Err(error) => snapshot.unreadable.push(format!("policy directory {}: {error}", policy_dir.display())),
         }
+        snapshot.add_compressed(compressed);
         snapshot.add_bundles(bundles);
         snapshot.config = config_path.map(|path| {
             let bytes = read_regular(path, crate::config::MAX_CONFIG_BYTES as u64).map_err(|error| format!("reading {}: {error}", path.display()))?;
             String::from_utf8(bytes).map_err(|_| format!("reading {}: not UTF-8 text", path.display()))
         });
         snapshot
+    }
+
+    /// Each `NAME.wasm.zst`, uncompressed, unless a `NAME.wasm` is there too (which is kept, with an error: one of
+    /// the two is a leftover, and which one the user meant is not ours to guess).
+    fn add_compressed(&mut self, files: Vec<(String, PathBuf, Vec<u8>)>) {
+        for (name, path, bytes) in files {
+            if let Some(loose) = self.policies.get(&name) {
+                self.unreadable.push(format!("{}: {name} is also {}, which is kept", path.display(), loose.path.display()));
+                continue;
+            }
+            match decompress(&bytes) {
+                Ok(bytes) => {
+                    let digest = sha256_hex(&bytes);
+                    self.policies.insert(name, PolicyFile { path, bytes, digest });
+                }
+                Err(error) => self.unreadable.push(format!("{}: {error}", path.display())),
+            }
+        }
     }
 
     /// The components of each bundle, in file name order. A loose `NAME.wasm` takes precedence over a bundle's
@@ -181,6 +203,30 @@ mod tests {
         assert_eq!(snapshot.unreadable.len(), 2, "{:?}", snapshot.unreadable);
         assert!(snapshot.unreadable.iter().any(|error| error.contains("broken.tar.zst: not zstd")), "{:?}", snapshot.unreadable);
         assert!(snapshot.unreadable.iter().any(|error| error.contains("z.tar.zst:b.wasm: b is also in") && error.contains("a.tar.zst:b.wasm, which is kept")), "{:?}", snapshot.unreadable);
+    }
+
+    #[test]
+    fn a_compressed_component_is_read_uncompressed_and_a_loose_one_of_the_same_name_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let compress = |bytes: &[u8]| super::super::bundle::compress(bytes).unwrap();
+        std::fs::write(dir.path().join("a.wasm.zst"), compress(b"compressed a")).unwrap();
+        std::fs::write(dir.path().join("b.wasm.zst"), compress(b"compressed b")).unwrap();
+        std::fs::write(dir.path().join("b.wasm"), b"loose b").unwrap();
+        std::fs::write(dir.path().join("c.wasm.zst"), b"loose bytes named .zst").unwrap();
+        let bundle = super::super::bundle::pack(&[("a.wasm".to_string(), b"bundled a".to_vec())]).unwrap();
+        std::fs::write(dir.path().join("set.tar.zst"), bundle).unwrap();
+        let snapshot = SourceSnapshot::read(dir.path(), None);
+        let contents: Vec<(&str, &[u8])> = snapshot.policies.iter().map(|(name, file)| (name.as_str(), file.bytes.as_slice())).collect();
+        assert_eq!(contents, [("a", b"compressed a".as_slice()), ("b", b"loose b")]);
+        // The digest is the component's, whichever way it was stored.
+        assert_eq!(snapshot.policies["a"].digest, sha256_hex(b"compressed a"));
+        assert!(snapshot.policies["a"].path.ends_with("a.wasm.zst"));
+        let mut errors = snapshot.unreadable.clone();
+        errors.sort();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        let kept = format!("b.wasm.zst: b is also {}, which is kept", dir.path().join("b.wasm").display());
+        assert!(errors[0].ends_with(&kept), "{}", errors[0]);
+        assert!(errors[1].ends_with("c.wasm.zst: not zstd: a NAME.wasm.zst file is one component compressed with zstd"), "{}", errors[1]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! triggers [`PolicyRegistry::reload`] after a quiet period (so a burst of writes is one reload), and a periodic
 //! rescan catches whatever the watcher missed. Reloads run one at a time on their own low-priority threads.
 
-use super::bundle::BUNDLE_SUFFIX;
+use super::bundle::{BUNDLE_SUFFIX, COMPRESSED_SUFFIX};
 use super::{PolicyRegistry, ReloadReport};
 use anyhow::Context;
 use notify::event::{AccessKind, AccessMode, EventKind};
@@ -72,7 +72,7 @@ impl Relevant {
         if text == "..data" {
             return true;
         }
-        let component = directory == self.policy_dir && !text.starts_with("..") && (text.ends_with(".wasm") || text.ends_with(BUNDLE_SUFFIX));
+        let component = directory == self.policy_dir && !text.starts_with("..") && [".wasm", COMPRESSED_SUFFIX, BUNDLE_SUFFIX].iter().any(|suffix| text.ends_with(suffix));
         component || self.config.as_ref().is_some_and(|(config_dir, file)| directory == config_dir && name == file)
     }
 }
@@ -189,13 +189,14 @@ mod tests {
     fn only_the_data_swap_components_and_the_configuration_trigger_reloads() {
         let relevant = Relevant::new(PathBuf::from("/etc/wasp/policies"), Some(Path::new("/etc/wasp/config/config.yaml")));
         assert_eq!(relevant.directories(), [PathBuf::from("/etc/wasp/policies"), PathBuf::from("/etc/wasp/config")]);
-        for path in ["/etc/wasp/policies/..data", "/etc/wasp/policies/resources-fit.wasm", "/etc/wasp/policies/default.tar.zst", "/etc/wasp/config/config.yaml", "/etc/wasp/config/..data"] {
+        for path in ["/etc/wasp/policies/..data", "/etc/wasp/policies/resources-fit.wasm", "/etc/wasp/policies/mine.wasm.zst", "/etc/wasp/policies/default.tar.zst", "/etc/wasp/config/config.yaml", "/etc/wasp/config/..data"] {
             assert!(relevant.matches(Path::new(path)), "{path}");
         }
         for path in [
             "/etc/wasp/policies/..data_tmp",
             "/etc/wasp/policies/..2026_11_29_10_00_00.123456789",
             "/etc/wasp/policies/notes.txt",
+            "/etc/wasp/policies/mine.wasm.gz",
             "/etc/wasp/config/wasp.log",
             "/etc/wasp/config/other.wasm",
             "/etc/wasp/config/config.yaml.swp",
