@@ -58,7 +58,7 @@ codegen-units = 1
 strip = true
 panic = "abort"
 
-# serde_json's float printer runs only for `describe`; at opt-level 3 it adds ~16 KB to the component.
+# serde_json's float printer: at opt-level "s" its tables take 200 bytes instead of 16.8 KB.
 [profile.release.package.zmij]
 opt-level = "s"
 "#,
