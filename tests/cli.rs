@@ -112,6 +112,10 @@ fn configmap_carries_the_components_and_refuses_more_than_a_mebibyte() {
     let config_map: k8s_openapi::api::core::v1::ConfigMap = serde_yaml::from_str(&stdout).unwrap();
     let bundled = wasp::registry::bundle::unpack(&config_map.binary_data.unwrap()["policies.tar.zst"].0).unwrap();
     assert_eq!(bundled, [("resources-fit.wasm".to_string(), fit.clone())]);
+    // Both forms of one policy (what `wasp policy build` leaves in a crate): which one to ship is the user's call.
+    std::fs::write(directory.path().join("resources-fit.wasm"), &fit).unwrap();
+    let (ok, _, stderr) = wasp(&["configmap", "--from-dir", directory.path().to_str().unwrap()]);
+    assert!(!ok && stderr.contains("resources-fit is there both as resources-fit.wasm and resources-fit.wasm.zst; keep one"), "{stderr}");
 
     // --split: every file once, in ConfigMaps of at most 1 MiB each.
     let (ok, stdout, stderr) = wasp(&["configmap", "--from-dir", "plugins/out", "--split"]);

@@ -388,11 +388,19 @@ fn a_compressed_component_serves_as_its_uncompressed_self() {
     assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&west()));
     let source = registry.status().policies.into_iter().find(|status| status.name == "zone-pin").unwrap().source;
     assert!(source.ends_with("zone-pin.wasm.zst"), "{source}");
-    // Cut short by a writer: refused with the reason, the loaded version keeps serving.
+    // Next to a bundle that also has zone-pin, the loose file still decides.
+    let bundle = wasp::registry::bundle::pack(&[("zone-pin.wasm".to_string(), east())]).unwrap();
+    volume.set("policies.tar.zst", Some(bundle));
+    assert!(registry.reload().swapped.is_empty());
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&west()));
+    // Cut short by a writer: refused with the reason, and the loaded version keeps serving (not the bundle's).
     let damaged = compress(&east());
     volume.set("zone-pin.wasm.zst", Some(damaged[..damaged.len() / 2].to_vec()));
     let report = registry.reload();
-    assert!(report.error_messages().contains("zone-pin.wasm.zst: damaged"), "{:?}", report.error_messages());
+    assert!(report.swapped.is_empty(), "{report:?}");
+    let errors = report.error_messages();
+    assert!(errors.contains("policy zone-pin: ") && errors.contains("zone-pin.wasm.zst: damaged"), "{errors:?}");
+    assert!(errors.contains("the loaded version keeps serving"), "{errors:?}");
     assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&west()));
 }
 

@@ -37,7 +37,7 @@ pub struct ConfigMapArgs {
 const BUNDLE_FILE: &str = "policies.tar.zst";
 
 pub fn run(args: ConfigMapArgs) -> anyhow::Result<()> {
-    let mut files = BTreeMap::new();
+    let (mut files, mut policies) = (BTreeMap::new(), std::collections::BTreeSet::new());
     let entries = std::fs::read_dir(&args.from_dir).with_context(|| format!("reading {}", args.from_dir.display()))?;
     for entry in entries {
         let path = entry?.path();
@@ -48,9 +48,12 @@ pub fn run(args: ConfigMapArgs) -> anyhow::Result<()> {
                 Some(component) if args.bundle => (component.to_string(), read_component(&path)?),
                 _ => (name, std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?),
             };
-            if files.insert(name.clone(), bytes).is_some() {
-                bail!("{}: {name} is there both compressed and not; keep one", args.from_dir.display());
+            let component = name.strip_suffix(".zst").unwrap_or(&name);
+            let policy = component.strip_suffix(".wasm").unwrap_or(component).to_string();
+            if !policies.insert(policy.clone()) {
+                bail!("{}: {policy} is there both as {policy}.wasm and {policy}.wasm.zst; keep one", args.from_dir.display());
             }
+            files.insert(name, bytes);
         }
     }
     if files.is_empty() {

@@ -118,7 +118,7 @@ pub struct SimulateArgs {
     /// Try a policy component without writing a configuration (repeatable): it joins the configuration where its
     /// kinds fit (filter and score in every profile, evict as a rescheduler strategy, scale in the autoscaler's
     /// list) and is used instead of any policy of the same name.
-    #[arg(long = "policy", value_name = "FILE.wasm")]
+    #[arg(long = "policy", value_name = "FILE.wasm[.zst]")]
     policies: Vec<PathBuf>,
 }
 
@@ -169,7 +169,9 @@ fn try_policies(config: &mut HostConfig, files: &[PathBuf]) -> anyhow::Result<te
         let policy = super::policy::load(file, String::new())?;
         let name = policy.descriptor.name.clone();
         let target = staged.path().join(format!("{name}.wasm"));
+        // The tried file replaces the directory's, compressed or not.
         let _ = std::fs::remove_file(&target);
+        let _ = std::fs::remove_file(staged.path().join(format!("{name}.wasm.zst")));
         std::fs::write(&target, crate::registry::bundle::read_component(file)?).with_context(|| format!("writing {}", target.display()))?;
         let mut uses = Vec::new();
         for kind in &policy.descriptor.kinds {

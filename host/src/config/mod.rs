@@ -30,7 +30,7 @@ pub const DEFAULT_CONFIG: &str = include_str!("default-config.yaml");
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HostConfig {
-    /// Directory with the policy components (`<name>.wasm`).
+    /// Directory with the policy components (`<name>.wasm`, `<name>.wasm.zst` or bundles `*.tar.zst`).
     pub policy_dir: PathBuf,
     /// Per-policy settings and limits; policies not listed run with their defaults.
     #[serde(default)]

@@ -3,7 +3,7 @@
 //!
 //! The components share most of their bytes (std, serde, the contract's glue): compressed one by one they keep
 //! ~32% of their size, but a zstd window that spans the whole archive finds what they share, and 31 components of
-//! 8.9 MB become a bundle of ~0.45 MB. A bundle is a plain tar of `NAME.wasm` files compressed with zstd:
+//! 8.2 MB become a bundle of 436 KiB. A bundle is a plain tar of `NAME.wasm` files compressed with zstd:
 //! `wasp configmap --bundle` makes one, and so does `tar -c *.wasm | zstd -19 --long=27`. A single compressed
 //! component is what `zstd -19 NAME.wasm` (or `wasp policy build`) writes: for a policy of one's own next to the
 //! bundle, or in a ConfigMap of its own, at a third of the size.

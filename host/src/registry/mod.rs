@@ -207,6 +207,10 @@ impl PolicyRegistry {
 
     fn load_first(runtime: &Arc<Runtime>, config: HostConfig, config_path: Option<PathBuf>) -> anyhow::Result<PolicyRegistry> {
         let snapshot = SourceSnapshot::read(&config.policy_dir, config_path.as_deref());
+        // Said now: a reload reports them only when the directory changes again.
+        for message in &snapshot.unreadable {
+            tracing::warn!(%message, "a file of the policy directory is not used");
+        }
         let registry = Self::serving(runtime, &config, config_path, Plans::default());
         *registry.fingerprint.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = snapshot.fingerprint();
         let (policies, _, errors) = registry.build_policies(&config, &snapshot, &registry.current.load());
@@ -421,16 +425,19 @@ impl PolicyRegistry {
             let used_by = describe_users(&users);
             let Some(file) = snapshot.policies.get(&name) else {
                 let path = config.policy_dir.join(format!("{name}.wasm"));
-                match serving {
-                    Some(serving) => {
-                        let message = format!("policy {name}: {} was removed, but {used_by} uses it; the loaded version keeps serving", path.display());
-                        errors.push((name.clone(), Refusal::new(RefusalReason::Missing, message)));
-                        policies.insert(name, serving.clone());
-                    }
-                    None => {
-                        let message = format!("policy {name}: {} does not exist (used by {used_by})", path.display());
-                        errors.push((name.clone(), Refusal::new(RefusalReason::Missing, message)));
-                    }
+                // A file that is there but damaged is said as such, not as a removal.
+                let (reason, what) = match snapshot.failed.get(&name) {
+                    Some(failure) => (RefusalReason::Unreadable, failure.clone()),
+                    None if serving.is_some() => (RefusalReason::Missing, format!("{} was removed", path.display())),
+                    None => (RefusalReason::Missing, format!("{} does not exist", path.display())),
+                };
+                let message = match serving {
+                    Some(_) => format!("policy {name}: {what}, but {used_by} uses it; the loaded version keeps serving"),
+                    None => format!("policy {name}: {what} (used by {used_by})"),
+                };
+                errors.push((name.clone(), Refusal::new(reason, message)));
+                if let Some(serving) = serving {
+                    policies.insert(name, serving.clone());
                 }
                 continue;
             };

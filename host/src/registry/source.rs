@@ -39,7 +39,7 @@ fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// One `<name>.wasm` file.
+/// One policy's component: a `NAME.wasm` file, a `NAME.wasm.zst` file uncompressed, or a bundle's entry.
 pub struct PolicyFile {
     pub path: PathBuf,
     pub bytes: Vec<u8>,
@@ -55,6 +55,9 @@ pub struct SourceSnapshot {
     pub config: Option<Result<String, String>>,
     /// Files that could not be read, with the reason.
     pub unreadable: Vec<String>,
+    /// Policies whose own file (`NAME.wasm` or `NAME.wasm.zst`) is there but could not be read, with the reason:
+    /// not taken from a bundle instead (a damaged override must not quietly bring the bundled version back).
+    pub failed: BTreeMap<String, String>,
 }
 
 /// Identifies a snapshot's contents: equal fingerprints mean nothing changed.
@@ -70,7 +73,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 impl SourceSnapshot {
     pub fn read(policy_dir: &Path, config_path: Option<&Path>) -> SourceSnapshot {
-        let mut snapshot = SourceSnapshot { policies: BTreeMap::new(), config: None, unreadable: Vec::new() };
+        let mut snapshot = SourceSnapshot { policies: BTreeMap::new(), config: None, unreadable: Vec::new(), failed: BTreeMap::new() };
         let (mut compressed, mut bundles) = (Vec::new(), Vec::new());
         match std::fs::read_dir(policy_dir) {
             Ok(entries) => {
@@ -92,7 +95,13 @@ impl SourceSnapshot {
                         }
                         // A symlink left dangling for an instant by a writer: the next event rescans.
                         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(error) => snapshot.unreadable.push(format!("{}: {error}", path.display())),
+                        Err(error) => {
+                            let message = format!("{}: {error}", path.display());
+                            if !bundle {
+                                snapshot.failed.insert(name.to_string(), message.clone());
+                            }
+                            snapshot.unreadable.push(message);
+                        }
                     }
                 }
             }
@@ -120,7 +129,11 @@ impl SourceSnapshot {
                     let digest = sha256_hex(&bytes);
                     self.policies.insert(name, PolicyFile { path, bytes, digest });
                 }
-                Err(error) => self.unreadable.push(format!("{}: {error}", path.display())),
+                Err(error) => {
+                    let message = format!("{}: {error}", path.display());
+                    self.failed.insert(name, message.clone());
+                    self.unreadable.push(message);
+                }
             }
         }
     }
@@ -130,7 +143,7 @@ impl SourceSnapshot {
     /// and the first bundle's component is kept.
     fn add_bundles(&mut self, mut bundles: Vec<(PathBuf, Vec<u8>)>) {
         bundles.sort_by(|a, b| a.0.cmp(&b.0));
-        let loose: std::collections::BTreeSet<String> = self.policies.keys().cloned().collect();
+        let loose: std::collections::BTreeSet<String> = self.policies.keys().chain(self.failed.keys()).cloned().collect();
         for (bundle, bytes) in bundles {
             let components = match unpack(&bytes) {
                 Ok(components) => components,
@@ -213,11 +226,13 @@ mod tests {
         std::fs::write(dir.path().join("b.wasm.zst"), compress(b"compressed b")).unwrap();
         std::fs::write(dir.path().join("b.wasm"), b"loose b").unwrap();
         std::fs::write(dir.path().join("c.wasm.zst"), b"loose bytes named .zst").unwrap();
-        let bundle = super::super::bundle::pack(&[("a.wasm".to_string(), b"bundled a".to_vec())]).unwrap();
+        let bundle = super::super::bundle::pack(&[("a.wasm".to_string(), b"bundled a".to_vec()), ("c.wasm".to_string(), b"bundled c".to_vec())]).unwrap();
         std::fs::write(dir.path().join("set.tar.zst"), bundle).unwrap();
         let snapshot = SourceSnapshot::read(dir.path(), None);
         let contents: Vec<(&str, &[u8])> = snapshot.policies.iter().map(|(name, file)| (name.as_str(), file.bytes.as_slice())).collect();
+        // The damaged c.wasm.zst is not replaced by the bundle's c: it fails, and the host keeps what it serves.
         assert_eq!(contents, [("a", b"compressed a".as_slice()), ("b", b"loose b")]);
+        assert_eq!(snapshot.failed.keys().collect::<Vec<_>>(), ["c"]);
         // The digest is the component's, whichever way it was stored.
         assert_eq!(snapshot.policies["a"].digest, sha256_hex(b"compressed a"));
         assert!(snapshot.policies["a"].path.ends_with("a.wasm.zst"));
