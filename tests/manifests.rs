@@ -102,8 +102,10 @@ fn the_install_is_consistent() {
         assert!(allows(&rules, "", resource, verb), "the ClusterRole does not allow {verb} {resource}");
     }
     assert!(!allows(&rules, "", "pods", "delete") && !allows(&rules, "", "secrets", "get"), "least privilege");
-    // Volume topology: claims, volumes and classes read, and claims told the node chosen for them.
-    for (group, resource, verb) in [("", "persistentvolumeclaims", "watch"), ("", "persistentvolumeclaims", "patch"), ("", "persistentvolumes", "watch"), ("storage.k8s.io", "storageclasses", "watch")] {
+    // Volume topology: claims, volumes and classes read, claims told the node chosen for them, and volumes the
+    // claim given to them.
+    let volume_rules = [("", "persistentvolumeclaims", "watch"), ("", "persistentvolumeclaims", "patch"), ("", "persistentvolumes", "watch"), ("", "persistentvolumes", "patch"), ("storage.k8s.io", "storageclasses", "watch")];
+    for (group, resource, verb) in volume_rules {
         assert!(allows(&rules, group, resource, verb), "the ClusterRole does not allow {verb} {resource}");
     }
     if config.rescheduler.is_some() {

@@ -519,9 +519,13 @@ async fn a_pod_deleted_while_the_watch_was_down_leaves_no_phantom_usage() {
     // The relist forgets the pod: its 3 CPU are free for the next one.
     let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "next", "labels": {"app": "next"}}, "spec": {"schedulerName": "wasp", "containers": [{"name": "a", "resources": {"requests": {"cpu": "3"}}}]}})).unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // The watcher backs off up to 30 s after each failed attempt (kube-rs's default, as client-go's reflector),
+    // and two may come before the relist: the refused watch, then the 410 Gone of the resumed one. On a loaded
+    // machine the refusals pile up during the gap (CI once took longer than a 30-s deadline).
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
     while pods.get("next").await.unwrap().spec.unwrap().node_name.is_none() {
         assert!(std::time::Instant::now() < deadline, "next was never bound: the deleted pod still holds its CPU in the host's view");
+        // The poll interval of the condition wait.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(host.cluster.read().pod(&doomed).is_none());
@@ -825,6 +829,53 @@ async fn pods_go_where_their_volumes_are_and_claims_are_provisioned_where_pods_g
     harness.pods().create(&post, &pod_with_claims("split", &["left", "right"])).await.unwrap();
     let (_, event) = harness.failed_scheduling("split").await;
     assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 node(s) had volume node affinity conflict."));
+}
+
+/// Static binding, as kube-scheduler's VolumeBinding does it for local volumes: a WaitForFirstConsumer claim of
+/// a class without a provisioner goes to the smallest existing volume that fits it, and its pod to a node that
+/// volume can be attached to; the host writes the claim into the volume's `claimRef` before it binds the pod. With
+/// no fitting volume left, the pod waits with kube-scheduler's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_claim_is_given_the_smallest_existing_volume_that_fits_and_its_pod_goes_there() {
+    use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let harness = start(ONE_NODE_PER_ZONE, default_config()).await;
+    let volumes: Api<PersistentVolume> = Api::all(harness.client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(harness.client.clone(), "default");
+    let post = PostParams::default();
+    let class = json!({"metadata": {"name": "local"}, "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"});
+    Api::<StorageClass>::all(harness.client.clone()).create(&post, &serde_json::from_value(class).unwrap()).await.unwrap();
+    let local = |name: &str, zone: &str, size: &str| serde_json::from_value::<PersistentVolume>(json!({"metadata": {"name": name}, "spec": {
+        "capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"], "storageClassName": "local", "local": {"path": "/mnt/disks/1"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}})).unwrap();
+    for (name, zone, size) in [("tiny-a", "a", "1Gi"), ("big-c", "c", "100Gi"), ("fit-c", "c", "10Gi")] {
+        volumes.create(&post, &local(name, zone, size)).await.unwrap();
+    }
+    let claim = |name: &str| serde_json::from_value::<PersistentVolumeClaim>(json!({"metadata": {"name": name}, "spec": {
+        "storageClassName": "local", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "4Gi"}}}})).unwrap();
+    claims.create(&post, &claim("scratch")).await.unwrap();
+    let before = harness.simulator.store.revision();
+    harness.pods().create(&post, &pod_with_claims("batch", &["scratch"])).await.unwrap();
+    let batch = harness.placements("app=batch", 1).await;
+    let node: Node = Api::all(harness.client.clone()).get(&batch["batch"]).await.unwrap();
+    assert_eq!(node.metadata.labels.unwrap()["topology.kubernetes.io/zone"], "c", "only zone c has a volume that fits");
+    // The host gave it fit-c (the smallest that fits; the simulator never writes a claimRef on its own), and the
+    // claim was bound to it before the pod was bound.
+    let given = volumes.get("fit-c").await.unwrap().spec.unwrap().claim_ref.unwrap();
+    assert_eq!((given.namespace.as_deref(), given.name.as_deref()), (Some("default"), Some("scratch")));
+    assert!(volumes.get("big-c").await.unwrap().spec.unwrap().claim_ref.is_none());
+    let claim_bound = revision_when(&harness.simulator, wasp_sim::volumes::claims(), before, "scratch", |claim| claim["spec"]["volumeName"] == "fit-c" && claim["status"]["phase"] == "Bound");
+    let pod_bound = revision_when(&harness.simulator, wasp_sim::resources::pods(), before, "batch", |pod| pod["spec"]["nodeName"].is_string());
+    assert!(claim_bound.unwrap() < pod_bound.unwrap(), "the claim is bound before the pod");
+    // The next claim takes big-c; the one after finds nothing.
+    claims.create(&post, &claim("scratch-2")).await.unwrap();
+    harness.pods().create(&post, &pod_with_claims("batch-2", &["scratch-2"])).await.unwrap();
+    harness.placements("app=batch-2", 1).await;
+    assert_eq!(claims.get("scratch-2").await.unwrap().spec.unwrap().volume_name.as_deref(), Some("big-c"));
+    claims.create(&post, &claim("scratch-3")).await.unwrap();
+    harness.pods().create(&post, &pod_with_claims("batch-3", &["scratch-3"])).await.unwrap();
+    let (_, event) = harness.failed_scheduling("batch-3").await;
+    assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."));
 }
 
 const STATEFUL_WITH_DISKS: &str = r#"

@@ -177,6 +177,11 @@ fn observe(store: &Arc<Store>, event: &crate::store::Event, dirty: &mut Dirty, k
                 tracing::warn!(namespace, claim = name_of(object), %error, "claim not bound");
             }
         }
+        ("", "persistentvolumes") if event.kind != EventKind::Deleted => {
+            if let Err(error) = crate::volumes::reconcile_volume(store, object) {
+                tracing::warn!(volume = name_of(object), %error, "volume not bound");
+            }
+        }
         _ => {}
     }
 }

@@ -5,7 +5,10 @@
 //! zonal, like a cloud disk: its node affinity names the zone it was made in, and a pod that uses it can only
 //! run there. A deleted claim's provisioned volume goes with it (`reclaimPolicy: Delete`).
 //!
-//! Not done: binding a claim without `volumeName` to an existing, unclaimed volume (static provisioning).
+//! A volume whose `claimRef` names a pending claim (kube-scheduler's volume binder writes it for a
+//! `WaitForFirstConsumer` claim it gives an existing volume) is bound to it. Not done: the controller's own
+//! matching of `Immediate` claims to existing, unclaimed volumes; a class whose provisioner is
+//! `kubernetes.io/no-provisioner` provisions nothing.
 
 use crate::error::ApiError;
 use crate::resources::{self, ResourceType};
@@ -17,6 +20,8 @@ pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 const ZONE: &str = "topology.kubernetes.io/zone";
 const DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
 const DEFAULT_CLASS_BETA: &str = "storageclass.beta.kubernetes.io/is-default-class";
+/// The provisioner of classes for volumes made by hand (local volumes): nothing is provisioned.
+const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 
 pub fn claims() -> &'static ResourceType {
     resources::find("", "v1", "persistentvolumeclaims").expect("served")
@@ -58,7 +63,13 @@ pub fn reconcile_claim(store: &Store, claim: &Value) -> Result<(), ApiError> {
         let Ok(volume) = store.get(volumes(), None, volume_name) else { return Ok(()) };
         return bind(store, claim, &volume);
     }
+    if let Some(volume) = store.all(volumes()).into_iter().find(|volume| claimed_by(volume, claim)) {
+        return bind(store, claim, &volume);
+    }
     let Some(class) = text(claim, "/spec/storageClassName").and_then(|name| store.get(classes(), None, name).ok()) else { return Ok(()) };
+    if text(&class, "/provisioner") == Some(NO_PROVISIONER) {
+        return Ok(());
+    }
     let zone = match text(&class, "/volumeBindingMode") {
         Some("WaitForFirstConsumer") => {
             let Some(node) = text(claim, &format!("/metadata/annotations/{}", SELECTED_NODE.replace('/', "~1"))) else { return Ok(()) };
@@ -69,6 +80,25 @@ pub fn reconcile_claim(store: &Store, claim: &Value) -> Result<(), ApiError> {
     };
     let volume = provision(store, claim, &class, zone.as_deref())?;
     bind(store, claim, &volume)
+}
+
+/// A volume whose `claimRef` names `claim` (by namespace and name, and uid when it has one) and is not bound yet.
+fn claimed_by(volume: &Value, claim: &Value) -> bool {
+    let Some(claim_ref) = volume.pointer("/spec/claimRef") else { return false };
+    text(volume, "/status/phase") != Some("Bound")
+        && claim_ref["namespace"].as_str() == Some(namespace_of(claim))
+        && claim_ref["name"].as_str() == Some(name_of(claim))
+        && claim_ref.get("uid").and_then(Value::as_str).is_none_or(|uid| Some(uid) == text(claim, "/metadata/uid"))
+}
+
+/// A volume given to a claim (its `claimRef` written): the claim is bound to it.
+pub fn reconcile_volume(store: &Store, volume: &Value) -> Result<(), ApiError> {
+    let Some(claim_ref) = volume.pointer("/spec/claimRef") else { return Ok(()) };
+    let (Some(namespace), Some(name)) = (claim_ref["namespace"].as_str(), claim_ref["name"].as_str()) else { return Ok(()) };
+    match store.get(claims(), Some(namespace), name) {
+        Ok(claim) if text(&claim, "/status/phase") != Some("Bound") && claimed_by(volume, &claim) => bind(store, &claim, volume),
+        _ => Ok(()),
+    }
 }
 
 /// Where an `Immediate` claim is made: the first zone the class allows, else the zone of the first node that has one.

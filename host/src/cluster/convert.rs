@@ -353,6 +353,9 @@ pub fn claim(source: &core::PersistentVolumeClaim) -> super::volumes::Claim {
         bound: spec.and_then(|spec| spec.volume_name.as_deref()).is_some_and(|name| !name.is_empty())
             && source.metadata.annotations.as_ref().is_some_and(|annotations| annotations.contains_key(super::volumes::BIND_COMPLETED)),
         terminating: source.metadata.deletion_timestamp.is_some(),
+        request: spec.and_then(|spec| spec.resources.as_ref()?.requests.as_ref()?.get("storage")).and_then(|storage| quantity::whole_units(&storage.0).ok()).unwrap_or(0),
+        access_modes: spec.and_then(|spec| spec.access_modes.clone()).unwrap_or_default(),
+        has_selector: spec.is_some_and(|spec| spec.selector.is_some()),
     }
 }
 
@@ -370,7 +373,17 @@ pub fn volume(source: &core::PersistentVolume) -> Result<super::volumes::Volume,
                 .collect::<Result<Vec<_>, _>>()
         })
         .transpose()?;
-    Ok(super::volumes::Volume { node_affinity })
+    let spec = source.spec.as_ref();
+    // An unreadable capacity is none: no claim fits the volume, rather than every one.
+    let capacity = spec.and_then(|spec| spec.capacity.as_ref()?.get("storage")).and_then(|storage| quantity::whole_units(&storage.0).ok()).unwrap_or(0);
+    Ok(super::volumes::Volume {
+        node_affinity,
+        class: spec.and_then(|spec| spec.storage_class_name.clone()).unwrap_or_default(),
+        capacity,
+        access_modes: spec.and_then(|spec| spec.access_modes.clone()).unwrap_or_default(),
+        claim: spec.and_then(|spec| spec.claim_ref.as_ref()).map(|claim| (claim.namespace.clone().unwrap_or_default(), claim.name.clone().unwrap_or_default())),
+        terminating: source.metadata.deletion_timestamp.is_some(),
+    })
 }
 
 /// What the scheduler keeps of a StorageClass: when its claims are provisioned, and where they may be.

@@ -3,9 +3,10 @@
 //! VolumeBinding PreFilter): where a bound volume can be attached, where a `WaitForFirstConsumer` claim may be
 //! provisioned, or why no node will do. Only what that needs is kept of each object.
 //!
-//! Claims without `volumeName` are provisioned (dynamic provisioning); matching them to existing unclaimed volumes
-//! (static binding) is not done, so a `WaitForFirstConsumer` claim of a class without a provisioner
-//! (`kubernetes.io/no-provisioner`, local volumes) finds no volume on any node.
+//! A `WaitForFirstConsumer` claim without `volumeName` goes to an existing volume that fits it where the chosen
+//! node can attach one (static binding: local volumes, pre-made disks; the smallest that fits, as kube-scheduler
+//! picks), else it is provisioned there if its class has a provisioner. Claims with a `selector` are only
+//! provisioned: their volumes' labels are not kept. `Immediate` claims are the PersistentVolume controller's.
 
 use crate::contract::types::{ClaimRequirement, NodeSelectorTerm, Pod};
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 /// Set by the PersistentVolume controller once claim and volume point at each other.
 pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Claim {
     /// `spec.volumeName`: bound, or pre-bound to this volume.
     pub volume: Option<String>,
@@ -28,12 +29,38 @@ pub struct Claim {
     /// Fully bound: a volume named and the PersistentVolume controller's `bind-completed` annotation.
     pub bound: bool,
     pub terminating: bool,
+    /// `spec.resources.requests.storage` in bytes.
+    pub request: u64,
+    pub access_modes: Vec<String>,
+    /// `spec.selector` is set: only a volume whose labels match may be bound statically (not kept: none is).
+    pub has_selector: bool,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Volume {
     /// `spec.nodeAffinity.required` (ORed terms); None: attachable anywhere.
     pub node_affinity: Option<Vec<NodeSelectorTerm>>,
+    /// `spec.storageClassName`, empty for none.
+    pub class: String,
+    /// `spec.capacity.storage` in bytes.
+    pub capacity: u64,
+    pub access_modes: Vec<String>,
+    /// `spec.claimRef` as (namespace, name): taken, or pre-bound to that claim.
+    pub claim: Option<(String, String)>,
+    pub terminating: bool,
+}
+
+impl Volume {
+    /// Whether a static binding may give this volume to `claim` (`namespace/name`), as the volume binder's
+    /// `FindMatchingVolume` decides: free or pre-bound to it, same class, large enough, every access mode asked.
+    fn fits(&self, namespace: &str, name: &str, claim: &Claim) -> bool {
+        let free = self.claim.as_ref().is_none_or(|(owner_namespace, owner)| owner_namespace == namespace && owner == name);
+        free && !self.terminating
+            && !claim.has_selector
+            && self.class == claim.class.as_deref().unwrap_or_default()
+            && self.capacity >= claim.request
+            && claim.access_modes.iter().all(|mode| self.access_modes.contains(mode))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +78,8 @@ struct Objects {
     claims: HashMap<(String, String), Claim>,
     volumes: HashMap<String, Volume>,
     classes: HashMap<String, Class>,
+    /// Volumes this host gave a claim (its `claimRef` written) before the informer saw it: not given twice.
+    assumed: HashMap<String, (String, String)>,
 }
 
 /// The volume objects the informers keep, and a signal for those waiting for a claim to be bound.
@@ -84,7 +113,35 @@ impl VolumeObjects {
     }
 
     pub fn upsert_volume(&self, name: &str, volume: Volume) -> bool {
-        self.write().volumes.insert(name.to_string(), volume.clone()) != Some(volume)
+        let mut objects = self.write();
+        if volume.claim.is_some() {
+            objects.assumed.remove(name);
+        }
+        objects.volumes.insert(name.to_string(), volume.clone()) != Some(volume)
+    }
+
+    /// The smallest volume that fits the claim and that `node` can attach, now marked as given to it (the
+    /// caller writes its `claimRef`, or calls [`VolumeObjects::forget_assumed`] if that fails); None: the claim is
+    /// to be provisioned.
+    pub fn take_static_volume(&self, namespace: &str, name: &str, node: &crate::contract::types::Node) -> Option<String> {
+        let mut objects = self.write();
+        let claim = objects.claims.get(&(namespace.to_string(), name.to_string()))?.clone();
+        let chosen = objects
+            .volumes
+            .iter()
+            .filter(|(volume_name, volume)| {
+                volume.fits(namespace, name, &claim)
+                    && objects.assumed.get(*volume_name).is_none_or(|owner| owner.0 == namespace && owner.1 == name)
+                    && volume.node_affinity.as_ref().is_none_or(|terms| terms.iter().any(|term| matches_node(term, node)))
+            })
+            .min_by(|a, b| a.1.capacity.cmp(&b.1.capacity).then_with(|| a.0.cmp(b.0)))
+            .map(|(volume_name, _)| volume_name.clone())?;
+        objects.assumed.insert(chosen.clone(), (namespace.to_string(), name.to_string()));
+        Some(chosen)
+    }
+
+    pub fn forget_assumed(&self, volume: &str) {
+        self.write().assumed.remove(volume);
     }
 
     pub fn remove_volume(&self, name: &str) {
@@ -156,7 +213,7 @@ impl VolumeObjects {
                     match objects.claims.get(&key) {
                         Some(Claim { bound: true, volume: Some(volume), .. }) => {
                             return match objects.volumes.get(volume) {
-                                Some(Volume { node_affinity: Some(terms) }) if !terms.iter().any(|term| matches_node(term, node)) => {
+                                Some(Volume { node_affinity: Some(terms), .. }) if !terms.iter().any(|term| matches_node(term, node)) => {
                                     Err(format!("pv {volume:?} node affinity doesn't match node {:?}", node.name))
                                 }
                                 // Not seen yet: the claim's informer was first; the next change says more.
@@ -199,16 +256,33 @@ impl Objects {
         }
         if let (true, Some(volume)) = (claim.bound, &claim.volume) {
             return Ok(match self.volumes.get(volume) {
-                Some(Volume { node_affinity: Some(terms) }) => ClaimRequirement::Bound(terms.clone()),
-                Some(Volume { node_affinity: None }) => ClaimRequirement::Anywhere,
+                Some(Volume { node_affinity: Some(terms), .. }) => ClaimRequirement::Bound(terms.clone()),
+                Some(Volume { node_affinity: None, .. }) => ClaimRequirement::Anywhere,
                 None => ClaimRequirement::Unresolvable("node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)".into()),
             });
         }
-        match claim.class.as_deref().filter(|name| !name.is_empty()).and_then(|name| self.classes.get(name)) {
-            Some(class) if class.wait_for_first_consumer && class.provisioned => Ok(ClaimRequirement::ToProvision(class.allowed_topologies.clone())),
-            Some(class) if class.wait_for_first_consumer => Ok(ClaimRequirement::Unresolvable("node(s) didn't find available persistent volumes to bind".into())),
-            _ => Err("pod has unbound immediate PersistentVolumeClaims".into()),
+        let Some(class) = claim.class.as_deref().filter(|name| !name.is_empty()).and_then(|name| self.classes.get(name)).filter(|class| class.wait_for_first_consumer) else {
+            return Err("pod has unbound immediate PersistentVolumeClaims".into());
+        };
+        // The nodes a fitting volume can be attached to, and where the class may provision: the claim can be
+        // met where either holds (an empty list of terms is anywhere).
+        let fitting: Vec<&Volume> = self
+            .volumes
+            .iter()
+            .filter(|(volume_name, volume)| volume.fits(namespace, name, claim) && self.assumed.get(*volume_name).is_none_or(|owner| owner.0 == namespace && owner.1 == name))
+            .map(|(_, volume)| volume)
+            .collect();
+        if fitting.iter().any(|volume| volume.node_affinity.is_none()) || (class.provisioned && class.allowed_topologies.is_empty()) {
+            return Ok(ClaimRequirement::ToProvision(Vec::new()));
         }
+        let mut terms: Vec<NodeSelectorTerm> = fitting.iter().flat_map(|volume| volume.node_affinity.iter().flatten().cloned()).collect();
+        if class.provisioned {
+            terms.extend(class.allowed_topologies.iter().cloned());
+        }
+        if terms.is_empty() {
+            return Ok(ClaimRequirement::Unresolvable("node(s) didn't find available persistent volumes to bind".into()));
+        }
+        Ok(ClaimRequirement::ToProvision(terms))
     }
 }
 
@@ -238,9 +312,9 @@ mod tests {
     #[test]
     fn claims_resolve_as_kube_scheduler_reads_them() {
         let objects = VolumeObjects::default();
-        let claim = |volume: Option<&str>, class: Option<&str>| Claim { volume: volume.map(str::to_string), class: class.map(str::to_string), bound: volume.is_some(), terminating: false };
-        objects.upsert_volume("zonal", Volume { node_affinity: Some(zone("a")) });
-        objects.upsert_volume("anywhere", Volume { node_affinity: None });
+        let claim = |volume: Option<&str>, class: Option<&str>| Claim { volume: volume.map(str::to_string), class: class.map(str::to_string), bound: volume.is_some(), ..Claim::default() };
+        objects.upsert_volume("zonal", Volume { node_affinity: Some(zone("a")), ..Volume::default() });
+        objects.upsert_volume("anywhere", Volume { node_affinity: None, ..Volume::default() });
         objects.upsert_class("late", Class { wait_for_first_consumer: true, provisioned: true, allowed_topologies: zone("b") });
         objects.upsert_class("local", Class { wait_for_first_consumer: true, provisioned: false, allowed_topologies: Vec::new() });
         objects.upsert_class("eager", Class { wait_for_first_consumer: false, provisioned: true, allowed_topologies: Vec::new() });
@@ -275,16 +349,60 @@ mod tests {
         assert_eq!(objects.resolved(&pod_with(&["late", "absent"])), Err("persistentvolumeclaim \"absent\" not found".to_string()));
     }
 
+    #[test]
+    fn a_waiting_claim_goes_to_the_smallest_free_volume_that_fits_where_the_pod_goes() {
+        let objects = VolumeObjects::default();
+        let node = |name: &str, zone: &str| {
+            crate::cluster::convert::node(&serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}
+            })).unwrap()).unwrap()
+        };
+        let local = |zone_name: &str, gib: u64| Volume {
+            node_affinity: Some(zone(zone_name)),
+            class: "local".into(),
+            capacity: gib << 30,
+            access_modes: vec!["ReadWriteOnce".into()],
+            ..Volume::default()
+        };
+        objects.upsert_class("local", Class { wait_for_first_consumer: true, provisioned: false, allowed_topologies: Vec::new() });
+        objects.upsert_volume("a-big", local("a", 100));
+        objects.upsert_volume("a-fit", local("a", 10));
+        objects.upsert_volume("a-small", local("a", 1));
+        objects.upsert_volume("a-taken", Volume { claim: Some(("ns".into(), "other".into())), ..local("a", 10) });
+        objects.upsert_volume("b-fit", local("b", 10));
+        objects.upsert_volume("b-read-only", Volume { access_modes: vec!["ReadOnlyMany".into()], ..local("b", 10) });
+        let wants = Claim { class: Some("local".into()), request: 4 << 30, access_modes: vec!["ReadWriteOnce".into()], ..Claim::default() };
+        for name in ["first", "second", "third"] {
+            objects.upsert_claim("ns", name, wants.clone());
+        }
+        // Where a fitting volume can be attached: zone a or zone b.
+        let resolved = objects.resolved(&pod_with(&["first"])).unwrap().unwrap();
+        let ClaimRequirement::ToProvision(terms) = &resolved.volume_claims[0].requirement else { panic!("{resolved:?}") };
+        let mut zones: Vec<&str> = terms.iter().map(|term| term.match_expressions[0].values[0].as_str()).collect();
+        zones.sort();
+        assert_eq!(zones, ["a", "a", "b"]);
+        // The smallest that fits on the chosen node; not given twice before the informer sees the claimRef.
+        assert_eq!(objects.take_static_volume("ns", "first", &node("n-1", "a")).as_deref(), Some("a-fit"));
+        assert_eq!(objects.take_static_volume("ns", "second", &node("n-1", "a")).as_deref(), Some("a-big"));
+        assert_eq!(objects.take_static_volume("ns", "third", &node("n-1", "a")), None, "a-small is too small, a-taken is taken");
+        assert_eq!(objects.take_static_volume("ns", "third", &node("n-2", "b")).as_deref(), Some("b-fit"));
+        // Everything in zone b given away: a claim there can no longer be met.
+        objects.upsert_claim("ns", "fourth", wants.clone());
+        objects.forget_assumed("a-big");
+        let resolved = objects.resolved(&pod_with(&["fourth"])).unwrap().unwrap();
+        assert_eq!(resolved.volume_claims[0].requirement, ClaimRequirement::ToProvision(zone("a")));
+    }
+
     #[tokio::test]
     async fn waiting_for_a_claim_ends_when_it_is_bound_where_the_pod_goes() {
         let objects = std::sync::Arc::new(VolumeObjects::default());
         let node = crate::cluster::convert::node(&serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n", "labels": {"topology.kubernetes.io/zone": "a"}}
         })).unwrap()).unwrap();
-        let pending = Claim { volume: None, class: Some("late".into()), bound: false, terminating: false };
+        let pending = Claim { class: Some("late".into()), ..Claim::default() };
         objects.upsert_claim("ns", "data", pending.clone());
-        objects.upsert_volume("pv-a", Volume { node_affinity: Some(zone("a")) });
-        objects.upsert_volume("pv-b", Volume { node_affinity: Some(zone("b")) });
+        objects.upsert_volume("pv-a", Volume { node_affinity: Some(zone("a")), ..Volume::default() });
+        objects.upsert_volume("pv-b", Volume { node_affinity: Some(zone("b")), ..Volume::default() });
         let waiter = tokio::spawn({
             let (objects, node) = (objects.clone(), node.clone());
             async move { objects.wait_bound("ns", "data", &node, Duration::from_secs(30)).await }

@@ -4,7 +4,7 @@
 
 use crate::contract::types::Pod;
 use crate::kube::{ApiClient, EventRecorder, ObjectRef};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod as KubePod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod as KubePod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
@@ -45,6 +45,15 @@ impl Binder {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.api.client.clone(), namespace);
         let annotation = json!({"metadata": {"annotations": {crate::cluster::volumes::SELECTED_NODE: node}}});
         claims.patch(claim, &PatchParams::default(), &Patch::Merge(annotation)).await.map(drop)
+    }
+
+    /// Gives an existing volume to a claim, as kube-scheduler's volume binder does: its `claimRef` names the
+    /// claim, and the PersistentVolume controller completes the binding.
+    pub async fn claim_volume(&self, volume: &str, namespace: &str, claim: &str) -> Result<(), kube::Error> {
+        let _permit = self.api.permit().await;
+        let volumes: Api<PersistentVolume> = Api::all(self.api.client.clone());
+        let claim_ref = json!({"spec": {"claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": namespace, "name": claim}}});
+        volumes.patch(volume, &PatchParams::default(), &Patch::Merge(claim_ref)).await.map(drop)
     }
 
     pub async fn scheduled(&self, pod: &Pod, node: &str, profile: &str) {

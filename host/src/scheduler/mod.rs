@@ -293,7 +293,17 @@ impl Scheduler {
             cluster.node_id(node).and_then(|id| cluster.node(id)).map(|(record, _)| record.clone()).ok_or_else(|| format!("node {node:?} not found"))?
         };
         for claim in to_provision {
-            self.binder.select_node_for_claim(&pod.namespace, claim, node).await.map_err(|error| format!("persistentvolumeclaim {claim:?}: {error}"))?;
+            let written = match self.cluster.volumes.take_static_volume(&pod.namespace, claim, &node_record) {
+                Some(volume) => {
+                    let written = self.binder.claim_volume(&volume, &pod.namespace, claim).await;
+                    if written.is_err() {
+                        self.cluster.volumes.forget_assumed(&volume);
+                    }
+                    written.map_err(|error| format!("persistentvolume {volume:?} for claim {claim:?}: {error}"))
+                }
+                None => self.binder.select_node_for_claim(&pod.namespace, claim, node).await.map_err(|error| format!("persistentvolumeclaim {claim:?}: {error}")),
+            };
+            written?;
         }
         for claim in to_provision {
             self.cluster.volumes.wait_bound(&pod.namespace, claim, &node_record, BIND_VOLUMES_TIMEOUT).await?;
