@@ -867,14 +867,19 @@ async fn a_waiting_claim_is_given_the_smallest_existing_volume_that_fits_and_its
     let claim_bound = revision_when(&harness.simulator, wasp_sim::volumes::claims(), before, "scratch", |claim| claim["spec"]["volumeName"] == "fit-c" && claim["status"]["phase"] == "Bound");
     let pod_bound = revision_when(&harness.simulator, wasp_sim::resources::pods(), before, "batch", |pod| pod["spec"]["nodeName"].is_string());
     assert!(claim_bound.unwrap() < pod_bound.unwrap(), "the claim is bound before the pod");
-    // The next claim takes big-c; the one after finds nothing.
-    claims.create(&post, &claim("scratch-2")).await.unwrap();
+    // Two pods at once for the one volume left: the first decided gets big-c (reserved in its cycle), the other
+    // waits with kube-scheduler's reason rather than being sent to a node where nothing can be bound.
+    for name in ["scratch-2", "scratch-3"] {
+        claims.create(&post, &claim(name)).await.unwrap();
+    }
     harness.pods().create(&post, &pod_with_claims("batch-2", &["scratch-2"])).await.unwrap();
-    harness.placements("app=batch-2", 1).await;
-    assert_eq!(claims.get("scratch-2").await.unwrap().spec.unwrap().volume_name.as_deref(), Some("big-c"));
-    claims.create(&post, &claim("scratch-3")).await.unwrap();
     harness.pods().create(&post, &pod_with_claims("batch-3", &["scratch-3"])).await.unwrap();
-    let (_, event) = harness.failed_scheduling("batch-3").await;
+    let (placed, waiting) = tokio::select! {
+        _ = harness.placements("app=batch-2", 1) => (("batch-2", "scratch-2"), "batch-3"),
+        _ = harness.placements("app=batch-3", 1) => (("batch-3", "scratch-3"), "batch-2"),
+    };
+    assert_eq!(claims.get(placed.1).await.unwrap().spec.unwrap().volume_name.as_deref(), Some("big-c"), "{placed:?}");
+    let (_, event) = harness.failed_scheduling(waiting).await;
     assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."));
 }
 

@@ -252,6 +252,10 @@ async fn route(
                 return Ok(with_warnings(json_response(StatusCode::CREATED, &events::view(resource, &created)), &warnings));
             }
             let updated = store.mutate(events::storage(resource), namespace.as_deref(), &name, |object| {
+                // A resource version in a merge patch is a precondition, as kube-apiserver reads it.
+                if let PatchBody::Merge(body) = &patch {
+                    check_resource_version(resource, object, body)?;
+                }
                 let status_before = object.get("status").cloned();
                 if events::is_events_v1(resource) {
                     let mut view = events::view(resource, object).into_owned();

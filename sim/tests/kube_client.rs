@@ -87,6 +87,15 @@ async fn crud_selectors_and_conflicts() {
         Err(kube::Error::Api(status)) => assert_eq!((status.code, status.reason.as_str()), (409, "Conflict")),
         other => panic!("expected a conflict, got {other:?}"),
     }
+    // So is one in a merge patch (kube-scheduler's volume binder writes a claimRef that way); a current one is not.
+    let stale_version = json!({"metadata": {"resourceVersion": created.metadata.resource_version, "labels": {"v": "4"}}});
+    match pods.patch("solo", &PatchParams::default(), &Patch::Merge(&stale_version)).await {
+        Err(kube::Error::Api(status)) => assert_eq!((status.code, status.reason.as_str()), (409, "Conflict")),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let current = pods.get("solo").await.unwrap().metadata.resource_version;
+    let patched = pods.patch("solo", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"resourceVersion": current, "labels": {"v": "5"}}}))).await.unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["v"], "5");
 
     // JSON patch and strategic merge (cordon).
     let patched = pods.patch("solo", &PatchParams::default(), &Patch::<()>::Json(serde_json::from_value(json!([{"op": "add", "path": "/metadata/annotations", "value": {"a": "b"}}])).unwrap())).await.unwrap();

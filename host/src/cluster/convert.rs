@@ -356,6 +356,8 @@ pub fn claim(source: &core::PersistentVolumeClaim) -> super::volumes::Claim {
         request: spec.and_then(|spec| spec.resources.as_ref()?.requests.as_ref()?.get("storage")).and_then(|storage| quantity::whole_units(&storage.0).ok()).unwrap_or(0),
         access_modes: spec.and_then(|spec| spec.access_modes.clone()).unwrap_or_default(),
         has_selector: spec.is_some_and(|spec| spec.selector.is_some()),
+        volume_mode: spec.and_then(|spec| spec.volume_mode.clone()).unwrap_or_else(|| "Filesystem".into()),
+        uid: source.metadata.uid.clone().unwrap_or_default(),
     }
 }
 
@@ -382,6 +384,10 @@ pub fn volume(source: &core::PersistentVolume) -> Result<super::volumes::Volume,
         capacity,
         access_modes: spec.and_then(|spec| spec.access_modes.clone()).unwrap_or_default(),
         claim: spec.and_then(|spec| spec.claim_ref.as_ref()).map(|claim| (claim.namespace.clone().unwrap_or_default(), claim.name.clone().unwrap_or_default())),
+        claim_uid: spec.and_then(|spec| spec.claim_ref.as_ref()?.uid.clone()).unwrap_or_default(),
+        phase: source.status.as_ref().and_then(|status| status.phase.clone()).unwrap_or_default(),
+        volume_mode: spec.and_then(|spec| spec.volume_mode.clone()).unwrap_or_else(|| "Filesystem".into()),
+        resource_version: source.metadata.resource_version.clone().unwrap_or_default(),
         terminating: source.metadata.deletion_timestamp.is_some(),
     })
 }

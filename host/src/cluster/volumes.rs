@@ -34,6 +34,9 @@ pub struct Claim {
     pub access_modes: Vec<String>,
     /// `spec.selector` is set: only a volume whose labels match may be bound statically (not kept: none is).
     pub has_selector: bool,
+    /// `spec.volumeMode`, `Filesystem` when unset.
+    pub volume_mode: String,
+    pub uid: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -47,19 +50,43 @@ pub struct Volume {
     pub access_modes: Vec<String>,
     /// `spec.claimRef` as (namespace, name): taken, or pre-bound to that claim.
     pub claim: Option<(String, String)>,
+    /// `spec.claimRef.uid`: empty when the claimRef names a claim by name only (pre-bound by hand).
+    pub claim_uid: String,
+    /// `status.phase`: `Released` and `Failed` volumes are given to nobody.
+    pub phase: String,
+    /// `spec.volumeMode`, `Filesystem` when unset.
+    pub volume_mode: String,
+    /// What the `claimRef` write is conditional on: a volume changed since it was read is not overwritten.
+    pub resource_version: String,
     pub terminating: bool,
+}
+
+/// A claim of a pod placed on a node, as Reserve left it: given an existing volume, or to be provisioned there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReservedClaim {
+    pub claim: String,
+    /// The volume given to it and the resource version it was read at.
+    pub volume: Option<(String, String)>,
 }
 
 impl Volume {
     /// Whether a static binding may give this volume to `claim` (`namespace/name`), as the volume binder's
     /// `FindMatchingVolume` decides: free or pre-bound to it, same class, large enough, every access mode asked.
     fn fits(&self, namespace: &str, name: &str, claim: &Claim) -> bool {
-        let free = self.claim.as_ref().is_none_or(|(owner_namespace, owner)| owner_namespace == namespace && owner == name);
-        free && !self.terminating
+        let usable = self.pre_bound_to(namespace, name, claim) || (self.claim.is_none() && !matches!(self.phase.as_str(), "Released" | "Failed"));
+        usable
+            && !self.terminating
             && !claim.has_selector
             && self.class == claim.class.as_deref().unwrap_or_default()
+            && self.volume_mode == claim.volume_mode
             && self.capacity >= claim.request
             && claim.access_modes.iter().all(|mode| self.access_modes.contains(mode))
+    }
+
+    /// Its `claimRef` names this claim: by name only, or with the claim's uid (a stale uid is an older claim's).
+    fn pre_bound_to(&self, namespace: &str, name: &str, claim: &Claim) -> bool {
+        self.claim.as_ref().is_some_and(|(owner_namespace, owner)| owner_namespace == namespace && owner == name)
+            && (self.claim_uid.is_empty() || self.claim_uid == claim.uid)
     }
 }
 
@@ -120,32 +147,55 @@ impl VolumeObjects {
         objects.volumes.insert(name.to_string(), volume.clone()) != Some(volume)
     }
 
-    /// The smallest volume that fits the claim and that `node` can attach, now marked as given to it (the
-    /// caller writes its `claimRef`, or calls [`VolumeObjects::forget_assumed`] if that fails); None: the claim is
-    /// to be provisioned.
-    pub fn take_static_volume(&self, namespace: &str, name: &str, node: &crate::contract::types::Node) -> Option<String> {
+    /// kube-scheduler's Reserve (`AssumePodVolumes`), in the scheduling cycle so the next pod sees it: each of
+    /// a pod's waiting claims (smallest request first) gets the volume pre-bound to it, else the smallest free one
+    /// that fits and that `node` can attach, assumed until the informer sees its `claimRef`; or none, to be
+    /// provisioned, if its class provisions. Otherwise nothing is reserved and the reason is returned.
+    pub fn reserve(&self, namespace: &str, claims: &[String], node: &crate::contract::types::Node) -> Result<Vec<ReservedClaim>, String> {
         let mut objects = self.write();
-        let claim = objects.claims.get(&(namespace.to_string(), name.to_string()))?.clone();
-        let chosen = objects
-            .volumes
-            .iter()
-            .filter(|(volume_name, volume)| {
-                volume.fits(namespace, name, &claim)
-                    && objects.assumed.get(*volume_name).is_none_or(|owner| owner.0 == namespace && owner.1 == name)
-                    && volume.node_affinity.as_ref().is_none_or(|terms| terms.iter().any(|term| matches_node(term, node)))
-            })
-            .min_by(|a, b| a.1.capacity.cmp(&b.1.capacity).then_with(|| a.0.cmp(b.0)))
-            .map(|(volume_name, _)| volume_name.clone())?;
-        objects.assumed.insert(chosen.clone(), (namespace.to_string(), name.to_string()));
-        Some(chosen)
+        let mut wanted: Vec<(&String, Claim)> = Vec::new();
+        for name in claims {
+            let claim = objects.claims.get(&(namespace.to_string(), name.clone())).ok_or_else(|| format!("persistentvolumeclaim {name:?} not found"))?;
+            wanted.push((name, claim.clone()));
+        }
+        wanted.sort_by_key(|(_, claim)| claim.request);
+        let mut reserved = Vec::new();
+        for (name, claim) in wanted {
+            let chosen = objects
+                .volumes
+                .iter()
+                .filter(|(volume_name, volume)| {
+                    volume.fits(namespace, name, &claim)
+                        && objects.assumed.get(*volume_name).is_none_or(|owner| owner.0 == namespace && owner.1 == *name)
+                        && volume.node_affinity.as_ref().is_none_or(|terms| terms.iter().any(|term| matches_node(term, node)))
+                })
+                .min_by_key(|(volume_name, volume)| (!volume.pre_bound_to(namespace, name, &claim), volume.capacity, (*volume_name).clone()))
+                .map(|(volume_name, volume)| (volume_name.clone(), volume.resource_version.clone()));
+            let provisioned = claim.class.as_deref().and_then(|class| objects.classes.get(class)).is_some_and(|class| class.provisioned);
+            match chosen {
+                Some((volume, version)) => {
+                    objects.assumed.insert(volume.clone(), (namespace.to_string(), name.clone()));
+                    reserved.push(ReservedClaim { claim: name.clone(), volume: Some((volume, version)) });
+                }
+                None if provisioned => reserved.push(ReservedClaim { claim: name.clone(), volume: None }),
+                None => {
+                    objects.unreserve(&reserved);
+                    return Err(format!("no volume left for claim {name:?} on node {:?}: {BIND_CONFLICT_REASON}", node.name));
+                }
+            }
+        }
+        Ok(reserved)
     }
 
-    pub fn forget_assumed(&self, volume: &str) {
-        self.write().assumed.remove(volume);
+    /// Lets go of what [`VolumeObjects::reserve`] assumed (the pod was not bound).
+    pub fn unreserve(&self, reserved: &[ReservedClaim]) {
+        self.write().unreserve(reserved);
     }
 
     pub fn remove_volume(&self, name: &str) {
-        self.write().volumes.remove(name);
+        let mut objects = self.write();
+        objects.volumes.remove(name);
+        objects.assumed.remove(name);
     }
 
     pub fn upsert_class(&self, name: &str, class: Class) -> bool {
@@ -244,7 +294,16 @@ fn matches_node(term: &NodeSelectorTerm, node: &crate::contract::types::Node) ->
     }
 }
 
+/// kube-scheduler's reason for a node where a waiting claim can be neither given a volume nor provisioned.
+const BIND_CONFLICT_REASON: &str = "node(s) didn't find available persistent volumes to bind";
+
 impl Objects {
+    fn unreserve(&mut self, reserved: &[ReservedClaim]) {
+        for volume in reserved.iter().filter_map(|claim| claim.volume.as_ref()) {
+            self.assumed.remove(&volume.0);
+        }
+    }
+
     /// kube-scheduler's VolumeBinding, worded as it words its reasons: `Err` for its PreFilter's (the pod as a
     /// whole), `Unresolvable` for its Filter's (counted per node).
     fn requirement(&self, namespace: &str, name: &str) -> Result<ClaimRequirement, String> {
@@ -280,7 +339,7 @@ impl Objects {
             terms.extend(class.allowed_topologies.iter().cloned());
         }
         if terms.is_empty() {
-            return Ok(ClaimRequirement::Unresolvable("node(s) didn't find available persistent volumes to bind".into()));
+            return Ok(ClaimRequirement::Unresolvable(BIND_CONFLICT_REASON.into()));
         }
         Ok(ClaimRequirement::ToProvision(terms))
     }
@@ -362,6 +421,7 @@ mod tests {
             class: "local".into(),
             capacity: gib << 30,
             access_modes: vec!["ReadWriteOnce".into()],
+            volume_mode: "Filesystem".into(),
             ..Volume::default()
         };
         objects.upsert_class("local", Class { wait_for_first_consumer: true, provisioned: false, allowed_topologies: Vec::new() });
@@ -369,28 +429,51 @@ mod tests {
         objects.upsert_volume("a-fit", local("a", 10));
         objects.upsert_volume("a-small", local("a", 1));
         objects.upsert_volume("a-taken", Volume { claim: Some(("ns".into(), "other".into())), ..local("a", 10) });
+        objects.upsert_volume("a-released", Volume { phase: "Released".into(), ..local("a", 10) });
+        objects.upsert_volume("a-block", Volume { volume_mode: "Block".into(), ..local("a", 10) });
+        objects.upsert_volume("a-other-class", Volume { class: "fast".into(), ..local("a", 10) });
         objects.upsert_volume("b-fit", local("b", 10));
         objects.upsert_volume("b-read-only", Volume { access_modes: vec!["ReadOnlyMany".into()], ..local("b", 10) });
-        let wants = Claim { class: Some("local".into()), request: 4 << 30, access_modes: vec!["ReadWriteOnce".into()], ..Claim::default() };
-        for name in ["first", "second", "third"] {
-            objects.upsert_claim("ns", name, wants.clone());
+        // Pre-bound to a claim of the same name that was deleted and made again: not this claim's.
+        objects.upsert_volume("b-stale", Volume { claim: Some(("ns".into(), "first".into())), claim_uid: "old".into(), ..local("b", 10) });
+        let wants = |uid: &str| Claim {
+            class: Some("local".into()),
+            request: 4 << 30,
+            access_modes: vec!["ReadWriteOnce".into()],
+            volume_mode: "Filesystem".into(),
+            uid: uid.into(),
+            ..Claim::default()
+        };
+        for name in ["first", "second", "third", "fourth"] {
+            objects.upsert_claim("ns", name, wants(name));
         }
-        // Where a fitting volume can be attached: zone a or zone b.
+        // Where a fitting volume can be attached: zone a (twice) or zone b.
         let resolved = objects.resolved(&pod_with(&["first"])).unwrap().unwrap();
         let ClaimRequirement::ToProvision(terms) = &resolved.volume_claims[0].requirement else { panic!("{resolved:?}") };
         let mut zones: Vec<&str> = terms.iter().map(|term| term.match_expressions[0].values[0].as_str()).collect();
         zones.sort();
         assert_eq!(zones, ["a", "a", "b"]);
-        // The smallest that fits on the chosen node; not given twice before the informer sees the claimRef.
-        assert_eq!(objects.take_static_volume("ns", "first", &node("n-1", "a")).as_deref(), Some("a-fit"));
-        assert_eq!(objects.take_static_volume("ns", "second", &node("n-1", "a")).as_deref(), Some("a-big"));
-        assert_eq!(objects.take_static_volume("ns", "third", &node("n-1", "a")), None, "a-small is too small, a-taken is taken");
-        assert_eq!(objects.take_static_volume("ns", "third", &node("n-2", "b")).as_deref(), Some("b-fit"));
-        // Everything in zone b given away: a claim there can no longer be met.
-        objects.upsert_claim("ns", "fourth", wants.clone());
-        objects.forget_assumed("a-big");
-        let resolved = objects.resolved(&pod_with(&["fourth"])).unwrap().unwrap();
-        assert_eq!(resolved.volume_claims[0].requirement, ClaimRequirement::ToProvision(zone("a")));
+        // The smallest that fits on the chosen node, reserved in the cycle: the next pod does not get it too.
+        let volume_of = |reserved: Result<Vec<ReservedClaim>, String>| reserved.map(|claims| claims[0].volume.clone().map(|(volume, _)| volume));
+        let in_a = node("n-1", "a");
+        assert_eq!(volume_of(objects.reserve("ns", &["first".into()], &in_a)), Ok(Some("a-fit".into())));
+        assert_eq!(volume_of(objects.reserve("ns", &["second".into()], &in_a)), Ok(Some("a-big".into())));
+        let nothing_left = objects.reserve("ns", &["third".into()], &in_a).unwrap_err();
+        assert_eq!(nothing_left, "no volume left for claim \"third\" on node \"n-1\": node(s) didn't find available persistent volumes to bind");
+        // Two claims of one pod never share a volume: the second finds none, and the first is let go.
+        let in_b = node("n-2", "b");
+        assert!(objects.reserve("ns", &["third".into(), "fourth".into()], &in_b).is_err());
+        assert_eq!(volume_of(objects.reserve("ns", &["fourth".into()], &in_b)), Ok(Some("b-fit".into())));
+        // A pod that was not bound lets its volumes go.
+        let reserved = objects.reserve("ns", &["third".into()], &in_b);
+        assert!(reserved.is_err(), "b-fit is the fourth's");
+        objects.unreserve(&[ReservedClaim { claim: "fourth".into(), volume: Some(("b-fit".into(), String::new())) }]);
+        assert_eq!(volume_of(objects.reserve("ns", &["third".into()], &in_b)), Ok(Some("b-fit".into())));
+        // A volume pre-bound to the claim (by name) comes before a smaller free one.
+        objects.upsert_volume("a-mine", Volume { claim: Some(("ns".into(), "fifth".into())), ..local("a", 50) });
+        objects.upsert_volume("a-fit-2", local("a", 10));
+        objects.upsert_claim("ns", "fifth", wants("fifth"));
+        assert_eq!(volume_of(objects.reserve("ns", &["fifth".into()], &in_a)), Ok(Some("a-mine".into())));
     }
 
     #[tokio::test]

@@ -48,11 +48,15 @@ impl Binder {
     }
 
     /// Gives an existing volume to a claim, as kube-scheduler's volume binder does: its `claimRef` names the
-    /// claim, and the PersistentVolume controller completes the binding.
-    pub async fn claim_volume(&self, volume: &str, namespace: &str, claim: &str) -> Result<(), kube::Error> {
+    /// claim, and the PersistentVolume controller completes the binding. Conditional on the `resource_version` the
+    /// volume was chosen at: a volume someone else changed meanwhile is not taken from them (a 409).
+    pub async fn claim_volume(&self, volume: &str, resource_version: &str, namespace: &str, claim: &str) -> Result<(), kube::Error> {
         let _permit = self.api.permit().await;
         let volumes: Api<PersistentVolume> = Api::all(self.api.client.clone());
-        let claim_ref = json!({"spec": {"claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": namespace, "name": claim}}});
+        let claim_ref = json!({
+            "metadata": {"resourceVersion": resource_version},
+            "spec": {"claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": namespace, "name": claim}},
+        });
         volumes.patch(volume, &PatchParams::default(), &Patch::Merge(claim_ref)).await.map(drop)
     }
 

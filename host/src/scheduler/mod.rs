@@ -202,8 +202,9 @@ impl Scheduler {
         match decision {
             Decision::Bind { node, feasible, evaluated } => {
                 tracing::debug!(pod = %key_of(&queued.pod), %node, feasible, evaluated, "decided");
-                let to_provision = resolved.as_ref().map(|pod| volumes::to_provision(pod).map(str::to_string).collect()).unwrap_or_default();
-                self.assume_and_bind(queued, node, profile.scheduler_name.clone(), to_provision)
+                let to_provision: Vec<String> = resolved.as_ref().map(|pod| volumes::to_provision(pod).map(str::to_string).collect()).unwrap_or_default();
+                let reserved = self.reserve_volumes(&queued.pod, &node, &to_provision);
+                self.assume_and_bind(queued, node, profile.scheduler_name.clone(), reserved)
             }
             Decision::Unschedulable { message, waits_for_other_pods } => {
                 self.metrics.attempt(&profile.scheduler_name, "unschedulable");
@@ -221,14 +222,36 @@ impl Scheduler {
         }
     }
 
-    /// Binds the pod, after its `WaitForFirstConsumer` claims (`to_provision`) are provisioned for the node.
-    fn assume_and_bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String, to_provision: Vec<String>) {
+    fn node_record(&self, node: &str) -> Result<crate::contract::types::Node, String> {
+        let cluster = self.cluster.read();
+        cluster.node_id(node).and_then(|id| cluster.node(id)).map(|(record, _)| record.clone()).ok_or_else(|| format!("node {node:?} not found"))
+    }
+
+    /// kube-scheduler's VolumeBinding Reserve, in the cycle: the pod's waiting claims given volumes on `node` (or
+    /// left to be provisioned there) before the next pod is decided, so two pods are never given one volume.
+    fn reserve_volumes(&self, pod: &Pod, node: &str, to_provision: &[String]) -> Result<Vec<volumes::ReservedClaim>, String> {
+        if to_provision.is_empty() {
+            return Ok(Vec::new());
+        }
+        let node_record = self.node_record(node)?;
+        self.cluster.volumes.reserve(&pod.namespace, to_provision, &node_record)
+    }
+
+    /// Binds the pod, after its `WaitForFirstConsumer` claims (`reserved`) are bound on the node.
+    fn assume_and_bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String, reserved: Result<Vec<volumes::ReservedClaim>, String>) {
         self.cluster.assume(queued.pod.clone(), &node);
         let scheduler = self.clone();
         tokio::spawn(async move {
             let pod = &queued.pod;
             let key = key_of(pod);
-            if let Err(error) = scheduler.bind_volumes(pod, &node, &to_provision).await {
+            let volumes_bound = match &reserved {
+                Ok(claims) => scheduler.bind_volumes(pod, &node, claims).await,
+                Err(error) => Err(error.clone()),
+            };
+            if let Err(error) = volumes_bound {
+                if let Ok(claims) = &reserved {
+                    scheduler.cluster.volumes.unreserve(claims);
+                }
                 tracing::warn!(pod = %key, %node, %error, "binding volumes failed; forgetting the assumed pod");
                 scheduler.metrics.attempt(&profile, "error");
                 scheduler.cluster.forget(&pod.uid);
@@ -282,31 +305,22 @@ impl Scheduler {
         });
     }
 
-    /// kube-scheduler's VolumeBinding PreBind: names the node in each claim that waits for it, then waits until a
-    /// provisioner has made and bound its volume (the claim's informer says so).
-    async fn bind_volumes(&self, pod: &Pod, node: &str, to_provision: &[String]) -> Result<(), String> {
-        if to_provision.is_empty() {
+    /// kube-scheduler's VolumeBinding PreBind: writes each reserved claim into its volume's `claimRef`, or names
+    /// the node in a claim to be provisioned, then waits until each claim is bound (the claim's informer says so).
+    async fn bind_volumes(&self, pod: &Pod, node: &str, reserved: &[volumes::ReservedClaim]) -> Result<(), String> {
+        if reserved.is_empty() {
             return Ok(());
         }
-        let node_record = {
-            let cluster = self.cluster.read();
-            cluster.node_id(node).and_then(|id| cluster.node(id)).map(|(record, _)| record.clone()).ok_or_else(|| format!("node {node:?} not found"))?
-        };
-        for claim in to_provision {
-            let written = match self.cluster.volumes.take_static_volume(&pod.namespace, claim, &node_record) {
-                Some(volume) => {
-                    let written = self.binder.claim_volume(&volume, &pod.namespace, claim).await;
-                    if written.is_err() {
-                        self.cluster.volumes.forget_assumed(&volume);
-                    }
-                    written.map_err(|error| format!("persistentvolume {volume:?} for claim {claim:?}: {error}"))
-                }
-                None => self.binder.select_node_for_claim(&pod.namespace, claim, node).await.map_err(|error| format!("persistentvolumeclaim {claim:?}: {error}")),
-            };
-            written?;
+        let node_record = self.node_record(node)?;
+        for reservation in reserved {
+            let claim = &reservation.claim;
+            match &reservation.volume {
+                Some((volume, version)) => self.binder.claim_volume(volume, version, &pod.namespace, claim).await.map_err(|error| format!("persistentvolume {volume:?} for claim {claim:?}: {error}"))?,
+                None => self.binder.select_node_for_claim(&pod.namespace, claim, node).await.map_err(|error| format!("persistentvolumeclaim {claim:?}: {error}"))?,
+            }
         }
-        for claim in to_provision {
-            self.cluster.volumes.wait_bound(&pod.namespace, claim, &node_record, BIND_VOLUMES_TIMEOUT).await?;
+        for reservation in reserved {
+            self.cluster.volumes.wait_bound(&pod.namespace, &reservation.claim, &node_record, BIND_VOLUMES_TIMEOUT).await?;
         }
         // A long wait may outlast this host's lease: a standby that took over places the pod itself.
         if !self.is_running() {

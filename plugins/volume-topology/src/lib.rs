@@ -1,9 +1,9 @@
 //! `volume-topology`: kube-scheduler's VolumeBinding filter. A pod whose
 //! PersistentVolumeClaims are bound to volumes with node affinity goes only where every such volume can be
-//! attached; a `WaitForFirstConsumer` claim goes only where its StorageClass's `allowedTopologies` allow a volume
-//! to be made; a claim of a class without a provisioner finds no volume on any node.
-//! The host resolves the claims against the cluster's claims, volumes and classes before the call, and provisions
-//! `WaitForFirstConsumer` claims on the chosen node before it binds the pod.
+//! attached; a `WaitForFirstConsumer` claim goes only where an existing volume that fits it can be attached or
+//! its StorageClass's `allowedTopologies` allow a volume to be made (the host unions the two into the claim's
+//! terms). The host resolves the claims against the cluster's claims, volumes and classes before the call, and
+//! gives or provisions `WaitForFirstConsumer` claims their volumes on the chosen node before it binds the pod.
 
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::types::{ClaimRequirement, FilterResult, Node, NodeId, NodeSelectorTerm, Pod, ViewScope};
