@@ -226,7 +226,15 @@ impl Cluster {
     }
 
     pub fn apply(&mut self, delta: ClusterDelta) {
+        self.apply_to_view::<true>(delta)
+    }
+
+    /// As [`Cluster::apply`]. The host sends bound pods and namespaces only to views with pods, so for a view
+    /// without (`KEEPS_PODS` false) their bookkeeping (indexes, affinity sets) is left out of the component.
+    pub(crate) fn apply_to_view<const KEEPS_PODS: bool>(&mut self, delta: ClusterDelta) {
         match delta {
+            ClusterDelta::PodUpsert(_) | ClusterDelta::PodRemove(_) | ClusterDelta::NamespaceUpsert(_) | ClusterDelta::NamespaceRemove(_)
+                if !KEEPS_PODS => {}
             ClusterDelta::NodeUpsert((id, node, usage)) => self.upsert_node(id, node, usage),
             ClusterDelta::NodeUsageUpdate((id, usage)) => {
                 if let Some(info) = self.node_mut(id) {

@@ -5,7 +5,7 @@ use crate::cluster::Cluster;
 use crate::policy::{Evict, Filter, Policy, Scale, Score};
 use crate::types::{
     ClusterDelta, Descriptor, EvictContext, Eviction, FailedPod, FilterResult, NodeId, PendingPod, Pod, PodPlace, PolicyKind,
-    ScaleDecision, ScaleRequest,
+    ScaleDecision, ScaleRequest, ViewScope,
 };
 
 pub struct GuestState<P: Policy> {
@@ -132,17 +132,7 @@ pub fn describe<P: Policy>(version: &str, exports: &Exports<P>) -> Descriptor {
 
 /// Parses settings JSON (empty means all defaults) and builds the policy, or says what is wrong.
 pub fn build<P: Policy>(settings: &str) -> Result<P, String> {
-    let settings = if settings.trim().is_empty() { "{}" } else { settings };
-    // The error names the field (`label: invalid type: integer `3`, expected a string`), not only a column.
-    let parsed: P::Settings = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(settings)).map_err(|error| {
-        let path = error.path().to_string();
-        let inner = error.into_inner();
-        match path.as_str() {
-            // The whole document, or a syntax error before any field.
-            "." | "?" => format!("invalid settings for {}: {inner}", P::NAME),
-            _ => format!("invalid settings for {}: {path}: {inner}", P::NAME),
-        }
-    })?;
+    let parsed: P::Settings = crate::settings::parse(settings).map_err(|error| format!("invalid settings for {}: {error}", P::NAME))?;
     P::new(parsed).map_err(|error| format!("invalid settings for {}: {error}", P::NAME))
 }
 
@@ -169,7 +159,8 @@ impl<P: Policy> GuestState<P> {
                 ClusterDelta::PodUpsert((_, PodPlace::Subject, pod)) => self.subject = Some(pod),
                 ClusterDelta::PodUpsert((_, PodPlace::Pending(reason), pod)) => self.call.pending.push(PendingPod { pod, reason }),
                 ClusterDelta::PodUpsert((id, PodPlace::Failed(node), pod)) => self.call.failed.push(FailedPod { id, node, pod }),
-                delta => self.cluster.apply(delta),
+                delta if matches!(P::VIEW, ViewScope::Nodes) => self.cluster.apply_to_view::<false>(delta),
+                delta => self.cluster.apply_to_view::<true>(delta),
             }
         }
     }

@@ -22,6 +22,7 @@ pub mod policy;
 pub mod quantity;
 pub mod resources;
 pub mod selection;
+pub mod settings;
 pub mod spread;
 pub mod testing;
 pub mod utilization;
