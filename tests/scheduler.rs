@@ -881,6 +881,31 @@ async fn a_waiting_claim_is_given_the_smallest_existing_volume_that_fits_and_its
     assert_eq!(claims.get(placed.1).await.unwrap().spec.unwrap().volume_name.as_deref(), Some("big-c"), "{placed:?}");
     let (_, event) = harness.failed_scheduling(waiting).await;
     assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."));
+
+    // A claim with a selector takes only a volume it selects (ssd-b, not the smaller plain-a) and, its class
+    // provisioning or not, is never provisioned: the second such claim waits rather than go to any node.
+    let class = json!({"metadata": {"name": "fast"}, "provisioner": "pd.csi.storage.gke.io", "volumeBindingMode": "WaitForFirstConsumer"});
+    Api::<StorageClass>::all(harness.client.clone()).create(&post, &serde_json::from_value(class).unwrap()).await.unwrap();
+    for (name, zone, size, labels) in [("ssd-b", "b", "10Gi", json!({"tier": "ssd"})), ("plain-a", "a", "5Gi", json!({}))] {
+        let mut volume = local(name, zone, size);
+        volume.metadata.labels = serde_json::from_value(labels).unwrap();
+        volume.spec.as_mut().unwrap().storage_class_name = Some("fast".into());
+        volumes.create(&post, &volume).await.unwrap();
+    }
+    for name in ["fast", "fast-2"] {
+        let selecting = json!({"metadata": {"name": name}, "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "4Gi"}}, "selector": {"matchLabels": {"tier": "ssd"}}}});
+        claims.create(&post, &serde_json::from_value(selecting).unwrap()).await.unwrap();
+    }
+    harness.pods().create(&post, &pod_with_claims("fast", &["fast"])).await.unwrap();
+    let fast = harness.placements("app=fast", 1).await;
+    let node: Node = Api::all(harness.client.clone()).get(&fast["fast"]).await.unwrap();
+    assert_eq!(node.metadata.labels.unwrap()["topology.kubernetes.io/zone"], "b", "only ssd-b is selected");
+    assert_eq!(claims.get("fast").await.unwrap().spec.unwrap().volume_name.as_deref(), Some("ssd-b"));
+    harness.pods().create(&post, &pod_with_claims("fast-2", &["fast-2"])).await.unwrap();
+    let (_, event) = harness.failed_scheduling("fast-2").await;
+    assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."));
+    assert!(volumes.get("plain-a").await.unwrap().spec.unwrap().claim_ref.is_none(), "plain-a is not selected");
 }
 
 const STATEFUL_WITH_DISKS: &str = r#"

@@ -7,8 +7,8 @@
 //!
 //! A volume whose `claimRef` names a pending claim (kube-scheduler's volume binder writes it for a
 //! `WaitForFirstConsumer` claim it gives an existing volume) is bound to it. Not done: the controller's own
-//! matching of `Immediate` claims to existing, unclaimed volumes; a class whose provisioner is
-//! `kubernetes.io/no-provisioner` provisions nothing.
+//! matching of `Immediate` claims to existing, unclaimed volumes. A class whose provisioner is
+//! `kubernetes.io/no-provisioner` provisions nothing, and neither is a claim with a `selector` provisioned.
 
 use crate::error::ApiError;
 use crate::resources::{self, ResourceType};
@@ -67,7 +67,8 @@ pub fn reconcile_claim(store: &Store, claim: &Value) -> Result<(), ApiError> {
         return bind(store, claim, &volume);
     }
     let Some(class) = text(claim, "/spec/storageClassName").and_then(|name| store.get(classes(), None, name).ok()) else { return Ok(()) };
-    if text(&class, "/provisioner") == Some(NO_PROVISIONER) {
+    // The external-provisioner refuses a claim with a selector ("claim Selector is not supported").
+    if text(&class, "/provisioner") == Some(NO_PROVISIONER) || claim.pointer("/spec/selector").is_some_and(|selector| !selector.is_null()) {
         return Ok(());
     }
     let zone = match text(&class, "/volumeBindingMode") {

@@ -355,10 +355,21 @@ pub fn claim(source: &core::PersistentVolumeClaim) -> super::volumes::Claim {
         terminating: source.metadata.deletion_timestamp.is_some(),
         request: spec.and_then(|spec| spec.resources.as_ref()?.requests.as_ref()?.get("storage")).and_then(|storage| quantity::whole_units(&storage.0).ok()).unwrap_or(0),
         access_modes: spec.and_then(|spec| spec.access_modes.clone()).unwrap_or_default(),
-        has_selector: spec.is_some_and(|spec| spec.selector.is_some()),
+        selector: spec.and_then(|spec| spec.selector.as_ref()).map(|selector| claim_selector(source, selector)),
         volume_mode: spec.and_then(|spec| spec.volume_mode.clone()).unwrap_or_else(|| "Filesystem".into()),
         uid: source.metadata.uid.clone().unwrap_or_default(),
     }
+}
+
+/// A claim's `spec.selector`; one the host cannot read selects no volume (kube-scheduler fails such a claim's
+/// binding), so the claim is never given a volume it did not ask for.
+fn claim_selector(source: &core::PersistentVolumeClaim, selector: &meta::LabelSelector) -> wasp_sdk::types::LabelSelector {
+    let object = format!("PersistentVolumeClaim {}/{}", source.metadata.namespace.as_deref().unwrap_or_default(), source.metadata.name.as_deref().unwrap_or_default());
+    label_selector(&object, "spec.selector", selector).unwrap_or_else(|error| {
+        tracing::warn!(claim = %object, %error, "the claim's selector cannot be read: no volume is given to it");
+        let nothing = wasp_sdk::types::SelectorRequirement { key: String::new(), operator: wasp_sdk::types::SelectorOperator::In, values: Vec::new() };
+        wasp_sdk::types::LabelSelector { match_labels: Vec::new(), match_expressions: vec![nothing] }
+    })
 }
 
 /// What the scheduler keeps of a PersistentVolume: where it can be attached.
@@ -381,6 +392,7 @@ pub fn volume(source: &core::PersistentVolume) -> Result<super::volumes::Volume,
     Ok(super::volumes::Volume {
         node_affinity,
         class: spec.and_then(|spec| spec.storage_class_name.clone()).unwrap_or_default(),
+        labels: pairs(source.metadata.labels.as_ref()),
         capacity,
         access_modes: spec.and_then(|spec| spec.access_modes.clone()).unwrap_or_default(),
         claim: spec.and_then(|spec| spec.claim_ref.as_ref()).map(|claim| (claim.namespace.clone().unwrap_or_default(), claim.name.clone().unwrap_or_default())),

@@ -5,8 +5,9 @@
 //!
 //! A `WaitForFirstConsumer` claim without `volumeName` goes to an existing volume that fits it where the chosen
 //! node can attach one (static binding: local volumes, pre-made disks; the smallest that fits, as kube-scheduler
-//! picks), else it is provisioned there if its class has a provisioner. Claims with a `selector` are only
-//! provisioned: their volumes' labels are not kept. `Immediate` claims are the PersistentVolume controller's.
+//! picks), else it is provisioned there if its class has a provisioner. A claim with a `selector` takes only a
+//! volume whose labels it selects and is never provisioned (provisioners refuse such claims; kube-scheduler finds
+//! out only when its PreBind times out). `Immediate` claims are the PersistentVolume controller's.
 
 use crate::contract::types::{ClaimRequirement, NodeSelectorTerm, Pod};
 use std::collections::HashMap;
@@ -32,8 +33,8 @@ pub struct Claim {
     /// `spec.resources.requests.storage` in bytes.
     pub request: u64,
     pub access_modes: Vec<String>,
-    /// `spec.selector` is set: only a volume whose labels match may be bound statically (not kept: none is).
-    pub has_selector: bool,
+    /// `spec.selector`: only a volume whose labels it selects may be given to the claim, and none is provisioned.
+    pub selector: Option<wasp_sdk::types::LabelSelector>,
     /// `spec.volumeMode`, `Filesystem` when unset.
     pub volume_mode: String,
     pub uid: String,
@@ -45,6 +46,8 @@ pub struct Volume {
     pub node_affinity: Option<Vec<NodeSelectorTerm>>,
     /// `spec.storageClassName`, empty for none.
     pub class: String,
+    /// `metadata.labels`, for the claims' selectors.
+    pub labels: Vec<(String, String)>,
     /// `spec.capacity.storage` in bytes.
     pub capacity: u64,
     pub access_modes: Vec<String>,
@@ -76,7 +79,7 @@ impl Volume {
         let usable = self.pre_bound_to(namespace, name, claim) || (self.claim.is_none() && !matches!(self.phase.as_str(), "Released" | "Failed"));
         usable
             && !self.terminating
-            && !claim.has_selector
+            && claim.selector.as_ref().is_none_or(|selector| selector.matches(&self.labels))
             && self.class == claim.class.as_deref().unwrap_or_default()
             && self.volume_mode == claim.volume_mode
             && self.capacity >= claim.request
@@ -87,6 +90,13 @@ impl Volume {
     fn pre_bound_to(&self, namespace: &str, name: &str, claim: &Claim) -> bool {
         self.claim.as_ref().is_some_and(|(owner_namespace, owner)| owner_namespace == namespace && owner == name)
             && (self.claim_uid.is_empty() || self.claim_uid == claim.uid)
+    }
+}
+
+impl Claim {
+    /// Whether `class` would provision a volume for this claim: it has a provisioner and the claim no selector.
+    fn provisioned_by(&self, class: Option<&Class>) -> bool {
+        self.selector.is_none() && class.is_some_and(|class| class.provisioned)
     }
 }
 
@@ -171,7 +181,7 @@ impl VolumeObjects {
                 })
                 .min_by_key(|(volume_name, volume)| (!volume.pre_bound_to(namespace, name, &claim), volume.capacity, (*volume_name).clone()))
                 .map(|(volume_name, volume)| (volume_name.clone(), volume.resource_version.clone()));
-            let provisioned = claim.class.as_deref().and_then(|class| objects.classes.get(class)).is_some_and(|class| class.provisioned);
+            let provisioned = claim.provisioned_by(claim.class.as_deref().and_then(|class| objects.classes.get(class)));
             match chosen {
                 Some((volume, version)) => {
                     objects.assumed.insert(volume.clone(), (namespace.to_string(), name.clone()));
@@ -331,11 +341,12 @@ impl Objects {
             .filter(|(volume_name, volume)| volume.fits(namespace, name, claim) && self.assumed.get(*volume_name).is_none_or(|owner| owner.0 == namespace && owner.1 == name))
             .map(|(_, volume)| volume)
             .collect();
-        if fitting.iter().any(|volume| volume.node_affinity.is_none()) || (class.provisioned && class.allowed_topologies.is_empty()) {
+        let provisioned = claim.provisioned_by(Some(class));
+        if fitting.iter().any(|volume| volume.node_affinity.is_none()) || (provisioned && class.allowed_topologies.is_empty()) {
             return Ok(ClaimRequirement::ToProvision(Vec::new()));
         }
         let mut terms: Vec<NodeSelectorTerm> = fitting.iter().flat_map(|volume| volume.node_affinity.iter().flatten().cloned()).collect();
-        if class.provisioned {
+        if provisioned {
             terms.extend(class.allowed_topologies.iter().cloned());
         }
         if terms.is_empty() {
@@ -474,6 +485,37 @@ mod tests {
         objects.upsert_volume("a-fit-2", local("a", 10));
         objects.upsert_claim("ns", "fifth", wants("fifth"));
         assert_eq!(volume_of(objects.reserve("ns", &["fifth".into()], &in_a)), Ok(Some("a-mine".into())));
+    }
+
+    #[test]
+    fn a_claim_with_a_selector_takes_only_a_volume_it_selects_and_is_never_provisioned() {
+        let objects = VolumeObjects::default();
+        let node = crate::cluster::convert::node(&serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n-1", "labels": {"topology.kubernetes.io/zone": "a"}}
+        })).unwrap()).unwrap();
+        let volume = |tier: &str, gib: u64| Volume {
+            node_affinity: Some(zone("a")),
+            class: "fast".into(),
+            labels: vec![("tier".into(), tier.into())],
+            capacity: gib << 30,
+            volume_mode: "Filesystem".into(),
+            ..Volume::default()
+        };
+        objects.upsert_class("fast", Class { wait_for_first_consumer: true, provisioned: true, allowed_topologies: zone("b") });
+        objects.upsert_volume("hdd", volume("hdd", 5));
+        objects.upsert_volume("ssd", volume("ssd", 10));
+        let selector = wasp_sdk::types::LabelSelector { match_labels: vec![("tier".into(), "ssd".into())], match_expressions: Vec::new() };
+        let claim = Claim { class: Some("fast".into()), request: 1 << 30, volume_mode: "Filesystem".into(), selector: Some(selector), ..Claim::default() };
+        objects.upsert_claim("ns", "first", claim.clone());
+        objects.upsert_claim("ns", "second", claim);
+        // Where the selected volume is, not where the class provisions (zone b).
+        let resolved = objects.resolved(&pod_with(&["first"])).unwrap().unwrap();
+        assert_eq!(resolved.volume_claims[0].requirement, ClaimRequirement::ToProvision(zone("a")));
+        let reserved = objects.reserve("ns", &["first".into()], &node).unwrap();
+        assert_eq!(reserved[0].volume.as_ref().map(|(volume, _)| volume.as_str()), Some("ssd"), "not the smaller hdd");
+        let resolved = objects.resolved(&pod_with(&["second"])).unwrap().unwrap();
+        assert_eq!(resolved.volume_claims[0].requirement, ClaimRequirement::Unresolvable(BIND_CONFLICT_REASON.into()));
+        assert!(objects.reserve("ns", &["second".into()], &node).is_err());
     }
 
     #[tokio::test]
