@@ -104,7 +104,7 @@ fn the_install_is_consistent() {
     assert!(!allows(&rules, "", "pods", "delete") && !allows(&rules, "", "secrets", "get"), "least privilege");
     // Volume topology: claims, volumes and classes read, claims told the node chosen for them, and volumes the
     // claim given to them.
-    let volume_rules = [("", "persistentvolumeclaims", "watch"), ("", "persistentvolumeclaims", "patch"), ("", "persistentvolumes", "watch"), ("", "persistentvolumes", "patch"), ("storage.k8s.io", "storageclasses", "watch")];
+    let volume_rules = [("", "persistentvolumeclaims", "watch"), ("", "persistentvolumeclaims", "patch"), ("", "persistentvolumes", "watch"), ("", "persistentvolumes", "patch"), ("storage.k8s.io", "storageclasses", "watch"), ("storage.k8s.io", "csinodes", "watch")];
     for (group, resource, verb) in volume_rules {
         assert!(allows(&rules, group, resource, verb), "the ClusterRole does not allow {verb} {resource}");
     }
@@ -425,6 +425,8 @@ fn expected_calls() -> Vec<(&'static str, &'static str, &'static str, bool)> {
         ("informer: watch volumes", "GET", "/api/v1/persistentvolumes", true),
         ("informer: list storage classes", "GET", "/apis/storage.k8s.io/v1/storageclasses", false),
         ("informer: watch storage classes", "GET", "/apis/storage.k8s.io/v1/storageclasses", true),
+        ("informer: list CSINodes", "GET", "/apis/storage.k8s.io/v1/csinodes", false),
+        ("informer: watch CSINodes", "GET", "/apis/storage.k8s.io/v1/csinodes", true),
         ("leader election: create the Lease", "POST", "/apis/coordination.k8s.io/v1/namespaces/wasp-system/leases", false),
         ("leader election: renew the Lease", "PUT", "/apis/coordination.k8s.io/v1/namespaces/wasp-system/leases/wasp-scheduler", false),
         ("scheduler: bind", "POST", "/api/v1/namespaces/default/pods/*/binding", false),

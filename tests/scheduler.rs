@@ -430,7 +430,7 @@ async fn readiness_names_the_check_that_fails() {
     let address = host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let (status, body) = common::http_get(address, "/readyz").await;
     assert_eq!(status, 503, "informers not started yet");
-    let waiting = "waiting for the first list of nodes, pods, namespaces, persistentvolumeclaims, persistentvolumes, storageclasses";
+    let waiting = "waiting for the first list of nodes, pods, namespaces, persistentvolumeclaims, persistentvolumes, storageclasses, csinodes";
     assert!(body.starts_with(&format!("[-]informers failed: {waiting}\n[+]policies ok\n")), "{body}");
     host.start_informers();
     host.cluster.wait_until_ready().await;
@@ -906,6 +906,51 @@ async fn a_waiting_claim_is_given_the_smallest_existing_volume_that_fits_and_its
     let (_, event) = harness.failed_scheduling("fast-2").await;
     assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."));
     assert!(volumes.get("plain-a").await.unwrap().spec.unwrap().claim_ref.is_none(), "plain-a is not selected");
+}
+
+const ONE_DISK_PER_NODE: &str = r#"
+kubelet: {readyDelay: 10ms, terminationDelay: 10ms}
+nodeGroups:
+- {name: node, count: 2, cpu: "4", memory: 16Gi, zones: [a], volumeLimits: {disk.csi.wasp-sim.dev: 1}}
+storageClasses:
+- {name: zonal, volumeBindingMode: WaitForFirstConsumer, default: true}
+"#;
+
+/// kube-scheduler's NodeVolumeLimits: each node's CSINode lets the simulator's disk driver attach one volume. The
+/// second disk goes to the other node, a third fits nowhere and says why, a pod sharing a disk already attached
+/// goes where that disk is (it is not counted twice), and a disk let go makes room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_at_its_csi_volume_limit_takes_only_pods_whose_volumes_it_already_has() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let harness = start(ONE_DISK_PER_NODE, default_config()).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(harness.client.clone(), "default");
+    let post = PostParams::default();
+    let claim = |name: &str| serde_json::from_value::<PersistentVolumeClaim>(json!({"metadata": {"name": name}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).unwrap();
+    for name in ["first", "second", "third"] {
+        claims.create(&post, &claim(name)).await.unwrap();
+    }
+    harness.pods().create(&post, &pod_with_claims("first", &["first"])).await.unwrap();
+    let first = harness.placements("app=first", 1).await["first"].clone();
+    let volume = claims.get("first").await.unwrap().spec.unwrap().volume_name.unwrap();
+    let csi = Api::<PersistentVolume>::all(harness.client.clone()).get(&volume).await.unwrap().spec.unwrap().csi.unwrap();
+    assert_eq!(csi.driver, "disk.csi.wasp-sim.dev", "the provisioned disk is the limited driver's");
+    harness.pods().create(&post, &pod_with_claims("second", &["second"])).await.unwrap();
+    let second = harness.placements("app=second", 1).await["second"].clone();
+    assert_ne!(second, first, "{first} has its one disk attached");
+
+    harness.pods().create(&post, &pod_with_claims("third", &["third"])).await.unwrap();
+    let (_, event) = harness.failed_scheduling("third").await;
+    assert_eq!(event.message.as_deref(), Some("0/2 nodes are available: 2 node(s) exceed max volume count."));
+
+    harness.pods().create(&post, &pod_with_claims("reader", &["first"])).await.unwrap();
+    assert_eq!(harness.placements("app=reader", 1).await["reader"], first, "the disk it shares is attached there already");
+
+    // Both users of the first disk gone: its node can attach the third.
+    for name in ["first", "reader"] {
+        harness.pods().delete(name, &Default::default()).await.unwrap();
+    }
+    assert_eq!(harness.placements_within("app=third", 1, Duration::from_secs(20)).await["third"], first);
 }
 
 const STATEFUL_WITH_DISKS: &str = r#"

@@ -452,7 +452,7 @@ impl Cluster {
 }
 
 pub fn empty_usage() -> NodeUsage {
-    NodeUsage { requested: zero_resources(), non_zero_requested: zero_resources(), pod_count: 0 }
+    NodeUsage { requested: zero_resources(), non_zero_requested: zero_resources(), pod_count: 0, attached_volumes: Vec::new() }
 }
 
 fn zero_resources() -> Resources {
@@ -467,6 +467,11 @@ fn add_pod_to_usage(usage: &mut NodeUsage, pod: &Pod) {
     usage.requested = Resources::from(&requested);
     usage.non_zero_requested = Resources::from(&non_zero);
     usage.pod_count += 1;
+    for volume in pod.volume_claims.iter().filter_map(|claim| claim.attachment.as_ref()) {
+        if !usage.attached_volumes.contains(volume) {
+            usage.attached_volumes.push(volume.clone());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -57,7 +57,7 @@ pub mod types {
 }
 
 /// The contract version this SDK builds against (the `wasp:policy` WIT package version).
-pub const CONTRACT_VERSION: &str = "0.7.0";
+pub const CONTRACT_VERSION: &str = "0.8.0";
 
 pub use cluster::{Cluster, LabelScope, NodeFacts, NodeInfo, PodFacts, PodInfo};
 pub use policy::{Evict, Filter, NoSettings, Normalization, Policy, Scale, Score, Verdict};

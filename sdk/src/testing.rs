@@ -2,7 +2,7 @@
 //! quantities (`"500m"`, `"2Gi"`). They panic on malformed quantities: they are for tests.
 
 use crate::quantity;
-use crate::types::{NodeImage, ClaimRequirement, VolumeClaim,
+use crate::types::{AttachedVolume, NodeImage, ClaimRequirement, VolumeClaim,
     Condition, Container, ContainerState, HostPort, InclusionPolicy, PodAffinity, PodAffinityTerm, PortProtocol,
     Termination, WeightedPodAffinityTerm, LabelSelector, Metric, Node, NodeAffinity, NodeSelectorTerm, Owner, Pod,
     MetricSample, MetricSource, MetricTarget, PodMetric, PodPhase, PreferredTerm, Resources, ScaleRequest, SelectorRequirement, Taint, TaintEffect,
@@ -79,7 +79,15 @@ impl PodBuilder {
 
     /// A PersistentVolumeClaim as the host resolved it for the pod to place.
     pub fn claim(mut self, name: &str, requirement: ClaimRequirement) -> Self {
-        self.pod.volume_claims.push(VolumeClaim { name: name.into(), requirement });
+        self.pod.volume_claims.push(VolumeClaim { name: name.into(), requirement, attachment: None });
+        self
+    }
+
+    /// A claim, resolved to a volume that needs no particular node, whose volume `driver` attaches as `handle`
+    /// (kube-scheduler's NodeVolumeLimits counts these).
+    pub fn attached_claim(mut self, name: &str, driver: &str, handle: &str) -> Self {
+        let attachment = Some(AttachedVolume { driver: driver.into(), handle: handle.into() });
+        self.pod.volume_claims.push(VolumeClaim { name: name.into(), requirement: ClaimRequirement::Anywhere, attachment });
         self
     }
 
@@ -320,8 +328,15 @@ impl NodeBuilder {
                 allocatable_pods: 110,
                 conditions: vec![Condition { kind: "Ready".into(), status: "True".into() }],
                 images: Vec::new(),
+                volume_limits: Vec::new(),
             },
         }
+    }
+
+    /// How many volumes the CSI `driver` may attach to the node (its CSINode's `allocatable.count`).
+    pub fn volume_limit(mut self, driver: &str, count: u32) -> Self {
+        self.node.volume_limits.push((driver.into(), count));
+        self
     }
 
     pub fn allocatable(mut self, resource: &str, value: &str) -> Self {

@@ -76,6 +76,7 @@ pub static RESOURCES: &[ResourceType] = &[
     resource!("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim", true, ["pvc"], ["status"], false),
     resource!("", "v1", "PersistentVolume", "persistentvolumes", "persistentvolume", false, ["pv"], ["status"], false),
     resource!("storage.k8s.io", "v1", "StorageClass", "storageclasses", "storageclass", false, ["sc"], [], false),
+    resource!("storage.k8s.io", "v1", "CSINode", "csinodes", "csinode", false, [], [], false),
     resource!("events.k8s.io", "v1", "Event", "events", "event", true, ["ev"], [], false),
     resource!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true, [], [], false),
     resource!("apps", "v1", "Deployment", "deployments", "deployment", true, ["deploy"], ["scale", "status"], false),

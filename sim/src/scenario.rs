@@ -65,6 +65,10 @@ pub struct NodeGroup {
     /// Images already on the nodes (`status.images`), for ImageLocality.
     #[serde(default)]
     pub images: Vec<NodeImageSpec>,
+    /// How many volumes each CSI driver may attach to a node (`disk.csi.wasp-sim.dev: 2`, the simulator's
+    /// provisioner): served as the nodes' CSINodes, as a driver's node plugin registers them.
+    #[serde(default)]
+    pub volume_limits: BTreeMap<String, u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -308,6 +312,9 @@ impl Scenario {
         for group in &self.node_groups {
             for index in 0..group.count {
                 store.create(resources::nodes(), None, node_object(group, index))?;
+                if !group.volume_limits.is_empty() {
+                    store.create(csi_nodes(), None, csi_node_object(group, index))?;
+                }
             }
         }
         for class in &self.storage_classes {
@@ -387,6 +394,21 @@ fn node_object(group: &NodeGroup, index: u32) -> Value {
             },
         },
     })
+}
+
+fn csi_nodes() -> &'static crate::resources::ResourceType {
+    resources::find("storage.k8s.io", "v1", "csinodes").expect("served")
+}
+
+/// The CSINode a driver's node plugin registers for a node: the driver, the node's id for it, and its limit.
+fn csi_node_object(group: &NodeGroup, index: u32) -> Value {
+    let name = format!("{}-{index}", group.name);
+    let drivers: Vec<Value> = group
+        .volume_limits
+        .iter()
+        .map(|(driver, count)| json!({"name": driver, "nodeID": name, "allocatable": {"count": count}, "topologyKeys": ["topology.kubernetes.io/zone"]}))
+        .collect();
+    json!({"metadata": {"name": name}, "spec": {"drivers": drivers}})
 }
 
 fn pod_template(workload: &Workload) -> Value {

@@ -133,6 +133,7 @@ fn columns(resource: &ResourceType) -> Vec<Column> {
             column("AllowVolumeExpansion", "string", 0, "allowVolumeExpansion shows whether the storage class allow volume expand."),
             AGE,
         ],
+        ("storage.k8s.io", "CSINode") => vec![NAME, column("Drivers", "integer", 0, "Drivers indicates the number of CSI drivers registered on the node"), AGE],
         ("", "ConfigMap") => vec![NAME, column("Data", "string", 0, "Data contains the configuration data."), AGE],
         ("", "Secret") => vec![NAME, column("Type", "string", 0, "Used to facilitate programmatic handling of secret data."), column("Data", "string", 0, "Data contains the secret data."), AGE],
         ("", "ServiceAccount") => vec![NAME, column("Secrets", "string", 0, "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use."), AGE],
@@ -485,6 +486,7 @@ fn cells(resource: &ResourceType, object: &Value) -> Vec<Value> {
                 json!(text(object.pointer("/spec/volumeMode"))),
             ]
         }
+        ("storage.k8s.io", "CSINode") => vec![name, json!(object.pointer("/spec/drivers").and_then(Value::as_array).map_or(0, Vec::len)), age(object)],
         ("storage.k8s.io", "StorageClass") => {
             let default = ["storageclass.kubernetes.io~1is-default-class", "storageclass.beta.kubernetes.io~1is-default-class"]
                 .iter()
@@ -672,6 +674,7 @@ mod tests {
             names(find("storage.k8s.io", "v1", "storageclasses").unwrap(), false),
             ["NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"]
         );
+        assert_eq!(names(find("storage.k8s.io", "v1", "csinodes").unwrap(), false), ["NAME", "DRIVERS", "AGE"]);
         for plural in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
             assert_eq!(names(find("admissionregistration.k8s.io", "v1", plural).unwrap(), false), ["NAME", "WEBHOOKS", "AGE"]);
         }

@@ -2,7 +2,7 @@
 //! the field, so a malformed manifest is easy to fix.
 
 use crate::contract::types::{
-    ClaimRequirement, VolumeClaim,
+    AttachedVolume, ClaimRequirement, VolumeClaim,
     Condition, Container, NodeImage, ContainerState, HostPort, InclusionPolicy, LabelSelector, Node, NodeAffinity,
     NodeSelectorTerm, Owner, Pod, PodAffinity, PodAffinityTerm, PodPhase, PortProtocol, PreferredTerm, Resources,
     SelectorOperator, SelectorRequirement, Taint, TaintEffect, Termination, Toleration, TolerationOperator,
@@ -401,7 +401,21 @@ pub fn volume(source: &core::PersistentVolume) -> Result<super::volumes::Volume,
         volume_mode: spec.and_then(|spec| spec.volume_mode.clone()).unwrap_or_else(|| "Filesystem".into()),
         resource_version: source.metadata.resource_version.clone().unwrap_or_default(),
         terminating: source.metadata.deletion_timestamp.is_some(),
+        csi: spec.and_then(|spec| spec.csi.as_ref()).map(|csi| AttachedVolume { driver: csi.driver.clone(), handle: csi.volume_handle.clone() }),
     })
+}
+
+/// How many volumes each CSI driver may attach to the node a CSINode describes (`spec.drivers[].allocatable
+/// .count`); a driver that gives no count has no limit and is left out.
+pub fn volume_limits(source: &k8s_openapi::api::storage::v1::CSINode) -> Vec<(String, u32)> {
+    let mut limits: Vec<(String, u32)> = source
+        .spec
+        .drivers
+        .iter()
+        .filter_map(|driver| Some((driver.name.clone(), u32::try_from(driver.allocatable.as_ref()?.count?).unwrap_or(0))))
+        .collect();
+    limits.sort();
+    limits
 }
 
 /// What the scheduler keeps of a StorageClass: when its claims are provisioned, and where they may be.
@@ -423,6 +437,7 @@ pub fn storage_class(source: &k8s_openapi::api::storage::v1::StorageClass) -> su
     super::volumes::Class {
         wait_for_first_consumer: source.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"),
         provisioned: source.provisioner != "kubernetes.io/no-provisioner",
+        provisioner: source.provisioner.clone(),
         allowed_topologies,
     }
 }
@@ -582,7 +597,7 @@ pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
                 (None, Some(_)) => Some(format!("{}-{}", source.metadata.name.as_deref().unwrap_or_default(), volume.name)),
                 (None, None) => None,
             })
-            .map(|name| VolumeClaim { name, requirement: ClaimRequirement::Anywhere })
+            .map(|name| VolumeClaim { name, requirement: ClaimRequirement::Anywhere, attachment: None })
             .collect(),
     })
 }
@@ -645,6 +660,8 @@ pub fn node(source: &core::Node) -> Result<Node, ConvertError> {
             .flatten()
             .map(|image| NodeImage { names: image.names.clone().unwrap_or_default(), size_bytes: image.size_bytes.unwrap_or(0).max(0) as u64 })
             .collect(),
+        // From the node's CSINode, which the cluster state keeps and merges in (`ClusterState::set_volume_limits`).
+        volume_limits: Vec::new(),
     })
 }
 

@@ -7,7 +7,7 @@ use super::{convert, PodChange};
 use crate::contract::types::PodPhase;
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, Node as KubeNode, PersistentVolume, PersistentVolumeClaim, Pod as KubePod};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
@@ -27,6 +27,7 @@ pub fn spawn(client: Client, cluster: Arc<SharedCluster>) -> Informers {
     tasks.spawn(follow(client.clone(), cluster.clone(), "persistentvolumeclaims", apply_claim_event, |synced| synced.claims = true, Needed::ForClaims));
     tasks.spawn(follow(client.clone(), cluster.clone(), "persistentvolumes", apply_volume_event, |synced| synced.volumes = true, Needed::ForClaims));
     tasks.spawn(follow(client.clone(), cluster.clone(), "storageclasses", apply_class_event, |synced| synced.storage_classes = true, Needed::ForClaims));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "csinodes", apply_csi_node_event, |synced| synced.csi_nodes = true, Needed::ForClaims));
     tasks.spawn(follow(client, cluster, "pods", apply_pod_event, |synced| synced.pods = true, Needed::Always));
     Informers { _tasks: tasks }
 }
@@ -130,7 +131,9 @@ fn apply_node_event(cluster: &SharedCluster, event: Event<KubeNode>, relisted: &
 
 /// The volume objects' events, alike for claims, volumes and classes: `upsert` keeps what the scheduler needs of an
 /// object (by its key) and says whether that changed, `remove` forgets one, `retain` keeps only those a relist found.
+/// A change also resolves again what the bound pods' claims attach.
 fn apply_volume_object<K: kube::Resource>(
+    cluster: &SharedCluster,
     event: Event<K>,
     relisted: &mut HashSet<String>,
     key: impl Fn(&K) -> String,
@@ -157,13 +160,41 @@ fn apply_volume_object<K: kube::Resource>(
             true
         }
     };
-    if changed { vec![ClusterEvent::VolumesChanged] } else { Vec::new() }
+    if !changed {
+        return Vec::new();
+    }
+    let mut events = cluster.refresh_attachments();
+    events.push(ClusterEvent::VolumesChanged);
+    events
+}
+
+/// A node's CSINode: how many volumes each driver may attach there, merged into the node's record.
+fn apply_csi_node_event(cluster: &SharedCluster, event: Event<CSINode>, relisted: &mut HashSet<String>) -> Vec<ClusterEvent> {
+    let mut state = cluster.write();
+    let mut set = |name: String, limits: Vec<(String, u32)>| state.set_volume_limits(&name, limits).then_some(ClusterEvent::NodeChanged { name });
+    match event {
+        Event::Init => {
+            relisted.clear();
+            Vec::new()
+        }
+        Event::InitApply(csi_node) | Event::Apply(csi_node) => {
+            let name = csi_node.metadata.name.clone().unwrap_or_default();
+            relisted.insert(name.clone());
+            set(name, convert::volume_limits(&csi_node)).into_iter().collect()
+        }
+        Event::Delete(csi_node) => set(csi_node.metadata.name.unwrap_or_default(), Vec::new()).into_iter().collect(),
+        Event::InitDone => {
+            let gone: Vec<String> = state.nodes_with_volume_limits().into_iter().filter(|name| !relisted.contains(name)).collect();
+            gone.into_iter().filter_map(|name| state.set_volume_limits(&name, Vec::new()).then_some(ClusterEvent::NodeChanged { name })).collect()
+        }
+    }
 }
 
 fn apply_claim_event(cluster: &SharedCluster, event: Event<PersistentVolumeClaim>, relisted: &mut HashSet<String>) -> Vec<ClusterEvent> {
     let volumes = &cluster.volumes;
     let names = |claim: &PersistentVolumeClaim| (claim.metadata.namespace.clone().unwrap_or_default(), claim.metadata.name.clone().unwrap_or_default());
     apply_volume_object(
+        cluster,
         event,
         relisted,
         |claim| {
@@ -186,6 +217,7 @@ fn apply_volume_event(cluster: &SharedCluster, event: Event<PersistentVolume>, r
     let volumes = &cluster.volumes;
     let name = |volume: &PersistentVolume| volume.metadata.name.clone().unwrap_or_default();
     apply_volume_object(
+        cluster,
         event,
         relisted,
         name,
@@ -207,6 +239,7 @@ fn apply_class_event(cluster: &SharedCluster, event: Event<StorageClass>, relist
     let volumes = &cluster.volumes;
     let name = |class: &StorageClass| class.metadata.name.clone().unwrap_or_default();
     apply_volume_object(
+        cluster,
         event,
         relisted,
         name,
@@ -318,7 +351,7 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
             }
         }
         Some(_) if finished => changes.extend(forget_pod(cluster, &uid)),
-        Some(node) => match cluster.write().upsert_pod_with(pod, &node, convert::pod_meta(source)) {
+        Some(node) => match cluster.write().upsert_pod_with(with_attachments(cluster, pod), &node, convert::pod_meta(source)) {
             PodChange::Unchanged => {}
             PodChange::Bound => changes.push(ClusterEvent::PodBound { uid: uid.clone() }),
             PodChange::Updated { labels_changed, requests_changed } => {
@@ -345,6 +378,11 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
         changes.insert(0, ClusterEvent::PendingGone { uid });
     }
     changes
+}
+
+fn with_attachments(cluster: &SharedCluster, mut pod: crate::contract::types::Pod) -> crate::contract::types::Pod {
+    cluster.volumes.attach(&mut pod);
+    pod
 }
 
 /// Whether the pod has `spec.schedulingGates`: kube-scheduler does not attempt it until the last is removed.

@@ -77,6 +77,7 @@ pub struct Synced {
     pub claims: bool,
     pub volumes: bool,
     pub storage_classes: bool,
+    pub csi_nodes: bool,
 }
 
 impl Synced {
@@ -93,6 +94,7 @@ impl Synced {
             (self.claims, "persistentvolumeclaims"),
             (self.volumes, "persistentvolumes"),
             (self.storage_classes, "storageclasses"),
+            (self.csi_nodes, "csinodes"),
         ];
         listed.into_iter().filter(|(done, _)| !done).map(|(_, plural)| plural).collect()
     }
@@ -157,10 +159,34 @@ impl SharedCluster {
 
     /// A loop placed `pod` on `node` before the API confirms it (the scheduler's assume step): recorded and
     /// published as bound, so every loop counts its requests at once.
-    pub fn assume(&self, pod: Pod, node: &str) {
+    pub fn assume(&self, mut pod: Pod, node: &str) {
         let uid = pod.uid.clone();
+        self.volumes.attach(&mut pod);
         self.write().upsert_pod(pod, node);
         self.publish(ClusterEvent::PodBound { uid });
+    }
+
+    /// Resolves again what the bound pods' claims attach to their nodes, after a claim, volume or class changed
+    /// (a claim provisioned after its pod was bound now names its real volume); returns the pods updated.
+    pub fn refresh_attachments(&self) -> Vec<ClusterEvent> {
+        let mut state = self.write();
+        let stale: Vec<(Pod, String)> = state
+            .bound_pods()
+            .filter(|(pod, _)| !pod.volume_claims.is_empty())
+            .filter_map(|(pod, node)| {
+                let mut refreshed = pod.clone();
+                self.volumes.attach(&mut refreshed).then(|| (refreshed, node.to_string()))
+            })
+            .collect();
+        stale
+            .into_iter()
+            .map(|(pod, node)| {
+                let uid = pod.uid.clone();
+                let meta = state.pod_meta(&uid).cloned().unwrap_or_default();
+                state.upsert_pod_with(pod, &node, meta);
+                ClusterEvent::PodUpdated { uid, labels_changed: false, requests_changed: false }
+            })
+            .collect()
     }
 
     /// Takes back an assumption whose binding failed.

@@ -8,7 +8,7 @@
 //! is never fed deltas from the wrong log.
 
 use crate::shrink::ShrinkWhenSparse;
-use crate::contract::types::{ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources, ViewScope};
+use crate::contract::types::{AttachedVolume, ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources, ViewScope};
 use crate::contract::FailedPod;
 use super::selected::named_keys;
 use super::{SelectedKeys, View};
@@ -96,9 +96,14 @@ fn delta_bytes(delta: &ClusterDelta) -> usize {
                     .sum::<usize>()
         }
         ClusterDelta::NamespaceUpsert((name, labels)) => RECORD + name.len() + pairs(labels),
-        ClusterDelta::NodeUpsert((_, node, _)) => RECORD * 8 + node.name.len() + pairs(&node.labels) + node.taints.len() * RECORD * 2,
+        ClusterDelta::NodeUpsert((_, node, usage)) => RECORD * 8 + node.name.len() + pairs(&node.labels) + node.taints.len() * RECORD * 2 + attached_bytes(usage),
+        ClusterDelta::NodeUsageUpdate((_, usage)) => RECORD + attached_bytes(usage),
         _ => RECORD,
     }
+}
+
+fn attached_bytes(usage: &NodeUsage) -> usize {
+    usage.attached_volumes.iter().map(|volume| volume.driver.len() + volume.handle.len() + 64).sum()
 }
 
 #[derive(Default, Clone)]
@@ -106,6 +111,8 @@ struct Usage {
     requested: ResourceVector,
     non_zero_requested: ResourceVector,
     pod_count: u32,
+    /// CSI volumes (driver, handle) the node's pods use, with how many pods use each.
+    attached: BTreeMap<(String, String), u32>,
 }
 
 impl Usage {
@@ -123,8 +130,31 @@ impl Usage {
             requested: to_resources(&self.requested),
             non_zero_requested: to_resources(&self.non_zero_requested),
             pod_count: self.pod_count,
+            attached_volumes: self.attached.keys().map(|(driver, handle)| AttachedVolume { driver: driver.clone(), handle: handle.clone() }).collect(),
         }
     }
+
+    fn attach(&mut self, volumes: &[(String, String)]) {
+        for volume in volumes {
+            *self.attached.entry(volume.clone()).or_default() += 1;
+        }
+    }
+
+    fn detach(&mut self, volumes: &[(String, String)]) {
+        for volume in volumes {
+            if let Some(users) = self.attached.get_mut(volume) {
+                *users -= 1;
+                if *users == 0 {
+                    self.attached.remove(volume);
+                }
+            }
+        }
+    }
+}
+
+/// The CSI volumes a bound pod's claims attach to its node (resolved by `VolumeObjects::attach`).
+fn attachments(pod: &Pod) -> Vec<(String, String)> {
+    pod.volume_claims.iter().filter_map(|claim| claim.attachment.as_ref()).map(|volume| (volume.driver.clone(), volume.handle.clone())).collect()
 }
 
 fn to_resources(vector: &ResourceVector) -> Resources {
@@ -169,6 +199,8 @@ struct NodeSlot {
     node: Option<Node>,
     usage: Usage,
     pods: BTreeSet<String>,
+    /// From the node's CSINode, which may be seen before or after the node: merged into the node's record.
+    volume_limits: Vec<(String, u32)>,
 }
 
 /// What the host knows of a pod beyond the contract record: facts only the host's own rules read.
@@ -360,7 +392,7 @@ impl ClusterState {
         if !self.slots.contains_key(name) {
             let id = self.names.len() as NodeId;
             self.names.push(name.to_string());
-            let slot = NodeSlot { id, node: None, usage: Usage::default(), pods: BTreeSet::new() };
+            let slot = NodeSlot { id, node: None, usage: Usage::default(), pods: BTreeSet::new(), volume_limits: Vec::new() };
             self.slots.insert(name.to_string(), slot);
         }
         self.slots.get_mut(name).expect("inserted above")
@@ -427,9 +459,10 @@ impl ClusterState {
 
     /// Adds or updates a node; returns false, recording nothing, when nothing a policy sees changed (a status
     /// heartbeat, say).
-    pub fn upsert_node(&mut self, node: Node) -> bool {
+    pub fn upsert_node(&mut self, mut node: Node) -> bool {
         let name = node.name.clone();
         let slot = self.slot(&name);
+        node.volume_limits = slot.volume_limits.clone();
         if slot.node.as_ref() == Some(&node) {
             return false;
         }
@@ -448,6 +481,22 @@ impl ClusterState {
             self.record(delta);
         }
         true
+    }
+
+    /// Sets how many volumes each CSI driver may attach to the node (its CSINode), before or after the node is
+    /// seen; returns whether the node's record changed.
+    pub fn set_volume_limits(&mut self, name: &str, limits: Vec<(String, u32)>) -> bool {
+        let slot = self.slot(name);
+        slot.volume_limits = limits;
+        match slot.node.clone() {
+            Some(node) => self.upsert_node(node),
+            None => false,
+        }
+    }
+
+    /// Names of the nodes whose CSINode gave limits.
+    pub fn nodes_with_volume_limits(&self) -> Vec<String> {
+        self.slots.iter().filter(|(_, slot)| !slot.volume_limits.is_empty()).map(|(name, _)| name.clone()).collect()
     }
 
     pub fn remove_node(&mut self, name: &str) {
@@ -564,14 +613,15 @@ impl ClusterState {
             None => PodChange::Bound,
             Some(bound) => PodChange::Updated { labels_changed: bound.pod.labels != pod.labels, requests_changed: bound.requests != requests },
         };
-        let previous = self.pods.get(&uid).map(|bound| (bound.id, bound.requests.clone(), bound.non_zero_requests.clone()));
+        let previous = self.pods.get(&uid).map(|bound| (bound.id, bound.requests.clone(), bound.non_zero_requests.clone(), attachments(&bound.pod)));
         let saturated = self.slot(node_name).usage.saturated();
         let id = match previous {
-            Some((id, old, old_non_zero)) => {
+            Some((id, old, old_non_zero, old_attachments)) => {
                 let usage = &mut self.slot(node_name).usage;
                 usage.requested.subtract(&old);
                 usage.non_zero_requested.subtract(&old_non_zero);
                 usage.pod_count -= 1;
+                usage.detach(&old_attachments);
                 id
             }
             None => {
@@ -582,10 +632,12 @@ impl ClusterState {
                 self.next_pod_id - 1
             }
         };
+        let attached = attachments(&pod);
         let slot = self.slot(node_name);
         slot.usage.requested.add(&requests);
         slot.usage.non_zero_requested.add(&non_zero_requests);
         slot.usage.pod_count += 1;
+        slot.usage.attach(&attached);
         slot.pods.insert(uid.clone());
         let delta = ClusterDelta::PodUpsert((id, PodPlace::Bound(slot.id), pod.clone()));
         let bound = BoundPod { id, node: node_name.to_string(), pod, meta, requests, non_zero_requests };
@@ -650,6 +702,7 @@ impl ClusterState {
             usage.requested.add(&bound.requests);
             usage.non_zero_requested.add(&bound.non_zero_requests);
             usage.pod_count += 1;
+            usage.attach(&attachments(&bound.pod));
         }
         slot.usage = usage;
     }
@@ -667,6 +720,7 @@ impl ClusterState {
         slot.usage.requested.subtract(&bound.requests);
         slot.usage.non_zero_requested.subtract(&bound.non_zero_requests);
         slot.usage.pod_count -= 1;
+        slot.usage.detach(&attachments(&bound.pod));
         slot.pods.remove(uid);
         if saturated {
             self.sum_usage_again(&bound.node);
@@ -802,6 +856,44 @@ mod tests {
         assert!(cluster.head() > head);
     }
 
+    #[test]
+    fn a_volume_two_pods_share_is_attached_once_and_csi_limits_join_the_node_whenever_they_come() {
+        let mut cluster = ClusterState::new();
+        assert!(!cluster.set_volume_limits("n", vec![("disk.csi".into(), 2)]), "no node yet: kept for it");
+        cluster.upsert_node(node("4"));
+        let limits = |cluster: &ClusterState| cluster.node(cluster.node_id("n").unwrap()).unwrap().0.volume_limits.clone();
+        assert_eq!(limits(&cluster), [("disk.csi".to_string(), 2)]);
+        assert!(!cluster.upsert_node(node("4")), "the node's own updates keep its CSINode's limits");
+        assert_eq!(limits(&cluster), [("disk.csi".to_string(), 2)]);
+        let using = |uid: &str, handles: &[&str]| {
+            let mut pod = pod("a");
+            pod.uid = uid.into();
+            pod.volume_claims = handles
+                .iter()
+                .map(|handle| crate::contract::types::VolumeClaim {
+                    name: handle.to_string(),
+                    requirement: crate::contract::types::ClaimRequirement::Anywhere,
+                    attachment: Some(AttachedVolume { driver: "disk.csi".into(), handle: handle.to_string() }),
+                })
+                .collect();
+            pod
+        };
+        let attached = |cluster: &ClusterState| -> Vec<String> {
+            cluster.node(cluster.node_id("n").unwrap()).unwrap().1.attached_volumes.into_iter().map(|volume| volume.handle).collect()
+        };
+        cluster.upsert_pod(using("u1", &["shared", "own"]), "n");
+        cluster.upsert_pod(using("u2", &["shared"]), "n");
+        assert_eq!(attached(&cluster), ["own", "shared"]);
+        cluster.upsert_pod(using("u1", &["shared"]), "n");
+        assert_eq!(attached(&cluster), ["shared"], "an update lets go of what the pod no longer uses");
+        cluster.remove_pod("u1");
+        assert_eq!(attached(&cluster), ["shared"], "still used by u2");
+        cluster.remove_pod("u2");
+        assert!(attached(&cluster).is_empty());
+        assert!(cluster.set_volume_limits("n", Vec::new()));
+        assert!(limits(&cluster).is_empty());
+    }
+
     /// A sink that keeps the deltas it received, in order.
     #[derive(Default)]
     struct Transcript {
@@ -829,7 +921,7 @@ mod tests {
         cluster.upsert_node(node("4"));
         let mut annotated = pod("a");
         annotated.annotations = vec![("team".into(), "payments".into())];
-        let claim = crate::contract::types::VolumeClaim { name: "data".into(), requirement: crate::contract::types::ClaimRequirement::Anywhere };
+        let claim = crate::contract::types::VolumeClaim { name: "data".into(), requirement: crate::contract::types::ClaimRequirement::Anywhere, attachment: None };
         annotated.volume_claims = vec![claim];
         cluster.upsert_pod(annotated, "n");
         assert_eq!(cluster.pod("u").unwrap().0.volume_claims.len(), 1, "the host keeps a bound pod's claims");

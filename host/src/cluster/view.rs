@@ -56,6 +56,7 @@ impl<'a> View<'a> {
             allocatable_pods: node.allocatable_pods,
             conditions: keep(self.node_facts.conditions, &node.conditions),
             images: keep(self.node_facts.images, &node.images),
+            volume_limits: node.volume_limits.clone(),
         }
     }
 

@@ -8,8 +8,12 @@
 //! picks), else it is provisioned there if its class has a provisioner. A claim with a `selector` takes only a
 //! volume whose labels it selects and is never provisioned (provisioners refuse such claims; kube-scheduler finds
 //! out only when its PreBind times out). `Immediate` claims are the PersistentVolume controller's.
+//!
+//! Each claim also resolves to what attaching its volume takes on a node (kube-scheduler's NodeVolumeLimits): the
+//! bound volume's CSI driver and handle, or for a claim still to be provisioned its class's provisioner and the
+//! placeholder handle `<namespace>-<claim>`.
 
-use crate::contract::types::{ClaimRequirement, NodeSelectorTerm, Pod};
+use crate::contract::types::{AttachedVolume, ClaimRequirement, NodeSelectorTerm, Pod};
 use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::Duration;
@@ -62,6 +66,8 @@ pub struct Volume {
     /// What the `claimRef` write is conditional on: a volume changed since it was read is not overwritten.
     pub resource_version: String,
     pub terminating: bool,
+    /// `spec.csi`: the driver that attaches it and its handle; None for a volume no CSI driver attaches.
+    pub csi: Option<AttachedVolume>,
 }
 
 /// A claim of a pod placed on a node, as Reserve left it: given an existing volume, or to be provisioned there.
@@ -100,11 +106,13 @@ impl Claim {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Class {
     pub wait_for_first_consumer: bool,
     /// Its claims are provisioned (not `kubernetes.io/no-provisioner`).
     pub provisioned: bool,
+    /// `provisioner`: the CSI driver that makes, and will attach, its claims' volumes.
+    pub provisioner: String,
     /// `allowedTopologies` as node selector terms (ORed); empty: anywhere.
     pub allowed_topologies: Vec<NodeSelectorTerm>,
 }
@@ -256,8 +264,24 @@ impl VolumeObjects {
         let mut resolved = pod.clone();
         for claim in &mut resolved.volume_claims {
             claim.requirement = objects.requirement(&pod.namespace, &claim.name)?;
+            claim.attachment = objects.attachment(&pod.namespace, &claim.name);
         }
         Ok(Some(resolved))
+    }
+
+    /// Sets what each of a bound pod's claims attaches to its node; returns whether that changed.
+    pub fn attach(&self, pod: &mut Pod) -> bool {
+        if pod.volume_claims.is_empty() {
+            return false;
+        }
+        let objects = self.read();
+        let mut changed = false;
+        for claim in &mut pod.volume_claims {
+            let attachment = objects.attachment(&pod.namespace, &claim.name);
+            changed |= claim.attachment != attachment;
+            claim.attachment = attachment;
+        }
+        changed
     }
 
     /// Waits until the claim is bound (a provisioner made its volume) to a volume `node` can attach, at most
@@ -311,6 +335,21 @@ impl Objects {
     fn unreserve(&mut self, reserved: &[ReservedClaim]) {
         for volume in reserved.iter().filter_map(|claim| claim.volume.as_ref()) {
             self.assumed.remove(&volume.0);
+        }
+    }
+
+    /// What attaching the claim's volume takes, as kube-scheduler's NodeVolumeLimits counts it: the bound
+    /// volume's `spec.csi`; for a claim not bound yet, a volume of its class's provisioner with the placeholder
+    /// handle `<namespace>-<claim>`. None when no CSI driver attaches it (a volume without `spec.csi`, a claim
+    /// whose volume or class is unknown).
+    fn attachment(&self, namespace: &str, name: &str) -> Option<AttachedVolume> {
+        let claim = self.claims.get(&(namespace.to_string(), name.to_string()))?;
+        match &claim.volume {
+            Some(volume) => self.volumes.get(volume)?.csi.clone(),
+            None => {
+                let class = self.classes.get(claim.class.as_deref()?)?;
+                class.provisioned.then(|| AttachedVolume { driver: class.provisioner.clone(), handle: format!("{namespace}-{name}") })
+            }
         }
     }
 
@@ -375,7 +414,7 @@ mod tests {
         let mut pod: Pod = crate::cluster::convert::pod(&serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {"containers": [{"name": "a"}]}
         })).unwrap()).unwrap();
-        pod.volume_claims = claims.iter().map(|name| VolumeClaim { name: name.to_string(), requirement: ClaimRequirement::Anywhere }).collect();
+        pod.volume_claims = claims.iter().map(|name| VolumeClaim { name: name.to_string(), requirement: ClaimRequirement::Anywhere, attachment: None }).collect();
         pod
     }
 
@@ -385,9 +424,9 @@ mod tests {
         let claim = |volume: Option<&str>, class: Option<&str>| Claim { volume: volume.map(str::to_string), class: class.map(str::to_string), bound: volume.is_some(), ..Claim::default() };
         objects.upsert_volume("zonal", Volume { node_affinity: Some(zone("a")), ..Volume::default() });
         objects.upsert_volume("anywhere", Volume { node_affinity: None, ..Volume::default() });
-        objects.upsert_class("late", Class { wait_for_first_consumer: true, provisioned: true, allowed_topologies: zone("b") });
-        objects.upsert_class("local", Class { wait_for_first_consumer: true, provisioned: false, allowed_topologies: Vec::new() });
-        objects.upsert_class("eager", Class { wait_for_first_consumer: false, provisioned: true, allowed_topologies: Vec::new() });
+        objects.upsert_class("late", Class { wait_for_first_consumer: true, provisioned: true, allowed_topologies: zone("b"), ..Class::default() });
+        objects.upsert_class("local", Class { wait_for_first_consumer: true, provisioned: false, allowed_topologies: Vec::new(), ..Class::default() });
+        objects.upsert_class("eager", Class { wait_for_first_consumer: false, provisioned: true, allowed_topologies: Vec::new(), ..Class::default() });
         objects.upsert_claim("ns", "on-zonal", claim(Some("zonal"), None));
         objects.upsert_claim("ns", "on-anywhere", claim(Some("anywhere"), None));
         objects.upsert_claim("ns", "on-missing", claim(Some("gone"), None));
@@ -435,7 +474,7 @@ mod tests {
             volume_mode: "Filesystem".into(),
             ..Volume::default()
         };
-        objects.upsert_class("local", Class { wait_for_first_consumer: true, provisioned: false, allowed_topologies: Vec::new() });
+        objects.upsert_class("local", Class { wait_for_first_consumer: true, provisioned: false, allowed_topologies: Vec::new(), ..Class::default() });
         objects.upsert_volume("a-big", local("a", 100));
         objects.upsert_volume("a-fit", local("a", 10));
         objects.upsert_volume("a-small", local("a", 1));
@@ -501,7 +540,7 @@ mod tests {
             volume_mode: "Filesystem".into(),
             ..Volume::default()
         };
-        objects.upsert_class("fast", Class { wait_for_first_consumer: true, provisioned: true, allowed_topologies: zone("b") });
+        objects.upsert_class("fast", Class { wait_for_first_consumer: true, provisioned: true, allowed_topologies: zone("b"), ..Class::default() });
         objects.upsert_volume("hdd", volume("hdd", 5));
         objects.upsert_volume("ssd", volume("ssd", 10));
         let selector = wasp_sdk::types::LabelSelector { match_labels: vec![("tier".into(), "ssd".into())], match_expressions: Vec::new() };
@@ -516,6 +555,30 @@ mod tests {
         let resolved = objects.resolved(&pod_with(&["second"])).unwrap().unwrap();
         assert_eq!(resolved.volume_claims[0].requirement, ClaimRequirement::Unresolvable(BIND_CONFLICT_REASON.into()));
         assert!(objects.reserve("ns", &["second".into()], &node).is_err());
+    }
+
+    #[test]
+    fn claims_attach_their_volumes_csi_handle_or_their_classs_placeholder() {
+        let objects = VolumeObjects::default();
+        let disk = |handle: &str| Some(AttachedVolume { driver: "disk.csi".into(), handle: handle.into() });
+        objects.upsert_class("disks", Class { wait_for_first_consumer: true, provisioned: true, provisioner: "disk.csi".into(), ..Class::default() });
+        objects.upsert_class("local", Class { wait_for_first_consumer: true, provisioned: false, provisioner: "kubernetes.io/no-provisioner".into(), ..Class::default() });
+        objects.upsert_volume("pv-1", Volume { csi: disk("vol-1"), ..Volume::default() });
+        objects.upsert_volume("nfs", Volume::default());
+        objects.upsert_claim("ns", "bound", Claim { volume: Some("pv-1".into()), bound: true, ..Claim::default() });
+        objects.upsert_claim("ns", "on-nfs", Claim { volume: Some("nfs".into()), bound: true, ..Claim::default() });
+        objects.upsert_claim("ns", "waiting", Claim { class: Some("disks".into()), ..Claim::default() });
+        objects.upsert_claim("ns", "local", Claim { class: Some("local".into()), ..Claim::default() });
+        let mut pod = pod_with(&["bound", "on-nfs", "waiting", "local", "absent"]);
+        assert!(objects.attach(&mut pod));
+        let attachments: Vec<Option<AttachedVolume>> = pod.volume_claims.iter().map(|claim| claim.attachment.clone()).collect();
+        assert_eq!(attachments, [disk("vol-1"), None, disk("ns-waiting"), None, None], "kube-scheduler's placeholder for a claim to provision");
+        assert!(!objects.attach(&mut pod), "nothing changed");
+        // Provisioned: the claim now names its real volume.
+        objects.upsert_volume("pv-2", Volume { csi: disk("vol-2"), ..Volume::default() });
+        objects.upsert_claim("ns", "waiting", Claim { class: Some("disks".into()), volume: Some("pv-2".into()), bound: true, ..Claim::default() });
+        assert!(objects.attach(&mut pod));
+        assert_eq!(pod.volume_claims[2].attachment, disk("vol-2"));
     }
 
     #[tokio::test]

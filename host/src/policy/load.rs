@@ -145,12 +145,12 @@ mod tests {
 
     #[test]
     fn versions() {
-        assert!(compatible("0.7.0"));
-        assert!(compatible("0.7.7"));
-        assert!(!compatible("0.6.0"));
-        assert!(!compatible("0.8.0"));
+        assert!(compatible("0.8.0"));
+        assert!(compatible("0.8.7"));
+        assert!(!compatible("0.7.0"));
+        assert!(!compatible("0.9.0"));
         assert!(!compatible("1.2.0"));
         assert!(!compatible(""));
-        assert_eq!(compatible_range(), "0.7.x");
+        assert_eq!(compatible_range(), "0.8.x");
     }
 }

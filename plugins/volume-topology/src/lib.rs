@@ -4,15 +4,21 @@
 //! its StorageClass's `allowedTopologies` allow a volume to be made (the host unions the two into the claim's
 //! terms). The host resolves the claims against the cluster's claims, volumes and classes before the call, and
 //! gives or provisions `WaitForFirstConsumer` claims their volumes on the chosen node before it binds the pod.
+//!
+//! It is kube-scheduler's NodeVolumeLimits for CSI volumes too, checked first as kube-scheduler orders the two: a
+//! node whose CSINode limits how many volumes a driver attaches takes the pod only if the pod's volumes not yet
+//! attached there (another pod on the node may already use one) keep each driver within its limit.
 
 use wasp_sdk::policy::verdicts_for;
-use wasp_sdk::types::{ClaimRequirement, FilterResult, Node, NodeId, NodeSelectorTerm, Pod, ViewScope};
+use wasp_sdk::types::{AttachedVolume, ClaimRequirement, FilterResult, Node, NodeId, NodeSelectorTerm, Pod, ViewScope};
 use wasp_sdk::{Cluster, Filter, NoSettings, NodeFacts, NodeInfo, PodFacts, Policy, Verdict};
 
 /// kube-scheduler's `ErrReasonNodeConflict`.
 pub const NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
 /// kube-scheduler's `ErrReasonBindConflict`: no volume can be provisioned (or found) for the node.
 pub const BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
+/// kube-scheduler's NodeVolumeLimits `ErrReasonMaxVolumeCountExceeded`.
+pub const MAX_VOLUME_COUNT: &str = "node(s) exceed max volume count";
 
 pub struct VolumeTopology;
 
@@ -33,8 +39,26 @@ fn any_term_matches(terms: &[NodeSelectorTerm], node: &Node) -> bool {
     terms.iter().any(|term| term.matches(node))
 }
 
+/// Whether attaching the pod's volumes that the node does not have yet would take a driver past the node's limit.
+fn exceeds_volume_limits(pod: &Pod, node: &NodeInfo) -> bool {
+    if node.node.volume_limits.is_empty() {
+        return false;
+    }
+    let attached = &node.usage.attached_volumes;
+    let mut new: Vec<&AttachedVolume> = pod.volume_claims.iter().filter_map(|claim| claim.attachment.as_ref()).filter(|volume| !attached.contains(volume)).collect();
+    new.sort_by(|a, b| (&a.driver, &a.handle).cmp(&(&b.driver, &b.handle)));
+    new.dedup();
+    node.node.volume_limits.iter().any(|(driver, limit)| {
+        let adding = new.iter().filter(|volume| volume.driver == *driver).count();
+        adding > 0 && attached.iter().filter(|volume| volume.driver == *driver).count() + adding > *limit as usize
+    })
+}
+
 impl Filter for VolumeTopology {
     fn filter(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> Verdict {
+        if exceeds_volume_limits(pod, node) {
+            return Verdict::reject(MAX_VOLUME_COUNT);
+        }
         for claim in &pod.volume_claims {
             match &claim.requirement {
                 ClaimRequirement::Anywhere => {}
@@ -113,6 +137,43 @@ mod tests {
         let reason = "persistentvolumeclaim \"data\" not found";
         let pod = PodBuilder::new("db").claim("data", ClaimRequirement::Unresolvable(reason.into())).build();
         assert!(outcome(&pod).iter().all(|(_, rejected)| rejected.as_deref() == Some(reason)));
+    }
+
+    #[test]
+    fn a_node_at_its_drivers_volume_limit_takes_only_volumes_already_attached_there() {
+        const DISK: &str = "disk.csi.example.com";
+        let mut cluster = Cluster::for_policy::<VolumeTopology>();
+        let full = cluster.add_node(NodeBuilder::new("full").volume_limit(DISK, 2).volume_limit("files.csi.example.com", 0).build());
+        let roomy = cluster.add_node(NodeBuilder::new("roomy").volume_limit(DISK, 3).build());
+        cluster.add_node(NodeBuilder::new("unlimited").build());
+        for node in [full, roomy] {
+            cluster.bind(PodBuilder::new("db-0").attached_claim("data", DISK, &format!("vol-{node}-1")).build(), node);
+            cluster.bind(PodBuilder::new("db-1").attached_claim("data", DISK, &format!("vol-{node}-2")).build(), node);
+        }
+        let outcome = |pod: &Pod| -> Vec<Option<String>> {
+            verdicts(&VolumeTopology, pod, &cluster)
+                .into_iter()
+                .map(|(_, verdict)| match verdict {
+                    Verdict::Pass => None,
+                    Verdict::Reject(reasons) => Some(reasons.join(", ")),
+                })
+                .collect()
+        };
+        let exceeds = Some(MAX_VOLUME_COUNT.to_string());
+        let new_disk = PodBuilder::new("db-2").attached_claim("data", DISK, "vol-new").build();
+        assert_eq!(outcome(&new_disk), [exceeds.clone(), None, None], "2 of 2 attached on full, 2 of 3 on roomy");
+        // A volume already attached to the node (shared with a pod there) costs nothing more.
+        let shared = PodBuilder::new("reader").attached_claim("data", DISK, &format!("vol-{full}-1")).build();
+        assert_eq!(outcome(&shared), [None, None, None]);
+        // Two new volumes: roomy has room for one only.
+        let two = PodBuilder::new("db-3").attached_claim("a", DISK, "vol-x").attached_claim("b", DISK, "vol-y").build();
+        assert_eq!(outcome(&two), [exceeds.clone(), exceeds.clone(), None]);
+        // The same new volume through two claims counts once; another driver's limit is its own.
+        let same_twice = PodBuilder::new("db-4").attached_claim("a", DISK, "vol-z").attached_claim("b", DISK, "vol-z").build();
+        assert_eq!(outcome(&same_twice), [exceeds.clone(), None, None]);
+        let files = PodBuilder::new("share").attached_claim("files", "files.csi.example.com", "share-1").build();
+        assert_eq!(outcome(&files), [exceeds, None, None], "a limit of 0 takes none");
+        assert_eq!(outcome(&PodBuilder::new("plain").build()), [None, None, None]);
     }
 
     #[test]
