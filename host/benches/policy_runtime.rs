@@ -37,6 +37,7 @@ fn host_node(index: usize) -> host::Node {
         allocatable_pods: 110,
         conditions: vec![host::Condition { kind: "Ready".into(), status: "True".into() }],
         images: Vec::new(),
+        volume_limits: Vec::new(),
     }
 }
 

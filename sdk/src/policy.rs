@@ -159,14 +159,18 @@ pub trait Score {
         Normalization::None
     }
 
-    /// Scores every candidate and normalizes. Override it to compute something once per pod.
+    /// Scores every candidate and normalizes. Override it to compute something once per pod (with
+    /// [`scores_for`]).
     fn score_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> Vec<u32> {
-        let raw: Vec<i64> = candidates
-            .iter()
-            .map(|&id| cluster.node(id).map_or(0, |node| self.score(pod, node, cluster)))
-            .collect();
-        normalize(&raw, self.normalization())
+        scores_for(cluster, candidates, self.normalization(), |node| self.score(pod, node, cluster))
     }
+}
+
+/// Runs `score` on every candidate node and normalizes; ids the view does not hold score 0.
+#[inline]
+pub fn scores_for(cluster: &Cluster, candidates: &[NodeId], normalization: Normalization, mut score: impl FnMut(&NodeInfo) -> i64) -> Vec<u32> {
+    let raw: Vec<i64> = candidates.iter().map(|&id| cluster.node(id).map_or(0, &mut score)).collect();
+    normalize(&raw, normalization)
 }
 
 /// kube-scheduler's `DefaultNormalizeScore` with a maximum of 100.

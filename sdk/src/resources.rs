@@ -190,6 +190,17 @@ impl Resources {
     pub fn scalar(&self, name: &str) -> u64 {
         self.scalar.iter().find(|(key, _)| key == name).map_or(0, |(_, value)| *value)
     }
+
+    /// The amount of a resource by its Kubernetes name, as [`ResourceVector::get`] reads it, without building a
+    /// vector: scoring reads a node's allocatable and usage this way for every candidate.
+    pub fn get(&self, name: &str) -> u64 {
+        match name {
+            "cpu" => self.cpu_millis,
+            "memory" => self.memory_bytes,
+            "ephemeral-storage" => self.ephemeral_storage_bytes,
+            scalar => self.scalar(scalar),
+        }
+    }
 }
 
 impl Pod {

@@ -3,7 +3,8 @@
 //! the standard deviation of `requested / allocatable` over the configured resources.
 
 use wasp_sdk::resources::{validate_resource_weights, ResourceVector, ResourceWeightSettings};
-use wasp_sdk::types::Pod;
+use wasp_sdk::policy::{scores_for, Normalization};
+use wasp_sdk::types::{NodeId, Pod};
 use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
 
 pub struct BalancedAllocation {
@@ -22,21 +23,18 @@ impl Policy for BalancedAllocation {
     }
 }
 
-impl Score for BalancedAllocation {
-    fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
-        let wanted = pod.requests();
+impl BalancedAllocation {
+    fn score_with(&self, wanted: &ResourceVector, node: &NodeInfo) -> i64 {
         // A pod that requests none of the resources does not change any balance (kube-scheduler skips it).
         if self.resources.iter().all(|name| wanted.get(name) == 0) {
             return 0;
         }
-        let allocatable = ResourceVector::from(&node.node.allocatable);
-        let mut requested = ResourceVector::from(&node.usage.requested);
-        requested.add(&wanted);
+        let (allocatable, requested) = (&node.node.allocatable, &node.usage.requested);
         let fractions: Vec<f64> = self
             .resources
             .iter()
             .filter(|name| allocatable.get(name) > 0)
-            .map(|name| (requested.get(name) as f64 / allocatable.get(name) as f64).min(1.0))
+            .map(|name| (requested.get(name).saturating_add(wanted.get(name)) as f64 / allocatable.get(name) as f64).min(1.0))
             .collect();
         if fractions.is_empty() {
             return 0;
@@ -44,6 +42,17 @@ impl Score for BalancedAllocation {
         let mean = fractions.iter().sum::<f64>() / fractions.len() as f64;
         let variance = fractions.iter().map(|fraction| (fraction - mean).powi(2)).sum::<f64>() / fractions.len() as f64;
         ((1.0 - variance.sqrt()) * 100.0) as i64
+    }
+}
+
+impl Score for BalancedAllocation {
+    fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
+        self.score_with(&pod.requests(), node)
+    }
+
+    fn score_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> Vec<u32> {
+        let wanted = pod.requests();
+        scores_for(cluster, candidates, Normalization::None, |node| self.score_with(&wanted, node))
     }
 }
 

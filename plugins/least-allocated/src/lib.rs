@@ -2,9 +2,9 @@
 //! `(allocatable - requested) * 100 / allocatable` after placing the pod (pods without requests count 100m CPU
 //! and 200 MiB), averaged with the configured weights. Spreads load across nodes.
 
-use wasp_sdk::allocation::weighted;
+use wasp_sdk::allocation::{weighted, weighted_scores, PodRequests};
 use wasp_sdk::resources::{validate_resource_weights, ResourceWeight, ResourceWeightSettings};
-use wasp_sdk::types::Pod;
+use wasp_sdk::types::{NodeId, Pod};
 use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
 
 pub struct LeastAllocated {
@@ -23,11 +23,18 @@ impl Policy for LeastAllocated {
     }
 }
 
+/// The share of the resource left free with the pod placed, in percent.
+fn free_share(requested: u64, allocatable: u64) -> i64 {
+    if requested > allocatable { 0 } else { ((allocatable - requested) as u128 * 100 / allocatable as u128) as i64 }
+}
+
 impl Score for LeastAllocated {
     fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
-        weighted(pod, node, &self.resources, |requested, allocatable| {
-            if requested > allocatable { 0 } else { ((allocatable - requested) as u128 * 100 / allocatable as u128) as i64 }
-        })
+        weighted(&PodRequests::of(pod), node, &self.resources, free_share)
+    }
+
+    fn score_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> Vec<u32> {
+        weighted_scores(pod, cluster, candidates, &self.resources, free_share)
     }
 }
 

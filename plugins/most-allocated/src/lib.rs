@@ -2,9 +2,9 @@
 //! `min(requested, allocatable) * 100 / allocatable` after placing the pod, averaged with the configured weights:
 //! fuller nodes score higher, so pods pack onto few nodes and the rest can be scaled away.
 
-use wasp_sdk::allocation::weighted;
+use wasp_sdk::allocation::{weighted, weighted_scores, PodRequests};
 use wasp_sdk::resources::{validate_resource_weights, ResourceWeight, ResourceWeightSettings};
-use wasp_sdk::types::Pod;
+use wasp_sdk::types::{NodeId, Pod};
 use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
 
 pub struct MostAllocated {
@@ -23,9 +23,18 @@ impl Policy for MostAllocated {
     }
 }
 
+/// The share of the resource requested with the pod placed, in percent (at most 100).
+fn used_share(requested: u64, allocatable: u64) -> i64 {
+    (requested.min(allocatable) as u128 * 100 / allocatable as u128) as i64
+}
+
 impl Score for MostAllocated {
     fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
-        weighted(pod, node, &self.resources, |requested, allocatable| (requested.min(allocatable) as u128 * 100 / allocatable as u128) as i64)
+        weighted(&PodRequests::of(pod), node, &self.resources, used_share)
+    }
+
+    fn score_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> Vec<u32> {
+        weighted_scores(pod, cluster, candidates, &self.resources, used_share)
     }
 }
 

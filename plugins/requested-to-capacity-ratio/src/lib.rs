@@ -5,9 +5,10 @@
 //! and any other curve (pack up to 70%, then avoid) is a setting.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::allocation::requested_and_allocatable;
+use wasp_sdk::allocation::{requested_and_allocatable, PodRequests};
+use wasp_sdk::policy::{scores_for, Normalization};
 use wasp_sdk::resources::{validate_resource_weights, ResourceWeight};
-use wasp_sdk::types::Pod;
+use wasp_sdk::types::{NodeId, Pod};
 use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -86,11 +87,11 @@ impl RequestedToCapacityRatio {
     }
 }
 
-impl Score for RequestedToCapacityRatio {
-    fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
+impl RequestedToCapacityRatio {
+    fn score_with(&self, wanted: &PodRequests, node: &NodeInfo) -> i64 {
         let (mut total, mut weights) = (0, 0);
         for resource in &self.resources {
-            let Some((requested, allocatable)) = requested_and_allocatable(pod, node, &resource.name) else { continue };
+            let Some((requested, allocatable)) = requested_and_allocatable(wanted, node, &resource.name) else { continue };
             let utilization = if requested > allocatable { 100 } else { (requested as u128 * 100 / allocatable as u128) as i64 };
             let score = self.shape_at(utilization);
             if score > 0 {
@@ -99,6 +100,17 @@ impl Score for RequestedToCapacityRatio {
             }
         }
         if weights == 0 { 0 } else { (total as f64 / weights as f64).round() as i64 }
+    }
+}
+
+impl Score for RequestedToCapacityRatio {
+    fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
+        self.score_with(&PodRequests::of(pod), node)
+    }
+
+    fn score_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> Vec<u32> {
+        let wanted = PodRequests::of(pod);
+        scores_for(cluster, candidates, Normalization::None, |node| self.score_with(&wanted, node))
     }
 }
 
