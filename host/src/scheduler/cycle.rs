@@ -100,6 +100,20 @@ fn filter_in_parallel(
     candidates
 }
 
+/// The threads that filter in parallel, started once: a thread started per pod (two per split segment, a few
+/// thousand a second) cost more in stacks mapped and unmapped and in wake-ups than the filtering it shared out.
+/// Its own pool, not rayon's global one, where wasmtime compiles new policy versions.
+fn filter_pool() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(parallelism())
+            .thread_name(|index| format!("wasp-filter-{index}"))
+            .build()
+            .expect("the filter threads start")
+    })
+}
+
 /// [`filter_chain`] over `candidates` cut into one part per thread.
 fn filter_split(
     filters: &[Arc<dyn SchedulingPolicy>],
@@ -109,18 +123,16 @@ fn filter_split(
     threads: usize,
     rejections: &mut Rejections,
 ) -> Vec<NodeId> {
+    use rayon::prelude::*;
     let chunk = candidates.len().div_ceil(threads);
-    let results: Vec<(Vec<NodeId>, Rejections)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = candidates
-            .chunks(chunk)
+    let results: Vec<(Vec<NodeId>, Rejections)> = filter_pool().install(|| {
+        candidates
+            .par_chunks(chunk)
             .map(|part| {
-                scope.spawn(move || {
-                    let mut local = Rejections::default();
-                    (filter_chain(filters, cluster, pod, part.to_vec(), &mut local), local)
-                })
+                let mut local = Rejections::default();
+                (filter_chain(filters, cluster, pod, part.to_vec(), &mut local), local)
             })
-            .collect();
-        workers.into_iter().map(|worker| worker.join().expect("filter worker panicked")).collect()
+            .collect()
     });
     let mut survivors = Vec::new();
     for (part, local) in results {
