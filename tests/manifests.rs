@@ -645,6 +645,17 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     let event = evicted.iter().find(|event| on_tainted.iter().any(|name| event.involved_object.name.as_deref() == Some(name.as_str()))).unwrap_or_else(|| panic!("{evicted:?}"));
     let message = event.message.as_deref().unwrap();
     assert!(message.starts_with(&format!("Evicted from node {tainted} by policy remove-pods-violating-node-taints")), "{message}");
+    // The evicted pod's replacement is bound before the binding rule is taken away below (else its binding is the
+    // refusal that step counts).
+    wait_for("web's replacement to be bound", patience, || async {
+        let listed = pods.list(&ListParams::default().labels("app=web")).await.map_err(|error| error.to_string())?.items;
+        let live: Vec<&Pod> = listed.iter().filter(|pod| pod.metadata.deletion_timestamp.is_none()).collect();
+        match live.len() == 2 && live.iter().all(|pod| node_of(pod).is_some()) {
+            true => Ok(()),
+            false => Err(format!("{} live, {} bound", live.len(), live.iter().filter(|pod| node_of(pod).is_some()).count())),
+        }
+    })
+    .await;
 
     // Leader election renews (every 2 s): the Lease changed since it was acquired, still ours.
     wait_for("a renewal of the Lease", patience, || async {
