@@ -1,0 +1,285 @@
+// Command wasp-controlplane runs a real Kubernetes control plane in one process, for wasp's end-to-end tests
+// and for trying wasp on real Kubernetes without a cloud: etcd, kube-apiserver, kube-controller-manager, kwok's
+// node and pod lifecycle in place of kubelets, optionally kube-scheduler. It writes an admin kubeconfig, prints
+// where it is once the cluster is ready, and stops cleanly on SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+type options struct {
+	dataDir       string
+	kubeconfig    string
+	port          int
+	kubeScheduler bool
+	keep          bool
+}
+
+func main() {
+	var opts options
+	flag.StringVar(&opts.dataDir, "data-dir", "", "directory for etcd's data, certificates, kubeconfigs, logs and the audit log (default: a new temporary directory, removed on exit)")
+	flag.StringVar(&opts.kubeconfig, "kubeconfig", "", "where to write the admin kubeconfig (default: DATA-DIR/admin.kubeconfig)")
+	flag.IntVar(&opts.port, "port", 0, "kube-apiserver's port on 127.0.0.1 (default: a free one)")
+	flag.BoolVar(&opts.kubeScheduler, "kube-scheduler", false, "also run kube-scheduler (scheduler name default-scheduler)")
+	flag.BoolVar(&opts.keep, "keep", false, "keep the data directory on exit")
+	flag.Parse()
+	if err := run(opts); err != nil {
+		fmt.Fprintf(os.Stderr, "wasp-controlplane: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(opts options) error {
+	started := time.Now()
+	temporary := opts.dataDir == ""
+	if temporary {
+		dir, err := os.MkdirTemp("", "wasp-controlplane-")
+		if err != nil {
+			return err
+		}
+		opts.dataDir = dir
+	}
+	if err := os.MkdirAll(opts.dataDir, 0o700); err != nil {
+		return err
+	}
+	if temporary && !opts.keep {
+		defer os.RemoveAll(opts.dataDir)
+	}
+	if opts.kubeconfig == "" {
+		opts.kubeconfig = filepath.Join(opts.dataDir, "admin.kubeconfig")
+	}
+	logFile, err := os.Create(filepath.Join(opts.dataDir, "controlplane.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	// The components log through klog (kwok through slog); their logs go to a file, this command's own lines
+	// to stdout.
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	for name, value := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
+		if err := klogFlags.Set(name, value); err != nil {
+			return err
+		}
+	}
+	klog.SetOutput(logFile)
+	slog.SetDefault(slog.New(slog.NewTextHandler(logFile, nil)))
+
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	if opts.port == 0 {
+		opts.port = ports[2]
+	}
+	p, err := makePKI(filepath.Join(opts.dataDir, "pki"))
+	if err != nil {
+		return fmt.Errorf("certificates: %w", err)
+	}
+	etcd, etcdURL, err := startEtcd(opts.dataDir, ports[0], ports[1])
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	components := newGroup(ctx)
+
+	resolver := &localServiceResolver{}
+	apiserverapp.SetServiceResolverForTests(resolver)
+	args, err := apiserverArgs(p, etcdURL, opts.port, opts.dataDir)
+	if err != nil {
+		return err
+	}
+	components.start("kube-apiserver", func(ctx context.Context) error { return runAPIServer(ctx, args) })
+
+	server := fmt.Sprintf("https://127.0.0.1:%d", opts.port)
+	for identity, path := range map[string]string{
+		"admin":                   opts.kubeconfig,
+		"kube-controller-manager": filepath.Join(opts.dataDir, "kube-controller-manager.kubeconfig"),
+		"kube-scheduler":          filepath.Join(opts.dataDir, "kube-scheduler.kubeconfig"),
+		"kwok":                    filepath.Join(opts.dataDir, "kwok.kubeconfig"),
+	} {
+		if err := writeKubeconfig(p, server, identity, path); err != nil {
+			return fmt.Errorf("kubeconfig %s: %w", identity, err)
+		}
+	}
+	admin, err := waitForAPIServer(ctx, components, opts.kubeconfig)
+	if err != nil {
+		return err
+	}
+	factory := informers.NewSharedInformerFactory(admin, 0)
+	services := factory.Core().V1().Services().Lister()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	resolver.services.Store(&services)
+
+	controllerArgs := controllerManagerArgs(p, filepath.Join(opts.dataDir, "kube-controller-manager.kubeconfig"))
+	components.start("kube-controller-manager", func(ctx context.Context) error { return runControllerManager(ctx, controllerArgs) })
+	components.start("kwok", func(ctx context.Context) error {
+		if err := runKwok(ctx, filepath.Join(opts.dataDir, "kwok.kubeconfig")); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return nil
+	})
+	if opts.kubeScheduler {
+		schedulerKubeconfig := filepath.Join(opts.dataDir, "kube-scheduler.kubeconfig")
+		components.start("kube-scheduler", func(ctx context.Context) error { return runScheduler(ctx, schedulerArgs(schedulerKubeconfig)) })
+	}
+	if err := waitForDefaultServiceAccount(ctx, components, admin); err != nil {
+		return err
+	}
+	fmt.Printf("kubeconfig: %s\n", opts.kubeconfig)
+	fmt.Printf("server: %s\n", server)
+	fmt.Printf("data: %s\n", opts.dataDir)
+	fmt.Printf("audit log: %s\n", filepath.Join(opts.dataDir, "audit.log"))
+	fmt.Printf("ready in %.1fs\n", time.Since(started).Seconds())
+
+	<-components.done()
+	failed := components.failure()
+	fmt.Println("stopping")
+	components.wait(30 * time.Second)
+	return failed
+}
+
+// group runs the components, each on the shared context; the first to fail stops the rest.
+type group struct {
+	ctx     context.Context
+	mu      sync.Mutex
+	failed  error
+	running sync.WaitGroup
+	cancel  context.CancelFunc
+}
+
+func newGroup(parent context.Context) *group {
+	ctx, cancel := context.WithCancel(parent)
+	return &group{ctx: ctx, cancel: cancel}
+}
+
+func (g *group) start(name string, run func(context.Context) error) {
+	g.running.Add(1)
+	go func() {
+		defer g.running.Done()
+		err := run(g.ctx)
+		if err != nil && g.ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "wasp-controlplane: %s stopped: %v\n", name, err)
+			g.mu.Lock()
+			if g.failed == nil {
+				g.failed = fmt.Errorf("%s: %w", name, err)
+			}
+			g.mu.Unlock()
+			g.cancel()
+		}
+	}()
+}
+
+func (g *group) failure() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failed
+}
+
+// done is closed when a component failed (or the process is stopping).
+func (g *group) done() <-chan struct{} { return g.ctx.Done() }
+
+func (g *group) wait(limit time.Duration) {
+	g.cancel()
+	finished := make(chan struct{})
+	go func() { g.running.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(limit):
+		fmt.Fprintf(os.Stderr, "wasp-controlplane: components still stopping after %s; exiting\n", limit)
+	}
+}
+
+// waitForAPIServer polls /readyz until the API server is ready and returns an admin client.
+func waitForAPIServer(ctx context.Context, components *group, kubeconfig string) (kubernetes.Interface, error) {
+	config, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.After(90 * time.Second)
+	for {
+		status := 0
+		client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
+		if status == http.StatusOK {
+			return client, nil
+		}
+		select {
+		case <-components.done():
+			return nil, errors.Join(errors.New("kube-apiserver did not become ready"), components.failure())
+		case <-deadline:
+			return nil, fmt.Errorf("kube-apiserver not ready after 90s (last /readyz status %d); see controlplane.log", status)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitForDefaultServiceAccount waits for the serviceaccount controller to have made `default` in the default
+// namespace: until then the ServiceAccount admission plugin refuses pods there.
+func waitForDefaultServiceAccount(ctx context.Context, components *group, client kubernetes.Interface) error {
+	deadline := time.After(60 * time.Second)
+	for {
+		_, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			klog.InfoS("waiting for the default ServiceAccount", "err", err)
+		}
+		select {
+		case <-components.done():
+			return errors.Join(errors.New("the control plane stopped while starting"), components.failure())
+		case <-deadline:
+			return fmt.Errorf("no default ServiceAccount after 60s: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// freePorts finds n free TCP ports on the loopback interface.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	listeners := make([]net.Listener, 0, n)
+	defer func() {
+		for _, listener := range listeners {
+			listener.Close()
+		}
+	}()
+	for range n {
+		listener, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		listeners = append(listeners, listener)
+		ports = append(ports, listener.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
