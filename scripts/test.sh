@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# Runs every test: builds the policy components (the integration tests load them), then the whole workspace.
+# Runs every test: builds the policy components (the integration tests load them) and the real control plane
+# (tests/real_cluster.rs runs wasp on it), then the whole workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p target
+# The real control plane for tests/real_cluster.rs, built beside the Rust build: each leaves cores idle at
+# times (linking, the last crates of a dependency chain) that the other uses.
+./scripts/build-controlplane.sh > target/build-controlplane.log 2>&1 &
+controlplane_build=$!
 ./scripts/build-policies.sh
 # The container image's build: the host without the simulator (the Dockerfile's `--no-default-features
 # --features jemalloc`, less the allocator) must compile. A build, not a check: its dependencies are the tests'
 # own, compiled once for both (a cold `cargo check` compiles them a second time, metadata only: 12 minutes on the
 # CI machine's kind of host, measured).
 cargo build --quiet -p wasp --no-default-features
+if ! wait "$controlplane_build"; then
+  cat target/build-controlplane.log
+  echo "building the control plane failed" >&2
+  exit 1
+fi
 # Every test, with the simulator; without jemalloc, whose build from source costs minutes and which no test reads
 # (so not the crate that only declares it either).
 cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim "$@"

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod atomic_writer;
+pub mod control_plane;
 
 use k8s_openapi::api::core::v1 as core;
 use std::path::PathBuf;

@@ -1,0 +1,226 @@
+//! A real Kubernetes control plane for a test (`controlplane/`'s `wasp-controlplane`: etcd, kube-apiserver,
+//! kube-controller-manager, kwok), kubectl against it, and its audit log: what the API server recorded of every
+//! request, which tests count from.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary `scripts/test.sh` builds from controlplane/.
+pub fn binary() -> PathBuf {
+    let path = super::repo_root().join("target/controlplane/wasp-controlplane");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cd controlplane && go build -o ../target/controlplane/wasp-controlplane .` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+pub struct ControlPlane {
+    process: Child,
+    pub dir: tempfile::TempDir,
+    /// The admin kubeconfig (`system:masters`).
+    pub kubeconfig: PathBuf,
+    pub server: String,
+    pub audit_log: PathBuf,
+}
+
+/// What kubectl did: whether it succeeded, its stdout and its stderr.
+pub struct Output {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ControlPlane {
+    /// Starts a control plane in a new directory and returns once it serves (the default ServiceAccount exists).
+    pub fn start() -> ControlPlane {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let mut process = Command::new(binary())
+            .arg("--data-dir")
+            .arg(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("wasp-controlplane starts");
+        let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
+        // Lines `NAME: VALUE`, in the order wasp-controlplane prints them, the last `ready in DURATION`.
+        let mut field = |name: &str| -> String {
+            loop {
+                let line = lines
+                    .next()
+                    .unwrap_or_else(|| panic!("wasp-controlplane exited before printing {name:?}; see {}/controlplane.log", dir.path().display()))
+                    .unwrap();
+                if let Some(value) = line.strip_prefix(&format!("{name}: ")).or_else(|| line.strip_prefix(&format!("{name} "))) {
+                    return value.to_string();
+                }
+            }
+        };
+        let kubeconfig = PathBuf::from(field("kubeconfig"));
+        let server = field("server");
+        let audit_log = PathBuf::from(field("audit log"));
+        let ready = field("ready in");
+        eprintln!("control plane at {server} ready in {ready} ({:.1}s with the process start)", started.elapsed().as_secs_f64());
+        ControlPlane { process, dir, kubeconfig, server, audit_log }
+    }
+
+    /// kubectl as the admin.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        kubectl_with(&self.kubeconfig, args, None)
+    }
+
+    /// kubectl as the admin, with `input` on its standard input.
+    pub fn kubectl_input(&self, args: &[&str], input: &str) -> Output {
+        kubectl_with(&self.kubeconfig, args, Some(input))
+    }
+
+    /// kubectl as the admin; fails the test if kubectl fails.
+    pub fn must(&self, args: &[&str]) -> String {
+        let output = self.kubectl(args);
+        assert!(output.ok, "kubectl {}: {}", args.join(" "), output.stderr);
+        output.stdout
+    }
+
+    /// `kubectl get ... -o json`, parsed.
+    pub fn get_json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.extend(["-o", "json"]);
+        serde_json::from_str(&self.must(&args)).unwrap()
+    }
+
+    /// A kubeconfig for `namespace/service_account`, with a token from the TokenRequest API (what a pod of that
+    /// ServiceAccount is given), written next to the admin's.
+    pub fn service_account_kubeconfig(&self, namespace: &str, service_account: &str) -> PathBuf {
+        let token = self.must(&["create", "token", service_account, "-n", namespace, "--duration=2h"]);
+        let admin: Value = serde_yaml::from_str(&std::fs::read_to_string(&self.kubeconfig).unwrap()).unwrap();
+        let authority = admin["clusters"][0]["cluster"]["certificate-authority-data"].as_str().unwrap();
+        let text = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "cluster", "cluster": {"server": self.server, "certificate-authority-data": authority}}],
+            "users": [{"name": service_account, "user": {"token": token.trim()}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "cluster", "user": service_account}}],
+            "current-context": "sa",
+        });
+        let path = self.dir.path().join(format!("{namespace}-{service_account}.kubeconfig"));
+        std::fs::write(&path, serde_json::to_string_pretty(&text).unwrap()).unwrap();
+        path
+    }
+
+    /// Every request the API server has recorded so far (audit events at Metadata level, stage ResponseComplete
+    /// or Panic), oldest first.
+    pub fn audit(&self) -> Vec<AuditEvent> {
+        let text = std::fs::read_to_string(&self.audit_log).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|event| event["stage"] == "ResponseComplete" || event["stage"] == "Panic")
+            .map(AuditEvent)
+            .collect()
+    }
+
+    /// Creates `count` Ready nodes (kwok keeps them so) named `{prefix}-{i}`, spread over `zones`, each with
+    /// `cpu` and `memory` allocatable.
+    pub fn create_nodes(&self, prefix: &str, count: usize, zones: &[&str], cpu: &str, memory: &str) {
+        let mut documents = String::new();
+        for index in 0..count {
+            let name = format!("{prefix}-{index}");
+            let zone = zones[index % zones.len()];
+            documents.push_str(&format!(
+                "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels: {{kubernetes.io/hostname: {name}, kubernetes.io/os: linux, topology.kubernetes.io/zone: {zone}}}\n  annotations: {{kwok.x-k8s.io/node: fake}}\nstatus:\n  allocatable: {{cpu: '{cpu}', memory: {memory}, pods: '110'}}\n  capacity: {{cpu: '{cpu}', memory: {memory}, pods: '110'}}\n"
+            ));
+        }
+        let output = self.kubectl_input(&["create", "-f", "-"], &documents);
+        assert!(output.ok, "creating nodes: {}", output.stderr);
+        wait_for(&format!("{count} {prefix} nodes Ready"), Duration::from_secs(60), || {
+            let nodes = self.get_json(&["get", "nodes", "-l", "kubernetes.io/os=linux"]);
+            nodes["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|node| node["metadata"]["name"].as_str().unwrap().starts_with(&format!("{prefix}-")))
+                .filter(|node| node["status"]["conditions"].as_array().is_some_and(|conditions| conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")))
+                .count()
+                == count
+        });
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        stop(&mut self.process, Duration::from_secs(30));
+    }
+}
+
+/// Stops a child process: SIGTERM, then SIGKILL after `patience`.
+pub fn stop(process: &mut Child, patience: Duration) {
+    let _ = Command::new("kill").arg("-TERM").arg(process.id().to_string()).status();
+    let deadline = Instant::now() + patience;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = process.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = process.kill();
+    let _ = process.wait();
+}
+
+/// kubectl with `kubeconfig`.
+pub fn kubectl_with(kubeconfig: &Path, args: &[&str], input: Option<&str>) -> Output {
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl is installed");
+    if let Some(input) = input {
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    Output { ok: output.status.success(), stdout: String::from_utf8_lossy(&output.stdout).into_owned(), stderr: String::from_utf8_lossy(&output.stderr).into_owned() }
+}
+
+/// Polls `condition` every 100 ms until it holds; fails the test naming `what` after `patience`.
+pub fn wait_for(what: &str, patience: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + patience;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out after {patience:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One request as the API server's audit log records it.
+pub struct AuditEvent(pub Value);
+
+impl AuditEvent {
+    pub fn user(&self) -> &str {
+        self.0["user"]["username"].as_str().unwrap_or("")
+    }
+    pub fn verb(&self) -> &str {
+        self.0["verb"].as_str().unwrap_or("")
+    }
+    pub fn resource(&self) -> &str {
+        self.0["objectRef"]["resource"].as_str().unwrap_or("")
+    }
+    pub fn subresource(&self) -> &str {
+        self.0["objectRef"]["subresource"].as_str().unwrap_or("")
+    }
+    pub fn name(&self) -> &str {
+        self.0["objectRef"]["name"].as_str().unwrap_or("")
+    }
+    pub fn namespace(&self) -> &str {
+        self.0["objectRef"]["namespace"].as_str().unwrap_or("")
+    }
+    pub fn code(&self) -> u64 {
+        self.0["responseStatus"]["code"].as_u64().unwrap_or(0)
+    }
+    pub fn uri(&self) -> &str {
+        self.0["requestURI"].as_str().unwrap_or("")
+    }
+}
