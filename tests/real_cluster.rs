@@ -73,6 +73,8 @@ struct Host {
     /// `--listen`: /healthz, /readyz, /metrics, /policies.
     listen: u16,
     log: PathBuf,
+    /// The policy directory, as the kubelet projects the policy ConfigMaps into the pod.
+    policies: AtomicWriter,
 }
 
 impl Drop for Host {
@@ -85,14 +87,16 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// GET http://127.0.0.1:port/path: the status code, or None when nothing answers.
-fn http_status(port: u16, path: &str) -> Option<u16> {
+/// GET http://127.0.0.1:port/path: the status code and the body, or None when nothing answers.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default();
+    Some((status, body))
 }
 
 impl Installed {
@@ -104,14 +108,7 @@ impl Installed {
         let home = self.cluster.dir.path().join(name);
         std::fs::create_dir_all(&home).unwrap();
         let policies = AtomicWriter::new(&home.join("policies"));
-        let bundle = self.cluster.get_json(&["get", "configmap", "wasp-policies", "-n", "wasp-system"]);
-        let payload: BTreeMap<String, Vec<u8>> = bundle["binaryData"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(file, data)| (file.clone(), base64::engine::general_purpose::STANDARD.decode(data.as_str().unwrap()).unwrap()))
-            .collect();
-        policies.write(&payload);
+        self.project_policies(&policies);
         let installed = self.cluster.get_json(&["get", "configmap", "wasp-config", "-n", "wasp-system"]);
         let config = installed["data"]["config.yaml"].as_str().unwrap();
         assert!(config.contains("policyDir: /etc/wasp/policies\n"), "{config}");
@@ -140,20 +137,106 @@ impl Installed {
             .arg("--tls-private-key-file")
             .arg(self.tls.join("tls.key"))
             .env("KUBECONFIG", &self.wasp_kubeconfig)
+            // The Lease holder's identity starts with it.
+            .env("HOSTNAME", name)
             .env("RUST_LOG", "info")
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
             .spawn()
             .unwrap();
-        let mut host = Host { process, listen, log };
+        let mut host = Host { process, listen, log, policies };
         wait_for(&format!("{name} Ready"), Duration::from_secs(120), || {
             if let Ok(Some(status)) = host.process.try_wait() {
                 panic!("wasp run exited ({status}): {}", std::fs::read_to_string(&host.log).unwrap_or_default());
             }
-            http_status(host.listen, "/readyz") == Some(200)
+            http_get(host.listen, "/readyz").is_some_and(|(status, _)| status == 200)
         });
         host
     }
+}
+
+/// The ConfigMaps the Deployment projects into the policy directory (manifests/30-deployment.yaml), all optional.
+const POLICY_CONFIG_MAPS: [&str; 9] =
+    ["wasp-policies", "wasp-policies-1", "wasp-policies-2", "wasp-policies-3", "wasp-policies-4", "wasp-policies-5", "wasp-policies-6", "wasp-policies-7", "wasp-policies-8"];
+
+impl Installed {
+    /// Writes the policy ConfigMaps that exist into `volume` as the kubelet updates a projected volume (there is
+    /// no kubelet here): one atomic swap of the whole payload.
+    fn project_policies(&self, volume: &AtomicWriter) {
+        let mut payload: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for name in POLICY_CONFIG_MAPS {
+            let found = self.cluster.kubectl(&["get", "configmap", name, "-n", "wasp-system", "-o", "json"]);
+            if !found.ok {
+                continue;
+            }
+            let config_map: Value = serde_json::from_str(&found.stdout).unwrap();
+            for (file, data) in config_map["binaryData"].as_object().into_iter().flatten() {
+                payload.insert(file.clone(), base64::engine::general_purpose::STANDARD.decode(data.as_str().unwrap()).unwrap());
+            }
+            for (file, data) in config_map["data"].as_object().into_iter().flatten() {
+                payload.insert(file.clone(), data.as_str().unwrap().as_bytes().to_vec());
+            }
+        }
+        volume.write(&payload);
+    }
+
+    /// Edits the installed `wasp-config` as `kubectl edit` would: the API server stores the new text.
+    fn edit_config(&self, edit: impl FnOnce(&str) -> String) {
+        let installed = self.cluster.get_json(&["get", "configmap", "wasp-config", "-n", "wasp-system"]);
+        let edited = edit(installed["data"]["config.yaml"].as_str().unwrap());
+        let mut config_map = installed.clone();
+        config_map["data"]["config.yaml"] = Value::String(edited);
+        let replaced = self.cluster.kubectl_input(&["replace", "-f", "-"], &config_map.to_string());
+        assert!(replaced.ok, "{}", replaced.stderr);
+    }
+
+    /// Stores a ConfigMap of loose policy files (`kubectl create configmap NAME --from-file=...`), replacing it
+    /// if it exists.
+    fn put_policies(&self, config_map: &str, files: &[(&str, PathBuf)]) {
+        let mut args = vec!["create".to_string(), "configmap".into(), config_map.into(), "-n".into(), "wasp-system".into(), "--dry-run=client".into(), "-o".into(), "json".into()];
+        for (name, path) in files {
+            args.push(format!("--from-file={name}={}", path.display()));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let document = self.cluster.must(&args);
+        let verb = if self.cluster.kubectl(&["get", "configmap", config_map, "-n", "wasp-system"]).ok { "replace" } else { "create" };
+        let stored = self.cluster.kubectl_input(&[verb, "-f", "-"], &document);
+        assert!(stored.ok, "{}", stored.stderr);
+    }
+
+    /// The Lease's holder identity (`NAME_xxxxxxxx` for the host started as NAME), if held.
+    fn lease_holder(&self) -> Option<String> {
+        let lease = self.cluster.kubectl(&["get", "lease", "wasp-scheduler", "-n", "wasp-system", "-o", "jsonpath={.spec.holderIdentity}"]);
+        Some(lease.stdout).filter(|holder| lease.ok && !holder.is_empty())
+    }
+}
+
+/// Creates `manifest` (YAML) as the admin.
+fn create(cluster: &ControlPlane, manifest: &str) {
+    let created = cluster.kubectl_input(&["create", "-f", "-"], manifest);
+    assert!(created.ok, "{}", created.stderr);
+}
+
+/// A Deployment of `replicas` pods scheduled by wasp, each requesting `cpu`, labelled app=NAME.
+fn deployment(name: &str, replicas: u32, cpu: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      schedulerName: wasp\n      containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: '{cpu}', memory: 64Mi}}}}}}]\n"
+    )
+}
+
+fn wait_available(cluster: &ControlPlane, name: &str, replicas: u64, patience: Duration) {
+    wait_for(&format!("Deployment {name}: {replicas} replicas Available"), patience, || {
+        let status = &cluster.get_json(&["get", "deployment", name, "-n", "default"])["status"];
+        status["availableReplicas"].as_u64() == Some(replicas) && status["updatedReplicas"].as_u64() == Some(replicas) && status["replicas"].as_u64() == Some(replicas)
+    });
+}
+
+/// Pod name -> node name of the bound pods of `namespace` with label selector `selector`.
+fn placements(cluster: &ControlPlane, namespace: &str, selector: &str) -> BTreeMap<String, String> {
+    pods(cluster, namespace, selector)
+        .iter()
+        .filter_map(|pod| Some((pod["metadata"]["name"].as_str()?.to_string(), pod["spec"]["nodeName"].as_str()?.to_string())))
+        .collect()
 }
 
 /// Pods of `namespace` with label selector `selector`.
@@ -298,4 +381,191 @@ fn the_real_api_server_calls_the_shipped_webhooks_and_pod_creation_survives_wasp
     assert!(slipped.ok, "pod creation failed with wasp stopped: {}", slipped.stderr);
     cluster.must(&["run", "unmutated", "-n", "team-a", "--image=nginx"]);
     assert_eq!(cluster.get_json(&["get", "pod", "unmutated", "-n", "team-a"])["spec"]["schedulerName"], "default-scheduler");
+}
+
+/// Follows the pods of `selector` through a watch (`kubectl get -w`, every change the API server sends) and keeps
+/// the fewest Ready and not deleted at any moment, once all `replicas` were Ready.
+struct FewestReady {
+    watch: Child,
+    fewest: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl FewestReady {
+    fn start(cluster: &ControlPlane, selector: &str, replicas: usize) -> FewestReady {
+        let mut watch = Command::new("kubectl")
+            .args(["get", "pods", "-n", "default", "-l", selector, "-w", "--output-watch-events", "-o", "json"])
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let fewest = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+        let stream = watch.stdout.take().unwrap();
+        let record = fewest.clone();
+        std::thread::spawn(move || {
+            let mut ready: BTreeMap<String, bool> = BTreeMap::new();
+            let mut counting = false;
+            for event in serde_json::Deserializer::from_reader(stream).into_iter::<Value>() {
+                let Ok(event) = event else { return };
+                let pod = &event["object"];
+                let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                let is_ready = event["type"] != "DELETED"
+                    && pod["metadata"]["deletionTimestamp"].is_null()
+                    && condition(pod, "Ready").is_some_and(|ready| ready["status"] == "True");
+                ready.insert(name, is_ready);
+                let now = ready.values().filter(|ready| **ready).count();
+                counting |= now == replicas;
+                if counting {
+                    record.fetch_min(now, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+        wait_for(&format!("the watch of {selector} to see {replicas} Ready"), Duration::from_secs(30), || {
+            fewest.load(std::sync::atomic::Ordering::SeqCst) != usize::MAX
+        });
+        FewestReady { watch, fewest }
+    }
+
+    fn fewest(&self) -> usize {
+        self.fewest.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for FewestReady {
+    fn drop(&mut self) {
+        let _ = self.watch.kill();
+        let _ = self.watch.wait();
+    }
+}
+
+#[test]
+fn a_node_labelled_for_maintenance_is_drained_one_pod_at_a_time_within_a_real_budget() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install();
+    let cluster = &installed.cluster;
+    // The shipped rescheduler with the maintenance drain added, as a user would `kubectl edit` it; an interval
+    // longer than the test, so that the runs are the ones a node's change triggers.
+    installed.edit_config(|config| {
+        assert!(config.contains("  interval: 5m\n  strategies:\n"), "{config}");
+        config.replace("  interval: 5m\n  strategies:\n", "  interval: 1h\n  strategies:\n  - {policy: drain-for-maintenance}\n")
+    });
+    cluster.create_nodes("worker", 3, &["zone-a"], "4", "16Gi");
+    let _host = installed.start_host("wasp-0");
+    create(cluster, &deployment("web", 6, "500m"));
+    // The budget would allow two web pods down at once; its status is the real disruption controller's.
+    create(cluster, "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\nspec:\n  maxUnavailable: 2\n  selector: {matchLabels: {app: web}}\n");
+    wait_available(cluster, "web", 6, Duration::from_secs(60));
+    wait_for("the disruption controller to count 6 healthy web pods", Duration::from_secs(60), || {
+        let status = &cluster.get_json(&["get", "pdb", "web", "-n", "default"])["status"];
+        status["currentHealthy"].as_u64() == Some(6) && status["disruptionsAllowed"].as_u64() == Some(2)
+    });
+    let before = placements(cluster, "default", "app=web");
+    let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+    for node in before.values() {
+        *per_node.entry(node.as_str()).or_default() += 1;
+    }
+    let (marked, moving) = per_node.iter().max_by_key(|(_, count)| **count).map(|(node, count)| (node.to_string(), *count)).unwrap();
+    assert!(moving >= 2, "six pods over three nodes: {before:?}");
+    let fewest_ready = FewestReady::start(cluster, "app=web", 6);
+
+    cluster.must(&["label", "node", &marked, "wasp.dev/maintenance=kernel-upgrade"]);
+    wait_for(&format!("no web pod left on {marked}"), Duration::from_secs(120), || {
+        let now = placements(cluster, "default", "app=web");
+        now.len() == 6 && !now.values().any(|node| *node == marked)
+    });
+    wait_available(cluster, "web", 6, Duration::from_secs(60));
+
+    // What the API server recorded: one accepted eviction per pod that was on the node, all through the
+    // Eviction API by wasp, none refused by the budget (the host paces itself: a 429 would mean it asked for more
+    // than the budget allowed at that moment).
+    let audit = cluster.audit();
+    let evictions: Vec<_> = audit.iter().filter(|event| event.subresource() == "eviction" && event.verb() == "create").collect();
+    assert!(evictions.iter().all(|event| event.user() == WASP_USER));
+    let evicted: BTreeSet<&str> = evictions.iter().filter(|event| event.code() == 201).map(|event| event.name()).collect();
+    let were_there: BTreeSet<&str> = before.iter().filter(|(_, node)| **node == marked).map(|(pod, _)| pod.as_str()).collect();
+    assert_eq!(evicted, were_there, "each web pod on {marked} evicted, and only those");
+    assert_eq!(evictions.iter().filter(|event| event.code() == 201).count(), moving, "each evicted once");
+    let refused: Vec<u64> = evictions.iter().map(|event| event.code()).filter(|code| *code != 201).collect();
+    assert!(refused.is_empty(), "evictions the API server refused: {refused:?}");
+    // The budget allowed two at once; wasp waited for each replacement to be Ready before the next.
+    assert_eq!(fewest_ready.fewest(), 5, "never more than one web pod down at a time");
+    assert!(!audit.iter().any(|event| event.user() == WASP_USER && event.code() == 403), "a request of wasp refused by RBAC");
+}
+
+#[test]
+fn the_standby_takes_the_real_lease_when_the_leader_dies_and_no_pod_is_bound_twice() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install();
+    let cluster = &installed.cluster;
+    cluster.create_nodes("worker", 6, &["zone-a", "zone-b"], "8", "32Gi");
+    let mut hosts = vec![installed.start_host("wasp-0"), installed.start_host("wasp-1")];
+    wait_for("a host to hold the Lease", Duration::from_secs(60), || installed.lease_holder().is_some());
+    create(cluster, &deployment("web", 40, "100m"));
+    wait_available(cluster, "web", 40, Duration::from_secs(120));
+
+    // The leader dies without letting go of the Lease (SIGKILL); the standby takes over once it has expired.
+    let holder = installed.lease_holder().unwrap();
+    let leader = if holder.starts_with("wasp-0_") { 0 } else { 1 };
+    assert!(holder.starts_with(&format!("wasp-{leader}_")), "{holder}");
+    let mut dead = hosts.remove(leader);
+    dead.process.kill().unwrap();
+    dead.process.wait().unwrap();
+    let standby = format!("wasp-{}_", 1 - leader);
+    cluster.must(&["scale", "deployment", "web", "--replicas=80"]);
+    wait_for("the standby to hold the Lease", Duration::from_secs(60), || installed.lease_holder().is_some_and(|holder| holder.starts_with(&standby)));
+    wait_available(cluster, "web", 80, Duration::from_secs(120));
+
+    // Every binding request the API server received: each pod exactly once, across both leaders.
+    let audit = cluster.audit();
+    let mut per_pod: BTreeMap<&str, usize> = BTreeMap::new();
+    for event in audit.iter().filter(|event| event.subresource() == "binding" && event.verb() == "create") {
+        assert_eq!(event.user(), WASP_USER);
+        assert_eq!(event.code(), 201, "a binding refused: {}", event.0);
+        *per_pod.entry(event.name()).or_default() += 1;
+    }
+    let web = placements(cluster, "default", "app=web");
+    assert_eq!(per_pod.len(), 80, "one binding per web pod");
+    assert!(per_pod.values().all(|count| *count == 1), "a pod bound twice: {per_pod:?}");
+    assert!(web.keys().all(|pod| per_pod.contains_key(pod.as_str())));
+    // The Lease changed hands through the API: the new holder's update is recorded.
+    assert!(audit.iter().any(|event| event.resource() == "leases" && event.name() == "wasp-scheduler" && event.verb() == "update" && event.code() == 200));
+}
+
+#[test]
+fn a_new_policy_version_in_the_configmap_is_served_without_a_restart() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install();
+    let cluster = &installed.cluster;
+    let fixtures = common::repo_root().join("target/wasm-fixtures");
+    // A profile of the user's own, its filter a loose component beside the default bundle.
+    installed.put_policies("wasp-policies-1", &[("zone-pin.wasm", fixtures.join("zone-pin-east.wasm"))]);
+    installed.edit_config(|config| {
+        assert!(config.contains("  profiles:\n"), "{config}");
+        config.replace("  profiles:\n", "  profiles:\n  - schedulerName: wasp-pinned\n    filters: [resources-fit, zone-pin]\n")
+    });
+    cluster.create_nodes("east", 2, &["east"], "8", "32Gi");
+    cluster.create_nodes("west", 2, &["west"], "8", "32Gi");
+    let host = installed.start_host("wasp-0");
+    let zone_of = |node: &str| if node.starts_with("east-") { "east" } else { "west" };
+    let pinned = |name: &str| deployment(name, 4, "100m").replace("schedulerName: wasp\n", "schedulerName: wasp-pinned\n");
+
+    create(cluster, &pinned("first"));
+    wait_available(cluster, "first", 4, Duration::from_secs(60));
+    assert!(placements(cluster, "default", "app=first").values().all(|node| zone_of(node) == "east"));
+
+    // The west build replaces it in the ConfigMap; the volume is updated as the kubelet would.
+    let west = std::fs::read(fixtures.join("zone-pin-west.wasm")).unwrap();
+    let west_digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&west));
+    installed.put_policies("wasp-policies-1", &[("zone-pin.wasm", fixtures.join("zone-pin-west.wasm"))]);
+    installed.project_policies(&host.policies);
+    wait_for("the west build serving", Duration::from_secs(60), || {
+        http_get(host.listen, "/policies").is_some_and(|(status, body)| status == 200 && body.contains(&west_digest))
+    });
+    create(cluster, &pinned("second"));
+    wait_available(cluster, "second", 4, Duration::from_secs(60));
+    assert!(placements(cluster, "default", "app=second").values().all(|node| zone_of(node) == "west"));
+    // The same process: the first pods stay where they were, and the host never restarted.
+    assert!(placements(cluster, "default", "app=first").values().all(|node| zone_of(node) == "east"));
+    let mut process = host;
+    assert!(process.process.try_wait().unwrap().is_none(), "the host exited");
 }
