@@ -569,3 +569,115 @@ fn a_new_policy_version_in_the_configmap_is_served_without_a_restart() {
     let mut process = host;
     assert!(process.process.try_wait().unwrap().is_none(), "the host exited");
 }
+
+/// The pod's PodScheduled condition.
+fn scheduled_condition(cluster: &ControlPlane, namespace: &str, pod: &str) -> Option<Value> {
+    condition(&cluster.get_json(&["get", "pod", pod, "-n", namespace]), "PodScheduled").cloned()
+}
+
+#[test]
+fn the_default_profile_places_pods_by_kube_schedulers_rules_and_says_why_it_cannot() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install();
+    let cluster = &installed.cluster;
+    cluster.create_nodes("worker", 4, &["zone-a", "zone-b"], "4", "16Gi");
+    cluster.must(&["taint", "node", "worker-3", "dedicated=gpu:NoSchedule"]);
+    cluster.must(&["label", "node", "worker-0", "disk=ssd"]);
+    // A zonal volume (zone-b) bound to its claim by the real persistent-volume controller.
+    create(
+        cluster,
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: data-b}\nspec:\n  capacity: {storage: 1Gi}\n  accessModes: [ReadWriteOnce]\n  storageClassName: ''\n  hostPath: {path: /tmp/data-b}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms: [{matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [zone-b]}]}]\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: default}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: ''\n  volumeName: data-b\n  resources: {requests: {storage: 1Gi}}\n",
+    );
+    wait_for("the claim Bound by the persistent-volume controller", Duration::from_secs(60), || {
+        cluster.get_json(&["get", "pvc", "data", "-n", "default"])["status"]["phase"] == "Bound"
+    });
+    let _host = installed.start_host("wasp-0");
+
+    let pod = |name: &str, spec: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: {name}}}}}\nspec:\n  schedulerName: wasp\n{spec}")
+    };
+    let container = "  containers: [{name: app, image: nginx, resources: {requests: {cpu: 100m}}}]\n";
+    create(cluster, &pod("ssd", &format!("  affinity: {{nodeAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: {{nodeSelectorTerms: [{{matchExpressions: [{{key: disk, operator: In, values: [ssd]}}]}}]}}}}}}\n{container}")));
+    create(cluster, &pod("gpu", &format!("  nodeSelector: {{kubernetes.io/hostname: worker-3}}\n  tolerations: [{{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}}]\n{container}")));
+    create(cluster, &pod("with-data", &format!("  volumes: [{{name: data, persistentVolumeClaim: {{claimName: data}}}}]\n{container}")));
+    for index in 0..2 {
+        create(cluster, &pod(&format!("port-{index}"), "  containers: [{name: app, image: nginx, ports: [{containerPort: 80, hostPort: 8080}]}]\n"));
+    }
+    create(cluster, &pod("gated", &format!("  schedulingGates: [{{name: example.com/quota}}]\n{container}")));
+    // Four replicas, one per node, of which only three nodes take them (the fourth is tainted).
+    create(cluster, &deployment("spread", 4, "100m").replace(
+        "      containers:",
+        "      affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: {app: spread}}, topologyKey: kubernetes.io/hostname}]}}\n      containers:",
+    ));
+
+    let node_of = |name: &str| cluster.get_json(&["get", "pod", name, "-n", "default"])["spec"]["nodeName"].as_str().map(str::to_string);
+    for name in ["ssd", "gpu", "with-data", "port-0", "port-1"] {
+        wait_for(&format!("{name} bound"), Duration::from_secs(60), || node_of(name).is_some());
+    }
+    assert_eq!(node_of("ssd").unwrap(), "worker-0", "required node affinity");
+    assert_eq!(node_of("gpu").unwrap(), "worker-3", "tolerated taint");
+    assert!(["worker-1", "worker-3"].contains(&node_of("with-data").unwrap().as_str()), "the volume's zone (zone-b: worker-1, worker-3)");
+    assert_ne!(node_of("port-0"), node_of("port-1"), "one host port 8080 per node");
+    wait_for("three spread replicas bound", Duration::from_secs(60), || placements(cluster, "default", "app=spread").len() == 3);
+    let spread = placements(cluster, "default", "app=spread");
+    let nodes: BTreeSet<&String> = spread.values().collect();
+    assert_eq!(nodes.len(), 3, "one replica per node: {spread:?}");
+    assert!(!nodes.contains(&"worker-3".to_string()), "the untolerated taint: {spread:?}");
+
+    // The fourth replica: Unschedulable, in kube-scheduler's words, on its condition and in an event.
+    let pending = pods(cluster, "default", "app=spread").into_iter().find(|pod| pod["spec"]["nodeName"].is_null()).unwrap();
+    let pending = pending["metadata"]["name"].as_str().unwrap().to_string();
+    let expected = "0/4 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 3 node(s) didn't match pod anti-affinity rules.";
+    wait_for("the fourth replica's PodScheduled=False", Duration::from_secs(30), || {
+        scheduled_condition(cluster, "default", &pending).is_some_and(|condition| condition["status"] == "False")
+    });
+    let condition = scheduled_condition(cluster, "default", &pending).unwrap();
+    assert_eq!(condition["reason"], "Unschedulable", "{condition}");
+    assert!(condition["message"].as_str().unwrap().starts_with(expected), "{condition}");
+    let events = cluster.get_json(&["get", "events", "-n", "default", "--field-selector", &format!("reason=FailedScheduling,involvedObject.name={pending}")]);
+    assert!(events["items"].as_array().unwrap().iter().any(|event| event["message"].as_str().unwrap().starts_with(expected)), "{events}");
+
+    // The gated pod waits, bound by nobody, with kube-scheduler's condition; with its gate removed it is bound.
+    let gated = scheduled_condition(cluster, "default", "gated").unwrap();
+    assert_eq!(gated["reason"], "SchedulingGated", "{gated}");
+    assert!(!cluster.audit().iter().any(|event| event.subresource() == "binding" && event.name() == "gated"), "a binding was sent for a gated pod");
+    cluster.must(&["patch", "pod", "gated", "--type=json", "-p", r#"[{"op":"remove","path":"/spec/schedulingGates"}]"#]);
+    wait_for("the ungated pod bound", Duration::from_secs(60), || node_of("gated").is_some());
+    assert!(!cluster.audit().iter().any(|event| event.user() == WASP_USER && event.code() == 403));
+}
+
+#[test]
+fn a_high_priority_pod_preempts_through_the_eviction_api_and_is_nominated() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install();
+    let cluster = &installed.cluster;
+    cluster.create_nodes("worker", 2, &["zone-a"], "2", "8Gi");
+    create(cluster, "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n");
+    let _host = installed.start_host("wasp-0");
+    // The two nodes full of low-priority pods (1 CPU each, 2 per node).
+    create(cluster, &deployment("low", 4, "1"));
+    wait_available(cluster, "low", 4, Duration::from_secs(60));
+    let low_before = placements(cluster, "default", "app=low");
+
+    create(cluster, "apiVersion: v1\nkind: Pod\nmetadata: {name: urgent, namespace: default}\nspec:\n  schedulerName: wasp\n  priorityClassName: high\n  containers: [{name: app, image: nginx, resources: {requests: {cpu: '1'}}}]\n");
+    wait_for("urgent bound", Duration::from_secs(90), || {
+        cluster.get_json(&["get", "pod", "urgent", "-n", "default"])["spec"]["nodeName"].as_str().is_some()
+    });
+    let urgent = cluster.get_json(&["get", "pod", "urgent", "-n", "default"]);
+    let node = urgent["spec"]["nodeName"].as_str().unwrap();
+
+    // What the API server recorded: exactly one low pod evicted through the Eviction API, from the node urgent
+    // went to, and urgent nominated to that node (its status written by wasp) before it was bound there.
+    let audit = cluster.audit();
+    let evicted: Vec<&str> = audit.iter().filter(|event| event.subresource() == "eviction" && event.code() == 201).map(|event| event.name()).collect();
+    assert_eq!(evicted.len(), 1, "one victim is enough: {evicted:?}");
+    assert!(audit.iter().filter(|event| event.subresource() == "eviction").all(|event| event.user() == WASP_USER));
+    assert_eq!(low_before[evicted[0]], node, "the victim was on the nominated node");
+    let nominated = audit.iter().position(|event| event.name() == "urgent" && event.subresource() == "status" && event.user() == WASP_USER && event.code() == 200);
+    let bound = audit.iter().position(|event| event.name() == "urgent" && event.subresource() == "binding" && event.code() == 201);
+    assert!(nominated.is_some() && nominated < bound, "urgent's status (nominatedNodeName) written before its binding");
+    // The victim's replacement finds no room and waits; no other low pod was touched.
+    let low_after = placements(cluster, "default", "app=low");
+    assert_eq!(low_after.len(), 3, "{low_after:?}");
+    assert!(low_after.iter().all(|(pod, node)| low_before.get(pod) == Some(node)));
+}
