@@ -174,6 +174,13 @@ func makePKI(dir string) (pki, error) {
 		"admin":                   {commonName: "kubernetes-admin", groups: []string{"system:masters"}, client: true},
 		"kube-controller-manager": {commonName: "system:kube-controller-manager", client: true},
 		"kube-scheduler":          {commonName: "system:kube-scheduler", client: true},
+		// The metrics adapter (metrics.go), reached by the aggregation layer through its Service.
+		"metrics-adapter": {
+			commonName: metricsService,
+			dnsNames:   []string{metricsService + "." + metricsNamespace + ".svc"},
+			ips:        []net.IP{net.ParseIP("127.0.0.1")},
+			serving:    true,
+		},
 		// kwok stands in for every node's kubelet, so it acts as a cluster administrator, as kwok itself does.
 		"kwok": {commonName: "kwok-controller", groups: []string{"system:masters"}, client: true},
 	}

@@ -1,6 +1,7 @@
 // Command wasp-controlplane runs a real Kubernetes control plane in one process, for wasp's end-to-end tests
 // and for trying wasp on real Kubernetes without a cloud: etcd, kube-apiserver, kube-controller-manager, kwok's
-// node and pod lifecycle in place of kubelets, optionally kube-scheduler. It writes an admin kubeconfig, prints
+// node and pod lifecycle in place of kubelets, a metrics adapter behind the aggregation layer (metrics.go),
+// optionally kube-scheduler. It writes an admin kubeconfig, prints
 // where it is once the cluster is ready, and stops cleanly on SIGINT or SIGTERM.
 package main
 
@@ -134,6 +135,13 @@ func run(opts options) error {
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	resolver.services.Store(&services)
+	adminConfig, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := startMetricsAdapter(components.ctx, p, adminConfig, admin); err != nil {
+		return fmt.Errorf("metrics adapter: %w", err)
+	}
 
 	controllerArgs := controllerManagerArgs(p, filepath.Join(opts.dataDir, "kube-controller-manager.kubeconfig"))
 	components.start("kube-controller-manager", func(ctx context.Context) error { return runControllerManager(ctx, controllerArgs) })
@@ -155,6 +163,7 @@ func run(opts options) error {
 	fmt.Printf("server: %s\n", server)
 	fmt.Printf("data: %s\n", opts.dataDir)
 	fmt.Printf("audit log: %s\n", filepath.Join(opts.dataDir, "audit.log"))
+	fmt.Printf("load model: configmap %s/%s\n", metricsNamespace, loadConfigMap)
 	fmt.Printf("ready in %.1fs\n", time.Since(started).Seconds())
 
 	<-components.done()
