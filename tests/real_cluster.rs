@@ -681,3 +681,64 @@ fn a_high_priority_pod_preempts_through_the_eviction_api_and_is_nominated() {
     assert_eq!(low_after.len(), 3, "{low_after:?}");
     assert!(low_after.iter().all(|(pod, node)| low_before.get(pod) == Some(node)));
 }
+
+/// Sets the control plane's load model (controlplane/metrics.go): what the metrics APIs serve.
+fn set_load(cluster: &ControlPlane, load: &str) {
+    let config_map = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "wasp-controlplane-load", "namespace": "kube-system"},
+        "data": {"load.yaml": load},
+    });
+    let applied = cluster.kubectl_input(&["apply", "-f", "-"], &config_map.to_string());
+    assert!(applied.ok, "{}", applied.stderr);
+}
+
+fn status_condition(object: &Value, kind: &str) -> Option<Value> {
+    condition(object, kind).cloned()
+}
+
+#[test]
+fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics_and_yields_to_an_hpa() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install();
+    let cluster = &installed.cluster;
+    cluster.create_nodes("worker", 4, &["zone-a"], "8", "32Gi");
+    let _host = installed.start_host("wasp-0");
+    create(cluster, &deployment("web", 2, "200m"));
+    wait_available(cluster, "web", 2, Duration::from_secs(60));
+    // Each web pod uses 400m of its 200m request: 200% against a 50% target, so 2 replicas want 8 (capped at 6).
+    set_load(cluster, "pods:\n- {namespace: default, selector: app=web, cpu: 400m, memory: 100Mi}\n");
+    create(
+        cluster,
+        "apiVersion: wasp.dev/v1alpha1\nkind: Autoscaler\nmetadata: {name: web, namespace: default}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n  minReplicas: 2\n  maxReplicas: 6\n  metrics:\n  - type: Resource\n    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}\n",
+    );
+    wait_available(cluster, "web", 6, Duration::from_secs(90));
+
+    // Through the API server: the metrics read from the aggregated metrics.k8s.io, the replicas written through
+    // the scale subresource only, never the Deployment itself.
+    let audit = cluster.audit();
+    let by_wasp = |event: &&control_plane::AuditEvent| event.user() == WASP_USER;
+    assert!(audit.iter().filter(by_wasp).any(|event| event.uri().starts_with("/apis/metrics.k8s.io/v1beta1/namespaces/default/pods") && event.code() == 200), "no metrics read through the aggregation layer");
+    let scales: Vec<_> = audit.iter().filter(by_wasp).filter(|event| event.resource() == "deployments" && ["update", "patch"].contains(&event.verb())).collect();
+    assert!(!scales.is_empty() && scales.iter().all(|event| event.subresource() == "scale" && event.code() == 200), "{:?}", scales.iter().map(|event| event.uri()).collect::<Vec<_>>());
+    let autoscaler = cluster.get_json(&["get", "autoscaler", "web", "-n", "default"]);
+    assert_eq!(autoscaler["status"]["desiredReplicas"], 6, "{autoscaler}");
+
+    // An HPA on the same Deployment: wasp stops scaling it and says why; the real HPA controller reads the
+    // same metrics the same way (its status shows the utilization wasp saw).
+    create(
+        cluster,
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: web-hpa, namespace: default}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n  minReplicas: 2\n  maxReplicas: 6\n  metrics:\n  - type: Resource\n    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}\n",
+    );
+    wait_for("wasp to yield to the HPA", Duration::from_secs(60), || {
+        let autoscaler = cluster.get_json(&["get", "autoscaler", "web", "-n", "default"]);
+        status_condition(&autoscaler, "AbleToScale").is_some_and(|able| able["status"] == "False" && able["reason"] == "ConflictingHorizontalPodAutoscaler")
+    });
+    let scales_before = cluster.audit().iter().filter(by_wasp).filter(|event| event.subresource() == "scale" && event.verb() == "update").count();
+    wait_for("the HPA controller to read 200% utilization", Duration::from_secs(90), || {
+        let hpa = cluster.get_json(&["get", "hpa", "web-hpa", "-n", "default"]);
+        hpa["status"]["currentMetrics"][0]["resource"]["current"]["averageUtilization"].as_u64() == Some(200)
+    });
+    let scales_after = cluster.audit().iter().filter(by_wasp).filter(|event| event.subresource() == "scale" && event.verb() == "update").count();
+    assert_eq!(scales_before, scales_after, "wasp scaled a Deployment an HPA owns");
+}

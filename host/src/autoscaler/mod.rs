@@ -220,8 +220,14 @@ impl AutoscalerLoop {
         };
         let autoscalers = match listed {
             Ok(list) => list.items,
+            // A real API server answers 429 "storage is (re)initializing" for a moment after the CRD is created:
+            // only a 404 means the CRD is missing.
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                tracing::warn!("the Autoscaler CRD is not installed (kubectl apply -f manifests/05-crd-autoscaler.yaml)");
+                return None;
+            }
             Err(error) => {
-                tracing::warn!(%error, "could not list Autoscalers (is the CRD installed? kubectl apply -f manifests/05-crd-autoscaler.yaml)");
+                tracing::warn!(%error, "could not list Autoscalers; trying again at the next pass");
                 return None;
             }
         };
