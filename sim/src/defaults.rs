@@ -5,6 +5,41 @@ use crate::resources::ResourceType;
 use crate::store::name_of;
 use serde_json::{json, Value};
 
+/// The pod's QoS class, by kube-apiserver's rule (`GetPodQOS`): of CPU and memory, non-zero requests and limits
+/// summed over the containers and init containers; none at all is BestEffort; limits for both in every container,
+/// equal to the requests (a request left out defaults to its limit), is Guaranteed; anything else Burstable.
+fn qos_class(spec: &Value) -> &'static str {
+    const QOS_RESOURCES: [&str; 2] = ["cpu", "memory"];
+    let amount = |value: &Value| value.as_str().and_then(|text| wasp_sdk::quantity::parse_milli(text).ok()).unwrap_or(0);
+    let (mut requests, mut limits) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
+    let mut guaranteed = true;
+    let containers = ["containers", "initContainers"].into_iter().filter_map(|list| spec.get(list).and_then(Value::as_array)).flatten();
+    for container in containers {
+        let resources = &container["resources"];
+        let mut limited = 0;
+        for name in QOS_RESOURCES {
+            let limit = amount(&resources["limits"][name]);
+            // Defaulting copies a limit into a missing request.
+            let request = resources["requests"].get(name).map_or(limit, amount);
+            if request > 0 {
+                *requests.entry(name).or_insert(0) += request;
+            }
+            if limit > 0 {
+                *limits.entry(name).or_insert(0) += limit;
+                limited += 1;
+            }
+        }
+        guaranteed &= limited == QOS_RESOURCES.len();
+    }
+    if requests.is_empty() && limits.is_empty() {
+        "BestEffort"
+    } else if guaranteed && requests == limits {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
 pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError> {
     let name = name_of(object).to_string();
     validate_metadata(resource.kind, &name, object)?;
@@ -22,7 +57,8 @@ pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError
                 spec["priority"] = json!(0);
             }
             if object.pointer("/status/phase").is_none() {
-                object["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+                let qos_class = qos_class(&object["spec"]);
+                object["status"] = json!({"phase": "Pending", "qosClass": qos_class});
             }
         }
         ("apps", "Deployment" | "ReplicaSet" | "StatefulSet") => {
@@ -294,5 +330,19 @@ mod tests {
         assert_eq!(base64(b"wa"), "d2E=");
         assert_eq!(base64_decode("d2FzcA==").as_deref(), Some("wasp"));
         assert_eq!(base64_decode("d2Fz").as_deref(), Some("was"));
+    }
+
+    #[test]
+    fn the_qos_class_follows_kube_apiservers_rule() {
+        let pod = |resources: Value| json!({"containers": [{"name": "a", "resources": resources}]});
+        assert_eq!(qos_class(&pod(json!({}))), "BestEffort");
+        assert_eq!(qos_class(&pod(json!({"requests": {"cpu": "100m", "memory": "64Mi"}}))), "Burstable");
+        assert_eq!(qos_class(&pod(json!({"limits": {"cpu": "1", "memory": "1Gi"}}))), "Guaranteed", "requests default to limits");
+        assert_eq!(qos_class(&pod(json!({"requests": {"cpu": "1000m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}))), "Guaranteed");
+        assert_eq!(qos_class(&pod(json!({"requests": {"cpu": "500m"}, "limits": {"cpu": "1", "memory": "1Gi"}}))), "Burstable");
+        assert_eq!(qos_class(&pod(json!({"limits": {"cpu": "1"}}))), "Burstable", "no memory limit");
+        assert_eq!(qos_class(&pod(json!({"requests": {"nvidia.com/gpu": "1"}}))), "BestEffort", "only CPU and memory count");
+        let mixed = json!({"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}, {"name": "b"}]});
+        assert_eq!(qos_class(&mixed), "Burstable", "one container without limits");
     }
 }

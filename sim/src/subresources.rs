@@ -133,7 +133,7 @@ fn bind(store: &Store, namespace: Option<&str>, name: &str, binding: Value) -> R
     let node = node.ok_or_else(|| ApiError::invalid("Binding", name, "target.name", "Required value"))?.to_string();
     store.mutate(resources::pods(), namespace, name, |pod| {
         if let Some(existing) = pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|existing| !existing.is_empty()) {
-            return Err(ApiError::conflict("pods", "", name, &format!("pod {name} is already assigned to node \"{existing}\"")));
+            return Err(ApiError::conflict("pods/binding", "", name, &format!("pod {name} is already assigned to node \"{existing}\"")));
         }
         if pod.pointer("/metadata/deletionTimestamp").is_some() {
             return Err(ApiError::conflict("pods", "", name, "pod is being deleted, cannot be assigned to a host"));
