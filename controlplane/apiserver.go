@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -102,6 +101,3 @@ func runAPIServer(ctx context.Context, args []string) error {
 	}
 	return apiserverapp.Run(ctx, completed)
 }
-
-// flagList renders args for the log.
-func flagList(args []string) string { return strings.Join(args, " ") }

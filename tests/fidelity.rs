@@ -6,12 +6,10 @@
 
 mod common;
 
-use common::control_plane::ControlPlane;
+use common::control_plane::{self, ControlPlane};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::io::Write;
 use wasp_sim::{Scenario, Simulator, SimulatorOptions};
 
 /// Differences a client can see: a fragment of the field's path, and why (the table in sim/README.md).
@@ -42,30 +40,18 @@ const BAD_POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: bad, namespac
 const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      schedulerName: nobody\n      containers: [{name: app, image: nginx}]\n";
 
 /// One step's answer: kubectl's success, its output (parsed when JSON, else its lines) and its error text.
-fn answer(kubeconfig: &Path, home: &Path, args: &[&str], input: Option<&str>) -> Value {
-    let mut child = Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HOME", home)
-        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is installed");
-    if let Some(input) = input {
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    }
-    let output = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let body = serde_json::from_str::<Value>(&stdout).unwrap_or_else(|_| Value::Array(stdout.lines().map(|line| Value::String(line.split_whitespace().collect::<Vec<_>>().join(" "))).collect()));
-    serde_json::json!({"ok": output.status.success(), "out": body, "err": String::from_utf8_lossy(&output.stderr).trim()})
+fn answer(kubeconfig: &Path, args: &[&str], input: Option<&str>) -> Value {
+    let output = control_plane::kubectl_with(kubeconfig, args, input);
+    let lines = || Value::Array(output.stdout.lines().map(|line| Value::String(line.split_whitespace().collect::<Vec<_>>().join(" "))).collect());
+    let body = serde_json::from_str::<Value>(&output.stdout).unwrap_or_else(|_| lines());
+    serde_json::json!({"ok": output.ok, "out": body, "err": output.stderr.trim()})
 }
 
 /// The walk, step name -> answer.
-fn walk(kubeconfig: &Path, home: &Path) -> BTreeMap<String, Value> {
+fn walk(kubeconfig: &Path) -> BTreeMap<String, Value> {
     let mut answers = BTreeMap::new();
     let mut step = |name: &str, args: &[&str], input: Option<&str>| {
-        answers.insert(name.to_string(), answer(kubeconfig, home, args, input));
+        answers.insert(name.to_string(), answer(kubeconfig, args, input));
     };
     step("01 create pod", &["create", "-f", "-", "-o", "json"], Some(POD));
     step("02 get pod", &["get", "pod", "solo", "-o", "json"], None);
@@ -143,12 +129,11 @@ fn simulator_kubeconfig(home: &Path) -> (tokio::runtime::Runtime, Simulator, Pat
 fn the_simulator_answers_kubectl_as_the_real_api_server_does_but_for_the_known_differences() {
     let real = ControlPlane::start();
     real.create_nodes("worker", 2, &["zone-a"], "4", "16Gi");
-    let real_home = tempfile::tempdir().unwrap();
-    let real_answers = walk(&real.kubeconfig, real_home.path());
+    let real_answers = walk(&real.kubeconfig);
 
     let sim_home = tempfile::tempdir().unwrap();
     let (_runtime, _simulator, sim_kubeconfig) = simulator_kubeconfig(sim_home.path());
-    let sim_answers = walk(&sim_kubeconfig, sim_home.path());
+    let sim_answers = walk(&sim_kubeconfig);
 
     let mut differences = BTreeSet::new();
     let mut report = Vec::new();
