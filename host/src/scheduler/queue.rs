@@ -24,6 +24,18 @@ pub struct QueuedPod {
     /// Its last attempt was rejected by a policy that sees other pods (topology spread, say), so a pod bound
     /// elsewhere may let it fit; otherwise only node changes and removed pods can.
     pub waits_for_other_pods: bool,
+    /// The queue's change counts when the pod was popped: what changed during its attempt (see
+    /// [`SchedulingQueue::unschedulable`]).
+    pub(super) changes_at_pop: ChangeCounts,
+}
+
+/// How many cluster changes of each reach the queue has seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct ChangeCounts {
+    /// Node changes and removed pods, which may help any unschedulable pod.
+    helping_any: u64,
+    /// Pods bound, which may help only pods waiting for other pods.
+    helping_pod_waiters: u64,
 }
 
 /// What changed in the cluster, to retry only the unschedulable pods it may help (kube-scheduler's queueing
@@ -82,6 +94,7 @@ struct Inner {
     timers: BinaryHeap<Reverse<(Instant, String)>>,
     /// Uids of unschedulable pods, so a cluster change touches only them.
     unschedulable: HashSet<String>,
+    changes: ChangeCounts,
 }
 
 impl Inner {
@@ -163,7 +176,7 @@ impl SchedulingQueue {
             return;
         }
         inner.active.push(Active::of(&pod));
-        let queued = QueuedPod { pod, attempts: 0, first_queued: Instant::now(), waits_for_other_pods: false };
+        let queued = QueuedPod { pod, attempts: 0, first_queued: Instant::now(), waits_for_other_pods: false, changes_at_pop: ChangeCounts::default() };
         inner.places.insert(queued.pod.uid.clone(), (Place::Active, queued));
         drop(inner);
         self.wake.notify_one();
@@ -213,6 +226,7 @@ impl SchedulingQueue {
     fn try_pop(&self) -> Option<QueuedPod> {
         let mut inner = self.lock();
         inner.release_due(Instant::now());
+        let changes = inner.changes;
         while let Some(candidate) = inner.active.pop() {
             // Entries of pods that left or moved since they were pushed are stale.
             let Some((place, latest)) = inner.places.get_mut(&candidate.uid) else { continue };
@@ -220,6 +234,7 @@ impl SchedulingQueue {
                 continue;
             }
             *place = Place::InFlight;
+            latest.changes_at_pop = changes;
             let popped = latest.clone();
             inner.active.shrink_when_sparse();
             return Some(popped);
@@ -242,14 +257,23 @@ impl SchedulingQueue {
         self.wake.notify_one();
     }
 
-    /// No node fits: wait for a cluster change.
+    /// No node fits: wait for a cluster change. A change that may help the pod and came while it was being
+    /// scheduled (its attempt saw the cluster before it) sends it to the backoff instead, as kube-scheduler does
+    /// with the events of an attempt in flight: otherwise it would wait for the next change, up to five minutes.
     pub fn unschedulable(&self, mut queued: QueuedPod) {
         queued.attempts += 1;
         let mut inner = self.lock();
+        let (before, now) = (queued.changes_at_pop, inner.changes);
+        let missed = now.helping_any != before.helping_any || (queued.waits_for_other_pods && now.helping_pod_waiters != before.helping_pod_waiters);
+        let place = if missed { Place::Backoff(Instant::now() + backoff_for(queued.attempts)) } else { Place::Unschedulable(Instant::now()) };
         let uid = queued.pod.uid.clone();
         if let Some(entry) = inner.places.get_mut(&uid) {
             entry.1 = queued;
-            inner.place(&uid, Place::Unschedulable(Instant::now()));
+            inner.place(&uid, place);
+        }
+        drop(inner);
+        if missed {
+            self.wake.notify_one();
         }
     }
 
@@ -257,6 +281,10 @@ impl SchedulingQueue {
     /// their backoff.
     pub fn cluster_changed(&self, event: Change) {
         let mut inner = self.lock();
+        match event {
+            Change::PodAdded => inner.changes.helping_pod_waiters += 1,
+            _ => inner.changes.helping_any += 1,
+        }
         let helped = |uid: &String| event != Change::PodAdded || inner.places.get(uid).is_some_and(|(_, queued)| queued.waits_for_other_pods);
         let waiting: Vec<String> = inner.unschedulable.iter().filter(|uid| helped(uid)).cloned().collect();
         let moved = !waiting.is_empty();
@@ -330,6 +358,28 @@ mod tests {
         let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
         assert_eq!(again.pod.name, "a");
         assert_eq!(again.attempts, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_during_the_attempt_sends_the_pod_to_the_backoff_not_to_wait() {
+        let queue = SchedulingQueue::default();
+        queue.upsert(pod("claimed", 0, "2026-01-01T00:00:00Z"));
+        let claimed = queue.pop().await;
+        // Its claim is bound while the attempt that found it unbound runs.
+        queue.cluster_changed(Change::NodeChanged);
+        queue.unschedulable(claimed);
+        assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 0 });
+        let claimed = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
+        assert_eq!(claimed.pod.name, "claimed");
+        // A pod bound meanwhile helps only a pod that waits for other pods.
+        queue.cluster_changed(Change::PodAdded);
+        queue.unschedulable(claimed);
+        assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 0, unschedulable: 1 }, "a node's room was its reason");
+        queue.cluster_changed(Change::NodeChanged);
+        let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
+        queue.cluster_changed(Change::PodAdded);
+        queue.unschedulable(QueuedPod { waits_for_other_pods: true, ..again });
+        assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 0 }, "a pod waiting for other pods");
     }
 
     #[tokio::test(start_paused = true)]
