@@ -24,7 +24,8 @@ const (
 )
 
 // auditPolicy records every request at Metadata level (who, verb, resource, subresource, response code), which
-// is what tests count from, except the node heartbeats kwok sends on behalf of the fake kubelets.
+// is what tests count from, except the node heartbeats kwok sends on behalf of the fake kubelets; writes of a
+// pod's status keep their body too (a scheduler's nominatedNodeName and conditions).
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
@@ -33,6 +34,9 @@ rules:
   users: ["kwok-controller"]
 - level: None
   nonResourceURLs: ["/healthz*", "/readyz*", "/livez*", "/version", "/openapi*"]
+- level: Request
+  verbs: ["patch", "update"]
+  resources: [{group: "", resources: ["pods/status"]}]
 - level: Metadata
 `
 

@@ -42,6 +42,11 @@ func (r *localServiceResolver) ResolveEndpoint(namespace, name string, port int3
 		if _, err := strconv.ParseUint(portText, 10, 16); err != nil {
 			return nil, fmt.Errorf("service %s/%s: annotation %s=%q: bad port", namespace, name, addressAnnotation, address)
 		}
+		// Only this machine: whoever may edit a Service must not be able to send the API server's webhook and
+		// aggregated-API traffic anywhere else.
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("service %s/%s: annotation %s=%q: only a loopback address is allowed", namespace, name, addressAnnotation, address)
+		}
 		return &url.URL{Scheme: "https", Host: net.JoinHostPort(host, portText)}, nil
 	}
 	return proxy.ResolveCluster(*lister, namespace, name, port)

@@ -10,7 +10,11 @@ use serde_json::{json, Value};
 /// equal to the requests (a request left out defaults to its limit), is Guaranteed; anything else Burstable.
 fn qos_class(spec: &Value) -> &'static str {
     const QOS_RESOURCES: [&str; 2] = ["cpu", "memory"];
-    let amount = |value: &Value| value.as_str().and_then(|text| wasp_sdk::quantity::parse_milli(text).ok()).unwrap_or(0);
+    // A quantity may come as a JSON number (`cpu: 1` in YAML).
+    let amount = |value: &Value| match value {
+        Value::Number(_) => wasp_sdk::quantity::parse_milli(&value.to_string()).unwrap_or(0),
+        _ => value.as_str().and_then(|text| wasp_sdk::quantity::parse_milli(text).ok()).unwrap_or(0),
+    };
     let (mut requests, mut limits) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
     let mut guaranteed = true;
     let containers = ["containers", "initContainers"].into_iter().filter_map(|list| spec.get(list).and_then(Value::as_array)).flatten();
@@ -341,6 +345,7 @@ mod tests {
         assert_eq!(qos_class(&pod(json!({"requests": {"cpu": "1000m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}))), "Guaranteed");
         assert_eq!(qos_class(&pod(json!({"requests": {"cpu": "500m"}, "limits": {"cpu": "1", "memory": "1Gi"}}))), "Burstable");
         assert_eq!(qos_class(&pod(json!({"limits": {"cpu": "1"}}))), "Burstable", "no memory limit");
+        assert_eq!(qos_class(&pod(json!({"limits": {"cpu": 1, "memory": "1Gi"}}))), "Guaranteed", "a number is a quantity");
         assert_eq!(qos_class(&pod(json!({"requests": {"nvidia.com/gpu": "1"}}))), "BestEffort", "only CPU and memory count");
         let mixed = json!({"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}, {"name": "b"}]});
         assert_eq!(qos_class(&mixed), "Burstable", "one container without limits");

@@ -136,7 +136,7 @@ fn bind(store: &Store, namespace: Option<&str>, name: &str, binding: Value) -> R
             return Err(ApiError::conflict("pods/binding", "", name, &format!("pod {name} is already assigned to node \"{existing}\"")));
         }
         if pod.pointer("/metadata/deletionTimestamp").is_some() {
-            return Err(ApiError::conflict("pods", "", name, "pod is being deleted, cannot be assigned to a host"));
+            return Err(ApiError::conflict("pods/binding", "", name, &format!("pod {name} is being deleted, cannot be assigned to a host")));
         }
         pod["spec"]["nodeName"] = json!(node);
         let scheduled = json!({"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()});

@@ -65,6 +65,8 @@ impl ControlPlane {
         let audit_log = PathBuf::from(field("audit log"));
         let ready = field("ready in");
         eprintln!("control plane at {server} ready in {ready} ({:.1}s with the process start)", started.elapsed().as_secs_f64());
+        // Its later lines ("stopping") must find a reader, or the write kills it before its clean stop.
+        std::thread::spawn(move || lines.for_each(drop));
         ControlPlane { process, dir, kubeconfig, server, audit_log }
     }
 
@@ -157,6 +159,10 @@ impl Drop for ControlPlane {
 
 /// Stops a child process: SIGTERM, then SIGKILL after `patience`.
 pub fn stop(process: &mut Child, patience: Duration) {
+    // Reaped already: its pid may belong to another process by now.
+    if let Ok(Some(_)) = process.try_wait() {
+        return;
+    }
     let _ = Command::new("kill").arg("-TERM").arg(process.id().to_string()).status();
     let deadline = Instant::now() + patience;
     while Instant::now() < deadline {
