@@ -103,6 +103,14 @@ async fn the_wasp_service_account_may_do_what_its_roles_allow_and_nothing_else()
     let (simulator, admin, account) = start().await;
     Api::<Pod>::namespaced(admin.clone(), "default").create(&PostParams::default(), &pod("x")).await.unwrap();
 
+    // The manifests' own Deployment gets its two replicas from the simulator's controller, asynchronously.
+    let system_pods: Api<Pod> = Api::namespaced(admin.clone(), "wasp-system");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while system_pods.list(&ListParams::default()).await.unwrap().items.len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the wasp Deployment's replicas never appeared");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
     // The ClusterRole: nodes and pods read and watched, pods bound, pod status patched, events created.
     let nodes: Api<Node> = Api::all(account.clone());
     assert_eq!(nodes.list(&ListParams::default()).await.unwrap().items.len(), 2);
