@@ -20,5 +20,5 @@ if ! wait "$controlplane_build"; then
   exit 1
 fi
 # Every test, with the simulator; without jemalloc, whose build from source costs minutes and which no test reads
-# (so not the crate that only declares it either).
-cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim "$@"
+# (so not the crate that only declares it either). Every test binary runs even after one fails, so a CI log names every failure.
+cargo test --workspace --no-fail-fast --exclude wasp-allocator --no-default-features --features wasp/sim "$@"
