@@ -66,6 +66,11 @@ fn allows(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool
     })
 }
 
+fn deployment_replicas(documents: &BTreeMap<String, Vec<serde_yaml::Value>>) -> i64 {
+    let deployment = documents["Deployment"].iter().find(|d| d["metadata"]["name"] == "wasp-scheduler").unwrap();
+    deployment["spec"]["replicas"].as_i64().unwrap()
+}
+
 #[test]
 fn the_install_is_consistent() {
     let documents = documents();
@@ -73,6 +78,24 @@ fn the_install_is_consistent() {
     let deployment: Deployment = typed(&documents["Deployment"].iter().find(|d| d["metadata"]["name"] == "wasp-scheduler").unwrap().clone());
     let pod_spec = deployment.spec.unwrap().template.spec.unwrap();
     let container = &pod_spec.containers[0];
+
+    // A graceful stop fits in the grace period: the preStop sleep, then `--shutdown-timeout` (its default when
+    // the Deployment does not set it) for the work in flight.
+    let args = container.args.as_ref().unwrap();
+    let shutdown_timeout = args.iter().position(|arg| arg == "--shutdown-timeout").map_or("20s", |at| args[at + 1].as_str());
+    let shutdown_timeout = humantime::parse_duration(shutdown_timeout).unwrap().as_secs() as i64;
+    let pre_stop = container.lifecycle.as_ref().and_then(|lifecycle| lifecycle.pre_stop.as_ref()).and_then(|hook| hook.sleep.as_ref()).expect("a preStop sleep").seconds;
+    assert!(pre_stop + shutdown_timeout < pod_spec.termination_grace_period_seconds.unwrap(), "preStop {pre_stop}s + shutdown {shutdown_timeout}s");
+    // The host's own availability: a budget for its two replicas, kept on different nodes.
+    let budget = documents["PodDisruptionBudget"].iter().find(|budget| budget["metadata"]["name"] == "wasp-scheduler").expect("a PodDisruptionBudget for the host");
+    assert_eq!((budget["spec"]["minAvailable"].as_i64(), deployment_replicas(&documents)), (Some(1), 2));
+    let spread = pod_spec.topology_spread_constraints.as_ref().expect("the replicas spread over nodes");
+    assert!(spread.iter().any(|constraint| constraint.topology_key == "kubernetes.io/hostname" && constraint.max_skew == 1));
+    assert!(pod_spec.priority_class_name.is_some());
+    // The artifact cache prunes itself to 256 MiB after a write: the emptyDir leaves room over that.
+    let cache = pod_spec.volumes.as_ref().unwrap().iter().find(|volume| volume.name == "artifact-cache").unwrap();
+    let limit = cache.empty_dir.as_ref().unwrap().size_limit.as_ref().unwrap().0.clone();
+    assert!(limit.strip_suffix("Mi").unwrap().parse::<u64>().unwrap() > 256, "{limit}");
     let mounts = container.volume_mounts.as_ref().unwrap();
     assert!(mounts.iter().all(|mount| mount.sub_path.is_none()), "subPath mounts never update");
     let mount_of = |volume: &str| mounts.iter().find(|mount| mount.name == volume).unwrap().mount_path.clone();
@@ -125,7 +148,7 @@ fn the_install_is_consistent() {
     let role: Role = typed(&documents["Role"][0]);
     assert_eq!(role.metadata.namespace.as_deref(), Some(config.leader_election.lease_namespace.as_str()));
     let role_rules = role.rules.unwrap();
-    for verb in ["create", "get", "update"] {
+    for verb in ["create", "get", "update", "watch"] {
         assert!(allows(&role_rules, "coordination.k8s.io", "leases", verb), "the Role does not allow {verb} leases");
     }
     assert!(role_rules.iter().filter_map(|rule| rule.resource_names.as_ref()).flatten().all(|name| *name == config.leader_election.lease_name));
@@ -344,6 +367,7 @@ fn collection(object: &Value) -> String {
         "Role" => ("roles", true),
         "RoleBinding" => ("rolebindings", true),
         "Service" => ("services", true),
+        "PodDisruptionBudget" => ("poddisruptionbudgets", true),
         kind => panic!("no collection for {kind}"),
     };
     match (namespaced, object.pointer("/metadata/namespace").and_then(Value::as_str)) {

@@ -539,6 +539,115 @@ fn the_standby_takes_the_real_lease_when_the_leader_dies_and_no_pod_is_bound_twi
 }
 
 #[test]
+fn a_leader_sent_sigterm_releases_the_real_lease_and_the_standby_leads_within_two_seconds() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install();
+    let cluster = &installed.cluster;
+    cluster.create_nodes("worker", 6, &["zone-a", "zone-b"], "8", "32Gi");
+    let mut hosts = vec![installed.start_host("wasp-0"), installed.start_host("wasp-1")];
+    wait_for("a host to hold the Lease", Duration::from_secs(60), || installed.lease_holder().is_some());
+    let holder = installed.lease_holder().unwrap();
+    let leader = if holder.starts_with("wasp-0_") { 0 } else { 1 };
+    let standby = format!("wasp-{}_", 1 - leader);
+
+    // SIGTERM in the middle of a burst, as the kubelet sends it on a rollout.
+    create(cluster, &deployment("web", 120, "100m"));
+    wait_for("the leader's first binding", Duration::from_secs(60), || {
+        cluster.audit().iter().any(|event| event.subresource() == "binding" && event.verb() == "create")
+    });
+    let mut stopping = hosts.remove(leader);
+    let signalled = std::time::Instant::now();
+    assert!(Command::new("kill").arg("-TERM").arg(stopping.process.id().to_string()).status().unwrap().success());
+    wait_for("the standby to hold the Lease", Duration::from_secs(30), || installed.lease_holder().is_some_and(|holder| holder.starts_with(&standby)));
+    let took_over = signalled.elapsed();
+    let status = stopping.process.wait().unwrap();
+    let log = std::fs::read_to_string(&stopping.log).unwrap_or_default();
+    assert!(status.success(), "wasp run exits 0 after a graceful stop ({status}): {log}");
+    assert!(log.contains("released the lease"), "{log}");
+    // The kubectl reads of the Lease add their own latency: the handover itself is shorter.
+    assert!(took_over < Duration::from_secs(2), "the standby led {took_over:?} after the SIGTERM");
+    wait_available(cluster, "web", 120, Duration::from_secs(120));
+
+    // Every binding the API server received: each pod exactly once, none refused, across both leaders.
+    let audit = cluster.audit();
+    let mut per_pod: BTreeMap<&str, usize> = BTreeMap::new();
+    for event in audit.iter().filter(|event| event.subresource() == "binding" && event.verb() == "create") {
+        assert_eq!(event.code(), 201, "a binding refused: {}", event.0);
+        *per_pod.entry(event.name()).or_default() += 1;
+    }
+    assert_eq!(per_pod.len(), 120, "one binding per web pod");
+    assert!(per_pod.values().all(|count| *count == 1), "a pod bound twice: {per_pod:?}");
+    // The release is an update of the Lease by the stopping leader, answered before it exited.
+    let lease_updates = audit.iter().filter(|event| event.resource() == "leases" && event.verb() == "update" && event.code() == 200).count();
+    assert!(lease_updates >= 2, "a release and the standby's acquisition");
+}
+
+/// Asks the real Eviction API whether `pod` may be evicted now, without evicting it (`dryRun: All`): true for
+/// 201, false for 429; anything else fails the test.
+fn eviction_allowed(cluster: &ControlPlane, pod: &str) -> bool {
+    let eviction = format!(r#"{{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {{"name": "{pod}", "namespace": "default"}}, "deleteOptions": {{"dryRun": ["All"]}}}}"#);
+    let answer = cluster.kubectl_input(&["create", "--raw", &format!("/api/v1/namespaces/default/pods/{pod}/eviction"), "-f", "-"], &eviction);
+    match answer.ok {
+        true => true,
+        false if answer.stderr.contains("TooManyRequests") => false,
+        false => panic!("eviction of {pod}: {}", answer.stderr),
+    }
+}
+
+#[test]
+fn the_plan_judges_an_unready_pod_by_its_budget_as_the_real_eviction_api_does() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cluster = ControlPlane::start();
+    cluster.create_nodes("worker", 3, &["zone-a"], "8", "32Gi");
+    // Three web pods on worker-0 (named in the template: no scheduler is needed), the node marked for maintenance.
+    create(
+        &cluster,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      nodeName: worker-0\n      containers: [{name: app, image: web, resources: {requests: {cpu: 100m}}}]\n",
+    );
+    create(&cluster, "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\nspec:\n  minAvailable: 3\n  selector: {matchLabels: {app: web}}\n");
+    wait_available(&cluster, "web", 3, Duration::from_secs(60));
+    let web: Vec<String> = pods(&cluster, "default", "app=web").iter().map(|pod| pod["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    let (unready, ready) = (web[0].clone(), web[1].clone());
+    // One pod stops being Ready (its readiness probe fails); the disruption controller counts it.
+    let not_ready = r#"{"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "ProbeFailed"}]}}"#;
+    cluster.must(&["patch", "pod", &unready, "--subresource=status", "--type=strategic", "-p", not_ready]);
+    let budget_is = |current: u64, desired: u64| {
+        let status = &cluster.get_json(&["get", "pdb", "web", "-n", "default"])["status"];
+        status["currentHealthy"].as_u64() == Some(current) && status["desiredHealthy"].as_u64() == Some(desired)
+    };
+    wait_for("the budget to count 2 healthy of 3 desired", Duration::from_secs(60), || budget_is(2, 3));
+    cluster.must(&["label", "node", "worker-0", "wasp.dev/maintenance=now"]);
+    let plan = || {
+        let output = Command::new(env!("CARGO_BIN_EXE_wasp"))
+            .args(["reschedule", "--dry-run", "--strategy", "drain-for-maintenance", "--kubeconfig"])
+            .arg(&cluster.kubeconfig)
+            .current_dir(common::repo_root())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "wasp reschedule: {}", String::from_utf8_lossy(&output.stderr));
+        let table = String::from_utf8(output.stdout).unwrap();
+        let verdict = |pod: &str| table.lines().find(|line| line.contains(pod)).unwrap_or_else(|| panic!("{pod} not in the plan: {table}")).to_string();
+        (verdict(&unready), verdict(&ready))
+    };
+
+    // The budget is short of healthy pods (IfHealthyBudget, the default): the real API refuses both pods.
+    assert!(!eviction_allowed(&cluster, &unready), "the API server lets the unready pod go from a short budget");
+    assert!(!eviction_allowed(&cluster, &ready));
+    let (unready_line, ready_line) = plan();
+    assert!(unready_line.contains("skip: pdb") && unready_line.contains("the pod is not Ready"), "{unready_line}");
+    assert!(ready_line.contains("skip: pdb"), "{ready_line}");
+
+    // With two desired, the budget is healthy: the unready pod may go without spending, the Ready ones may not.
+    cluster.must(&["patch", "pdb", "web", "--type=merge", "-p", r#"{"spec": {"minAvailable": 2}}"#]);
+    wait_for("the budget to count 2 healthy of 2 desired", Duration::from_secs(60), || budget_is(2, 2));
+    assert!(eviction_allowed(&cluster, &unready), "the API server refuses the unready pod from a healthy budget");
+    assert!(!eviction_allowed(&cluster, &ready));
+    let (unready_line, ready_line) = plan();
+    assert!(!unready_line.contains("skip:"), "{unready_line}");
+    assert!(ready_line.contains("skip: pdb"), "{ready_line}");
+}
+
+#[test]
 fn a_new_policy_version_in_the_configmap_is_served_without_a_restart() {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
@@ -643,6 +752,21 @@ fn the_default_profile_places_pods_by_kube_schedulers_rules_and_says_why_it_cann
     assert!(condition["message"].as_str().unwrap().starts_with(expected), "{condition}");
     let events = cluster.get_json(&["get", "events", "-n", "default", "--field-selector", &format!("reason=FailedScheduling,involvedObject.name={pending}")]);
     assert!(events["items"].as_array().unwrap().iter().any(|event| event["message"].as_str().unwrap().starts_with(expected)), "{events}");
+
+    // Attempts that fail for the same reason write the condition once, as kube-scheduler does (each attempt
+    // still counts in the event): a node change that does not help retries the pod three times.
+    let by_wasp = |audit: &[control_plane::AuditEvent], resource: &str, subresource: &str, prefix: &str| {
+        audit.iter().filter(|event| event.user() == WASP_USER && event.resource() == resource && event.subresource() == subresource && event.name().starts_with(prefix) && event.code() < 300).count()
+    };
+    let event_writes = || by_wasp(&cluster.audit(), "events", "", &format!("{pending}."));
+    for attempt in 0..3 {
+        let before = event_writes();
+        cluster.must(&["label", "node", "worker-3", &format!("retry={attempt}"), "--overwrite"]);
+        wait_for("the pod attempted again", Duration::from_secs(30), || event_writes() > before);
+    }
+    let status_writes = by_wasp(&cluster.audit(), "pods", "status", &pending);
+    assert_eq!(status_writes, 1, "PodScheduled=False written once for four attempts that failed alike");
+    assert_eq!(scheduled_condition(cluster, "default", &pending).unwrap()["lastTransitionTime"], condition["lastTransitionTime"]);
 
     // The gated pod waits, bound by nobody, with kube-scheduler's condition; with its gate removed it is bound.
     let gated = scheduled_condition(cluster, "default", "gated").unwrap();

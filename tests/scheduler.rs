@@ -402,6 +402,71 @@ async fn a_warm_standby_is_ready_and_takes_over_within_the_lease_and_no_pod_is_b
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_told_to_stop_finishes_its_bindings_and_releases_the_lease_to_the_standby_at_once() {
+    use wasp::host::Leadership;
+    use wasp::kube::HostIdentity;
+    // kube-scheduler's lease timings: without the release the standby would wait out the 15 s lease.
+    let config = default_config();
+    let scenario = Scenario::parse("kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 4, cpu: '64', memory: 256Gi}]\n").unwrap();
+    let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let runtime = Runtime::new(None).unwrap();
+    let host = |name: &str| {
+        let policies = PolicyRegistry::new(&runtime, config.clone(), None).unwrap();
+        Host::new(api_of(&simulator), Arc::new(policies), HostIdentity::named(name, None))
+    };
+    let (first, second) = (host("first"), host("second"));
+    let leader = tokio::spawn(first.clone().run_as_leader(config.leader_election.clone()));
+    let lease: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(api_of(&simulator).client, "kube-system");
+    let holder = async || lease.get_opt("wasp-scheduler").await.unwrap().and_then(|lease| lease.spec?.holder_identity).unwrap_or_default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while holder().await != first.identity.instance {
+        assert!(std::time::Instant::now() < deadline, "the first host never led");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let standby = tokio::spawn(second.clone().run_as_leader(config.leader_election.clone()));
+    second.cluster.wait_until_ready().await;
+
+    // Stopped in the middle of a burst: what it decided is bound, the rest is the standby's.
+    let harness_client = api_of(&simulator).client;
+    create_pods(&harness_client, "burst", 200).await;
+    while first.scheduler.stats.bind_requests.load(Ordering::Relaxed) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    first.stop();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), leader).await.expect("the leader stopped in time").unwrap();
+    let released = std::time::Instant::now();
+    assert_eq!(stopped, Leadership::Released);
+    // Every binding it sent was answered before it let go: none was cut off in flight.
+    let answered = first.scheduler.stats.scheduled.load(Ordering::Relaxed) + first.scheduler.stats.bind_errors.load(Ordering::Relaxed);
+    assert_eq!(answered, first.scheduler.stats.bind_requests.load(Ordering::Relaxed));
+    while holder().await != second.identity.instance {
+        assert!(released.elapsed() < Duration::from_secs(5), "the standby did not take the released Lease: {:?}", holder().await);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // It watches the Lease: the release is seen at once, not at its next 2 s retry.
+    let took_over = released.elapsed();
+    assert!(took_over < Duration::from_millis(1000), "the standby led {took_over:?} after the release");
+    let pods: Api<Pod> = Api::namespaced(harness_client.clone(), "default");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = pods.list(&ListParams::default().labels("batch=burst")).await.unwrap().items;
+        if listed.iter().all(|pod| pod.spec.as_ref().unwrap().node_name.is_some()) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the standby did not place the rest");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // Counted from what each host sent: 200 pods, 200 binding requests between them, none refused.
+    let sent = |host: &Host| host.scheduler.stats.bind_requests.load(Ordering::Relaxed);
+    assert_eq!(sent(&first) + sent(&second), 200, "no pod was bound twice ({} + {})", sent(&first), sent(&second));
+    assert!(sent(&first) < 200 && sent(&second) > 0, "the stop came mid-burst");
+    assert_eq!(first.scheduler.stats.bind_errors.load(Ordering::Relaxed) + second.scheduler.stats.bind_errors.load(Ordering::Relaxed), 0);
+    let spec = lease.get("wasp-scheduler").await.unwrap().spec.unwrap();
+    assert_eq!(spec.lease_transitions, Some(1));
+    standby.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_health_and_readiness_endpoints() {
     let harness = start(TWO_PODS, default_config()).await;
     let address = harness.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();

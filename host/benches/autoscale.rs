@@ -65,7 +65,7 @@ fn main() {
         config.validate().unwrap();
         let host = Host::with_config(&config, &Runtime::new(None).unwrap(), api.clone()).unwrap();
         host.start_informers();
-        tokio::spawn(host.scheduler.clone().run());
+        tokio::spawn(host.scheduler.clone().run(tokio_util::sync::CancellationToken::new()));
         let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::all(api.client.clone());
         let started = Instant::now();
         loop {

@@ -32,6 +32,8 @@ use crate::serve::Endpoints;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// The reporting component of events about the host itself (a refused reload, say).
 pub const COMPONENT: &str = "wasp";
@@ -50,6 +52,10 @@ pub struct Host {
     admission_metrics: AdmissionMetrics,
     webhooks: Arc<AtomicU8>,
     informers: Mutex<Option<informer::Informers>>,
+    /// Cancelled by [`Host::stop`]: the loops take no new work, the webhook server takes no new connection.
+    stopping: CancellationToken,
+    /// The webhook server, which a shutdown waits for.
+    servers: TaskTracker,
 }
 
 /// Whether `wasp run` serves the webhooks, as `/readyz` reports it: a replica that should serve them is not
@@ -68,7 +74,7 @@ impl Host {
         let scheduler_metrics = SchedulerMetrics::register(&mut endpoints.metrics);
         // Each loop sends through a request budget of its own (see `kube::client`).
         let scheduler_api = api.with_own_budget(crate::kube::client::SCHEDULER_IN_FLIGHT);
-        let binder = Binder::new(scheduler_api.clone(), events.sending_through(scheduler_api));
+        let binder = Binder::new(scheduler_api.clone(), events.sending_through(scheduler_api), cluster.clone());
         let scheduler = Scheduler::new(policies.clone(), cluster.clone(), binder, scheduler_metrics);
         let rescheduler_metrics = ReschedulerMetrics::register(&mut endpoints.metrics);
         let rescheduler_api = api.with_own_budget(crate::kube::client::LOOP_IN_FLIGHT);
@@ -118,9 +124,13 @@ impl Host {
                 _ => Some(Ok(())),
             }),
         );
+        // Out of the Service's endpoints as soon as a shutdown begins (listed only then).
+        let stopping = CancellationToken::new();
+        let shutting_down = stopping.clone();
+        endpoints.readiness_check("shutdown", Box::new(move || shutting_down.is_cancelled().then(|| Err("shutting down".to_string()))));
         let endpoints = Arc::new(endpoints);
         let informers = Mutex::new(None);
-        Arc::new(Host { api, identity, cluster, policies, events, scheduler, rescheduler, autoscaler, stray_pods, endpoints, admission_metrics, webhooks, informers })
+        Arc::new(Host { api, identity, cluster, policies, events, scheduler, rescheduler, autoscaler, stray_pods, endpoints, admission_metrics, webhooks, informers, stopping, servers: TaskTracker::new() })
     }
 
     /// A host on `api` with `config` (policy files still reload when watched, the configuration does not).
@@ -153,10 +163,11 @@ impl Host {
         let namespaces = crate::admission::watch_namespaces(self.api.client.clone());
         let webhooks = Arc::new(Webhooks { policies: self.policies.clone(), namespaces: namespaces.clone(), metrics: self.admission_metrics.clone() });
         let state = self.webhooks.clone();
-        tokio::spawn(async move {
+        let stop = self.stopping.clone();
+        self.servers.spawn(async move {
             if namespaces.wait_until_ready().await.is_ok() {
                 state.store(WEBHOOKS_SERVING, Ordering::Relaxed);
-                listener.serve(crate::admission::webhook::router(webhooks)).await;
+                listener.serve(crate::admission::webhook::router(webhooks), stop).await;
             }
         });
         tokio::spawn(certificate.keep_current(serving.reload_interval));
@@ -182,17 +193,31 @@ impl Host {
         })
     }
 
-    /// Runs the loops the configuration enables until the task is dropped (no leader election: one replica).
+    /// Begins a graceful shutdown: `/readyz` fails, the loops take no new work and return once what they sent is
+    /// answered ([`run_loops`](Self::run_loops) and [`run_as_leader`](Self::run_as_leader) then return), the
+    /// webhook server takes no new connection and finishes the reviews it has.
+    pub fn stop(&self) {
+        self.stopping.cancel();
+    }
+
+    /// After [`stop`](Self::stop): returns once the webhook server answered the reviews it had and closed.
+    pub async fn servers_stopped(&self) {
+        self.servers.close();
+        self.servers.wait().await;
+    }
+
+    /// Runs the loops the configuration enables until the task is dropped or [`stop`](Self::stop) is called and
+    /// the work in flight is done (no leader election: one replica).
     /// Each loop is a task of its own: polled together in one task, the scheduler, which does not wait while its
     /// queue holds pods, let no other loop run during a burst (a rescheduling run and the autoscaler's first pass
     /// waited 97 s for 50k pods to be placed).
     pub async fn run_loops(self: Arc<Self>) {
         self.start_informers();
         let mut loops = tokio::task::JoinSet::new();
-        loops.spawn(self.scheduler.clone().run());
-        loops.spawn(self.rescheduler.clone().run());
-        loops.spawn(self.autoscaler.clone().run());
-        loops.spawn(self.stray_pods.clone().run());
+        loops.spawn(self.scheduler.clone().run(self.stopping.clone()));
+        loops.spawn(self.rescheduler.clone().run(self.stopping.clone()));
+        loops.spawn(self.autoscaler.clone().run(self.stopping.clone()));
+        loops.spawn(self.stray_pods.clone().run(self.stopping.clone()));
         // Dropping the set (when the Lease is lost) stops every loop. A loop that panics takes the process down,
         // as it did when they shared a task: a replica that holds the Lease but no longer schedules must restart.
         while let Some(ended) = loops.join_next().await {
@@ -205,16 +230,35 @@ impl Host {
         }
     }
 
-    /// Syncs the informers, then runs the loops only while holding the Lease; returns when the Lease is lost
-    /// (the caller should exit, as kube-scheduler does, so a restart begins from a clean state).
-    pub async fn run_as_leader(self: Arc<Self>, settings: LeaderElection) {
+    /// Syncs the informers, then runs the loops only while holding the Lease. Returns [`Leadership::Lost`] when
+    /// the Lease is lost (the caller should exit, as kube-scheduler does, so a restart begins from a clean state),
+    /// or [`Leadership::Released`] after [`stop`](Self::stop): the loops finished what they had in flight, still
+    /// renewing, and then the Lease was released so a standby leads at once.
+    pub async fn run_as_leader(self: Arc<Self>, settings: LeaderElection) -> Leadership {
         self.start_informers();
-        self.cluster.wait_until_ready().await;
+        tokio::select! {
+            _ = self.cluster.wait_until_ready() => {}
+            _ = self.stopping.cancelled() => return Leadership::Released,
+        }
         let mut candidate = Candidate::new(self.api.client.clone(), settings, &self.identity.instance);
-        candidate.acquire().await;
+        tokio::select! {
+            _ = candidate.acquire() => {}
+            _ = self.stopping.cancelled() => return Leadership::Released,
+        }
         tokio::select! {
             _ = self.clone().run_loops() => {}
-            _ = candidate.hold() => {}
+            _ = candidate.hold() => return Leadership::Lost,
         }
+        candidate.release().await;
+        Leadership::Released
     }
+}
+
+/// How [`Host::run_as_leader`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leadership {
+    /// Another holder took the Lease, or it could not be renewed in time.
+    Lost,
+    /// Stopped on purpose; the Lease was released if held.
+    Released,
 }

@@ -34,6 +34,7 @@ fn collection(object: &Value) -> String {
         "ConfigMap" => ("configmaps", true),
         "Deployment" => ("deployments", true),
         "Service" => ("services", true),
+        "PodDisruptionBudget" => ("poddisruptionbudgets", true),
         "ValidatingWebhookConfiguration" => ("validatingwebhookconfigurations", false),
         "MutatingWebhookConfiguration" => ("mutatingwebhookconfigurations", false),
         kind => panic!("no path for {kind}"),

@@ -11,6 +11,7 @@ use crate::registry::PolicyRegistry;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// The reporting component of the events.
 pub const COMPONENT: &str = "wasp-admission";
@@ -31,11 +32,15 @@ impl StrayPods {
         Arc::new(StrayPods { cluster, policies, events: events.for_component(COMPONENT), metrics, reported: Mutex::new(HashSet::new()) })
     }
 
-    pub async fn run(self: Arc<Self>) {
+    /// Checks every [`CHECK_INTERVAL`] until `stop` is cancelled.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         self.cluster.wait_until_ready().await;
-        loop {
+        while !stop.is_cancelled() {
             self.check(jiff::Timestamp::now().as_second()).await;
-            tokio::time::sleep(CHECK_INTERVAL).await;
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep(CHECK_INTERVAL) => {}
+            }
         }
     }
 

@@ -23,6 +23,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// The API server sends objects of up to 3 MiB (its request limit); an AdmissionReview carries one, plus
 /// some metadata. Anything larger is not from the API server.
@@ -217,10 +219,17 @@ impl TlsListener {
         self.listener.local_addr()
     }
 
-    /// Serves `router` while the task lives. A failed handshake or connection costs only that connection.
-    pub async fn serve(self, router: Router) {
+    /// Serves `router` until `stop` is cancelled, then stops accepting, lets each connection finish the request
+    /// it is answering (idle keep-alive connections close at once) and returns when every connection is closed.
+    /// A failed handshake or connection costs only that connection.
+    pub async fn serve(self, router: Router, stop: CancellationToken) {
+        let connections = TaskTracker::new();
         loop {
-            let (stream, peer) = match self.listener.accept().await {
+            let accepted = tokio::select! {
+                _ = stop.cancelled() => break,
+                accepted = self.listener.accept() => accepted,
+            };
+            let (stream, peer) = match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
                     // Out of file descriptors, say: wait a little rather than spin.
@@ -229,19 +238,31 @@ impl TlsListener {
                     continue;
                 }
             };
-            let (acceptor, router) = (self.acceptor.clone(), router.clone());
-            tokio::spawn(async move {
+            let (acceptor, router, stop) = (self.acceptor.clone(), router.clone(), stop.clone());
+            connections.spawn(async move {
                 let tls = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(error)) => return tracing::debug!(%peer, %error, "webhook: TLS handshake failed"),
                     Err(_) => return tracing::debug!(%peer, "webhook: TLS handshake timed out"),
                 };
                 let service = hyper_util::service::TowerToHyperService::new(router);
-                let served = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(tls), service).await;
+                let connection = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+                tokio::pin!(connection);
+                let served = tokio::select! {
+                    served = connection.as_mut() => served,
+                    _ = stop.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        connection.await
+                    }
+                };
                 if let Err(error) = served {
                     tracing::debug!(%peer, %error, "webhook: connection ended with an error");
                 }
             });
         }
+        drop(self.listener);
+        tracing::info!(connections = connections.len(), "webhook server stopping; finishing the reviews in flight");
+        connections.close();
+        connections.wait().await;
     }
 }

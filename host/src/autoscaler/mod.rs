@@ -39,6 +39,7 @@ use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
 use std::time::{Duration, Instant};
 
 /// The reporting component of the autoscaler's events.
@@ -194,16 +195,20 @@ impl AutoscalerLoop {
         self.last_pass.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
-    /// Passes every `syncPeriod` while the task lives; waits while the configuration has no autoscaler section.
-    pub async fn run(self: Arc<Self>) {
+    /// Passes every `syncPeriod` while the task lives and `stop` is not cancelled (a pass begun finishes its
+    /// writes); waits while the configuration has no autoscaler section.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         self.cluster.wait_until_ready().await;
-        loop {
+        while !stop.is_cancelled() {
             let period = self.policies.current().config.autoscaler.as_ref().map(|section| section.sync_period);
             let started = tokio::time::Instant::now();
             if period.is_some() {
                 self.pass().await;
             }
-            tokio::time::sleep_until(started + period.unwrap_or(Duration::from_secs(30))).await;
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep_until(started + period.unwrap_or(Duration::from_secs(30))) => {}
+            }
         }
     }
 

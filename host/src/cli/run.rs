@@ -3,7 +3,7 @@
 //! files change.
 
 use crate::admission::WebhookServing;
-use crate::host::Host;
+use crate::host::{Host, Leadership};
 use crate::kube::{ApiClient, HostIdentity};
 use crate::registry::watch::WatchOptions;
 use crate::registry::PolicyRegistry;
@@ -48,6 +48,11 @@ pub struct RunArgs {
     /// How often the certificate files are re-read.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     tls_reload_interval: std::time::Duration,
+    /// On SIGTERM or SIGINT, the longest wait for the work in flight (bindings, evictions, a scale, webhook
+    /// reviews) before the Lease is released and the process exits; keep it under the pod's
+    /// terminationGracePeriodSeconds less its preStop.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    shutdown_timeout: std::time::Duration,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -57,7 +62,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::warn!("POD_NAMESPACE and POD_NAME are not set: events about the host (refused reloads) are only logged");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let api = ApiClient::connect().await?;
         let policy_runtime = Runtime::new(args.cache_dir.clone())?;
         let policies = PolicyRegistry::new(&policy_runtime, config.clone(), args.config.clone())?;
@@ -78,11 +83,48 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             let address = host.serve_webhooks(serving).await?;
             tracing::info!(%address, "serving the admission webhooks /validate-pods and /mutate-pods");
         }
-        if args.no_leader_election {
-            host.run_loops().await;
-            return Ok(());
+        tokio::spawn(stop_on_signal(host.clone(), args.shutdown_timeout));
+        let leadership = if args.no_leader_election {
+            host.clone().run_loops().await;
+            Leadership::Released
+        } else {
+            host.clone().run_as_leader(config.leader_election.clone()).await
+        };
+        if leadership == Leadership::Lost {
+            anyhow::bail!("lost leadership; exiting so a restart begins from a clean state");
         }
-        host.run_as_leader(config.leader_election.clone()).await;
-        anyhow::bail!("lost leadership; exiting so a restart begins from a clean state")
-    })
+        // The loops are done; the webhook server finishes its reviews (bounded by the signal's deadline).
+        host.servers_stopped().await;
+        tracing::info!("stopped");
+        Ok(())
+    });
+    // A hung request must not keep the process past its grace period: what is left is dropped here.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
+}
+
+/// Waits for SIGTERM (the kubelet, on every rollout and drain) or SIGINT, then stops the host gracefully; a
+/// shutdown that outlasts `--shutdown-timeout`, or a second signal, ends the process at once.
+async fn stop_on_signal(host: Arc<Host>, patience: std::time::Duration) {
+    let signal = terminated().await;
+    tracing::info!(signal, patience = %humantime::format_duration(patience), "stopping: no new work; finishing what is in flight, then releasing the lease");
+    host.stop();
+    tokio::select! {
+        _ = tokio::time::sleep(patience) => tracing::warn!("the work in flight outlasted --shutdown-timeout; exiting without it"),
+        signal = terminated() => tracing::warn!(signal, "second signal; exiting at once"),
+    }
+    std::process::exit(1);
+}
+
+/// The name of the first of SIGTERM and SIGINT to arrive.
+async fn terminated() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut interrupt)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::warn!("cannot listen for signals; stopping only when killed");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = interrupt.recv() => "SIGINT",
+    }
 }

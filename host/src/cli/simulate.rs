@@ -234,7 +234,7 @@ async fn simulate(scenario: &Scenario, config: &HostConfig, timeout: Duration, f
     // The scheduler runs throughout; the rescheduler, if configured, runs after the first placement settles, so
     // the report can show the cluster before and after it.
     host.start_informers();
-    let worker = tokio::spawn(scheduler.clone().run());
+    let worker = tokio::spawn(scheduler.clone().run(tokio_util::sync::CancellationToken::new()));
     settle(&client, &host, &profiles, started, timeout, false).await?;
     let elapsed = started.elapsed();
     report(&client, &host, &profiles, elapsed, full).await?;
@@ -264,7 +264,7 @@ async fn autoscale(client: &Client, host: &Host, autoscalers: &[Autoscaler], sta
         Api::<Autoscaler>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &autoscaler).await?;
         names.push((namespace, autoscaler.metadata.name.clone().unwrap_or_default()));
     }
-    let worker = tokio::spawn(host.autoscaler.clone().run());
+    let worker = tokio::spawn(host.autoscaler.clone().run(tokio_util::sync::CancellationToken::new()));
     println!();
     println!("autoscaler ({} Autoscalers, until {}s):", names.len(), follow.as_secs());
     println!("{:>7}  {:<28} {:>8} {:>8}  METRICS", "TIME", "AUTOSCALER", "REPLICAS", "DESIRED");

@@ -2,7 +2,7 @@
 //! changed. After every (re)list, objects the list no longer holds are removed: a pod or node deleted while the
 //! watch was disconnected does not linger as phantom usage.
 
-use super::shared::{ClusterEvent, SharedCluster, Synced, UnreadablePod};
+use super::shared::{ClusterEvent, ScheduledCondition, SharedCluster, Synced, UnreadablePod};
 use super::{convert, PodChange};
 use crate::contract::types::PodPhase;
 use futures::TryStreamExt;
@@ -367,6 +367,7 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
             let never_preempts = source.spec.as_ref().and_then(|spec| spec.preemption_policy.as_deref()) == Some("Never");
             cluster.set_preemption_policy(&uid, never_preempts);
             cluster.add_pending(pod.clone());
+            cluster.note_scheduled_condition(&uid, scheduled_condition(source));
             cluster.set_nomination(&pod);
             changes.push(ClusterEvent::PodPending(Arc::new(pod)));
             return changes;
@@ -374,6 +375,7 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
         None => {}
     }
     if let Some(waited) = waited {
+        cluster.stopped_waiting(&uid);
         cluster.unselect_pending(&waited);
         changes.insert(0, ClusterEvent::PendingGone { uid });
     }
@@ -395,6 +397,18 @@ fn is_gated(pod: &KubePod) -> bool {
 fn says_gated(pod: &KubePod) -> bool {
     let conditions = pod.status.as_ref().and_then(|status| status.conditions.as_ref());
     conditions.into_iter().flatten().any(|condition| condition.type_ == "PodScheduled" && condition.reason.as_deref() == Some(SCHEDULING_GATED))
+}
+
+/// The pod's `PodScheduled` condition, if its status has one.
+fn scheduled_condition(pod: &KubePod) -> Option<ScheduledCondition> {
+    let conditions = pod.status.as_ref().and_then(|status| status.conditions.as_ref());
+    let condition = conditions.into_iter().flatten().find(|condition| condition.type_ == "PodScheduled")?;
+    Some(ScheduledCondition {
+        status: condition.status.clone(),
+        reason: condition.reason.clone().unwrap_or_default(),
+        message: condition.message.clone().unwrap_or_default(),
+        last_transition_time: condition.last_transition_time.as_ref().map(|time| time.0.to_string()),
+    })
 }
 
 /// kube-scheduler's reason for a pod held by its scheduling gates.

@@ -17,5 +17,5 @@ pub mod volumes;
 pub use selected::{named_keys, SelectedKeys};
 pub use hints::{PlacementHints, Workload};
 pub use view::View;
-pub use shared::{ClusterEvent, Nomination, SharedCluster, Synced, UnreadablePod};
+pub use shared::{ClusterEvent, Nomination, ScheduledCondition, SharedCluster, Synced, UnreadablePod};
 pub use state::{pod_requests, to_vector, ClusterState, DeltaSink, EvictionConsent, PodChange, PodMeta, Rewind, SyncPoint, EVICT_ANNOTATION};

@@ -100,12 +100,25 @@ impl Synced {
     }
 }
 
+/// A pod's `PodScheduled` condition: a scheduler writes it only when status, reason or message change, and keeps
+/// its `lastTransitionTime` while the status does not (kube-scheduler's `UpdatePodCondition`): a pod that fails
+/// every attempt for the same reason costs one write, not one per attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledCondition {
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: Option<String>,
+}
+
 pub struct SharedCluster {
     state: RwLock<ClusterState>,
     /// Unbound, live pods of every scheduler, by uid: loops that subscribe late, lag, or gain a profile read them.
     pending: Mutex<HashMap<String, Pod>>,
     /// Why pending pods could not be placed, as a scheduler last said (by uid).
     unschedulable: Mutex<HashMap<String, String>>,
+    /// The `PodScheduled` condition of pending pods as last read or written, by uid.
+    scheduled_conditions: Mutex<HashMap<String, ScheduledCondition>>,
     /// Pending pods with `preemptionPolicy: Never`: they wait for room and never take it from other pods.
     never_preempt: Mutex<std::collections::HashSet<String>>,
     /// Pending pods with a nominated node, by node name.
@@ -127,6 +140,7 @@ impl Default for SharedCluster {
             state: RwLock::new(ClusterState::new()),
             pending: Mutex::new(HashMap::new()),
             unschedulable: Mutex::new(HashMap::new()),
+            scheduled_conditions: Mutex::new(HashMap::new()),
             never_preempt: Mutex::new(std::collections::HashSet::new()),
             nominations: Mutex::new(HashMap::new()),
             hints: super::PlacementHints::default(),
@@ -230,6 +244,26 @@ impl SharedCluster {
         }
     }
 
+    /// The pending pod's `PodScheduled` condition, as last read from the API server or written by a scheduler.
+    pub fn scheduled_condition(&self, uid: &str) -> Option<ScheduledCondition> {
+        self.scheduled_conditions.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(uid).cloned()
+    }
+
+    /// Sets (or, with None, clears) what the pending pod `uid`'s condition says; ignored for a pod that no longer
+    /// waits, so the map holds waiting pods only.
+    pub fn note_scheduled_condition(&self, uid: &str, condition: Option<ScheduledCondition>) {
+        let waits = self.pending().contains_key(uid);
+        let mut conditions = self.scheduled_conditions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match condition {
+            Some(condition) if waits => {
+                conditions.insert(uid.to_string(), condition);
+            }
+            _ => {
+                conditions.remove(uid);
+            }
+        }
+    }
+
     /// Records a pending pod's `preemptionPolicy`.
     pub(super) fn set_preemption_policy(&self, uid: &str, never: bool) {
         let mut never_preempt = self.never_preempt.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -304,9 +338,17 @@ impl SharedCluster {
         self.pending().insert(pod.uid.clone(), pod);
     }
 
+    /// What is kept about a waiting pod (why it could not be placed, its condition) goes when it no longer waits:
+    /// those maps hold waiting pods only.
+    pub(super) fn stopped_waiting(&self, uid: &str) {
+        self.note_scheduled_condition(uid, None);
+        self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(uid);
+    }
+
     /// The pod no longer waits (deleted, finished); false when it did not.
     pub(super) fn forget_pending(&self, uid: &str) -> bool {
         let removed = self.take_pending(uid);
+        self.stopped_waiting(uid);
         if let Some(pod) = &removed {
             self.unselect_pending(pod);
         }

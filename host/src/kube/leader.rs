@@ -5,10 +5,17 @@
 //!
 //! Expiry is judged as client-go judges it: by when *this* process last saw the record change, plus the lease
 //! duration, never by comparing the holder's `renewTime` with the local clock (the nodes' clocks may differ).
+//!
+//! A holder that stops on purpose releases the Lease (client-go's `ReleaseOnCancel`: no holder, a one-second
+//! duration), and a standby watches the Lease between attempts, so it takes over as soon as the release is
+//! written rather than at its next retry.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use futures::StreamExt;
 use kube::api::PostParams;
+use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use serde::Deserialize;
 use std::time::{Duration, Instant};
@@ -167,6 +174,10 @@ impl Candidate {
     pub async fn acquire(&mut self) {
         let mut last_holder = String::new();
         let mut last_error = String::new();
+        // Any change of the Lease (a renewal, a release) is a reason to look at once; the retry period remains
+        // the pace when the watch cannot be had (a Role without `watch`, say: the errors are retried quietly).
+        let selector = watcher::Config::default().fields(&format!("metadata.name={}", self.settings.lease_name));
+        let mut changes = watcher(self.api.clone(), selector).default_backoff().filter_map(|event| async move { event.ok() }).boxed();
         loop {
             let attempt = tokio::time::timeout(self.settings.renew_deadline, self.try_acquire_or_renew()).await;
             match attempt.unwrap_or_else(|_| Err(timed_out())) {
@@ -188,7 +199,54 @@ impl Candidate {
                 }
                 Err(error) => tracing::debug!(lease = %self.settings.lease_name, %error, "lease attempt failed"),
             }
-            tokio::time::sleep(self.settings.retry_period).await;
+            let retry = tokio::time::sleep(self.settings.retry_period);
+            tokio::pin!(retry);
+            loop {
+                tokio::select! {
+                    _ = &mut retry => break,
+                    change = changes.next() => match change {
+                        // The watch's first list repeats what was just read.
+                        Some(watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone) => {}
+                        Some(_) => break,
+                        None => {
+                            retry.as_mut().await;
+                            break;
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    /// Gives the Lease up if this candidate holds it, as client-go's `ReleaseOnCancel` does (no holder, a
+    /// duration of one second, the transitions kept), so a standby leads at once instead of after the lease
+    /// duration. Only after the loops stopped: from here on, another replica may act.
+    pub async fn release(&mut self) {
+        let name = self.settings.lease_name.clone();
+        let released = tokio::time::timeout(self.settings.renew_deadline, async {
+            let Some(mut lease) = self.api.get_opt(&name).await? else { return Ok(false) };
+            let spec = lease.spec.clone().unwrap_or_default();
+            if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+                return Ok(false);
+            }
+            let now = MicroTime(jiff::Timestamp::now());
+            lease.spec = Some(LeaseSpec {
+                holder_identity: Some(String::new()),
+                lease_duration_seconds: Some(1),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                lease_transitions: spec.lease_transitions,
+                ..Default::default()
+            });
+            self.api.replace(&name, &PostParams::default(), &lease).await.map(|_| true)
+        })
+        .await
+        .unwrap_or_else(|_| Err(timed_out()));
+        match released {
+            Ok(true) => tracing::info!(lease = %name, identity = %self.identity, "released the lease"),
+            Ok(false) => tracing::info!(lease = %name, "not the lease's holder; nothing to release"),
+            // The Lease then expires after its duration, as if this process had died.
+            Err(error) => tracing::warn!(lease = %name, %error, "releasing the lease failed"),
         }
     }
 

@@ -35,6 +35,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -140,15 +141,16 @@ impl Rescheduler {
     /// Plans with the current generation's strategies and, unless it is a dry run (`force_dry_run` or the
     /// configuration's `dryRun`), evicts. None when the configuration has no rescheduler section or no strategy.
     pub async fn run_once(&self, force_dry_run: bool) -> Option<Plan> {
-        self.run_kind(RunKind::Periodic, force_dry_run).await
+        self.run_kind(RunKind::Periodic, force_dry_run, &CancellationToken::new()).await
     }
 
     /// Runs the preemption policy for the pods that wait. None when none is configured.
     pub async fn preempt_once(&self) -> Option<Plan> {
-        self.run_kind(RunKind::Preemption, false).await
+        self.run_kind(RunKind::Preemption, false, &CancellationToken::new()).await
     }
 
-    async fn run_kind(&self, kind: RunKind, force_dry_run: bool) -> Option<Plan> {
+    /// One run; once `stop` is cancelled, the evictions not yet sent are not sent (the one in flight finishes).
+    async fn run_kind(&self, kind: RunKind, force_dry_run: bool, stop: &CancellationToken) -> Option<Plan> {
         let generation = self.policies.current();
         let section = generation.config.rescheduler.as_ref()?;
         let policies: Vec<Arc<crate::policy::LoadedPolicy>> = match kind {
@@ -228,6 +230,10 @@ impl Rescheduler {
                 Decision::Evict { .. } | Decision::Clear => None,
                 Decision::Preempt { beneficiary, node } => Some((beneficiary.clone(), node.clone())),
             };
+            if !dry_run && stop.is_cancelled() {
+                tracing::info!(pod = %entry.key(), policy = %entry.policy, "stopping: eviction not sent");
+                break;
+            }
             let outcome = if dry_run { Outcome::NotSent } else { self.evict(entry, section.pacing.budget_retry, preempting.is_some()).await };
             if let Some((beneficiary, node)) = preempting {
                 let uid = entry.room_for.clone().unwrap_or_default();
@@ -308,9 +314,9 @@ impl Rescheduler {
         }
     }
 
-    /// Runs every `interval`, and sooner after a relevant change, while the task lives; preemption runs in
-    /// between, when the scheduler asks.
-    pub async fn run(self: Arc<Self>) {
+    /// Runs every `interval`, and sooner after a relevant change, while the task lives and `stop` is not
+    /// cancelled; preemption runs in between, when the scheduler asks.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut events = self.cluster.subscribe();
         self.cluster.wait_until_ready().await;
         let mut pending_seen = HashSet::new();
@@ -318,7 +324,10 @@ impl Rescheduler {
         let mut preempt_at: Option<tokio::time::Instant> = None;
         loop {
             let configured = self.policies.current().config.rescheduler.as_ref().map(|section| section.interval);
-            let interval = match (self.run_once(false).await, configured) {
+            if stop.is_cancelled() {
+                return;
+            }
+            let interval = match (self.run_kind(RunKind::Periodic, false, &stop).await, configured) {
                 // Pods held back only until a replacement is Ready: look again soon, not a whole interval later.
                 (Some(plan), Some(interval)) if plan.entries.iter().any(|entry| matches!(&entry.decision, Decision::Skip(skip) if skip.waits_for_replacement())) => {
                     interval.min(MIN_GAP)
@@ -336,7 +345,7 @@ impl Rescheduler {
                 }
                 if preempt_at.is_some_and(|at| now >= at) {
                     preempt_at = None;
-                    self.preempt_once().await;
+                    self.run_kind(RunKind::Preemption, false, &stop).await;
                     last_preemption = Some(tokio::time::Instant::now());
                     continue;
                 }
@@ -345,6 +354,7 @@ impl Rescheduler {
                 let preemption_trigger = (now + PREEMPTION_SETTLE).max(last_preemption.map_or(now, |last| last + PREEMPTION_GAP));
                 let wake = due.min(now + PENDING_CHECK).min(preempt_at.unwrap_or(due));
                 tokio::select! {
+                    _ = stop.cancelled() => return,
                     _ = tokio::time::sleep_until(wake) => {
                         if self.pods_waiting_too_long(&mut pending_seen) {
                             // With a preemption policy, a pod waiting too long gets a preemption run, not every strategy.

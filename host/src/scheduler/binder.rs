@@ -2,7 +2,9 @@
 //! `Scheduled`/`FailedScheduling` events (under the profile's name, as kube-scheduler reports per profile) and the
 //! `PodScheduled=False` condition.
 
+use crate::cluster::{ScheduledCondition, SharedCluster};
 use crate::contract::types::Pod;
+use std::sync::Arc;
 use crate::kube::{ApiClient, EventRecorder, ObjectRef};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod as KubePod};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -12,6 +14,8 @@ use serde_json::json;
 pub struct Binder {
     api: ApiClient,
     events: EventRecorder,
+    /// Where the pods' `PodScheduled` conditions are known, so an unchanged one is not written again.
+    cluster: Arc<SharedCluster>,
 }
 
 fn now() -> String {
@@ -23,8 +27,8 @@ fn object_of(pod: &Pod) -> ObjectRef {
 }
 
 impl Binder {
-    pub fn new(api: ApiClient, events: EventRecorder) -> Binder {
-        Binder { api, events }
+    pub fn new(api: ApiClient, events: EventRecorder, cluster: Arc<SharedCluster>) -> Binder {
+        Binder { api, events, cluster }
     }
 
     pub async fn bind(&self, pod: &Pod, node: &str) -> Result<(), kube::Error> {
@@ -84,14 +88,26 @@ impl Binder {
         self.set_not_scheduled(pod, reason, message).await;
     }
 
+    /// Writes `PodScheduled=False` only when it changes, keeping the time of the last transition while the
+    /// status stays False (see [`ScheduledCondition`]).
     async fn set_not_scheduled(&self, pod: &ObjectRef, reason: &str, message: &str) {
+        let since = match self.cluster.scheduled_condition(&pod.uid) {
+            Some(seen) if seen.status == "False" && seen.reason == reason && seen.message == message => return,
+            Some(seen) if seen.status == "False" => seen.last_transition_time.unwrap_or_else(now),
+            _ => now(),
+        };
         let pods: Api<KubePod> = Api::namespaced(self.api.client.clone(), &pod.namespace);
         let _permit = self.api.permit().await;
         let condition = json!({"status": {"conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": reason, "message": message, "lastTransitionTime": now(),
+            "type": "PodScheduled", "status": "False", "reason": reason, "message": message, "lastTransitionTime": since,
         }]}});
-        if let Err(error) = pods.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(condition)).await {
-            tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), %error, "could not set PodScheduled=False");
+        match pods.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(condition)).await {
+            // Known at once: the next attempt may fail before the informer brings the pod's new status.
+            Ok(_) => {
+                let written = ScheduledCondition { status: "False".into(), reason: reason.into(), message: message.into(), last_transition_time: Some(since) };
+                self.cluster.note_scheduled_condition(&pod.uid, Some(written));
+            }
+            Err(error) => tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), %error, "could not set PodScheduled=False"),
         }
     }
 }

@@ -29,6 +29,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// How long a pod waits for its `WaitForFirstConsumer` claims to be provisioned once placed: kube-scheduler's
 /// VolumeBinding `bindTimeoutSeconds` default.
@@ -76,6 +78,8 @@ pub struct Scheduler {
     metrics: metrics::SchedulerMetrics,
     /// Whether the loop runs (this host leads): a standby keeps no queue, it reads the pending pods when it starts.
     running: AtomicBool,
+    /// The writes decisions sent on their own tasks (bindings, conditions): a stopping scheduler waits for them.
+    writes: TaskTracker,
 }
 
 fn key_of(pod: &Pod) -> String {
@@ -92,6 +96,7 @@ impl Scheduler {
             stats: Arc::new(Stats::default()),
             metrics,
             running: AtomicBool::new(false),
+            writes: TaskTracker::new(),
         })
     }
 
@@ -141,8 +146,10 @@ impl Scheduler {
         self.running.load(Ordering::Relaxed)
     }
 
-    /// Schedules until the task is dropped: waits for the informers' first list, then follows the cluster.
-    pub async fn run(self: Arc<Self>) {
+    /// Schedules until the task is dropped or `stop` is cancelled: waits for the informers' first list, then
+    /// follows the cluster. Stopped, it takes no new pod and returns once the bindings and conditions already
+    /// sent are answered (a graceful shutdown: the next leader then sees every binding this one made).
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let events = self.cluster.subscribe();
         self.cluster.wait_until_ready().await;
         self.running.store(true, Ordering::Relaxed);
@@ -159,12 +166,20 @@ impl Scheduler {
         let _stopped = Stopped(follower, &self.running);
         let mut cursor = Cursor::default();
         loop {
-            let queued = self.queue.pop().await;
+            let queued = tokio::select! {
+                biased;
+                _ = stop.cancelled() => break,
+                queued = self.queue.pop() => queued,
+            };
             self.schedule_one(queued, &mut cursor);
             // The queue is never empty during a burst: without a turn given now and then, this task would not
             // see that it was aborted (the Lease lost) until the burst ends.
             tokio::task::coop::consume_budget().await;
         }
+        tracing::info!(in_flight = self.writes.len(), "scheduler stopping; waiting for the writes in flight");
+        self.writes.close();
+        self.writes.wait().await;
+        self.writes.reopen();
     }
 
     fn schedule_one(self: &Arc<Self>, queued: QueuedPod, cursor: &mut Cursor) {
@@ -217,7 +232,7 @@ impl Scheduler {
                 });
                 let (binder, pod) = (self.binder.clone(), queued.pod.clone());
                 self.queue.unschedulable(QueuedPod { waits_for_other_pods, ..queued });
-                tokio::spawn(async move { binder.unschedulable(&pod, &message, &profile.scheduler_name).await });
+                self.writes.spawn(async move { binder.unschedulable(&pod, &message, &profile.scheduler_name).await });
             }
         }
     }
@@ -241,7 +256,7 @@ impl Scheduler {
     fn assume_and_bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String, reserved: Result<Vec<volumes::ReservedClaim>, String>) {
         self.cluster.assume(queued.pod.clone(), &node);
         let scheduler = self.clone();
-        tokio::spawn(async move {
+        self.writes.spawn(async move {
             let pod = &queued.pod;
             let key = key_of(pod);
             let volumes_bound = match &reserved {
@@ -358,7 +373,7 @@ impl Scheduler {
                 self.queue.remove(&pod.uid);
                 if self.policies.current().plans.scheduling.contains_key(&pod.scheduler_name) {
                     let binder = self.binder.clone();
-                    tokio::spawn(async move { binder.gated(&pod).await });
+                    self.writes.spawn(async move { binder.gated(&pod).await });
                 }
             }
             ClusterEvent::PodUnreadable(pod) => {
@@ -366,7 +381,7 @@ impl Scheduler {
                 if self.policies.current().plans.scheduling.contains_key(&pod.scheduler_name) {
                     let (binder, object) = (self.binder.clone(), crate::kube::ObjectRef::pod(&pod.namespace, &pod.name, &pod.uid));
                     let message = format!("the pod cannot be scheduled: {}", pod.error);
-                    tokio::spawn(async move { binder.not_scheduled(&object, "SchedulerError", &message, &pod.scheduler_name).await });
+                    self.writes.spawn(async move { binder.not_scheduled(&object, "SchedulerError", &message, &pod.scheduler_name).await });
                 }
             }
             other => {
