@@ -599,10 +599,11 @@ fn the_plan_judges_an_unready_pod_by_its_budget_as_the_real_eviction_api_does() 
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let cluster = ControlPlane::start();
     cluster.create_nodes("worker", 3, &["zone-a"], "8", "32Gi");
-    // Three web pods on worker-0 (named in the template: no scheduler is needed), the node marked for maintenance.
+    // Three web pods of wasp's profile on worker-0 (named in the template: no scheduler runs), the node marked
+    // for maintenance.
     create(
         &cluster,
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      nodeName: worker-0\n      containers: [{name: app, image: web, resources: {requests: {cpu: 100m}}}]\n",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      nodeName: worker-0\n      schedulerName: wasp\n      containers: [{name: app, image: web, resources: {requests: {cpu: 100m}}}]\n",
     );
     create(&cluster, "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\nspec:\n  minAvailable: 3\n  selector: {matchLabels: {app: web}}\n");
     wait_available(&cluster, "web", 3, Duration::from_secs(60));
