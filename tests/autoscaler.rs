@@ -275,7 +275,7 @@ async fn an_external_metric_scales_and_when_it_cannot_be_read_the_fallback_appli
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_workload_an_hpa_scales_is_left_alone_and_bad_specs_are_refused_with_a_reason() {
+async fn a_workload_an_hpa_or_two_autoscalers_scale_is_left_alone_and_bad_specs_are_refused_with_a_reason() {
     let harness = start(&scenario(2), config()).await;
     harness.set_load(web_load(40.0));
     let hpa = json!({
@@ -296,8 +296,16 @@ async fn a_workload_an_hpa_scales_is_left_alone_and_bad_specs_are_refused_with_a
     let active = typo["conditions"].as_array().unwrap().iter().find(|condition| condition["type"] == "ScalingActive").unwrap().clone();
     assert_eq!(active["reason"], "InvalidSpec");
     assert_eq!(active["message"], "spec.policy: \"hpaa\" is not one of the host's scale policies (hpa, all-metrics-agree, predictive, scheduled)");
-    // Without the HPA, wasp takes over.
+    // Without the HPA, two Autoscalers name web (`typo` too): the HPA's AmbiguousSelector, neither scales.
     hpas.delete("web-hpa", &Default::default()).await.unwrap();
+    harness.passes(3).await;
+    assert_eq!((harness.replicas().await, harness.scale_requests()), (2, 0));
+    let status = harness.status("web").await;
+    let active = status["conditions"].as_array().unwrap().iter().find(|condition| condition["type"] == "ScalingActive").unwrap().clone();
+    assert_eq!((active["status"].as_str(), active["reason"].as_str()), (Some("False"), Some("AmbiguousSelector")), "{status}");
+    assert_eq!(active["message"], "Autoscalers typo, web all scale Deployment/web: none of them scales it until one is left");
+    // With one Autoscaler left, wasp takes over.
+    Api::<Autoscaler>::namespaced(harness.client.clone(), "default").delete("typo", &Default::default()).await.unwrap();
     harness.wait_for_replicas(6, Duration::from_secs(10)).await;
 }
 

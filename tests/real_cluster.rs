@@ -892,4 +892,32 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
         .map(|event| event.user().to_string())
         .collect();
     assert!(!api_scales.is_empty() && api_scales.iter().all(|user| user != WASP_USER), "scale writes of api: {api_scales:?}");
+
+    // A custom resource whose scale subresource has no labelSelectorPath: its scale reports no selector, which
+    // would select every pod of the namespace. Refused as the HPA refuses it; its scale is read, never written.
+    create(
+        cluster,
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: widgets, singular: widget, kind: Widget}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n    subresources:\n      status: {}\n      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}\n",
+    );
+    cluster.must(&["wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=60s"]);
+    // What a user grants wasp for a custom target's scale.
+    create(
+        cluster,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: wasp-widgets}\nrules:\n- {apiGroups: [example.com], resources: [widgets/scale], verbs: [get, update]}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: wasp-widgets}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: wasp-widgets}\nsubjects: [{kind: ServiceAccount, name: wasp, namespace: wasp-system}]\n",
+    );
+    create(cluster, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: gadget, namespace: default}\nspec: {replicas: 2}\n");
+    create(
+        cluster,
+        "apiVersion: wasp.dev/v1alpha1\nkind: Autoscaler\nmetadata: {name: gadget, namespace: default}\nspec:\n  scaleTargetRef: {apiVersion: example.com/v1, kind: Widget, name: gadget}\n  minReplicas: 1\n  maxReplicas: 10\n  metrics:\n  - type: Resource\n    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}\n",
+    );
+    wait_for("the selector-less target refused", Duration::from_secs(60), || {
+        let autoscaler = cluster.get_json(&["get", "autoscaler", "gadget", "-n", "default"]);
+        status_condition(&autoscaler, "ScalingActive").is_some_and(|active| active["status"] == "False" && active["reason"] == "InvalidSelector")
+    });
+    let widget_scale = |verbs: &[&str]| {
+        cluster.audit().iter().filter(|event| event.user() == WASP_USER && event.resource() == "widgets" && event.subresource() == "scale" && verbs.contains(&event.verb())).map(|event| event.code()).collect::<Vec<_>>()
+    };
+    assert!(widget_scale(&["get"]).contains(&200), "the scale was read");
+    assert!(widget_scale(&["update", "patch"]).is_empty(), "a selector-less target's scale was written");
+    assert_eq!(cluster.get_json(&["get", "widget", "gadget", "-n", "default"])["spec"]["replicas"], 2);
 }

@@ -139,6 +139,28 @@ fn scale_api(api: &ApiClient, namespace: &str, api_version: &str, kind: &str) ->
     Api::namespaced_with(api.client.clone(), namespace, &resource)
 }
 
+/// A workload as (namespace, kind, name).
+type TargetKey = (String, String, String);
+
+/// Who scales each workload, as read at the start of a pass: the HPAs (or why they could not be listed) and the
+/// Autoscalers.
+struct TargetOwners {
+    hpas: Result<HashMap<TargetKey, String>, String>,
+    autoscalers: HashMap<TargetKey, Vec<String>>,
+}
+
+/// The names of the Autoscalers of each workload, sorted.
+fn autoscalers_by_target(autoscalers: &[Autoscaler]) -> HashMap<TargetKey, Vec<String>> {
+    let mut by_target: HashMap<TargetKey, Vec<String>> = HashMap::new();
+    for autoscaler in autoscalers {
+        let target = &autoscaler.spec.scale_target_ref;
+        let key = (autoscaler.metadata.namespace.clone().unwrap_or_default(), target.kind.clone(), target.name.clone());
+        by_target.entry(key).or_default().push(autoscaler.metadata.name.clone().unwrap_or_default());
+    }
+    by_target.values_mut().for_each(|names| names.sort());
+    by_target
+}
+
 /// An Autoscaler being reconciled: its identity, its status as it will be written, and where events go.
 struct Reconciliation<'a> {
     autoscaler: &'a Autoscaler,
@@ -236,12 +258,12 @@ impl AutoscalerLoop {
                 return None;
             }
         };
-        let hpa_targets = self.hpa_targets().await;
+        let owners = TargetOwners { hpas: self.hpa_targets().await, autoscalers: autoscalers_by_target(&autoscalers) };
         let reads: HashMap<String, NamespaceReads> = autoscalers.iter().filter_map(|autoscaler| autoscaler.metadata.namespace.clone()).map(|namespace| (namespace, NamespaceReads::default())).collect();
-        let (generation, section, hpa_targets, reads) = (&generation, &section, &hpa_targets, &reads);
+        let (generation, section, owners, reads) = (&generation, &section, &owners, &reads);
         // Owned items: a stream of futures that borrow their item trips the compiler's higher-ranked lifetimes.
         let outcomes: Vec<Outcome> = futures::stream::iter(autoscalers.iter().cloned())
-            .map(|autoscaler| async move { self.reconcile(&autoscaler, generation, section, hpa_targets, reads).await })
+            .map(|autoscaler| async move { self.reconcile(&autoscaler, generation, section, owners, reads).await })
             .buffer_unordered(CONCURRENT_RECONCILES)
             .collect()
             .await;
@@ -264,8 +286,9 @@ impl AutoscalerLoop {
         Some(summary)
     }
 
-    /// (namespace, kind, name) of every workload a HorizontalPodAutoscaler scales, with the HPA's name.
-    async fn hpa_targets(&self) -> HashMap<(String, String, String), String> {
+    /// (namespace, kind, name) of every workload a HorizontalPodAutoscaler scales, with the HPA's name; why not,
+    /// when they cannot be listed.
+    async fn hpa_targets(&self) -> Result<HashMap<TargetKey, String>, String> {
         let listed = {
             let _permit = self.api.permit().await;
             Api::<HorizontalPodAutoscaler>::all(self.api.client.clone()).list(&ListParams::default()).await
@@ -273,13 +296,14 @@ impl AutoscalerLoop {
         match listed {
             Ok(list) => {
                 *self.hpa_list_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
-                list.items
+                Ok(list
+                    .items
                     .into_iter()
                     .filter_map(|hpa| {
                         let target = hpa.spec?.scale_target_ref;
                         Some(((hpa.metadata.namespace?, target.kind, target.name), hpa.metadata.name?))
                     })
-                    .collect()
+                    .collect())
             }
             Err(error) => {
                 // At warning level once (a missing RBAC rule would otherwise pass unnoticed), then at debug level.
@@ -290,13 +314,13 @@ impl AutoscalerLoop {
                 } else {
                     tracing::debug!(%error, "could not list HorizontalPodAutoscalers");
                 }
-                *last = Some(error);
-                HashMap::new()
+                *last = Some(error.clone());
+                Err(error)
             }
         }
     }
 
-    async fn reconcile(&self, autoscaler: &Autoscaler, generation: &Generation, section: &AutoscalerSection, hpa_targets: &HashMap<(String, String, String), String>, reads: &HashMap<String, NamespaceReads>) -> Outcome {
+    async fn reconcile(&self, autoscaler: &Autoscaler, generation: &Generation, section: &AutoscalerSection, owners: &TargetOwners, reads: &HashMap<String, NamespaceReads>) -> Outcome {
         let mut run = Reconciliation {
             autoscaler,
             namespace: autoscaler.metadata.namespace.clone().unwrap_or_default(),
@@ -305,7 +329,7 @@ impl AutoscalerLoop {
             now: Timestamp::now(),
         };
         let namespace_reads = reads.get(&run.namespace);
-        let outcome = self.decide(&mut run, generation, section, hpa_targets, namespace_reads).await;
+        let outcome = self.decide(&mut run, generation, section, owners, namespace_reads).await;
         // The HPA's rule: a status is written when it changed.
         if autoscaler.status.as_ref() != Some(&run.status) {
             self.write_status(&run).await;
@@ -318,7 +342,7 @@ impl AutoscalerLoop {
         run: &mut Reconciliation<'_>,
         generation: &Generation,
         section: &AutoscalerSection,
-        hpa_targets: &HashMap<(String, String, String), String>,
+        owners: &TargetOwners,
         reads: Option<&NamespaceReads>,
     ) -> Outcome {
         let spec = &run.autoscaler.spec;
@@ -333,9 +357,24 @@ impl AutoscalerLoop {
             Ok(checked) => checked,
             Err(message) => return self.refuse(run, "ScalingActive", "InvalidSpec", &message).await,
         };
-        if let Some(hpa) = hpa_targets.get(&(run.namespace.clone(), target.kind.clone(), target.name.clone())) {
-            let message = format!("HorizontalPodAutoscaler {hpa} also scales {}/{}: wasp leaves it to the HPA", target.kind, target.name);
-            return self.refuse(run, "AbleToScale", "ConflictingHorizontalPodAutoscaler", &message).await;
+        let key = (run.namespace.clone(), target.kind.clone(), target.name.clone());
+        match &owners.hpas {
+            Ok(hpas) => {
+                if let Some(hpa) = hpas.get(&key) {
+                    let message = format!("HorizontalPodAutoscaler {hpa} also scales {}/{}: wasp leaves it to the HPA", target.kind, target.name);
+                    return self.refuse(run, "AbleToScale", "ConflictingHorizontalPodAutoscaler", &message).await;
+                }
+            }
+            // Unknown is not "none": both controllers could scale one workload.
+            Err(error) => {
+                let message = format!("could not list HorizontalPodAutoscalers ({error}); not scaling {}/{} until a conflict can be ruled out", target.kind, target.name);
+                return self.refuse(run, "AbleToScale", "FailedListHorizontalPodAutoscalers", &message).await;
+            }
+        }
+        // The HPA's AmbiguousSelector: two Autoscalers on one workload would undo each other every sync.
+        if let Some(names) = owners.autoscalers.get(&key).filter(|names| names.len() > 1) {
+            let message = format!("Autoscalers {} all scale {}/{}: none of them scales it until one is left", names.join(", "), target.kind, target.name);
+            return self.refuse(run, "ScalingActive", "AmbiguousSelector", &message).await;
         }
         let api_version = target.api_version.clone().unwrap_or_else(|| "apps/v1".into());
         let scales = scale_api(&self.api, &run.namespace, &api_version, &target.kind);
@@ -364,6 +403,16 @@ impl AutoscalerLoop {
             (min, "Current number of replicas below Spec.MinReplicas".to_string(), false)
         } else {
             let selector = scale.status.as_ref().and_then(|status| status.selector.clone()).unwrap_or_default();
+            if selector.is_empty() {
+                // An empty selector selects every pod of the namespace: measured over all of them, one Autoscaler
+                // on a custom resource could jump to maxReplicas. The HPA refuses the same ("selector is required").
+                let target = &run.autoscaler.spec.scale_target_ref;
+                let message = format!(
+                    "the scale subresource of {} {} reports no selector (a custom resource's needs `scale.labelSelectorPath`); the target's pods cannot be told from the namespace's",
+                    target.kind, target.name
+                );
+                return self.refuse(run, "ScalingActive", "InvalidSelector", &message).await;
+            }
             match self.recommend(run, section, &policy, (&selector, reads), current, min, max).await {
                 Some((desired, reason)) => (desired, reason, true),
                 None => return Outcome::Failed,
