@@ -176,6 +176,56 @@ async fn pods_naming_no_running_scheduler_are_denied_or_warned_and_a_reload_admi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installed_as_shipped_an_unknown_scheduler_is_warned_not_refused_and_one_seen_binding_pods_is_known() {
+    let harness = start(&config_text(&["wasp"], "admission: {strayPodGrace: 0s}")).await;
+    // Volcano is not in otherSchedulers and resembles no known name: admitted, with a warning kubectl prints.
+    let warned = harness.answer("/validate-pods", review("default", pod("job-0", Some("volcano")))).await;
+    assert_eq!(warned["allowed"], true, "{warned}");
+    assert_eq!(
+        warned["warnings"],
+        json!([r#"no scheduler named "volcano" runs in this cluster; known: default-scheduler, wasp; admitted: the pod waits until a scheduler of that name runs (list it in admission.otherSchedulers to silence this)"#])
+    );
+    // The strict mode refuses it, as every unknown name.
+    harness.rewrite_config(&config_text(&["wasp"], "admission: {mode: strict, strayPodGrace: 0s}"));
+    assert_eq!(harness.answer("/validate-pods", review("default", pod("job-0", Some("volcano")))).await["allowed"], false);
+
+    // Volcano binds a pod that waited (here the test, through pods/binding as its scheduler would): from then on
+    // the name is known, in strict mode too, and its waiting pods are not reported as stray.
+    let pods: Api<Pod> = Api::namespaced(harness.api.client.clone(), "default");
+    for name in ["job-0", "job-1"] {
+        pods.create(&PostParams::default(), &serde_json::from_value(pod(name, Some("volcano"))).unwrap()).await.unwrap();
+    }
+    harness.host.cluster.wait_until_ready().await;
+    let cluster = harness.host.cluster.clone();
+    common::eventually("the informer sees both pods waiting", move || cluster.pending_pods().len() == 2).await;
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "job-0"}, "target": {"kind": "Node", "name": "n-0"}});
+    let request = http::Request::post("/api/v1/namespaces/default/pods/job-0/binding").header("content-type", "application/json").body(serde_json::to_vec(&binding).unwrap()).unwrap();
+    harness.api.client.request::<Value>(request).await.unwrap();
+    let cluster = harness.host.cluster.clone();
+    common::eventually("the host sees volcano bind", move || cluster.binding_schedulers().contains(&"volcano".to_string())).await;
+    let answer = harness.answer("/validate-pods", review("default", pod("job-2", Some("volcano")))).await;
+    assert_eq!((answer["allowed"].as_bool(), answer.get("warnings")), (Some(true), None), "{answer}");
+    assert_eq!(harness.host.stray_pods.check(jiff::Timestamp::now().as_second() + 60).await, 0, "job-1 waits for a scheduler that runs");
+    let events: Api<Event> = Api::namespaced(harness.api.client.clone(), "default");
+    let stray = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("NoSuchScheduler")).count();
+    assert_eq!(stray, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_created_right_after_its_namespace_gets_the_namespaces_rules() {
+    let harness = start(&config_text(&["wasp", "wasp-batch"], "")).await;
+    // As Helm or Argo CD do: the namespace, then at once its pods; the webhook's cache may not have it yet.
+    for index in 0..20 {
+        let name = format!("fresh-{index}");
+        harness.create_namespace(&name, json!({"wasp.dev/scheduler": "wasp", "wasp.dev/scheduler-policy": "enforce"})).await;
+        let mutated = harness.answer("/mutate-pods", review(&name, pod("p", None))).await;
+        assert_eq!(patch_of(&mutated), json!([{"op": "add", "path": "/spec/schedulerName", "value": "wasp"}]), "{name}");
+        let refused = harness.answer("/validate-pods", review(&name, pod("p", Some("wasp-batch")))).await;
+        assert_eq!(refused["allowed"], false, "{name}: {refused}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_gives_its_scheduler_to_pods_that_name_none_and_may_enforce_it() {
     let harness = start(&config_text(&["wasp", "wasp-batch"], "")).await;
     harness.create_namespace("team-a", json!({"wasp.dev/scheduler": "wasp-batch"})).await;

@@ -193,6 +193,9 @@ fn certs_prints_a_secret_the_webhook_serves_and_the_ca_bundle() {
     let secret: k8s_openapi::api::core::v1::Secret = serde_yaml::from_str(&stdout).unwrap();
     assert_eq!((secret.type_.as_deref(), secret.metadata.name.as_deref(), secret.metadata.namespace.as_deref()), (Some("kubernetes.io/tls"), Some("wasp-webhook-tls"), Some("wasp-system")));
     let data = secret.data.unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let key_mode = std::fs::metadata(dir.path().join("tls.key")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(key_mode, 0o600, "the private key is its owner's only");
     for (key, file) in [("tls.crt", "tls.crt"), ("tls.key", "tls.key"), ("ca.crt", "ca.crt")] {
         assert_eq!(data[key].0, std::fs::read(dir.path().join(file)).unwrap(), "{key} as written to --out-dir");
     }

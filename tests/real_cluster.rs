@@ -645,7 +645,8 @@ fn the_plan_judges_an_unready_pod_by_its_budget_as_the_real_eviction_api_does() 
     assert!(!eviction_allowed(&cluster, &ready));
     let (unready_line, ready_line) = plan();
     assert!(!unready_line.contains("skip:"), "{unready_line}");
-    assert!(ready_line.contains("skip: pdb"), "{ready_line}");
+    // Left in place, by the budget, or by the per-workload limit when the unready pod was planned first.
+    assert!(ready_line.contains("skip: pdb") || ready_line.contains("skip: limit"), "{ready_line}");
 }
 
 #[test]

@@ -38,6 +38,24 @@ use tokio_util::task::TaskTracker;
 /// The reporting component of events about the host itself (a refused reload, say).
 pub const COMPONENT: &str = "wasp";
 
+/// No pod taken from a non-empty active queue for this long: the scheduler is wedged (a decision takes
+/// milliseconds; each policy call has its own deadline).
+const SCHEDULER_WEDGED_AFTER: std::time::Duration = std::time::Duration::from_secs(120);
+/// A rescheduling run or an autoscaling pass under way for this long is wedged (measured: under 2 s at 5000 nodes
+/// and 50k pods; every request has a timeout).
+const LOOP_WEDGED_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A liveness check that fails when a loop's `unit` of work (a run, a pass) has been under way too long.
+fn wedged_when_busy(unit: &'static str, limit: std::time::Duration, busy_for: impl Fn() -> Option<std::time::Duration> + Send + Sync + 'static) -> crate::serve::ReadinessCheck {
+    Box::new(move || {
+        let Some(busy) = busy_for() else { return Some(Ok(())) };
+        Some(match busy > limit {
+            true => Err(format!("its {unit} has been under way for {}s", busy.as_secs())),
+            false => Ok(()),
+        })
+    })
+}
+
 pub struct Host {
     pub api: ApiClient,
     pub identity: Arc<HostIdentity>,
@@ -124,6 +142,26 @@ impl Host {
                 _ => Some(Ok(())),
             }),
         );
+        // Liveness: a loop with work that does not move is wedged, and a restart is the cure (a standby takes
+        // over meanwhile). Listed only while this host runs the loops.
+        let scheduling = scheduler.clone();
+        endpoints.liveness_check(
+            "scheduler",
+            Box::new(move || {
+                if !scheduling.is_running() {
+                    return None;
+                }
+                let (waiting, quiet) = (scheduling.queue().sizes().active, scheduling.heartbeat.quiet_for());
+                Some(match waiting > 0 && quiet > SCHEDULER_WEDGED_AFTER {
+                    true => Err(format!("{waiting} pods wait in the active queue and no pod was taken for {}s", quiet.as_secs())),
+                    false => Ok(()),
+                })
+            }),
+        );
+        let running = rescheduler.clone();
+        endpoints.liveness_check("rescheduler", wedged_when_busy("run", LOOP_WEDGED_AFTER, move || running.heartbeat.busy_for()));
+        let passing = autoscaler.clone();
+        endpoints.liveness_check("autoscaler", wedged_when_busy("pass", LOOP_WEDGED_AFTER, move || passing.heartbeat.busy_for()));
         // Out of the Service's endpoints as soon as a shutdown begins (listed only then).
         let stopping = CancellationToken::new();
         let shutting_down = stopping.clone();
@@ -161,11 +199,21 @@ impl Host {
         let address = listener.local_addr()?;
         self.webhooks.store(WEBHOOKS_STARTING, Ordering::Relaxed);
         let namespaces = crate::admission::watch_namespaces(self.api.client.clone());
-        let webhooks = Arc::new(Webhooks { policies: self.policies.clone(), namespaces: namespaces.clone(), metrics: self.admission_metrics.clone() });
+        let webhooks = Arc::new(Webhooks {
+            policies: self.policies.clone(),
+            namespaces: namespaces.clone(),
+            metrics: self.admission_metrics.clone(),
+            cluster: self.cluster.clone(),
+            client: self.api.client.clone(),
+        });
         let state = self.webhooks.clone();
         let stop = self.stopping.clone();
         self.servers.spawn(async move {
-            if namespaces.wait_until_ready().await.is_ok() {
+            let ready = tokio::select! {
+                ready = namespaces.wait_until_ready() => ready.is_ok(),
+                _ = stop.cancelled() => false,
+            };
+            if ready {
                 state.store(WEBHOOKS_SERVING, Ordering::Relaxed);
                 listener.serve(crate::admission::webhook::router(webhooks), stop).await;
             }
@@ -243,7 +291,11 @@ impl Host {
         let mut candidate = Candidate::new(self.api.client.clone(), settings, &self.identity.instance);
         tokio::select! {
             _ = candidate.acquire() => {}
-            _ = self.stopping.cancelled() => return Leadership::Released,
+            _ = self.stopping.cancelled() => {
+                // An attempt cut short may have been written: let go of the Lease if it is ours.
+                candidate.release().await;
+                return Leadership::Released;
+            }
         }
         tokio::select! {
             _ = self.clone().run_loops() => {}
@@ -261,4 +313,25 @@ pub enum Leadership {
     Lost,
     /// Stopped on purpose; the Lease was released if held.
     Released,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_run_under_way_longer_than_its_limit_fails_liveness() {
+        let heartbeat = Arc::new(crate::serve::Heartbeat::default());
+        let watched = heartbeat.clone();
+        let check = wedged_when_busy("run", Duration::from_millis(20), move || watched.busy_for());
+        assert_eq!(check(), Some(Ok(())), "idle");
+        let busy = heartbeat.busy();
+        assert_eq!(check(), Some(Ok(())), "just begun");
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(check().unwrap().unwrap_err().starts_with("its run has been under way for"), "wedged");
+        drop(busy);
+        assert_eq!(check(), Some(Ok(())), "ended");
+        assert!(heartbeat.quiet_for() < Duration::from_millis(20), "the end of a run is a beat");
+    }
 }

@@ -1,7 +1,7 @@
 //! What the webhooks decide about one pod, from the live configuration and the pod's namespace. Pure functions:
 //! every rule is tested here without HTTP.
 
-use crate::config::HostConfig;
+use crate::config::{AdmissionMode, HostConfig};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use std::collections::BTreeMap;
 
@@ -21,9 +21,10 @@ pub struct KnownSchedulers {
 }
 
 impl KnownSchedulers {
-    pub fn of(config: &HostConfig) -> KnownSchedulers {
+    /// The configuration's profiles and `otherSchedulers`, and the schedulers `seen_binding` pods.
+    pub fn of(config: &HostConfig, seen_binding: impl IntoIterator<Item = String>) -> KnownSchedulers {
         let profiles = config.scheduler.profiles.iter().map(|profile| profile.scheduler_name.clone());
-        let mut names: Vec<String> = profiles.chain(config.admission.other_schedulers.iter().cloned()).collect();
+        let mut names: Vec<String> = profiles.chain(config.admission.other_schedulers.iter().cloned()).chain(seen_binding).collect();
         names.sort();
         names.dedup();
         KnownSchedulers { names }
@@ -86,29 +87,49 @@ pub fn namespace_default(pod: &Pod, namespace: &NamespaceChoice) -> Option<Strin
     (scheduler_of(pod) == DEFAULT_SCHEDULER && chosen != DEFAULT_SCHEDULER).then(|| chosen.clone())
 }
 
-/// The validating webhook's answer: `Err` with a message a person understands at once.
-pub fn validate(pod: &Pod, namespace: &NamespaceChoice, known: &KnownSchedulers) -> Result<(), String> {
+/// The validating webhook's answer, with a message a person understands at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Admit,
+    /// Admitted with an admission warning (kubectl prints it).
+    Warn(String),
+    Deny(String),
+}
+
+/// Judges the pod under `mode`: a conflict, or (in `deny` mode) a near miss of a known name, is refused; an
+/// unknown name that resembles none is admitted with a warning, since it may be a scheduler wasp has not seen
+/// at work yet; `strict` refuses every unknown name, `warn` refuses nothing.
+pub fn validate(pod: &Pod, namespace: &NamespaceChoice, known: &KnownSchedulers, mode: AdmissionMode) -> Verdict {
+    let refuse = |message: String| match mode {
+        AdmissionMode::Warn => Verdict::Warn(message),
+        AdmissionMode::Deny | AdmissionMode::Strict => Verdict::Deny(message),
+    };
     let name = scheduler_of(pod);
     let legacy = pod.metadata.annotations.as_ref().and_then(|annotations| annotations.get(LEGACY_SCHEDULER_ANNOTATION));
     if let Some(legacy) = legacy.filter(|legacy| legacy.as_str() != name) {
-        return Err(format!(
+        return refuse(format!(
             "the pod names scheduler {name:?} in spec.schedulerName but {legacy:?} in its annotation {LEGACY_SCHEDULER_ANNOTATION}; remove the annotation or make them agree"
         ));
     }
     if let Some(required) = namespace.scheduler.as_deref().filter(|required| namespace.enforce && *required != name) {
-        return Err(format!(
+        return refuse(format!(
             "namespace {} requires scheduler {required:?} ({NAMESPACE_SCHEDULER_POLICY}: enforce); the pod names {name:?}",
             namespace.namespace
         ));
     }
-    if !known.runs(name) {
-        let mut message = known.unknown(name);
-        if namespace.scheduler.as_deref() == Some(name) {
-            message.push_str(&format!(" (the name comes from namespace {}'s {NAMESPACE_SCHEDULER})", namespace.namespace));
-        }
-        return Err(message);
+    if known.runs(name) {
+        return Verdict::Admit;
     }
-    Ok(())
+    let mut message = known.unknown(name);
+    if namespace.scheduler.as_deref() == Some(name) {
+        message.push_str(&format!(" (the name comes from namespace {}'s {NAMESPACE_SCHEDULER})", namespace.namespace));
+    }
+    match mode {
+        AdmissionMode::Deny if known.closest(name).is_none() => Verdict::Warn(format!(
+            "{message}; admitted: the pod waits until a scheduler of that name runs (list it in admission.otherSchedulers to silence this)"
+        )),
+        _ => refuse(message),
+    }
 }
 
 #[cfg(test)]
@@ -117,7 +138,33 @@ mod tests {
 
     fn known() -> KnownSchedulers {
         let config = HostConfig::parse("policyDir: x\nscheduler: {profiles: [{schedulerName: wasp}, {schedulerName: wasp-batch}]}").unwrap();
-        KnownSchedulers::of(&config)
+        KnownSchedulers::of(&config, [])
+    }
+
+    fn validate(pod: &Pod, namespace: &NamespaceChoice, known: &KnownSchedulers) -> Result<(), String> {
+        match super::validate(pod, namespace, known, AdmissionMode::Strict) {
+            Verdict::Admit => Ok(()),
+            Verdict::Warn(message) | Verdict::Deny(message) => Err(message),
+        }
+    }
+
+    #[test]
+    fn by_default_only_near_misses_and_conflicts_are_refused_and_other_unknown_names_are_warned() {
+        let judge = |scheduler: &str, mode: AdmissionMode| super::validate(&pod(Some(scheduler), None), &namespace(None, false), &known(), mode);
+        assert!(matches!(judge("wsap", AdmissionMode::Deny), Verdict::Deny(message) if message.ends_with(r#"did you mean "wasp"?"#)));
+        let Verdict::Warn(warning) = judge("volcano", AdmissionMode::Deny) else { panic!("volcano is not refused by default") };
+        assert_eq!(
+            warning,
+            r#"no scheduler named "volcano" runs in this cluster; known: default-scheduler, wasp, wasp-batch; admitted: the pod waits until a scheduler of that name runs (list it in admission.otherSchedulers to silence this)"#
+        );
+        assert!(matches!(judge("volcano", AdmissionMode::Strict), Verdict::Deny(_)));
+        assert!(matches!(judge("wsap", AdmissionMode::Warn), Verdict::Warn(_)));
+        let conflict = super::validate(&pod(Some("wasp"), Some("wasp-batch")), &namespace(None, false), &known(), AdmissionMode::Deny);
+        assert!(matches!(conflict, Verdict::Deny(_)), "{conflict:?}");
+        // A scheduler seen binding pods is known, whatever the configuration lists.
+        let config = HostConfig::parse("policyDir: x\nscheduler: {profiles: [{schedulerName: wasp}]}").unwrap();
+        let learned = KnownSchedulers::of(&config, ["volcano".to_string()]);
+        assert_eq!(super::validate(&pod(Some("volcano"), None), &namespace(None, false), &learned, AdmissionMode::Strict), Verdict::Admit);
     }
 
     fn pod(scheduler: Option<&str>, legacy: Option<&str>) -> Pod {

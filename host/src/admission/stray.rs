@@ -34,7 +34,10 @@ impl StrayPods {
 
     /// Checks every [`CHECK_INTERVAL`] until `stop` is cancelled.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        self.cluster.wait_until_ready().await;
+        tokio::select! {
+            _ = self.cluster.wait_until_ready() => {}
+            _ = stop.cancelled() => return,
+        }
         while !stop.is_cancelled() {
             self.check(jiff::Timestamp::now().as_second()).await;
             tokio::select! {
@@ -48,9 +51,19 @@ impl StrayPods {
     /// many were reported.
     pub async fn check(&self, now: i64) -> usize {
         let generation = self.policies.current();
-        let known = KnownSchedulers::of(&generation.config);
+        let known = KnownSchedulers::of(&generation.config, self.cluster.binding_schedulers());
         let grace = generation.config.admission.stray_pod_grace.as_secs() as i64;
-        let stray = self.cluster.pending_where(|pod| !pod.terminating && !known.runs(&pod.scheduler_name));
+        let mut stray = self.cluster.pending_where(|pod| !pod.terminating && !known.runs(&pod.scheduler_name));
+        if !stray.is_empty() {
+            // A scheduler whose pods are bound now may simply not have bound one since this host started (a gang
+            // scheduler's pods wait long): not reported. Only read when some pod looks stray.
+            let bound: HashSet<String> = {
+                let names: HashSet<&str> = stray.iter().map(|pod| pod.scheduler_name.as_str()).collect();
+                let cluster = self.cluster.read();
+                cluster.bound_pods().filter(|(pod, _)| names.contains(pod.scheduler_name.as_str())).map(|(pod, _)| pod.scheduler_name.clone()).collect()
+            };
+            stray.retain(|pod| !bound.contains(&pod.scheduler_name));
+        }
         let mut counts: BTreeMap<String, i64> = BTreeMap::new();
         for pod in &stray {
             *counts.entry(pod.scheduler_name.clone()).or_default() += 1;

@@ -6,9 +6,9 @@
 //! the webhook's failure policy (`Ignore` in the shipped manifests).
 
 use super::metrics::AdmissionMetrics;
-use super::review::{self, KnownSchedulers, NamespaceChoice};
+use super::review::{self, KnownSchedulers, NamespaceChoice, Verdict};
 use super::tls::ReloadingCertificate;
-use crate::config::AdmissionMode;
+use crate::cluster::SharedCluster;
 use crate::registry::PolicyRegistry;
 use axum::body::Body;
 use axum::extract::State;
@@ -19,6 +19,7 @@ use axum::Router;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
+use kube::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,12 +34,18 @@ pub const MAX_REVIEW_BYTES: usize = 4 << 20;
 /// sending when the answer comes and reads it instead of failing on a closed connection.
 const MAX_DRAINED_BYTES: usize = 64 << 20;
 
-/// What the webhooks read: the live configuration and the namespaces' choices.
+/// What the webhooks read: the live configuration, the namespaces' choices, and the schedulers seen binding pods.
 pub struct Webhooks {
     pub policies: Arc<PolicyRegistry>,
     pub namespaces: Store<Namespace>,
     pub metrics: AdmissionMetrics,
+    pub cluster: Arc<SharedCluster>,
+    /// For a namespace the cache has not seen yet.
+    pub client: kube::Client,
 }
+
+/// A namespace the cache does not have is read from the API server within this, or taken as having no rules.
+const NAMESPACE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Webhook {
@@ -81,11 +88,25 @@ fn malformed(message: String) -> Response {
 }
 
 impl Webhooks {
-    fn namespace(&self, name: Option<&str>) -> NamespaceChoice {
+    /// The namespace's choice, from the cache; a namespace created a moment ago (Helm and Argo CD create pods right
+    /// after their namespace) may not be there yet, so it is read from the API server.
+    async fn namespace(&self, name: Option<&str>) -> NamespaceChoice {
         let Some(name) = name else { return NamespaceChoice::default() };
-        match self.namespaces.get(&ObjectRef::new(name)) {
-            Some(namespace) => NamespaceChoice::of(&namespace),
-            None => NamespaceChoice { namespace: name.to_string(), ..Default::default() },
+        if let Some(namespace) = self.namespaces.get(&ObjectRef::new(name)) {
+            return NamespaceChoice::of(&namespace);
+        }
+        let read = tokio::time::timeout(NAMESPACE_READ_TIMEOUT, Api::<Namespace>::all(self.client.clone()).get_opt(name)).await;
+        match read {
+            Ok(Ok(Some(namespace))) => NamespaceChoice::of(&namespace),
+            Ok(Ok(None)) => NamespaceChoice { namespace: name.to_string(), ..Default::default() },
+            Ok(Err(error)) => {
+                tracing::warn!(namespace = name, %error, "reading a namespace the cache has not seen failed; judging the pod without its rules");
+                NamespaceChoice { namespace: name.to_string(), ..Default::default() }
+            }
+            Err(_) => {
+                tracing::warn!(namespace = name, "reading a namespace the cache has not seen timed out; judging the pod without its rules");
+                NamespaceChoice { namespace: name.to_string(), ..Default::default() }
+            }
         }
     }
 
@@ -123,7 +144,7 @@ impl Webhooks {
         let (response, result) = match pod {
             None => (response, "allowed"),
             Some(pod) => {
-                let namespace = self.namespace(request.namespace.as_deref());
+                let namespace = self.namespace(request.namespace.as_deref()).await;
                 let name = pod.metadata.name.as_deref().or(pod.metadata.generate_name.as_deref()).unwrap_or("");
                 let pod_name = format!("{}/{name}", request.namespace.as_deref().unwrap_or(""));
                 match webhook {
@@ -154,20 +175,21 @@ impl Webhooks {
         }
     }
 
-    /// Refused (or, in `warn` mode, admitted with a warning) when the pod names a scheduler nobody runs or
-    /// contradicts its namespace; the live configuration says which schedulers run.
+    /// Refused or admitted with a warning when the pod names a scheduler nobody runs or contradicts its namespace
+    /// ([`review::validate`]); the live configuration and the schedulers seen binding pods say which run.
     fn validate(&self, response: AdmissionResponse, pod: &Pod, namespace: &NamespaceChoice, pod_name: &str) -> (AdmissionResponse, &'static str) {
         let generation = self.policies.current();
-        let Err(message) = review::validate(pod, namespace, &KnownSchedulers::of(&generation.config)) else { return (response, "allowed") };
-        match generation.config.admission.mode {
-            AdmissionMode::Deny => {
+        let known = KnownSchedulers::of(&generation.config, self.cluster.binding_schedulers());
+        match review::validate(pod, namespace, &known, generation.config.admission.mode) {
+            Verdict::Admit => (response, "allowed"),
+            Verdict::Deny(message) => {
                 tracing::info!(pod = %pod_name, %message, "pod refused");
                 let mut denied = response.deny(&message);
                 denied.result.code = 403;
                 denied.result.reason = "Forbidden".into();
                 (denied, "denied")
             }
-            AdmissionMode::Warn => {
+            Verdict::Warn(message) => {
                 tracing::info!(pod = %pod_name, %message, "pod admitted with a warning");
                 let mut warned = response;
                 warned.warnings = Some(vec![message]);

@@ -23,6 +23,7 @@ use crate::contract::types::{MetricSample, Recommendation, ScaleDecision, ScaleR
 use crate::kube::{ApiClient, EventRecorder, ObjectRef};
 use crate::policy::LoadedPolicy;
 use crate::registry::{Generation, PolicyRegistry};
+use crate::serve::Heartbeat;
 use behavior::{Behavior, History};
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -102,6 +103,8 @@ pub struct AutoscalerLoop {
     /// Why HorizontalPodAutoscalers could not be listed last time, if they could not.
     hpa_list_error: Mutex<Option<String>>,
     last_pass: Mutex<Option<PassSummary>>,
+    /// Busy while a pass is under way (`/healthz`).
+    pub heartbeat: Heartbeat,
     pub stats: Stats,
 }
 
@@ -209,6 +212,7 @@ impl AutoscalerLoop {
             histories: Mutex::new(HashMap::new()),
             hpa_list_error: Mutex::new(None),
             last_pass: Mutex::new(None),
+            heartbeat: Heartbeat::default(),
             stats: Stats::default(),
         })
     }
@@ -220,7 +224,10 @@ impl AutoscalerLoop {
     /// Passes every `syncPeriod` while the task lives and `stop` is not cancelled (a pass begun finishes its
     /// writes); waits while the configuration has no autoscaler section.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        self.cluster.wait_until_ready().await;
+        tokio::select! {
+            _ = self.cluster.wait_until_ready() => {}
+            _ = stop.cancelled() => return,
+        }
         while !stop.is_cancelled() {
             let period = self.policies.current().config.autoscaler.as_ref().map(|section| section.sync_period);
             let started = tokio::time::Instant::now();
@@ -239,6 +246,7 @@ impl AutoscalerLoop {
     pub async fn pass(&self) -> Option<PassSummary> {
         let generation = self.policies.current();
         let section = generation.config.autoscaler.clone()?;
+        let _busy = self.heartbeat.busy();
         let started = Instant::now();
         let policy_nanos_before = self.stats.policy_nanos.load(Ordering::Relaxed);
         let listed = {

@@ -37,8 +37,10 @@ pub fn run(args: CertsArgs) -> anyhow::Result<()> {
     let base64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
     if let Some(dir) = &args.out_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        for (file, text) in [("ca.crt", &generated.ca), ("tls.crt", &generated.certificate), ("tls.key", &generated.private_key)] {
-            std::fs::write(dir.join(file), text).with_context(|| format!("writing {}", dir.join(file).display()))?;
+        // The private key is readable by its owner only (0600), an existing file's permissions included.
+        for (file, text, mode) in [("ca.crt", &generated.ca, 0o644), ("tls.crt", &generated.certificate, 0o644), ("tls.key", &generated.private_key, 0o600)] {
+            let path = dir.join(file);
+            write_with_mode(&path, text.as_bytes(), mode).with_context(|| format!("writing {}", path.display()))?;
         }
     }
     let secret = serde_json::json!({
@@ -56,4 +58,13 @@ pub fn run(args: CertsArgs) -> anyhow::Result<()> {
         eprintln!("  kubectl patch {kind} wasp --type=json -p '[{{\"op\":\"replace\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"{bundle}\"}}]'");
     }
     Ok(())
+}
+
+/// Writes `bytes` to `path` with permissions `mode`, set before the bytes go in.
+fn write_with_mode(path: &std::path::Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    file.write_all(bytes)
 }

@@ -294,7 +294,9 @@ fn unreadable(cluster: &SharedCluster, source: &KubePod, error: String) -> Vec<C
     let mut changes = forget_pod(cluster, &uid);
     let spec = source.spec.as_ref();
     let waiting = spec.is_some_and(|spec| spec.node_name.as_deref().unwrap_or("").is_empty()) && source.metadata.deletion_timestamp.is_none();
-    if waiting {
+    // Said once: the condition written for it comes back as an update of the same unreadable pod.
+    let said = scheduled_condition(source).is_some_and(|condition| condition.status == "False" && condition.reason == "SchedulerError" && condition.message.ends_with(&error));
+    if waiting && !said {
         changes.push(ClusterEvent::PodUnreadable(Arc::new(UnreadablePod {
             namespace: source.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
             name: source.metadata.name.clone().unwrap_or_default(),
@@ -339,6 +341,10 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
     let finished = matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed);
     let mut changes = Vec::new();
     let waited = cluster.take_pending(&uid);
+    if waited.is_some() && node.is_some() && !finished {
+        // Someone bound a pod that waited: its scheduler runs (a pod created with its node named proves nothing).
+        cluster.note_binding_scheduler(&pod.scheduler_name);
+    }
     match node {
         // A finished pod frees its node; a failed one stays known (with its id) until deleted, for evict
         // policies to clear.

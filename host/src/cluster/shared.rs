@@ -100,6 +100,10 @@ impl Synced {
     }
 }
 
+/// How long a scheduler seen binding a pod counts as running.
+const BINDING_SCHEDULER_MEMORY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+const MAX_BINDING_SCHEDULERS: usize = 64;
+
 /// A pod's `PodScheduled` condition: a scheduler writes it only when status, reason or message change, and keeps
 /// its `lastTransitionTime` while the status does not (kube-scheduler's `UpdatePodCondition`): a pod that fails
 /// every attempt for the same reason costs one write, not one per attempt.
@@ -117,6 +121,9 @@ pub struct SharedCluster {
     pending: Mutex<HashMap<String, Pod>>,
     /// Why pending pods could not be placed, as a scheduler last said (by uid).
     unschedulable: Mutex<HashMap<String, String>>,
+    /// Schedulers seen binding pods (a pod that waited became bound), with when last: the webhooks and the
+    /// stray-pod check count them as running.
+    binding_schedulers: Mutex<HashMap<String, std::time::Instant>>,
     /// The `PodScheduled` condition of pending pods as last read or written, by uid.
     scheduled_conditions: Mutex<HashMap<String, ScheduledCondition>>,
     /// Pending pods with `preemptionPolicy: Never`: they wait for room and never take it from other pods.
@@ -141,6 +148,7 @@ impl Default for SharedCluster {
             pending: Mutex::new(HashMap::new()),
             unschedulable: Mutex::new(HashMap::new()),
             scheduled_conditions: Mutex::new(HashMap::new()),
+            binding_schedulers: Mutex::new(HashMap::new()),
             never_preempt: Mutex::new(std::collections::HashSet::new()),
             nominations: Mutex::new(HashMap::new()),
             hints: super::PlacementHints::default(),
@@ -242,6 +250,24 @@ impl SharedCluster {
         if self.may_preempt(uid) {
             self.publish(ClusterEvent::PreemptionWanted { uid: uid.to_string() });
         }
+    }
+
+    /// A pod naming `scheduler` waited and is now bound: a scheduler of that name runs.
+    pub(super) fn note_binding_scheduler(&self, scheduler: &str) {
+        let mut seen = self.binding_schedulers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = std::time::Instant::now();
+        seen.retain(|_, last| now.duration_since(*last) < BINDING_SCHEDULER_MEMORY);
+        // Binding takes a privileged client, so the names are few; the bound keeps a misbehaving one from growing
+        // the map.
+        if seen.len() < MAX_BINDING_SCHEDULERS || seen.contains_key(scheduler) {
+            seen.insert(scheduler.to_string(), now);
+        }
+    }
+
+    /// The schedulers seen binding a pod within the last day.
+    pub fn binding_schedulers(&self) -> Vec<String> {
+        let seen = self.binding_schedulers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        seen.iter().filter(|(_, last)| last.elapsed() < BINDING_SCHEDULER_MEMORY).map(|(name, _)| name.clone()).collect()
     }
 
     /// The pending pod's `PodScheduled` condition, as last read from the API server or written by a scheduler.

@@ -5,14 +5,20 @@ use anyhow::bail;
 use serde::Deserialize;
 use std::time::Duration;
 
+/// What the validating webhook does with a pod whose scheduler name is not known to run. Conflicts (the legacy
+/// annotation, a namespace that enforces its scheduler) are refused in `deny` and `strict` modes.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum AdmissionMode {
-    /// Refuse the pod: it would wait forever with no event and no condition.
+    /// Refuse a near miss of a known name (a typo: the pod would wait forever), admit any other unknown name
+    /// with a warning: installing wasp must not break a scheduler it has not heard of (Volcano, YuniKorn, ...).
     #[default]
     Deny,
-    /// Admit the pod with an admission warning (kubectl prints it): for trying the webhook on a live cluster.
+    /// Admit every pod, with a warning (kubectl prints it) where `deny` would refuse: for trying the webhook on a
+    /// live cluster.
     Warn,
+    /// Refuse every name that is neither a profile, nor in `otherSchedulers`, nor seen binding pods.
+    Strict,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -20,7 +26,8 @@ pub enum AdmissionMode {
 pub struct AdmissionSection {
     #[serde(default)]
     pub mode: AdmissionMode,
-    /// Schedulers of the cluster besides wasp's profiles; pods naming them are admitted.
+    /// Schedulers of the cluster besides wasp's profiles; pods naming them are admitted. Schedulers the host sees
+    /// binding pods are known too, without being listed here.
     #[serde(default = "default_other_schedulers")]
     pub other_schedulers: Vec<String>,
     /// A pending pod naming an unknown scheduler for this long gets a `NoSuchScheduler` event.

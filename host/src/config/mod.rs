@@ -334,7 +334,7 @@ mod tests {
         let admission = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a}]}\nadmission: {otherSchedulers: [default-scheduler, a]}");
         assert_eq!(admission, "admission.otherSchedulers[1]: \"a\" is a wasp profile; list only schedulers wasp does not run");
         let mode = parse_error("policyDir: x\nscheduler: {profiles: [{schedulerName: a}]}\nadmission: {mode: warning}");
-        assert!(mode.contains("unknown variant `warning`, expected `deny` or `warn`"), "{mode}");
+        assert!(mode.contains("unknown variant `warning`, expected one of `deny`, `warn`, `strict`"), "{mode}");
         assert_eq!(twice, "rescheduler.strategies[1].policy: e is listed twice");
         let defaults = HostConfig::parse(&format!("{base}dryRun: true}}")).unwrap().rescheduler.unwrap();
         assert_eq!((defaults.interval.as_secs(), defaults.limits.max_per_run, defaults.limits.max_per_workload), (300, Some(10), Some(1)));

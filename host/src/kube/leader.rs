@@ -224,21 +224,28 @@ impl Candidate {
     pub async fn release(&mut self) {
         let name = self.settings.lease_name.clone();
         let released = tokio::time::timeout(self.settings.renew_deadline, async {
-            let Some(mut lease) = self.api.get_opt(&name).await? else { return Ok(false) };
-            let spec = lease.spec.clone().unwrap_or_default();
-            if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
-                return Ok(false);
+            loop {
+                let Some(mut lease) = self.api.get_opt(&name).await? else { return Ok(false) };
+                let spec = lease.spec.clone().unwrap_or_default();
+                if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+                    return Ok(false);
+                }
+                let now = MicroTime(jiff::Timestamp::now());
+                lease.spec = Some(LeaseSpec {
+                    holder_identity: Some(String::new()),
+                    lease_duration_seconds: Some(1),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    lease_transitions: spec.lease_transitions,
+                    ..Default::default()
+                });
+                match self.api.replace(&name, &PostParams::default(), &lease).await {
+                    Ok(_) => return Ok(true),
+                    // A renewal that was in flight when the loops stopped landed in between: read again.
+                    Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                    Err(error) => return Err(error),
+                }
             }
-            let now = MicroTime(jiff::Timestamp::now());
-            lease.spec = Some(LeaseSpec {
-                holder_identity: Some(String::new()),
-                lease_duration_seconds: Some(1),
-                acquire_time: Some(now.clone()),
-                renew_time: Some(now),
-                lease_transitions: spec.lease_transitions,
-                ..Default::default()
-            });
-            self.api.replace(&name, &PostParams::default(), &lease).await.map(|_| true)
         })
         .await
         .unwrap_or_else(|_| Err(timed_out()));

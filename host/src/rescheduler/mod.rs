@@ -28,6 +28,7 @@ use crate::cluster::{ClusterEvent, SharedCluster};
 use crate::contract::{EvictContext, PendingPod};
 use crate::kube::{ApiClient, EventRecorder};
 use crate::registry::PolicyRegistry;
+use crate::serve::Heartbeat;
 use evictor::{Answer, Evictor};
 use memory::Memory;
 use plan::{Decision, Outcome, Plan};
@@ -105,6 +106,8 @@ pub struct Rescheduler {
     memory: Mutex<Memory>,
     last_run: Mutex<Option<RunSummary>>,
     pub stats: Stats,
+    /// Busy while a run is under way (`/healthz`).
+    pub heartbeat: Heartbeat,
 }
 
 fn wall_seconds() -> i64 {
@@ -127,6 +130,7 @@ impl Rescheduler {
             memory: Mutex::new(Memory::default()),
             last_run: Mutex::new(None),
             stats: Stats::default(),
+            heartbeat: Heartbeat::default(),
         })
     }
 
@@ -161,6 +165,7 @@ impl Rescheduler {
             return None;
         }
         let dry_run = force_dry_run || section.dry_run;
+        let _busy = self.heartbeat.busy();
         let started = Instant::now();
         let (budgets, mut warnings) = match self.evictor.budgets().await {
             Ok(objects) => budgets::Budgets::from_objects(&objects),
@@ -231,8 +236,12 @@ impl Rescheduler {
                 Decision::Preempt { beneficiary, node } => Some((beneficiary.clone(), node.clone())),
             };
             if !dry_run && stop.is_cancelled() {
+                // Stopping: the evictions not yet sent are not sent, and a room they were part of is not made.
                 tracing::info!(pod = %entry.key(), policy = %entry.policy, "stopping: eviction not sent");
-                break;
+                if let Some((beneficiary, node)) = preempting {
+                    rooms.entry(beneficiary).or_insert((node, entry.room_for.clone().unwrap_or_default(), false)).2 = false;
+                }
+                continue;
             }
             let outcome = if dry_run { Outcome::NotSent } else { self.evict(entry, section.pacing.budget_retry, preempting.is_some()).await };
             if let Some((beneficiary, node)) = preempting {
@@ -318,7 +327,10 @@ impl Rescheduler {
     /// cancelled; preemption runs in between, when the scheduler asks.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut events = self.cluster.subscribe();
-        self.cluster.wait_until_ready().await;
+        tokio::select! {
+            _ = self.cluster.wait_until_ready() => {}
+            _ = stop.cancelled() => return,
+        }
         let mut pending_seen = HashSet::new();
         let mut last_preemption: Option<tokio::time::Instant> = None;
         let mut preempt_at: Option<tokio::time::Instant> = None;

@@ -21,6 +21,7 @@ pub mod queue;
 use crate::cluster::{volumes, ClusterEvent, SharedCluster};
 use crate::contract::types::Pod;
 use crate::registry::PolicyRegistry;
+use crate::serve::Heartbeat;
 use binder::Binder;
 use cycle::{Cursor, Decision};
 use queue::{Change, QueuedPod, SchedulingQueue};
@@ -80,6 +81,10 @@ pub struct Scheduler {
     running: AtomicBool,
     /// The writes decisions sent on their own tasks (bindings, conditions): a stopping scheduler waits for them.
     writes: TaskTracker,
+    /// Beats at every pod taken from the queue and every decision made (`/healthz`).
+    pub heartbeat: Heartbeat,
+    /// The current run's stop: a binding that waits for its claims to be provisioned gives up when it comes.
+    stop: Mutex<CancellationToken>,
 }
 
 fn key_of(pod: &Pod) -> String {
@@ -97,6 +102,8 @@ impl Scheduler {
             metrics,
             running: AtomicBool::new(false),
             writes: TaskTracker::new(),
+            heartbeat: Heartbeat::default(),
+            stop: Mutex::new(CancellationToken::new()),
         })
     }
 
@@ -151,7 +158,11 @@ impl Scheduler {
     /// sent are answered (a graceful shutdown: the next leader then sees every binding this one made).
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let events = self.cluster.subscribe();
-        self.cluster.wait_until_ready().await;
+        tokio::select! {
+            _ = self.cluster.wait_until_ready() => {}
+            _ = stop.cancelled() => return,
+        }
+        *self.stop.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = stop.clone();
         self.running.store(true, Ordering::Relaxed);
         self.admit_pending();
         let follower = tokio::spawn(self.clone().follow(events));
@@ -163,7 +174,7 @@ impl Scheduler {
                 self.1.store(false, Ordering::Relaxed);
             }
         }
-        let _stopped = Stopped(follower, &self.running);
+        let stopped = Stopped(follower, &self.running);
         let mut cursor = Cursor::default();
         loop {
             let queued = tokio::select! {
@@ -171,11 +182,15 @@ impl Scheduler {
                 _ = stop.cancelled() => break,
                 queued = self.queue.pop() => queued,
             };
+            self.heartbeat.beat();
             self.schedule_one(queued, &mut cursor);
+            self.heartbeat.beat();
             // The queue is never empty during a burst: without a turn given now and then, this task would not
             // see that it was aborted (the Lease lost) until the burst ends.
             tokio::task::coop::consume_budget().await;
         }
+        // No more events followed (they would add writes), and a binding still waiting for its claims gives up.
+        drop(stopped);
         tracing::info!(in_flight = self.writes.len(), "scheduler stopping; waiting for the writes in flight");
         self.writes.close();
         self.writes.wait().await;
@@ -267,6 +282,12 @@ impl Scheduler {
                 if let Ok(claims) = &reserved {
                     scheduler.cluster.volumes.unreserve(claims);
                 }
+                if !scheduler.is_running() {
+                    // Stopping or no longer leading: the next leader places the pod; nothing to tell it.
+                    tracing::info!(pod = %key, %node, "stopped while the claims were provisioned; the next leader places the pod");
+                    scheduler.cluster.forget(&pod.uid);
+                    return;
+                }
                 tracing::warn!(pod = %key, %node, %error, "binding volumes failed; forgetting the assumed pod");
                 scheduler.metrics.attempt(&profile, "error");
                 scheduler.cluster.forget(&pod.uid);
@@ -334,8 +355,12 @@ impl Scheduler {
                 None => self.binder.select_node_for_claim(&pod.namespace, claim, node).await.map_err(|error| format!("persistentvolumeclaim {claim:?}: {error}"))?,
             }
         }
+        let stop = self.stop.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
         for reservation in reserved {
-            self.cluster.volumes.wait_bound(&pod.namespace, &reservation.claim, &node_record, BIND_VOLUMES_TIMEOUT).await?;
+            tokio::select! {
+                bound = self.cluster.volumes.wait_bound(&pod.namespace, &reservation.claim, &node_record, BIND_VOLUMES_TIMEOUT) => bound?,
+                _ = stop.cancelled() => return Err("this scheduler stopped while the claims were provisioned".into()),
+            }
         }
         // A long wait may outlast this host's lease: a standby that took over places the pod itself.
         if !self.is_running() {

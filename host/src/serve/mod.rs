@@ -1,6 +1,6 @@
 //! The host's HTTP endpoints, shared by every loop: Prometheus `/metrics` (one registry; each loop registers
-//! its families), `/healthz`, `/readyz` with a named check per part of the host (kube-apiserver's format:
-//! `[+]informers ok`), and `/policies` (what the policy registry serves, with digests and last errors, and each loop's section: the
+//! its families), `/healthz` (liveness: `ok`, or the loops that are wedged), `/readyz` with a named check per part
+//! of the host (kube-apiserver's format: `[+]informers ok`), and `/policies` (what the policy registry serves, with digests and last errors, and each loop's section: the
 //! rescheduler's last run).
 
 use crate::registry::PolicyRegistry;
@@ -13,7 +13,8 @@ use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// A readiness check: `Ok` when ready, else why not; `None` when it does not apply (a part the host does not run).
+/// A readiness or liveness check: `Ok` when it passes, else why not; `None` when it does not apply (a part the
+/// host does not run).
 pub type ReadinessCheck = Box<dyn Fn() -> Option<Result<(), String>> + Send + Sync>;
 /// Brings scrape-time gauges (queue sizes, say) up to date before `/metrics` encodes them.
 pub type ScrapeHook = Box<dyn Fn() + Send + Sync>;
@@ -25,6 +26,7 @@ pub struct Endpoints {
     pub metrics: Registry,
     scrape_hooks: Vec<ScrapeHook>,
     checks: Vec<(String, ReadinessCheck)>,
+    liveness: Vec<(String, ReadinessCheck)>,
     sections: Vec<(String, StatusSection)>,
     policies: Arc<PolicyRegistry>,
 }
@@ -35,7 +37,7 @@ impl Endpoints {
         policies.register_metrics(&mut metrics);
         let serving = policies.clone();
         let memory: ScrapeHook = Box::new(move || serving.report_memory());
-        Endpoints { metrics, scrape_hooks: vec![memory], checks: Vec::new(), sections: Vec::new(), policies }
+        Endpoints { metrics, scrape_hooks: vec![memory], checks: Vec::new(), liveness: Vec::new(), sections: Vec::new(), policies }
     }
 
     pub fn on_scrape(&mut self, hook: ScrapeHook) {
@@ -62,22 +64,94 @@ impl Endpoints {
         self.checks.push((name.to_string(), check));
     }
 
-    /// Each check's verdict, in order, and whether all passed.
+    /// A liveness check: failing, `/healthz` answers 500 and the kubelet restarts the process. Only for what a
+    /// restart mends (a wedged loop), never for a dependency that is down.
+    pub fn liveness_check(&mut self, name: &str, check: ReadinessCheck) {
+        self.liveness.push((name.to_string(), check));
+    }
+
+    /// Each readiness check's verdict, in order, and whether all passed.
     pub fn readiness(&self) -> (bool, String) {
-        let mut body = String::new();
-        let mut ready = true;
-        for (name, check) in &self.checks {
-            match check() {
-                None => {}
-                Some(Ok(())) => body.push_str(&format!("[+]{name} ok\n")),
-                Some(Err(reason)) => {
-                    ready = false;
-                    body.push_str(&format!("[-]{name} failed: {reason}\n"));
-                }
+        verdicts(&self.checks, "readyz")
+    }
+
+    /// Whether every liveness check passes: `ok`, or each check's verdict.
+    pub fn liveness(&self) -> (bool, String) {
+        liveness_of(&self.liveness)
+    }
+}
+
+/// `ok`, or each liveness check's verdict when one fails.
+fn liveness_of(checks: &[(String, ReadinessCheck)]) -> (bool, String) {
+    match verdicts(checks, "healthz") {
+        (true, _) => (true, "ok".into()),
+        failed => failed,
+    }
+}
+
+/// kube-apiserver's format: `[+]name ok` or `[-]name failed: reason` per check, then `<what> check passed|failed`.
+fn verdicts(checks: &[(String, ReadinessCheck)], what: &str) -> (bool, String) {
+    let mut body = String::new();
+    let mut passed = true;
+    for (name, check) in checks {
+        match check() {
+            None => {}
+            Some(Ok(())) => body.push_str(&format!("[+]{name} ok\n")),
+            Some(Err(reason)) => {
+                passed = false;
+                body.push_str(&format!("[-]{name} failed: {reason}\n"));
             }
         }
-        body.push_str(if ready { "readyz check passed\n" } else { "readyz check failed\n" });
-        (ready, body)
+    }
+    body.push_str(&format!("{what} check {}\n", if passed { "passed" } else { "failed" }));
+    (passed, body)
+}
+
+/// When a loop last moved, for its liveness check: a loop that has work and has not moved for longer than its
+/// limit is wedged (a restart is the cure).
+#[derive(Debug)]
+pub struct Heartbeat {
+    last: std::sync::Mutex<std::time::Instant>,
+    /// Since when a unit of work (a pass, a run) is under way, if one is.
+    busy_since: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Heartbeat { last: std::sync::Mutex::new(std::time::Instant::now()), busy_since: std::sync::Mutex::new(None) }
+    }
+}
+
+impl Heartbeat {
+    /// The loop made progress now.
+    pub fn beat(&self) {
+        *self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = std::time::Instant::now();
+    }
+
+    /// How long since the last beat.
+    pub fn quiet_for(&self) -> std::time::Duration {
+        self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).elapsed()
+    }
+
+    /// A unit of work begins; the guard ends it (and beats) when dropped, however the work ends.
+    pub fn busy(&self) -> Busy<'_> {
+        *self.busy_since.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(std::time::Instant::now());
+        Busy(self)
+    }
+
+    /// How long the unit of work under way has taken, if one is.
+    pub fn busy_for(&self) -> Option<std::time::Duration> {
+        self.busy_since.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).map(|since| since.elapsed())
+    }
+}
+
+/// See [`Heartbeat::busy`].
+pub struct Busy<'a>(&'a Heartbeat);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        *self.0.busy_since.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+        self.0.beat();
     }
 }
 
@@ -90,6 +164,11 @@ async fn metrics(State(endpoints): State<Arc<Endpoints>>) -> impl IntoResponse {
         Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body),
         Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], error.to_string()),
     }
+}
+
+async fn healthy(State(endpoints): State<Arc<Endpoints>>) -> impl IntoResponse {
+    let (healthy, body) = endpoints.liveness();
+    (if healthy { StatusCode::OK } else { StatusCode::INTERNAL_SERVER_ERROR }, body)
 }
 
 async fn ready(State(endpoints): State<Arc<Endpoints>>) -> impl IntoResponse {
@@ -106,7 +185,7 @@ async fn policies(State(endpoints): State<Arc<Endpoints>>) -> impl IntoResponse 
 pub async fn serve(endpoints: Arc<Endpoints>, address: SocketAddr) -> anyhow::Result<SocketAddr> {
     let router = Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthy))
         .route("/readyz", get(ready))
         .route("/policies", get(policies))
         .with_state(endpoints);
@@ -118,4 +197,18 @@ pub async fn serve(endpoints: Arc<Endpoints>, address: SocketAddr) -> anyhow::Re
         }
     });
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn liveness_says_ok_or_names_the_wedged_loop() {
+        let check = |verdict: Option<Result<(), String>>| -> ReadinessCheck { Box::new(move || verdict.clone()) };
+        let mut checks = vec![("scheduler".to_string(), check(Some(Ok(())))), ("standby-only".to_string(), check(None))];
+        assert_eq!(liveness_of(&checks), (true, "ok".to_string()));
+        checks.push(("autoscaler".to_string(), check(Some(Err("its pass has been under way for 601s".into())))));
+        assert_eq!(liveness_of(&checks), (false, "[+]scheduler ok\n[-]autoscaler failed: its pass has been under way for 601s\nhealthz check failed\n".to_string()));
+    }
 }
