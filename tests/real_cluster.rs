@@ -450,11 +450,11 @@ fn a_node_labelled_for_maintenance_is_drained_one_pod_at_a_time_within_a_real_bu
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
-    // The shipped rescheduler with the maintenance drain added, as a user would `kubectl edit` it; an interval
-    // longer than the test, so that the runs are the ones a node's change triggers.
+    // The shipped rescheduler (its maintenance drain included), with an interval longer than the test, so that
+    // the runs are the ones a node's change triggers.
     installed.edit_config(|config| {
-        assert!(config.contains("  interval: 5m\n  strategies:\n"), "{config}");
-        config.replace("  interval: 5m\n  strategies:\n", "  interval: 1h\n  strategies:\n  - {policy: drain-for-maintenance}\n")
+        assert!(config.contains("  interval: 5m\n  strategies:\n") && config.contains("- {policy: drain-for-maintenance}"), "{config}");
+        config.replace("  interval: 5m\n  strategies:\n", "  interval: 1h\n  strategies:\n")
     });
     cluster.create_nodes("worker", 3, &["zone-a"], "4", "16Gi");
     let _host = installed.start_host("wasp-0");
@@ -647,6 +647,24 @@ fn the_plan_judges_an_unready_pod_by_its_budget_as_the_real_eviction_api_does() 
     assert!(!unready_line.contains("skip:"), "{unready_line}");
     // Left in place, by the budget, or by the per-workload limit when the unready pod was planned first.
     assert!(ready_line.contains("skip: pdb") || ready_line.contains("skip: limit"), "{ready_line}");
+
+    // A host leads (its Lease is fresh): a run that would evict is refused, and nothing is evicted.
+    let renewed = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.000000Z").to_string();
+    create(
+        &cluster,
+        &format!("apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: wasp-scheduler, namespace: kube-system}}\nspec: {{holderIdentity: wasp-0_abc, leaseDurationSeconds: 15, renewTime: '{renewed}'}}\n"),
+    );
+    let refused = Command::new(env!("CARGO_BIN_EXE_wasp"))
+        .args(["reschedule", "--strategy", "drain-for-maintenance", "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
+        .current_dir(common::repo_root())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("the Lease kube-system/wasp-scheduler is held by wasp-0_abc"), "{stderr}");
+    // The test's own dry-run evictions come from kubectl; wasp's client is not kubectl.
+    let by_wasp = cluster.audit().iter().filter(|event| event.subresource() == "eviction" && !event.0["userAgent"].as_str().unwrap_or("").starts_with("kubectl")).count();
+    assert_eq!(by_wasp, 0, "an eviction was sent beside the leader");
 }
 
 #[test]

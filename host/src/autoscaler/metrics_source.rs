@@ -350,7 +350,8 @@ impl MetricsReader<'_> {
             _ => return Err((name, MetricSource::Pods, MetricTarget::Value(0.0), "a Pods metric needs an AverageValue target".into())),
         };
         let mut path = format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{}/pods/*/{}?{}", self.namespace, name, Self::selector_query(self.selector));
-        if let Some(selector) = source.metric.selector.as_ref().and_then(selector_string) {
+        let selector = source.metric.selector.as_ref().map(selector_string).transpose().map_err(|error| (name.clone(), MetricSource::Pods, target.clone(), error))?.flatten();
+        if let Some(selector) = selector {
             path.push_str(&format!("&metricLabelSelector={}", urlencode(&selector)));
         }
         let list = self.get(&path).await.map_err(|error| (name.clone(), MetricSource::Pods, target, format!("unable to get metric {name}: {error}")))?;
@@ -394,7 +395,8 @@ impl MetricsReader<'_> {
         let target = whole_target(&source.target.type_, source.target.value.as_ref(), source.target.average_value.as_ref())
             .map_err(|error| (name.clone(), MetricSource::External, MetricTarget::Value(0.0), error))?;
         let mut path = format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/{}", self.namespace, name);
-        if let Some(selector) = source.metric.selector.as_ref().and_then(selector_string) {
+        let selector = source.metric.selector.as_ref().map(selector_string).transpose().map_err(|error| (name.clone(), MetricSource::External, target.clone(), error))?.flatten();
+        if let Some(selector) = selector {
             path.push_str(&format!("?labelSelector={}", urlencode(&selector)));
         }
         let list = self.get(&path).await.map_err(|error| (name.clone(), MetricSource::External, target, format!("unable to get external metric {name}: {error}")))?;
@@ -428,10 +430,28 @@ fn whole_target(kind: &str, value: Option<&k8s_openapi::apimachinery::pkg::api::
     }
 }
 
-fn selector_string(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> Option<String> {
-    let labels = selector.match_labels.as_ref()?;
-    let text: Vec<String> = labels.iter().map(|(key, value)| format!("{key}={value}")).collect();
-    (!text.is_empty()).then(|| text.join(","))
+/// A metric's label selector in the API's query syntax, as apimachinery's `LabelSelectorAsSelector` writes it
+/// (`matchLabels` and `matchExpressions` together, requirements sorted by key, values sorted): None when it selects
+/// everything; an error for an operator the API does not have (a selector silently narrowed to its `matchLabels`
+/// would read every series of the metric).
+fn selector_string(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> Result<Option<String>, String> {
+    let mut requirements: Vec<(String, String)> = selector.match_labels.iter().flatten().map(|(key, value)| (key.clone(), format!("{key}={value}"))).collect();
+    for expression in selector.match_expressions.iter().flatten() {
+        let key = &expression.key;
+        let mut values = expression.values.clone().unwrap_or_default();
+        values.sort();
+        let text = match expression.operator.as_str() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.clone(),
+            "DoesNotExist" => format!("!{key}"),
+            other => return Err(format!("metric selector: {other:?} is not a label selector operator (In, NotIn, Exists, DoesNotExist)")),
+        };
+        requirements.push((key.clone(), text));
+    }
+    requirements.sort_by(|a, b| a.0.cmp(&b.0));
+    let text: Vec<String> = requirements.into_iter().map(|(_, text)| text).collect();
+    Ok((!text.is_empty()).then(|| text.join(",")))
 }
 
 fn urlencode(text: &str) -> String {
@@ -534,6 +554,25 @@ mod tests {
         assert!(!selector.matches(&labels(&[("app", "web"), ("tier", "a"), ("env", "dev")])));
         assert!(parse_selector("app in web").is_none(), "a set needs parentheses");
         assert!(parse_selector("").unwrap().selector.selects_all());
+    }
+
+    #[test]
+    fn a_metric_selector_keeps_its_expressions_in_the_apis_syntax() {
+        let selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector = serde_json::from_value(serde_json::json!({
+            "matchLabels": {"queue": "orders"},
+            "matchExpressions": [
+                {"key": "region", "operator": "In", "values": ["eu-west", "eu-central"]},
+                {"key": "canary", "operator": "DoesNotExist"},
+                {"key": "tier", "operator": "NotIn", "values": ["batch"]},
+                {"key": "env", "operator": "Exists"},
+            ],
+        }))
+        .unwrap();
+        assert_eq!(selector_string(&selector).unwrap().as_deref(), Some("!canary,env,queue=orders,region in (eu-central,eu-west),tier notin (batch)"));
+        assert_eq!(selector_string(&Default::default()).unwrap(), None, "selects every series");
+        let wrong: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
+            serde_json::from_value(serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]})).unwrap();
+        assert!(selector_string(&wrong).unwrap_err().contains("\"Gt\" is not a label selector operator"));
     }
 
     #[test]

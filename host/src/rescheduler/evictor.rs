@@ -57,15 +57,21 @@ impl Evictor {
         }
     }
 
-    /// The event on an evicted pod: which policy, why, and where the fit check places its replacement.
-    /// `target` is where the fit check places the pod; None for a failed pod, which goes nowhere.
+    /// The event on an evicted pod: which policy, why, and what is known of where its replacement goes.
+    /// `target` is where the fit check found room; None for a failed pod, which goes nowhere. Only a policy's
+    /// placement hint steers the scheduler there; otherwise the scheduler decides anew, so the event says the
+    /// fit check found room, not where the replacement will land.
     pub async fn evicted(&self, entry: &PlanEntry, target: Option<&str>) {
-        let message = match target {
-            Some(target) => format!(
-                "Evicted from node {} by policy {}: {}; the fit check places it on node {target}",
+        let message = match (target, &entry.placement) {
+            (Some(target), Some(_)) => format!(
+                "Evicted from node {} by policy {}: {}; its replacement is steered to node {target} (the policy's placement hint)",
                 entry.node, entry.policy, entry.reason
             ),
-            None => format!("Evicted failed pod from node {} by policy {}: {}", entry.node, entry.policy, entry.reason),
+            (Some(target), None) => format!(
+                "Evicted from node {} by policy {}: {}; the fit check found room on node {target} (the scheduler places the replacement)",
+                entry.node, entry.policy, entry.reason
+            ),
+            (None, _) => format!("Evicted failed pod from node {} by policy {}: {}", entry.node, entry.policy, entry.reason),
         };
         self.events.event(&object_of(entry), "Normal", "Evicted", &message).await;
     }

@@ -1,9 +1,9 @@
 //! `drain-for-maintenance`: empties nodes marked for maintenance, so nobody runs `kubectl drain` by hand. A
 //! node is marked by a label (`wasp.dev/maintenance` by default, any value) or a taint with that key; every pod
 //! on it is proposed, whatever it tolerates. The host paces the drain (one pod per workload until its
-//! replacement is Ready), keeps PodDisruptionBudgets, and skips DaemonSet and static pods. A node only
-//! labelled stays schedulable, so each replacement is given the least loaded node with room (a preferred
-//! placement); cordon it to keep every new pod away.
+//! replacement is Ready), keeps PodDisruptionBudgets, and skips DaemonSet and static pods. Each replacement is
+//! given the least loaded node with room (a preferred placement); `node-unschedulable` keeps the pods of wasp's
+//! profiles off a labelled node, and a taint (or a cordon) keeps every scheduler's pods away.
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, Placement, PodPhase, ViewScope};
