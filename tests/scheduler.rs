@@ -469,6 +469,41 @@ async fn a_leader_told_to_stop_finishes_its_bindings_and_releases_the_lease_to_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_lease_another_holder_took_steps_down() {
+    use wasp::host::Leadership;
+    use wasp::kube::leader::LeaderElection;
+    use wasp::kube::HostIdentity;
+    let mut config = default_config();
+    config.leader_election = LeaderElection { lease_duration: Duration::from_secs(2), renew_deadline: Duration::from_millis(1000), retry_period: Duration::from_millis(200), ..LeaderElection::default() };
+    let scenario = Scenario::parse("kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 2, cpu: '16', memory: 64Gi}]\n").unwrap();
+    let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let runtime = Runtime::new(None).unwrap();
+    let policies = PolicyRegistry::new(&runtime, config.clone(), None).unwrap();
+    let host = Host::new(api_of(&simulator), Arc::new(policies), HostIdentity::named("first", None));
+    let leader = tokio::spawn(host.clone().run_as_leader(config.leader_election.clone()));
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(api_of(&simulator).client, "kube-system");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !host.scheduler.is_running() {
+        assert!(std::time::Instant::now() < deadline, "the host never led");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Another replica (a split brain, an operator) writes itself into the Lease.
+    let mut lease = leases.get("wasp-scheduler").await.unwrap();
+    lease.spec.as_mut().unwrap().holder_identity = Some("intruder".into());
+    leases.replace("wasp-scheduler", &PostParams::default(), &lease).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(5), leader).await.expect("the leader stepped down within its retry period").unwrap();
+    assert_eq!(ended, Leadership::Lost);
+    // The loops' tasks were aborted with the leadership; an abort takes effect at the task's next turn.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while host.scheduler.is_running() {
+        assert!(std::time::Instant::now() < deadline, "the scheduler kept running after the leadership was lost");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let holder = leases.get("wasp-scheduler").await.unwrap().spec.unwrap().holder_identity;
+    assert_eq!(holder.as_deref(), Some("intruder"), "a leader that lost does not write the Lease back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_health_and_readiness_endpoints() {
     let harness = start(TWO_PODS, default_config()).await;
     let address = harness.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
