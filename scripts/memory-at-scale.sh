@@ -28,9 +28,9 @@ sed -n '/config.yaml: |/,$p' manifests/20-config.yaml | tail -n +2 | sed 's/^   
 
 "$wasp" sim serve --scenario "$work/scenario.yaml" --address 127.0.0.1:0 --kubeconfig "$work/kubeconfig" > "$work/sim.log" 2>&1 &
 until grep -q "serving on" "$work/sim.log"; do sleep 0.2; done # poll interval of the condition wait
-KUBECONFIG="$work/kubeconfig" "$wasp" run --config "$work/config.yaml" --no-leader-election --listen 127.0.0.1:0 > "$work/wasp.log" 2>&1 &
+KUBECONFIG="$work/kubeconfig" "$wasp" run --config "$work/config.yaml" --no-leader-election --listen 127.0.0.1:0 --insecure-listen 127.0.0.1:0 > "$work/wasp.log" 2>&1 &
 host=$!
-until address=$(sed 's/\x1b\[[0-9;]*m//g' "$work/wasp.log" | grep -o 'serving /metrics.* address=[0-9.:]*' | grep -o '[0-9.]*:[0-9]*$'); do sleep 0.2; done # poll interval of the condition wait
+until address=$(sed 's/\x1b\[[0-9;]*m//g' "$work/wasp.log" | grep -o 'over plain HTTP.* address=[0-9.:]*' | grep -o '[0-9.]*:[0-9]*$'); do sleep 0.2; done # poll interval of the condition wait
 
 metric() { curl -s "http://$address/metrics" | awk -v name="$1" 'index($0, name) == 1 { sum += $NF } END { print sum + 0 }'; }
 echo "wasp run, shipped configuration, $nodes nodes, $pods pods   ($(date -u +%F), $(git rev-parse --short HEAD))"

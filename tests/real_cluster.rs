@@ -70,8 +70,10 @@ fn install() -> Installed {
 /// `wasp run` on this machine with the installed configuration and policies, as the `wasp` ServiceAccount.
 struct Host {
     process: Child,
-    /// `--listen`: /healthz, /readyz, /metrics, /policies.
+    /// `--insecure-listen` (plain HTTP, the test's own reads): /healthz, /readyz, /metrics, /policies.
     listen: u16,
+    /// `--listen`: the same over HTTPS, /metrics and /policies for authorized users only.
+    secure: u16,
     log: PathBuf,
     /// The policy directory, as the kubelet projects the policy ConfigMaps into the pod.
     policies: AtomicWriter,
@@ -115,7 +117,7 @@ impl Installed {
         let config = config.replace("policyDir: /etc/wasp/policies\n", &format!("policyDir: {}\n", policies.path().display()));
         std::fs::write(home.join("config.yaml"), config).unwrap();
 
-        let (listen, webhook) = (free_port(), free_port());
+        let (listen, secure, webhook) = (free_port(), free_port(), free_port());
         self.cluster.must(&[
             "annotate",
             "--overwrite",
@@ -131,7 +133,7 @@ impl Installed {
             .arg(home.join("config.yaml"))
             .arg("--cache-dir")
             .arg(home.join("cache"))
-            .args(["--listen", &format!("127.0.0.1:{listen}"), "--webhook-listen", &format!("127.0.0.1:{webhook}")])
+            .args(["--listen", &format!("127.0.0.1:{secure}"), "--insecure-listen", &format!("127.0.0.1:{listen}"), "--webhook-listen", &format!("127.0.0.1:{webhook}")])
             .arg("--tls-cert-file")
             .arg(self.tls.join("tls.crt"))
             .arg("--tls-private-key-file")
@@ -144,7 +146,7 @@ impl Installed {
             .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
             .spawn()
             .unwrap();
-        let mut host = Host { process, listen, log, policies };
+        let mut host = Host { process, listen, secure, log, policies };
         wait_for(&format!("{name} Ready"), Duration::from_secs(120), || {
             if let Ok(Some(status)) = host.process.try_wait() {
                 panic!("wasp run exited ({status}): {}", std::fs::read_to_string(&host.log).unwrap_or_default());
@@ -253,7 +255,7 @@ fn the_shipped_install_schedules_a_deployment_under_the_real_rbac() {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
-    let _host = installed.start_host("wasp-0");
+    let host = installed.start_host("wasp-0");
     wait_for("wasp to hold its Lease", Duration::from_secs(60), || {
         let lease = cluster.kubectl(&["get", "lease", "wasp-scheduler", "-n", "wasp-system", "-o", "jsonpath={.spec.holderIdentity}"]);
         lease.ok && !lease.stdout.is_empty()
@@ -334,6 +336,31 @@ spec:
     assert!(!deleted.ok && deleted.stderr.contains("forbidden"), "{}", deleted.stderr);
     let recorded = cluster.audit();
     assert!(recorded.iter().any(|event| event.user() == WASP_USER && event.verb() == "delete" && event.name() == victim && event.code() == 403));
+
+    // The secure port, as kube-scheduler's: the probes open; /metrics only for a token the API server
+    // authenticates (TokenReview) whose user may get the path (SubjectAccessReview).
+    let https = |path: &str, token: Option<&str>| -> String {
+        let mut curl = Command::new("curl");
+        curl.args(["-k", "-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("https://127.0.0.1:{}{path}", host.secure)]);
+        if let Some(token) = token {
+            curl.args(["-H", &format!("Authorization: Bearer {token}")]);
+        }
+        String::from_utf8(curl.output().unwrap().stdout).unwrap()
+    };
+    assert_eq!(https("/healthz", None), "200");
+    assert_eq!(https("/readyz", None), "200");
+    assert_eq!(https("/metrics", None), "401");
+    assert_eq!(https("/metrics", Some("not-a-token")), "401");
+    cluster.must(&["create", "serviceaccount", "scraper", "-n", "default"]);
+    let token = cluster.must(&["create", "token", "scraper", "-n", "default"]).trim().to_string();
+    assert_eq!(https("/metrics", Some(&token)), "403");
+    // The role the install ships for a Prometheus; the refusal above is cached for up to 10 s.
+    cluster.must(&["create", "clusterrolebinding", "scraper", "--clusterrole=wasp-metrics-reader", "--serviceaccount=default:scraper"]);
+    wait_for("the scraper to be let in", Duration::from_secs(30), || https("/metrics", Some(&token)) == "200");
+    assert_eq!(https("/policies", Some(&token)), "403", "the metrics role does not show the configuration");
+    let audit = cluster.audit();
+    let reviews = |resource: &str| audit.iter().filter(|event| event.user() == WASP_USER && event.resource() == resource && event.code() == 201).count();
+    assert!(reviews("tokenreviews") >= 2 && reviews("subjectaccessreviews") >= 2, "decided by the API server, through system:auth-delegator");
 }
 
 #[test]

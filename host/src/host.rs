@@ -190,6 +190,30 @@ impl Host {
         crate::serve::serve(self.endpoints.clone(), address).await
     }
 
+    /// Serves `/metrics`, `/healthz`, `/readyz` and `/policies` over HTTPS on `address`, as kube-scheduler serves
+    /// its secure port: the probes open, the rest for users the API server authenticates and authorizes. The
+    /// certificate comes from `certificate` (re-read every 10 s), else one is made at start. Returns the bound
+    /// address.
+    pub async fn serve_secure(&self, address: SocketAddr, certificate: Option<crate::admission::tls::CertificateFiles>) -> anyhow::Result<SocketAddr> {
+        let certificate = match certificate {
+            Some(files) => {
+                let loaded = ReloadingCertificate::load(files)?;
+                tokio::spawn(loaded.clone().keep_current(std::time::Duration::from_secs(10)));
+                loaded
+            }
+            None => {
+                let generated = crate::admission::certs::generate(&["localhost".to_string(), "127.0.0.1".to_string()], 365)?;
+                ReloadingCertificate::in_memory(&generated.certificate, &generated.private_key)?
+            }
+        };
+        let listener = TlsListener::bind(&certificate, address).await?;
+        let bound = listener.local_addr()?;
+        let auth = Arc::new(crate::serve::auth::Delegated::new(self.api.client.clone()));
+        let router = crate::serve::router(self.endpoints.clone(), Some(auth));
+        self.servers.spawn(listener.serve(router, self.stopping.clone()));
+        Ok(bound)
+    }
+
     /// Serves the admission webhooks over TLS; returns the bound address. Fails at once when the certificate
     /// files do not hold a certificate and its key, or the address cannot be bound; answers from when the
     /// namespaces are listed (`/readyz` says so until then).

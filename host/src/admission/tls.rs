@@ -65,6 +65,15 @@ impl ReloadingCertificate {
         Ok(Arc::new(ReloadingCertificate { files, current: ArcSwap::from_pointee(certified), loaded_from: Mutex::new((certificate, key)) }))
     }
 
+    /// A certificate made in memory (`certificate` and `key` PEM), never reloaded: the secure endpoints' own
+    /// when no certificate files are given, as kube-scheduler makes one for its secure port.
+    pub fn in_memory(certificate: &str, key: &str) -> anyhow::Result<Arc<ReloadingCertificate>> {
+        let files = CertificateFiles { certificate: PathBuf::from("(generated certificate)"), private_key: PathBuf::from("(generated key)") };
+        let certified = certified_key(&files, certificate.as_bytes(), key.as_bytes())?;
+        let loaded_from = (certificate.as_bytes().to_vec(), key.as_bytes().to_vec());
+        Ok(Arc::new(ReloadingCertificate { files, current: ArcSwap::from_pointee(certified), loaded_from: Mutex::new(loaded_from) }))
+    }
+
     /// Re-reads the files: Ok(true) when a new certificate now serves, Ok(false) when they did not change. On
     /// error (a rotation half written, a wrong key), the previous certificate keeps serving.
     pub fn reload(&self) -> anyhow::Result<bool> {

@@ -2,6 +2,7 @@
 //! then the endpoints, then leader election and the loops, swapping in policies and configuration when their
 //! files change.
 
+use crate::admission::tls::CertificateFiles;
 use crate::admission::WebhookServing;
 use crate::host::{Host, Leadership};
 use crate::kube::{ApiClient, HostIdentity};
@@ -18,9 +19,15 @@ pub struct RunArgs {
     /// Host configuration; the built-in default uses the policies in plugins/out.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Where /metrics, /healthz, /readyz and /policies are served.
+    /// Where /metrics, /healthz, /readyz and /policies are served over HTTPS, as kube-scheduler's secure port:
+    /// the probes open to all, /metrics and /policies to users the API server authenticates (TokenReview) and
+    /// authorizes (SubjectAccessReview, `get` on the path). The certificate is --tls-cert-file's when given, else
+    /// one made at start.
     #[arg(long, default_value = "0.0.0.0:10259")]
     listen: SocketAddr,
+    /// Also serve every endpoint over plain HTTP, to anyone, here (a local try; keep it on 127.0.0.1).
+    #[arg(long)]
+    insecure_listen: Option<SocketAddr>,
     /// Compiled policies persist here across restarts.
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -75,8 +82,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         };
         host.start_informers();
-        let address = host.serve(args.listen).await?;
-        tracing::info!(%address, instance = %host.identity.instance, profiles = ?host.scheduler.profile_names(), "serving /metrics, /healthz, /readyz, /policies");
+        let files = args.tls_cert_file.clone().zip(args.tls_private_key_file.clone()).map(|(certificate, private_key)| CertificateFiles { certificate, private_key });
+        let address = host.serve_secure(args.listen, files).await?;
+        tracing::info!(%address, instance = %host.identity.instance, profiles = ?host.scheduler.profile_names(), "serving /metrics, /healthz, /readyz, /policies over HTTPS (metrics and policies for authorized users)");
+        if let Some(insecure) = args.insecure_listen {
+            if !insecure.ip().is_loopback() {
+                tracing::warn!(address = %insecure, "--insecure-listen serves the metrics and the configuration to anyone who can reach it");
+            }
+            let address = host.serve(insecure).await?;
+            tracing::info!(%address, "serving /metrics, /healthz, /readyz, /policies over plain HTTP, to anyone");
+        }
         if let (Some(certificate), Some(private_key)) = (args.tls_cert_file.clone(), args.tls_private_key_file.clone()) {
             let mut serving = WebhookServing::new(args.webhook_listen, certificate, private_key);
             serving.reload_interval = args.tls_reload_interval;

@@ -3,6 +3,8 @@
 //! of the host (kube-apiserver's format: `[+]informers ok`), and `/policies` (what the policy registry serves, with digests and last errors, and each loop's section: the
 //! rescheduler's last run).
 
+pub mod auth;
+
 use crate::registry::PolicyRegistry;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -180,15 +182,31 @@ async fn policies(State(endpoints): State<Arc<Endpoints>>) -> impl IntoResponse 
     axum::Json(endpoints.policies_document())
 }
 
-/// Serves `/metrics`, `/healthz`, `/readyz` and `/policies` on `address` (port 0 picks one); returns the bound
-/// address.
+/// The endpoints' routes: the probes always open; `/metrics` and `/policies` (which shows the configuration) only
+/// for who `auth` lets in, when given.
+pub fn router(endpoints: Arc<Endpoints>, auth: Option<Arc<auth::Delegated>>) -> Router {
+    let open = Router::new().route("/healthz", get(healthy)).route("/readyz", get(ready));
+    let mut protected = Router::new().route("/metrics", get(metrics)).route("/policies", get(policies));
+    if let Some(auth) = auth {
+        protected = protected.route_layer(axum::middleware::from_fn_with_state(auth, require_access));
+    }
+    open.merge(protected).with_state(endpoints)
+}
+
+/// 401 without a token the API server knows, 403 when its user may not GET the path.
+async fn require_access(State(auth): State<Arc<auth::Delegated>>, request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let authorization = request.headers().get(header::AUTHORIZATION).and_then(|value| value.to_str().ok());
+    match auth.check(authorization, request.uri().path()).await {
+        Ok(()) => next.run(request).await,
+        Err(auth::Refusal::Unauthenticated(why)) => (StatusCode::UNAUTHORIZED, why).into_response(),
+        Err(auth::Refusal::Forbidden(why)) => (StatusCode::FORBIDDEN, why).into_response(),
+    }
+}
+
+/// Serves `/metrics`, `/healthz`, `/readyz` and `/policies` on `address` over plain HTTP, to anyone (port 0 picks
+/// one); returns the bound address.
 pub async fn serve(endpoints: Arc<Endpoints>, address: SocketAddr) -> anyhow::Result<SocketAddr> {
-    let router = Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(healthy))
-        .route("/readyz", get(ready))
-        .route("/policies", get(policies))
-        .with_state(endpoints);
+    let router = router(endpoints, None);
     let listener = tokio::net::TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
     tokio::spawn(async move {
