@@ -8,7 +8,7 @@ mod common;
 use common::repo_root;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
@@ -179,6 +179,14 @@ async fn node_in_maintenance_is_emptied(mark: Mark) {
     let (marked, moving) = per_node.iter().max_by_key(|(_, count)| **count).map(|(node, count)| (node.to_string(), *count)).unwrap();
     assert!(moving >= 2, "least-allocated spreads 5 pods over 3 nodes: {before:?}");
     let fewest_ready = track_fewest_ready(harness.client.clone(), "app=web");
+    // A bare pod on the node (placed there by name): nothing would recreate it, so the node cannot be emptied.
+    let pinned: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "pinned", "labels": {"app": "pinned"}},
+        "spec": {"nodeName": marked, "schedulerName": "wasp", "containers": [{"name": "app", "image": "x", "resources": {"requests": {"cpu": "10m"}}}]},
+    }))
+    .unwrap();
+    harness.pods().create(&PostParams::default(), &pinned).await.unwrap();
+    harness.ready_placements("app=pinned", 1, Duration::from_secs(30)).await;
     match mark {
         Mark::Taint => harness.taint(&marked).await,
         Mark::Label => {
@@ -207,6 +215,10 @@ async fn node_in_maintenance_is_emptied(mark: Mark) {
     let solos_after = harness.ready_placements("app=solo", 3, Duration::from_secs(5)).await;
     assert_eq!(solos_after, solos);
     let evicted_events = harness.events_from("wasp-rescheduler").await;
+    // What keeps the node from being emptied is said on the node: the bare pods.
+    let blocked = evicted_events.iter().find(|event| event.reason.as_deref() == Some("EvictionBlocked") && event.involved_object.name.as_deref() == Some(marked.as_str()));
+    let blocked = blocked.and_then(|event| event.message.as_deref()).unwrap_or_else(|| panic!("no EvictionBlocked event on {marked}: {evicted_events:?}"));
+    assert!(blocked.contains(&format!("that policy {policy} proposed stay on node {marked}")) && blocked.contains("default/pinned (no controller would recreate it (bare pod))"), "{blocked}");
     let evicted: Vec<&Event> = evicted_events.iter().filter(|event| event.reason.as_deref() == Some("Evicted")).collect();
     assert_eq!(evicted.len(), moving, "{evicted_events:?}");
     let message = evicted[0].message.as_deref().unwrap();

@@ -570,7 +570,7 @@ fn large_clusters_are_filtered_in_parallel_with_the_same_verdicts() {
     let huge = common::simple_pod("huge", "64", "");
     assert_eq!(
         schedule(profile, &cluster, &huge, None, &mut Cursor::default(), 0, &Default::default()),
-        Decision::Unschedulable { message: "0/600 nodes are available: 600 Insufficient cpu.".into(), waits_for_other_pods: false }
+        Decision::Unschedulable { message: "0/600 nodes are available: 600 Insufficient cpu.".into(), helped_by: wasp::scheduler::queue::HelpedBy { pods_added: false, pods_removed: true } }
     );
 }
 

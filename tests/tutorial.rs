@@ -144,6 +144,6 @@ fn the_tutorial_runs_from_a_new_crate_to_a_swap_in_a_running_host() {
 
 /// `/policies` of the host the tutorial started.
 fn served_policies() -> String {
-    let output = Command::new("curl").args(["-s", "127.0.0.1:10259/policies"]).output().expect("curl is installed");
+    let output = Command::new("curl").args(["-s", "127.0.0.1:10251/policies"]).output().expect("curl is installed");
     String::from_utf8_lossy(&output.stdout).into_owned()
 }

@@ -435,6 +435,30 @@ mod tests {
     }
 
     #[test]
+    fn room_this_host_nominated_survives_an_update_written_before_the_nomination() {
+        let cluster = SharedCluster::default();
+        let pending = pod(None, false, json!({"app": "vip"}));
+        observe_pod(&cluster, &pending);
+        // Preemption holds room on n1 before its victims go and before status.nominatedNodeName is written.
+        cluster.nominate("u1", Some("n1"));
+        assert!(cluster.nominations().contains_key("n1"));
+        // The pod's own PodScheduled=False comes back as an update without a nominated node.
+        observe_pod(&cluster, &pending);
+        assert!(cluster.nominations().contains_key("n1"), "the room made for it is still held");
+        // Bound, it no longer holds any room.
+        observe_pod(&cluster, &pod(Some("n2"), true, json!({"app": "vip"})));
+        assert!(cluster.nominations().is_empty());
+        // A nomination the API server states replaces this host's.
+        let other = pod(None, false, json!({"app": "other"}));
+        let mut other_source = other.clone();
+        other_source.metadata.uid = Some("u2".into());
+        observe_pod(&cluster, &other_source);
+        other_source.status.as_mut().unwrap().nominated_node_name = Some("n3".into());
+        observe_pod(&cluster, &other_source);
+        assert!(cluster.nominations().contains_key("n3"));
+    }
+
+    #[test]
     fn a_pods_life_reads_as_pending_bound_updated_and_removed() {
         let cluster = SharedCluster::default();
         let labels = json!({"app": "web"});

@@ -130,6 +130,9 @@ pub struct SharedCluster {
     never_preempt: Mutex<std::collections::HashSet<String>>,
     /// Pending pods with a nominated node, by node name.
     nominations: Mutex<HashMap<String, Vec<Nomination>>>,
+    /// The pending pods this host nominated itself (preemption), whose `status.nominatedNodeName` the API server
+    /// may not show yet: an update of the pod without one does not take their room away.
+    own_nominations: Mutex<std::collections::HashSet<String>>,
     /// Where the rescheduler wants its evicted pods' replacements.
     pub hints: super::PlacementHints,
     /// What pods' claims resolve against.
@@ -151,6 +154,7 @@ impl Default for SharedCluster {
             binding_schedulers: Mutex::new(HashMap::new()),
             never_preempt: Mutex::new(std::collections::HashSet::new()),
             nominations: Mutex::new(HashMap::new()),
+            own_nominations: Mutex::new(std::collections::HashSet::new()),
             hints: super::PlacementHints::default(),
             volumes: Default::default(),
             watch_errors: Mutex::default(),
@@ -302,13 +306,33 @@ impl SharedCluster {
 
     /// Records where a pending pod is nominated (`status.nominatedNodeName`), or that it is not.
     pub(super) fn set_nomination(&self, pod: &Pod) {
-        self.hold_room(pod, pod.nominated_node.as_deref());
+        let mut own = self.own_nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match pod.nominated_node.as_deref() {
+            Some(node) => {
+                own.remove(&pod.uid);
+                drop(own);
+                self.hold_room(pod, Some(node));
+            }
+            // An update written before this host's nomination reached the API server (the pod's own
+            // PodScheduled=False, say): the room made for it stays held.
+            None if own.contains(&pod.uid) => {}
+            None => {
+                drop(own);
+                self.hold_room(pod, None);
+            }
+        }
     }
 
     /// Holds room on `node` for the pending pod `uid` from now on (None: no longer), before the API server has
     /// its nomination: preemption's victims may be gone, and their room taken, before the informer sees it.
     pub fn nominate(&self, uid: &str, node: Option<&str>) {
         let pod = self.pending().get(uid).cloned();
+        let mut own = self.own_nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match (&pod, node) {
+            (Some(_), Some(_)) => own.insert(uid.to_string()),
+            _ => own.remove(uid),
+        };
+        drop(own);
         if let Some(pod) = pod {
             self.hold_room(&pod, node);
         }
@@ -367,6 +391,8 @@ impl SharedCluster {
     /// What is kept about a waiting pod (why it could not be placed, its condition) goes when it no longer waits:
     /// those maps hold waiting pods only.
     pub(super) fn stopped_waiting(&self, uid: &str) {
+        withdraw_nomination(&mut self.nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), uid);
+        self.own_nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(uid);
         self.note_scheduled_condition(uid, None);
         self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(uid);
     }
@@ -389,16 +415,14 @@ impl SharedCluster {
         }
     }
 
-    /// Takes the pod out of the waiting pods; its selector keys still count (see [`unselect_pending`]).
+    /// Takes the pod out of the waiting pods; its selector keys still count (see [`unselect_pending`]), and its
+    /// nomination until it stops waiting ([`stopped_waiting`](Self::stopped_waiting)): an update takes it out and puts it back.
     pub(super) fn take_pending(&self, uid: &str) -> Option<Pod> {
         let mut pending = self.pending();
         let removed = pending.remove(uid);
         pending.shrink_when_sparse();
         drop(pending);
         self.set_preemption_policy(uid, false);
-        if removed.is_some() {
-            withdraw_nomination(&mut self.nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), uid);
-        }
         removed
     }
 

@@ -39,6 +39,17 @@ impl ObjectRef {
         ObjectRef { api_version: "v1".into(), kind: "Pod".into(), namespace: namespace.into(), name: name.into(), uid: uid.into() }
     }
 
+    /// A Node: its events go to the `default` namespace, where the kubelet records a node's events and
+    /// `kubectl describe node` finds them.
+    pub fn node(name: &str) -> ObjectRef {
+        ObjectRef { api_version: "v1".into(), kind: "Node".into(), namespace: String::new(), name: name.into(), uid: name.into() }
+    }
+
+    /// The namespace its events are created in.
+    fn events_namespace(&self) -> &str {
+        if self.namespace.is_empty() { "default" } else { &self.namespace }
+    }
+
     fn key(&self) -> String {
         if self.uid.is_empty() { format!("{}/{}/{}", self.kind, self.namespace, self.name) } else { self.uid.clone() }
     }
@@ -118,7 +129,7 @@ impl EventRecorder {
     }
 
     pub async fn event(&self, object: &ObjectRef, kind: &str, reason: &str, message: &str) {
-        let events: Api<Event> = Api::namespaced(self.api.client.clone(), &object.namespace);
+        let events: Api<Event> = Api::namespaced(self.api.client.clone(), object.events_namespace());
         let key = (object.key(), reason.to_string(), message.to_string());
         let previous = {
             let mut recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -139,7 +150,7 @@ impl EventRecorder {
             None => {
                 let name = format!("{}.{:016x}", object.name, fastrand::u64(..));
                 let event = json!({
-                    "metadata": {"name": name, "namespace": object.namespace},
+                    "metadata": {"name": name, "namespace": object.events_namespace()},
                     "involvedObject": {"apiVersion": object.api_version, "kind": object.kind, "namespace": object.namespace, "name": object.name, "uid": object.uid},
                     "reason": reason, "message": message, "type": kind, "count": 1,
                     "firstTimestamp": now(), "lastTimestamp": now(),

@@ -95,13 +95,18 @@ impl Evictor {
 
     /// A warning on a pod a policy wants moved but that stays for a reason its owner can act on (a budget that
     /// allows no disruption, no other node that fits, an annotation that is not understood).
+    /// A Warning `EvictionBlocked` on a node whose pods a policy proposed but that stay, for reasons someone must
+    /// act on (`blocked`: each pod and why): a drain that cannot finish says so where the node is described.
+    pub async fn blocked_on_node(&self, node: &str, policy: &str, blocked: &[(String, String)]) {
+        const SHOWN: usize = 5;
+        let listed: Vec<String> = blocked.iter().take(SHOWN).map(|(pod, why)| format!("{pod} ({why})")).collect();
+        let more = if blocked.len() > SHOWN { format!(" and {} more", blocked.len() - SHOWN) } else { String::new() };
+        let message = format!("{} pod(s) that policy {policy} proposed stay on node {node}: {}{more}", blocked.len(), listed.join("; "));
+        self.events.event(&ObjectRef::node(node), "Warning", "EvictionBlocked", &message).await;
+    }
+
     pub async fn left_in_place(&self, entry: &PlanEntry, skip: &Skip) {
-        let actionable = match skip {
-            Skip::Budget(_) | Skip::NoFit(_) => true,
-            Skip::Protected(detail) => detail.contains("is neither never nor allow"),
-            Skip::Backoff(_) | Skip::Pacing(_) | Skip::Limit(_) | Skip::WorkloadLimit(_) | Skip::Preemption(_) => false,
-        };
-        if actionable {
+        if skip.actionable() {
             let message = format!("Not evicted (policy {} proposed it: {}): {}", entry.policy, entry.reason, skip.detail());
             self.events.event(&object_of(entry), "Warning", "EvictionSkipped", &message).await;
         }

@@ -252,6 +252,28 @@ impl Rescheduler {
             self.metrics.eviction(&entry.policy, outcome.label());
             entry.outcome = Some(outcome);
         }
+        // What keeps a node that a policy empties (it proposed every pod there: a drain) from being emptied, said
+        // on the node, once per node and policy.
+        if !dry_run && kind == RunKind::Periodic {
+            let mut proposed: BTreeMap<(String, String), usize> = BTreeMap::new();
+            let mut blocked: BTreeMap<(String, String), Vec<(String, String)>> = BTreeMap::new();
+            for entry in &plan.entries {
+                *proposed.entry((entry.node.clone(), entry.policy.clone())).or_default() += 1;
+                if let Decision::Skip(skip) = &entry.decision {
+                    if skip.blocks_node() {
+                        blocked.entry((entry.node.clone(), entry.policy.clone())).or_default().push((entry.key(), skip.detail().to_string()));
+                    }
+                }
+            }
+            let emptied: Vec<((String, String), Vec<(String, String)>)> = {
+                let cluster = self.cluster.read();
+                // At least every pod there now (the evicted ones may be gone already).
+                blocked.into_iter().filter(|(key, _)| proposed.get(key).copied().unwrap_or(0) >= cluster.pods_on(&key.0).count()).collect()
+            };
+            for ((node, policy), pods) in emptied {
+                self.evictor.blocked_on_node(&node, &policy, &pods).await;
+            }
+        }
         for (beneficiary, (node, uid, made)) in rooms {
             if !made {
                 self.cluster.nominate(&uid, None);

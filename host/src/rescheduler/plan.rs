@@ -41,6 +41,26 @@ pub enum Skip {
 }
 
 impl Skip {
+    /// Whether someone must act for the pod to go (a budget, no other node, an annotation), rather than wait.
+    pub fn actionable(&self) -> bool {
+        match self {
+            Skip::Budget(_) | Skip::NoFit(_) => true,
+            Skip::Protected(detail) => detail.contains("is neither never nor allow"),
+            Skip::Backoff(_) | Skip::Pacing(_) | Skip::Limit(_) | Skip::WorkloadLimit(_) | Skip::Preemption(_) => false,
+        }
+    }
+
+    /// Whether the pod keeps its node from being emptied as things stand: a budget, no other node, or a
+    /// protection someone must lift (a bare pod, local storage, an annotation). DaemonSet, static and terminating
+    /// pods do not: a drain leaves them, as `kubectl drain` does (the envelope's wording, `envelope::protection`).
+    pub fn blocks_node(&self) -> bool {
+        match self {
+            Skip::Budget(_) | Skip::NoFit(_) => true,
+            Skip::Protected(detail) => !["DaemonSet pod", "static pod", "already terminating"].iter().any(|left| detail.starts_with(left)),
+            _ => false,
+        }
+    }
+
     /// The label of the skip in metrics and the plan table.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -6,14 +6,15 @@ use crate::cluster::{ClusterState, Nomination};
 use crate::contract::types::{FilterResult, NodeId, Placement, Pod, ViewScope};
 use crate::policy::SchedulingPolicy;
 use crate::registry::ProfilePolicies;
+use super::queue::HelpedBy;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     Bind { node: String, feasible: usize, evaluated: usize },
-    /// `waits_for_other_pods`: a policy that sees pods rejected some node (see [`Rejections`]).
-    Unschedulable { message: String, waits_for_other_pods: bool },
+    /// `helped_by`: which changes may let it fit (see [`Rejections::helped_by`]).
+    Unschedulable { message: String, helped_by: HelpedBy },
 }
 
 /// Why nodes were rejected: how many nodes each reason rejected, and whether a policy that sees other pods
@@ -24,7 +25,25 @@ pub struct Rejections {
     pub by_policy_seeing_pods: bool,
 }
 
+/// Rejections a pod leaving a node does not change: the node's own taints, labels and cordon. A reason not listed
+/// here (a custom policy's, say) counts as one a removal may help.
+const NODE_FIXED_REASONS: [&str; 6] = [
+    "node(s) had untolerated taint",
+    "node(s) didn't match Pod's node affinity/selector",
+    "node(s) were unschedulable",
+    "node(s) were marked for maintenance",
+    "node(s) didn't match the requested node name",
+    "node(s) had volume node affinity conflict",
+];
+
 impl Rejections {
+    /// Which changes may let a pod rejected for these reasons fit: a bound pod when a policy that sees pods
+    /// rejected it, a removed pod unless every reason is the node's own.
+    pub fn helped_by(&self) -> HelpedBy {
+        let fixed_by_node = |reason: &String| NODE_FIXED_REASONS.iter().any(|fixed| reason.starts_with(fixed));
+        HelpedBy { pods_added: self.by_policy_seeing_pods, pods_removed: !self.reasons.keys().all(fixed_by_node) }
+    }
+
     fn merge(&mut self, other: Rejections) {
         for (reason, count) in other.reasons {
             *self.reasons.entry(reason).or_default() += count;
@@ -226,7 +245,7 @@ pub fn schedule(
     let nodes = cluster.node_ids();
     if nodes.is_empty() {
         let message = "0/0 nodes are available: no nodes available to schedule pods.".into();
-        return Decision::Unschedulable { message, waits_for_other_pods: false };
+        return Decision::Unschedulable { message, helped_by: HelpedBy::default() };
     }
     let bind_on = |id: NodeId| Decision::Bind { node: cluster.node_name(id).unwrap_or_default().to_string(), feasible: 1, evaluated: 1 };
     if let Some(Placement::RequiredNode(name)) = hint {
@@ -238,7 +257,7 @@ pub fn schedule(
                         "{} (the rescheduler's placement hint requires node {name})",
                         unschedulable_message(1, &rejections.reasons).trim_end_matches('.')
                     ),
-                    waits_for_other_pods: rejections.by_policy_seeing_pods,
+                    helped_by: rejections.helped_by(),
                 },
             };
         }
@@ -283,7 +302,7 @@ pub fn schedule(
     }
     let Some(chosen) = best_node(profile, cluster, pod, &feasible) else {
         let message = unschedulable_message(nodes.len(), &rejections.reasons);
-        return Decision::Unschedulable { message, waits_for_other_pods: rejections.by_policy_seeing_pods };
+        return Decision::Unschedulable { message, helped_by: rejections.helped_by() };
     };
     Decision::Bind { node: cluster.node_name(chosen).unwrap_or_default().to_string(), feasible: feasible.len(), evaluated }
 }

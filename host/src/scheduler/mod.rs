@@ -24,7 +24,7 @@ use crate::registry::PolicyRegistry;
 use crate::serve::Heartbeat;
 use binder::Binder;
 use cycle::{Cursor, Decision};
-use queue::{Change, QueuedPod, SchedulingQueue};
+use queue::{Change, HelpedBy, QueuedPod, SchedulingQueue};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -226,7 +226,7 @@ impl Scheduler {
             }
             Err(reason) => {
                 let message = format!("0/{} nodes are available: {reason}.", self.cluster.read().node_names().count());
-                (None, Decision::Unschedulable { message, waits_for_other_pods: false })
+                (None, Decision::Unschedulable { message, helped_by: HelpedBy::default() })
             }
         };
         match decision {
@@ -236,7 +236,7 @@ impl Scheduler {
                 let reserved = self.reserve_volumes(&queued.pod, &node, &to_provision);
                 self.assume_and_bind(queued, node, profile.scheduler_name.clone(), reserved)
             }
-            Decision::Unschedulable { message, waits_for_other_pods } => {
+            Decision::Unschedulable { message, helped_by } => {
                 self.metrics.attempt(&profile.scheduler_name, "unschedulable");
                 let key = key_of(&queued.pod);
                 tracing::info!(pod = %key, profile = %profile.scheduler_name, %message, "unschedulable");
@@ -246,7 +246,7 @@ impl Scheduler {
                     report.last_failure.insert(key, message.clone());
                 });
                 let (binder, pod) = (self.binder.clone(), queued.pod.clone());
-                self.queue.unschedulable(QueuedPod { waits_for_other_pods, ..queued });
+                self.queue.unschedulable(QueuedPod { helped_by, ..queued });
                 self.writes.spawn(async move { binder.unschedulable(&pod, &message, &profile.scheduler_name).await });
             }
         }

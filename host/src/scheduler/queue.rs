@@ -21,21 +21,57 @@ pub struct QueuedPod {
     pub attempts: u32,
     /// When the pod first entered the queue, for end-to-end latency.
     pub first_queued: Instant,
-    /// Its last attempt was rejected by a policy that sees other pods (topology spread, say), so a pod bound
-    /// elsewhere may let it fit; otherwise only node changes and removed pods can.
-    pub waits_for_other_pods: bool,
+    /// Which changes may let it fit, as its last attempt's rejections say (node changes always may).
+    pub helped_by: HelpedBy,
     /// The queue's change counts when the pod was popped: what changed during its attempt (see
     /// [`SchedulingQueue::unschedulable`]).
     pub(super) changes_at_pop: ChangeCounts,
 }
 
-/// How many cluster changes of each reach the queue has seen.
+/// Which cluster changes, besides node changes, may let a pod that did not fit fit now: kube-scheduler's
+/// queueing hints, coarsely, from the reasons its nodes were rejected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HelpedBy {
+    /// A pod bound somewhere: for pods a policy that sees pods rejected (topology spread, affinity).
+    pub pods_added: bool,
+    /// A pod gone from a node: for pods rejected for room, ports, anti-affinity or any reason not fixed by the
+    /// node itself (taints, node affinity, a cordon stay as they are when a pod leaves).
+    pub pods_removed: bool,
+}
+
+impl HelpedBy {
+    fn by(self, change: Change) -> bool {
+        match change {
+            Change::NodeChanged => true,
+            Change::PodAdded => self.pods_added,
+            Change::PodRemoved => self.pods_removed,
+        }
+    }
+}
+
+/// How many cluster changes of each kind the queue has seen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct ChangeCounts {
-    /// Node changes and removed pods, which may help any unschedulable pod.
-    helping_any: u64,
-    /// Pods bound, which may help only pods waiting for other pods.
-    helping_pod_waiters: u64,
+    nodes_changed: u64,
+    pods_added: u64,
+    pods_removed: u64,
+}
+
+impl ChangeCounts {
+    fn count(&mut self, change: Change) {
+        match change {
+            Change::NodeChanged => self.nodes_changed += 1,
+            Change::PodAdded => self.pods_added += 1,
+            Change::PodRemoved => self.pods_removed += 1,
+        }
+    }
+
+    /// Whether a change that helps `helped_by` happened between `before` and `self`.
+    fn helped_since(&self, before: ChangeCounts, helped_by: HelpedBy) -> bool {
+        self.nodes_changed != before.nodes_changed
+            || (helped_by.pods_added && self.pods_added != before.pods_added)
+            || (helped_by.pods_removed && self.pods_removed != before.pods_removed)
+    }
 }
 
 /// What changed in the cluster, to retry only the unschedulable pods it may help (kube-scheduler's queueing
@@ -176,7 +212,7 @@ impl SchedulingQueue {
             return;
         }
         inner.active.push(Active::of(&pod));
-        let queued = QueuedPod { pod, attempts: 0, first_queued: Instant::now(), waits_for_other_pods: false, changes_at_pop: ChangeCounts::default() };
+        let queued = QueuedPod { pod, attempts: 0, first_queued: Instant::now(), helped_by: HelpedBy::default(), changes_at_pop: ChangeCounts::default() };
         inner.places.insert(queued.pod.uid.clone(), (Place::Active, queued));
         drop(inner);
         self.wake.notify_one();
@@ -250,6 +286,8 @@ impl SchedulingQueue {
         let mut inner = self.lock();
         let uid = queued.pod.uid.clone();
         if let Some(entry) = inner.places.get_mut(&uid) {
+            // The pod as last updated (during the attempt, maybe), with the attempt's bookkeeping.
+            std::mem::swap(&mut queued.pod, &mut entry.1.pod);
             entry.1 = queued;
             inner.place(&uid, Place::Backoff(due));
         }
@@ -263,14 +301,17 @@ impl SchedulingQueue {
     pub fn unschedulable(&self, mut queued: QueuedPod) {
         queued.attempts += 1;
         let mut inner = self.lock();
-        let (before, now) = (queued.changes_at_pop, inner.changes);
-        let missed = now.helping_any != before.helping_any || (queued.waits_for_other_pods && now.helping_pod_waiters != before.helping_pod_waiters);
-        let place = if missed { Place::Backoff(Instant::now() + backoff_for(queued.attempts)) } else { Place::Unschedulable(Instant::now()) };
         let uid = queued.pod.uid.clone();
+        let Some(entry) = inner.places.get_mut(&uid) else { return };
+        // An update of the pod during its attempt (a toleration added, say) may be what it needed.
+        let updated = entry.1.pod != queued.pod;
+        std::mem::swap(&mut queued.pod, &mut entry.1.pod);
+        let missed = updated || inner.changes.helped_since(queued.changes_at_pop, queued.helped_by);
+        let place = if missed { Place::Backoff(Instant::now() + backoff_for(queued.attempts)) } else { Place::Unschedulable(Instant::now()) };
         if let Some(entry) = inner.places.get_mut(&uid) {
             entry.1 = queued;
-            inner.place(&uid, place);
         }
+        inner.place(&uid, place);
         drop(inner);
         if missed {
             self.wake.notify_one();
@@ -281,11 +322,8 @@ impl SchedulingQueue {
     /// their backoff.
     pub fn cluster_changed(&self, event: Change) {
         let mut inner = self.lock();
-        match event {
-            Change::PodAdded => inner.changes.helping_pod_waiters += 1,
-            _ => inner.changes.helping_any += 1,
-        }
-        let helped = |uid: &String| event != Change::PodAdded || inner.places.get(uid).is_some_and(|(_, queued)| queued.waits_for_other_pods);
+        inner.changes.count(event);
+        let helped = |uid: &String| inner.places.get(uid).is_some_and(|(_, queued)| queued.helped_by.by(event));
         let waiting: Vec<String> = inner.unschedulable.iter().filter(|uid| helped(uid)).cloned().collect();
         let moved = !waiting.is_empty();
         for uid in waiting {
@@ -361,6 +399,36 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_removed_pod_retries_only_pods_a_removal_may_help() {
+        let queue = SchedulingQueue::default();
+        queue.upsert(pod("tainted-out", 0, "2026-01-01T00:00:00Z"));
+        queue.upsert(pod("needs-room", 0, "2026-01-01T00:00:01Z"));
+        let tainted_out = queue.pop().await;
+        let needs_room = queue.pop().await;
+        // Rejected only by the nodes' own taints: no pod leaving changes that.
+        queue.unschedulable(QueuedPod { helped_by: HelpedBy::default(), ..tainted_out });
+        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: false, pods_removed: true }, ..needs_room });
+        queue.cluster_changed(Change::PodRemoved);
+        assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 1 });
+        assert_eq!(tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap().pod.name, "needs-room");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_updated_during_its_attempt_keeps_the_update_and_is_tried_again() {
+        let queue = SchedulingQueue::default();
+        queue.upsert(pod("p", 0, "2026-01-01T00:00:00Z"));
+        let popped = queue.pop().await;
+        // A toleration added while the attempt that did not see it runs.
+        let mut updated = popped.pod.clone();
+        updated.labels.push(("tolerates".into(), "now".into()));
+        queue.upsert(updated.clone());
+        queue.unschedulable(popped);
+        assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 0 }, "the update may be what it needed");
+        let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
+        assert_eq!(again.pod, updated, "the newer pod, not the copy the attempt popped");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_change_during_the_attempt_sends_the_pod_to_the_backoff_not_to_wait() {
         let queue = SchedulingQueue::default();
         queue.upsert(pod("claimed", 0, "2026-01-01T00:00:00Z"));
@@ -378,7 +446,7 @@ mod tests {
         queue.cluster_changed(Change::NodeChanged);
         let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
         queue.cluster_changed(Change::PodAdded);
-        queue.unschedulable(QueuedPod { waits_for_other_pods: true, ..again });
+        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: true, pods_removed: true }, ..again });
         assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 0 }, "a pod waiting for other pods");
     }
 
@@ -389,8 +457,8 @@ mod tests {
         queue.upsert(pod("needs-spread", 0, "2026-01-01T00:00:01Z"));
         let needs_room = queue.pop().await;
         let needs_spread = queue.pop().await;
-        queue.unschedulable(needs_room);
-        queue.unschedulable(QueuedPod { waits_for_other_pods: true, ..needs_spread });
+        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: false, pods_removed: true }, ..needs_room });
+        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: true, pods_removed: true }, ..needs_spread });
         queue.cluster_changed(Change::PodAdded);
         assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 1 });
         assert_eq!(tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap().pod.name, "needs-spread");
