@@ -848,12 +848,10 @@ fn a_high_priority_pod_preempts_through_the_eviction_api_and_is_nominated() {
     // went to, and urgent nominated to that node (its status written by wasp) before it was bound there.
     let audit = cluster.audit();
     let evicted: Vec<&str> = audit.iter().filter(|event| event.subresource() == "eviction" && event.code() == 201).map(|event| event.name()).collect();
-    // One victim is enough, and so it went in 3 of 4 runs. Once a second pod of that node was evicted too:
-    // suspected, a replacement of the first victim (lower priority) bound into the room nominated for urgent
-    // before urgent was bound. Under investigation; until then more than one victim is allowed, all from
-    // urgent's node.
-    assert!(!evicted.is_empty(), "no victim evicted");
-    assert!(evicted.iter().all(|victim| low_before.get(*victim).map(String::as_str) == Some(node)), "victims from another node: {evicted:?}");
+    // One victim is enough. (A second used to be evicted now and then: a preemption run that came after urgent
+    // was assumed on its node, before the informer saw the binding, still counted it as waiting.)
+    assert_eq!(evicted.len(), 1, "victims: {evicted:?}");
+    assert_eq!(low_before.get(evicted[0]).map(String::as_str), Some(node), "the victim was on urgent's node");
     assert!(audit.iter().filter(|event| event.subresource() == "eviction").all(|event| event.user() == WASP_USER));
     // The audit log keeps the body of status writes (controlplane/apiserver.go's policy).
     let nominated = audit.iter().position(|event| {

@@ -360,7 +360,8 @@ impl SharedCluster {
     /// Up to `limit` of the pending pods `wanted` keeps, with why they wait (empty when no scheduler said yet),
     /// highest priority first, then the oldest; only those are copied out. Over the limit, pods a scheduler tried
     /// and could not place come before those it has not tried yet (during a burst, most of them), then by
-    /// priority and age. Reasons of pods that no longer wait are forgotten on the way.
+    /// priority and age. Reasons of pods that no longer wait are forgotten on the way; pods already assumed on a
+    /// node are left out.
     pub fn pending_with_reasons(&self, wanted: impl Fn(&Pod) -> bool, limit: usize) -> Vec<(Pod, String)> {
         let mut reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let waiting = self.pending();
@@ -372,9 +373,14 @@ impl SharedCluster {
             chosen.truncate(limit);
         }
         chosen.sort_unstable_by(|(a, _), (b, _)| by_priority_then_age(a, b));
-        let pending = chosen.into_iter().map(|(pod, reason)| (pod.clone(), reason.cloned().unwrap_or_default())).collect();
+        let mut pending: Vec<(Pod, String)> = chosen.into_iter().map(|(pod, reason)| (pod.clone(), reason.cloned().unwrap_or_default())).collect();
         drop(waiting);
         reasons.shrink_when_sparse();
+        drop(reasons);
+        // A pod a scheduler has just bound (assumed on its node, the informer not caught up) no longer waits: a
+        // preemption for it would evict a second victim for room it already has.
+        let state = self.read();
+        pending.retain(|(pod, _)| state.pod(&pod.uid).is_none());
         pending
     }
 
@@ -494,5 +500,8 @@ mod tests {
         cluster.note_unschedulable("low-new", "0/3 nodes are available: 3 Too many pods.");
         let told = names(2);
         assert_eq!(told.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), ["mid", "low-new"]);
+        // Assumed on a node by a scheduler (its binding sent, the informer not caught up): it no longer waits.
+        cluster.assume(pending_pod("mid", 5, 3), "n1");
+        assert!(!names(10).iter().any(|(name, _)| name == "mid"), "an assumed pod gets no room made for it");
     }
 }
