@@ -219,6 +219,13 @@ async fn cpu_up_and_memory_down_is_held_by_all_metrics_agree_and_scaled_by_hpa()
     assert_eq!((harness.replicas().await, harness.scale_requests()), (2, 0), "held: {}", harness.status("web").await);
     let status = harness.status("web").await;
     assert!(status["lastReason"].as_str().unwrap().ends_with("holding: metrics disagree on the direction"), "{status}");
+    // Said where users look: the condition, and one event when it began (not one per sync).
+    let active = status["conditions"].as_array().unwrap().iter().find(|condition| condition["type"] == "ScalingActive").unwrap().clone();
+    assert_eq!(active["reason"], "ConflictingMetrics", "{status}");
+    let message = active["message"].as_str().unwrap();
+    assert!(message.starts_with("metrics disagree (cpu wants ") && message.contains("; memory wants ") && message.ends_with("): holding at 2 replicas"), "{message}");
+    let events = harness.events("ConflictingMetrics").await;
+    assert_eq!((events.len(), events[0].count), (1, Some(1)), "{events:?}");
     // The same Autoscaler on the HPA's rule scales up: max(5, 1).
     let patch = json!({"spec": {"policy": "hpa"}});
     Api::<Autoscaler>::namespaced(harness.client.clone(), "default").patch("web", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();

@@ -135,6 +135,17 @@ fn truncated(text: &str, limit: usize) -> String {
     format!("{}...", &text[..end])
 }
 
+/// Why the policy holds at `current` replicas while its metrics pull both ways (one proposes more, another fewer),
+/// if it does.
+fn conflicting_metrics(current: i32, desired: u32, proposals: &[crate::contract::types::MetricProposal]) -> Option<String> {
+    let current = u32::try_from(current).ok()?;
+    let wants = |keep: &dyn Fn(u32) -> bool| -> Vec<String> {
+        proposals.iter().filter(|proposal| keep(proposal.replicas)).map(|proposal| format!("{} wants {}", proposal.metric, proposal.replicas)).collect()
+    };
+    let (up, down) = (wants(&|replicas| replicas > current), wants(&|replicas| replicas < current));
+    (desired == current && !up.is_empty() && !down.is_empty()).then(|| format!("metrics disagree ({}; {}): holding at {current} replicas", up.join(", "), down.join(", ")))
+}
+
 /// The API the target's `scale` subresource is served by.
 fn scale_api(api: &ApiClient, namespace: &str, api_version: &str, kind: &str) -> Api<DynamicObject> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -605,10 +616,22 @@ impl AutoscalerLoop {
         self.stats.policy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.metrics.recommended(policy.name(), answer.is_ok());
         match answer {
-            Ok(ScaleDecision { desired_replicas, reason, .. }) => {
-                let names: Vec<&str> = request.metrics.iter().map(|metric| metric.name.as_str()).collect();
-                let message = format!("the policy {} computed the replica count from {}", policy.name(), names.join(", "));
-                run.condition("ScalingActive", true, "ValidMetricFound", &message);
+            Ok(ScaleDecision { desired_replicas, reason, proposals }) => {
+                match conflicting_metrics(current, desired_replicas, &proposals) {
+                    // Holding because metrics pull both ways looks like "the size is right" unless it is said.
+                    Some(message) => {
+                        let said = run.status.conditions.iter().any(|condition| condition.type_ == "ScalingActive" && condition.reason.as_deref() == Some("ConflictingMetrics"));
+                        run.condition("ScalingActive", true, "ConflictingMetrics", &message);
+                        if !said {
+                            self.events.event(&run.object(), "Warning", "ConflictingMetrics", &message).await;
+                        }
+                    }
+                    None => {
+                        let names: Vec<&str> = request.metrics.iter().map(|metric| metric.name.as_str()).collect();
+                        let message = format!("the policy {} computed the replica count from {}", policy.name(), names.join(", "));
+                        run.condition("ScalingActive", true, "ValidMetricFound", &message);
+                    }
+                }
                 Some((i32::try_from(desired_replicas).unwrap_or(i32::MAX), reason))
             }
             Err(error) => {

@@ -28,6 +28,7 @@ pub const DEFAULT_POLICY: &str = "hpa";
     printcolumn = r#"{"name": "MinPods", "type": "integer", "jsonPath": ".spec.minReplicas"}"#,
     printcolumn = r#"{"name": "MaxPods", "type": "integer", "jsonPath": ".spec.maxReplicas"}"#,
     printcolumn = r#"{"name": "Replicas", "type": "integer", "jsonPath": ".status.currentReplicas"}"#,
+    printcolumn = r#"{"name": "Reason", "type": "string", "jsonPath": ".status.lastReason", "priority": 1}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
