@@ -151,7 +151,10 @@ fn the_install_is_consistent() {
     for verb in ["create", "get", "update", "watch"] {
         assert!(allows(&role_rules, "coordination.k8s.io", "leases", verb), "the Role does not allow {verb} leases");
     }
-    assert!(role_rules.iter().filter_map(|rule| rule.resource_names.as_ref()).flatten().all(|name| *name == config.leader_election.lease_name));
+    // Named objects only: the host's Lease, and the ConfigMap the rescheduler keeps its evictions in.
+    let names: Vec<&String> = role_rules.iter().filter_map(|rule| rule.resource_names.as_ref()).flatten().collect();
+    assert!(names.iter().all(|name| **name == config.leader_election.lease_name || name.as_str() == wasp::rescheduler::evictor::MEMORY_CONFIG_MAP), "{names:?}");
+    assert!(allows(&role_rules, "", "configmaps", "update") && !allows(&rules, "", "configmaps", "update"), "configmaps written in the Lease's namespace only");
 
     // Webhooks: fail open and fast, never sent kube-system or wasp's own pods, called only for pods that may
     // concern them, through the Service onto the container's webhook port, with the certificate mounted where

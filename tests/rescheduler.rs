@@ -271,6 +271,46 @@ fn host_sees_taint(host: &Host, node: &str) -> bool {
 const TWO_NODES_SIX_REPLICAS: &str = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 2, cpu: '4', memory: 16Gi}]\n\
      workloads: [{name: web, replicas: 6, schedulerName: wasp, cpu: 500m, pdb: {minAvailable: 5}}]\n";
 
+/// The promise "at most maxEvictionsPerWorkload per window" across a restart or a failover: the evictions are
+/// kept in a ConfigMap, and the next leader's first run reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_keeps_the_workloads_eviction_window() {
+    let scenario = format!("{COUNT_EVICTIONS}\n{TWO_NODES_SIX_REPLICAS}");
+    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}]\ninterval: 1h\npacing: {maxEvictionsPerWorkload: 1, window: 1h, replacementTimeout: 1s}\nlimits: {maxPerWorkload: 5}";
+    let config = config(rescheduler);
+    let mut harness = start(&scenario, config.clone(), true).await;
+    let before = harness.ready_placements("app=web", 6, Duration::from_secs(20)).await;
+    harness.host_sees_ready("web", 6).await;
+    let tainted = before.values().next().unwrap().clone();
+    harness.taint(&tainted).await;
+    // The leader's run after the taint evicts one web pod (the window allows one) and keeps it in a ConfigMap.
+    let kept: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(harness.client.clone(), &config.leader_election.lease_namespace);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let record = loop {
+        if let Some(config_map) = kept.get_opt("wasp-rescheduler-memory").await.unwrap() {
+            break config_map.data.unwrap()["evictions.json"].clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no evictions kept");
+        tokio::time::sleep(Duration::from_millis(50)).await; // poll interval of the condition wait
+    };
+    assert!(record.contains("default/ReplicaSet/web-"), "{record}");
+    harness._loops.take().unwrap().abort();
+    assert_eq!(harness.evictions_received(), 1);
+
+    // The host is gone (a crash, a rollout); another takes over with an empty memory of its own.
+    let api = ApiClient::from_config(kube::Config::new(harness.simulator.url().parse().unwrap())).unwrap();
+    let next = Host::with_config(&config, &Runtime::new(None).unwrap(), api).unwrap();
+    next.start_informers();
+    next.cluster.wait_until_ready().await;
+    let host = next.clone();
+    common::eventually("the new host sees the taint", || host_sees_taint(&host, &tainted)).await;
+    let plan = next.rescheduler.run_once(false).await.unwrap();
+    // Every web pod still on the tainted node waits out the window: no second eviction.
+    let held: Vec<_> = plan.entries.iter().filter(|entry| entry.name.starts_with("web-")).collect();
+    assert!(!held.is_empty() && held.iter().all(|entry| matches!(&entry.decision, Decision::Skip(Skip::Backoff(_)))), "{}", plan.table());
+    assert_eq!(harness.evictions_received(), 1, "a second eviction within the window");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_simulates_budgets_and_placement_and_changes_nothing() {
     let scenario = format!("{COUNT_EVICTIONS}\n{TWO_NODES_SIX_REPLICAS}");

@@ -1,12 +1,14 @@
 //! What the rescheduler writes to the API server: evictions, only through the Eviction API
-//! (`POST pods/{name}/eviction`, so PodDisruptionBudgets hold), and events on the pods it evicts or had to
-//! leave for a reason their owners can act on.
+//! (`POST pods/{name}/eviction`, so PodDisruptionBudgets hold), events on the pods it evicts or had to
+//! leave for a reason their owners can act on, and the workloads' evictions it must remember across restarts
+//! (a ConfigMap beside the Lease).
 
 use super::plan::{PlanEntry, Skip};
 use crate::kube::{ApiClient, EventRecorder, ObjectRef};
-use k8s_openapi::api::core::v1::Pod;
+use super::memory::Record;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{EvictParams, ListParams};
+use kube::api::{EvictParams, ListParams, PostParams};
 use kube::Api;
 
 /// The reporting component of the rescheduler's events.
@@ -20,6 +22,10 @@ pub struct Evictor {
 fn object_of(entry: &PlanEntry) -> ObjectRef {
     ObjectRef::pod(&entry.namespace, &entry.name, &entry.uid)
 }
+
+/// The ConfigMap, in the Lease's namespace, that keeps the workloads' evictions across restarts and failovers.
+pub const MEMORY_CONFIG_MAP: &str = "wasp-rescheduler-memory";
+const MEMORY_KEY: &str = "evictions.json";
 
 /// How the Eviction API answered.
 pub enum Answer {
@@ -40,6 +46,40 @@ impl Evictor {
         let _permit = self.api.permit().await;
         let budgets: Api<PodDisruptionBudget> = Api::all(self.api.client.clone());
         Ok(budgets.list(&ListParams::default()).await?.items)
+    }
+
+    /// The evictions a previous leader (or this process before a restart) kept; None when there are none.
+    pub async fn load_memory(&self, namespace: &str) -> Result<Option<Record>, String> {
+        let _permit = self.api.permit().await;
+        let config_maps: Api<ConfigMap> = Api::namespaced(self.api.client.clone(), namespace);
+        let Some(config_map) = config_maps.get_opt(MEMORY_CONFIG_MAP).await.map_err(|error| error.to_string())? else { return Ok(None) };
+        let Some(text) = config_map.data.as_ref().and_then(|data| data.get(MEMORY_KEY)) else { return Ok(None) };
+        serde_json::from_str(text).map(Some).map_err(|error| format!("configmap {namespace}/{MEMORY_CONFIG_MAP}: {MEMORY_KEY}: {error}"))
+    }
+
+    /// Keeps `record` for the next leader; a failure is logged (the next run that evicts writes it again).
+    pub async fn save_memory(&self, namespace: &str, record: &Record) {
+        let _permit = self.api.permit().await;
+        let config_maps: Api<ConfigMap> = Api::namespaced(self.api.client.clone(), namespace);
+        let text = serde_json::to_string(record).unwrap_or_default();
+        let saved = match config_maps.get_opt(MEMORY_CONFIG_MAP).await {
+            Ok(Some(mut config_map)) => {
+                config_map.data = Some([(MEMORY_KEY.to_string(), text)].into());
+                config_maps.replace(MEMORY_CONFIG_MAP, &PostParams::default(), &config_map).await.map(drop)
+            }
+            Ok(None) => {
+                let config_map: ConfigMap = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": MEMORY_CONFIG_MAP, "namespace": namespace, "labels": {"app.kubernetes.io/name": "wasp"}},
+                    "data": {MEMORY_KEY: text},
+                }))
+                .unwrap_or_default();
+                config_maps.create(&PostParams::default(), &config_map).await.map(drop)
+            }
+            Err(error) => Err(error),
+        };
+        if let Err(error) = saved {
+            tracing::warn!(configmap = %format!("{namespace}/{MEMORY_CONFIG_MAP}"), %error, "could not keep the workloads' evictions for the next leader");
+        }
     }
 
     pub async fn evict(&self, entry: &PlanEntry) -> Answer {

@@ -2,8 +2,10 @@
 //! evictions (pacing until the replacement is Ready, backoff after too many within a window) and pods whose
 //! eviction a PodDisruptionBudget refused (retried later with a doubling delay, never in a loop).
 //!
-//! The memory lives in the process: a restart or a failover starts it afresh, which errs towards at most one
-//! more eviction per workload (the per-run limits still hold).
+//! The workloads' evictions are also kept in the API server ([`Record`], written by the rescheduler after a run
+//! that evicted, read by the next leader's first run), so a restart or a failover keeps the promise of at most
+//! `maxEvictionsPerWorkload` per window and the pacing; budget refusals, which only slow retries, stay in the
+//! process.
 
 pub use crate::cluster::Workload;
 use crate::config::Pacing;
@@ -30,6 +32,16 @@ struct Refused {
 pub struct Memory {
     evictions: HashMap<Workload, Vec<Evicted>>,
     refused: HashMap<String, Refused>,
+}
+
+/// The workloads' evictions as kept in the API server: by `namespace/kind/name`, the Unix seconds of each
+/// eviction and the workload's pods at the last one (what pacing compares the Ready pods with).
+pub type Record = std::collections::BTreeMap<String, WorkloadRecord>;
+
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WorkloadRecord {
+    pub evicted_at: Vec<i64>,
+    pub known: Vec<String>,
 }
 
 /// A refused pod waits `base * 2^(times-1)`, at most this many times `base`.
@@ -63,6 +75,42 @@ impl Memory {
         });
         let forget_after = pacing.budget_retry * MAX_RETRY_FACTOR;
         self.refused.retain(|_, refused| now.saturating_duration_since(refused.until) < forget_after);
+    }
+
+    /// The evictions as a [`Record`], at `now` (this process's clock) and `wall` (Unix seconds).
+    pub fn to_record(&self, now: Instant, wall: i64) -> Record {
+        let mut record = Record::new();
+        for (workload, evictions) in &self.evictions {
+            let seconds_ago = |evicted: &Evicted| now.saturating_duration_since(evicted.at).as_secs() as i64;
+            let mut entry = WorkloadRecord { evicted_at: evictions.iter().map(|evicted| wall - seconds_ago(evicted)).collect(), known: Vec::new() };
+            if let Some(last) = evictions.iter().max_by_key(|evicted| evicted.at) {
+                entry.known = last.known.iter().cloned().collect();
+                entry.known.sort();
+            }
+            record.insert(format!("{}/{}/{}", workload.namespace, workload.kind, workload.name), entry);
+        }
+        record
+    }
+
+    /// Takes in the evictions of a [`Record`] (written before a restart, or by another leader) for the workloads
+    /// this memory has none of.
+    pub fn restore(&mut self, record: &Record, now: Instant, wall: i64) {
+        for (key, entry) in record {
+            let mut parts = key.splitn(3, '/');
+            let (Some(namespace), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next()) else { continue };
+            let workload = Workload { namespace: namespace.into(), kind: kind.into(), name: name.into() };
+            if self.evictions.contains_key(&workload) {
+                continue;
+            }
+            let last = entry.evicted_at.iter().max().copied();
+            let known = Arc::new(entry.known.iter().cloned().collect::<HashSet<String>>());
+            let restored = entry.evicted_at.iter().map(|seconds| Evicted {
+                at: now.checked_sub(Duration::from_secs((wall - seconds).max(0) as u64)).unwrap_or(now),
+                // The pods known at the last eviction; earlier ones only count towards the window.
+                known: if Some(*seconds) == last { known.clone() } else { Arc::new(HashSet::new()) },
+            });
+            self.evictions.insert(workload, restored.collect());
+        }
     }
 
     /// Why the pod must wait for a PodDisruptionBudget retry, if it must.
@@ -140,6 +188,23 @@ mod tests {
         assert_eq!(memory.backing_off(&workload(), &pacing, start + Duration::from_secs(3601)), None, "the first left the window");
         memory.prune(&pacing, start + Duration::from_secs(3700));
         assert!(memory.evictions.is_empty());
+    }
+
+    #[test]
+    fn a_restart_restores_the_workloads_evictions_from_the_record() {
+        let pacing = Pacing { max_evictions_per_workload: 1, window: Duration::from_secs(3600), replacement_timeout: Duration::from_secs(600), ..Pacing::default() };
+        let mut before = Memory::default();
+        let start = Instant::now();
+        before.record_eviction(Some(&workload()), known(&["a", "b"]), start);
+        let record = before.to_record(start + Duration::from_secs(30), 1_000_030);
+        assert_eq!(record["shop/ReplicaSet/web"], WorkloadRecord { evicted_at: vec![1_000_000], known: vec!["a".into(), "b".into()] });
+        // Another process, its own clock: 30 s after the eviction as the wall clock says.
+        let mut after = Memory::default();
+        let now = Instant::now();
+        after.restore(&record, now, 1_000_030);
+        assert!(after.backing_off(&workload(), &pacing, now).is_some(), "the window's one eviction is spent");
+        let waiting = after.awaiting_replacement(&workload(), &["a", "b"], &pacing, now).unwrap();
+        assert!(waiting.ends_with("evicted 30s ago to be Ready"), "{waiting}");
     }
 
     #[test]

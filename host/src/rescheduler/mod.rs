@@ -108,6 +108,8 @@ pub struct Rescheduler {
     pub stats: Stats,
     /// Busy while a run is under way (`/healthz`).
     pub heartbeat: Heartbeat,
+    /// Whether the evictions kept in the API server were read into the memory (the first run does it).
+    restored: std::sync::atomic::AtomicBool,
 }
 
 fn wall_seconds() -> i64 {
@@ -131,6 +133,7 @@ impl Rescheduler {
             last_run: Mutex::new(None),
             stats: Stats::default(),
             heartbeat: Heartbeat::default(),
+            restored: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -174,6 +177,21 @@ impl Rescheduler {
                 vec![format!("PodDisruptionBudgets could not be read ({error}); the plan does not count them, the Eviction API still enforces them")],
             ),
         };
+        let kept_in = generation.config.leader_election.lease_namespace.clone();
+        if !self.restored.swap(true, Ordering::Relaxed) {
+            match self.evictor.load_memory(&kept_in).await {
+                Ok(Some(record)) => {
+                    tracing::info!(workloads = record.len(), configmap = %format!("{kept_in}/{}", evictor::MEMORY_CONFIG_MAP), "restored the workloads' recent evictions");
+                    self.memory().restore(&record, Instant::now(), wall_seconds());
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    // Tried again next run; meanwhile the per-run limits still hold.
+                    tracing::warn!(%error, "could not read the workloads' recent evictions");
+                    self.restored.store(false, Ordering::Relaxed);
+                }
+            }
+        }
         let memory = {
             let mut memory = self.memory();
             memory.prune(&section.pacing, Instant::now());
@@ -251,6 +269,10 @@ impl Rescheduler {
             }
             self.metrics.eviction(&entry.policy, outcome.label());
             entry.outcome = Some(outcome);
+        }
+        if plan.entries.iter().any(|entry| entry.outcome == Some(Outcome::Evicted) && entry.decision != Decision::Clear) {
+            let record = self.memory().to_record(Instant::now(), wall_seconds());
+            self.evictor.save_memory(&kept_in, &record).await;
         }
         // What keeps a node that a policy empties (it proposed every pod there: a drain) from being emptied, said
         // on the node, once per node and policy.
