@@ -429,9 +429,7 @@ async fn a_leader_told_to_stop_finishes_its_bindings_and_releases_the_lease_to_t
     // Stopped in the middle of a burst: what it decided is bound, the rest is the standby's.
     let harness_client = api_of(&simulator).client;
     create_pods(&harness_client, "burst", 200).await;
-    while first.scheduler.stats.bind_requests.load(Ordering::Relaxed) == 0 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    common::eventually("the leader's first binding", || first.scheduler.stats.bind_requests.load(Ordering::Relaxed) > 0).await;
     first.stop();
     let stopped = tokio::time::timeout(Duration::from_secs(10), leader).await.expect("the leader stopped in time").unwrap();
     let released = std::time::Instant::now();
@@ -482,11 +480,7 @@ async fn a_leader_whose_lease_another_holder_took_steps_down() {
     let host = Host::new(api_of(&simulator), Arc::new(policies), HostIdentity::named("first", None));
     let leader = tokio::spawn(host.clone().run_as_leader(config.leader_election.clone()));
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(api_of(&simulator).client, "kube-system");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !host.scheduler.is_running() {
-        assert!(std::time::Instant::now() < deadline, "the host never led");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::eventually_within("the host to lead", Duration::from_secs(30), || host.scheduler.is_running()).await;
     // Another replica (a split brain, an operator) writes itself into the Lease.
     let mut lease = leases.get("wasp-scheduler").await.unwrap();
     lease.spec.as_mut().unwrap().holder_identity = Some("intruder".into());
@@ -494,11 +488,7 @@ async fn a_leader_whose_lease_another_holder_took_steps_down() {
     let ended = tokio::time::timeout(Duration::from_secs(5), leader).await.expect("the leader stepped down within its retry period").unwrap();
     assert_eq!(ended, Leadership::Lost);
     // The loops' tasks were aborted with the leadership; an abort takes effect at the task's next turn.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while host.scheduler.is_running() {
-        assert!(std::time::Instant::now() < deadline, "the scheduler kept running after the leadership was lost");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::eventually_within("the scheduler to stop with the leadership", Duration::from_secs(5), || !host.scheduler.is_running()).await;
     let holder = leases.get("wasp-scheduler").await.unwrap().spec.unwrap().holder_identity;
     assert_eq!(holder.as_deref(), Some("intruder"), "a leader that lost does not write the Lease back");
 }
