@@ -16,7 +16,7 @@ use common::control_plane::{self, wait_for, ControlPlane};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -85,8 +85,11 @@ impl Drop for Host {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// `N` distinct free ports: every listener is held until all are chosen, or the kernel may hand out one port
+/// twice. Another process can still take one before wasp binds it; `start_host` retries then.
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<_> = (0..N).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    std::array::from_fn(|i| listeners[i].local_addr().unwrap().port())
 }
 
 /// GET http://127.0.0.1:port/path: the status code and the body, or None when nothing answers.
@@ -116,8 +119,21 @@ impl Installed {
         assert!(config.contains("policyDir: /etc/wasp/policies\n"), "{config}");
         let config = config.replace("policyDir: /etc/wasp/policies\n", &format!("policyDir: {}\n", policies.path().display()));
         std::fs::write(home.join("config.yaml"), config).unwrap();
+        let mut policies = Some(policies);
+        for attempt in 1.. {
+            match self.spawn_host(name, &home, &mut policies) {
+                Ok(host) => return host,
+                // The test binary runs in parallel with others that pick ports too.
+                Err(log) if log.contains("Address already in use") && attempt < 3 => continue,
+                Err(log) => panic!("wasp run {name} exited: {log}"),
+            }
+        }
+        unreachable!()
+    }
 
-        let (listen, secure, webhook) = (free_port(), free_port(), free_port());
+    /// One start of `wasp run` on fresh ports: the Ready host, or its log if it exited first.
+    fn spawn_host(&self, name: &str, home: &Path, policies: &mut Option<AtomicWriter>) -> Result<Host, String> {
+        let [listen, secure, webhook] = free_ports();
         self.cluster.must(&[
             "annotate",
             "--overwrite",
@@ -128,7 +144,7 @@ impl Installed {
             &format!("controlplane.wasp.dev/address=127.0.0.1:{webhook}"),
         ]);
         let log = home.join("wasp.log");
-        let process = Command::new(env!("CARGO_BIN_EXE_wasp"))
+        let mut process = Command::new(env!("CARGO_BIN_EXE_wasp"))
             .args(["run", "--config"])
             .arg(home.join("config.yaml"))
             .arg("--cache-dir")
@@ -146,14 +162,18 @@ impl Installed {
             .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
             .spawn()
             .unwrap();
-        let mut host = Host { process, listen, secure, log, policies };
+        let mut exited = None;
         wait_for(&format!("{name} Ready"), Duration::from_secs(120), || {
-            if let Ok(Some(status)) = host.process.try_wait() {
-                panic!("wasp run exited ({status}): {}", std::fs::read_to_string(&host.log).unwrap_or_default());
+            if let Ok(Some(status)) = process.try_wait() {
+                exited = Some(format!("({status}) {}", std::fs::read_to_string(&log).unwrap_or_default()));
+                return true;
             }
-            http_get(host.listen, "/readyz").is_some_and(|(status, _)| status == 200)
+            http_get(listen, "/readyz").is_some_and(|(status, _)| status == 200)
         });
-        host
+        match exited {
+            Some(log) => Err(log),
+            None => Ok(Host { process, listen, secure, log, policies: policies.take().unwrap() }),
+        }
     }
 }
 
