@@ -899,6 +899,67 @@ fn status_condition(object: &Value, kind: &str) -> Option<Value> {
     condition(object, kind).cloned()
 }
 
+/// A validating webhook of the test's own, registered for wasp's updates of one Deployment's `scale`: the first
+/// one it is asked about is held while a user (the admin) scales the Deployment to `user_replicas`, then allowed.
+/// So wasp's write reaches the API server's storage after the object changed under it, on the resourceVersion it
+/// read: what a user's `kubectl scale` between wasp's read and write looks like, made certain.
+struct ScaleChangedMeanwhile {
+    /// Runs the webhook's server while this lives.
+    _runtime: tokio::runtime::Runtime,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl ScaleChangedMeanwhile {
+    fn register(cluster: &ControlPlane, deployment: &str, user_replicas: u32) -> ScaleChangedMeanwhile {
+        use wasp::admission::{certs, tls::ReloadingCertificate, webhook::TlsListener};
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let generated = certs::generate(&certs::service_names("scale-changed-meanwhile", "default"), 1).unwrap();
+        let certificate = ReloadingCertificate::in_memory(&generated.certificate, &generated.private_key).unwrap();
+        let listener = runtime.block_on(TlsListener::bind(&certificate, "127.0.0.1:0".parse().unwrap())).unwrap();
+        let address = listener.local_addr().unwrap();
+        let held = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (kubeconfig, deployment_name) = (cluster.kubeconfig.clone(), deployment.to_string());
+        let review = move |axum::Json(review): axum::Json<Value>| {
+            let (held, kubeconfig, deployment) = (held.clone(), kubeconfig.clone(), deployment_name.clone());
+            async move {
+                if !held.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    let scaled = tokio::task::spawn_blocking(move || {
+                        control_plane::kubectl_with(&kubeconfig, &["scale", "deployment", &deployment, "-n", "default", &format!("--replicas={user_replicas}")], None)
+                    })
+                    .await
+                    .unwrap();
+                    assert!(scaled.ok, "{}", scaled.stderr);
+                }
+                axum::Json(serde_json::json!({
+                    "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "response": {"uid": review["request"]["uid"], "allowed": true},
+                }))
+            }
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        runtime.spawn(listener.serve(axum::Router::new().route("/review", axum::routing::post(review)), stop.clone()));
+        let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&generated.ca);
+        create(
+            cluster,
+            &format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: scale-changed-meanwhile\n  namespace: default\n  annotations: {{controlplane.wasp.dev/address: '{address}'}}\nspec: {{ports: [{{port: 443}}]}}\n---\n\
+                 apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: scale-changed-meanwhile}}\nwebhooks:\n\
+                 - name: scale-changed-meanwhile.wasp.dev\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  failurePolicy: Fail\n  timeoutSeconds: 30\n\
+                 \x20 clientConfig: {{service: {{name: scale-changed-meanwhile, namespace: default, path: /review}}, caBundle: {ca_bundle}}}\n\
+                 \x20 rules: [{{apiGroups: [apps], apiVersions: [v1], operations: [UPDATE], resources: [deployments/scale]}}]\n\
+                 \x20 matchConditions:\n  - {{name: wasp-on-{deployment}, expression: \"request.userInfo.username == '{WASP_USER}' && request.name == '{deployment}'\"}}\n"
+            ),
+        );
+        ScaleChangedMeanwhile { _runtime: runtime, stop }
+    }
+}
+
+impl Drop for ScaleChangedMeanwhile {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
 #[test]
 fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics_and_yields_to_an_hpa() {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -925,6 +986,37 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     assert!(!scales.is_empty() && scales.iter().all(|event| event.subresource() == "scale" && event.code() == 200), "{:?}", scales.iter().map(|event| event.uri()).collect::<Vec<_>>());
     let autoscaler = cluster.get_json(&["get", "autoscaler", "web", "-n", "default"]);
     assert_eq!(autoscaler["status"]["desiredReplicas"], 6, "{autoscaler}");
+
+    // A user scales a Deployment between wasp's read of its scale and wasp's write: the real API server refuses
+    // wasp's write on the stale resourceVersion (409), the user's replicas stand, and wasp's next sync starts
+    // from them.
+    create(cluster, &deployment("shop", 2, "200m"));
+    wait_available(cluster, "shop", 2, Duration::from_secs(60));
+    let _meanwhile = ScaleChangedMeanwhile::register(cluster, "shop", 3);
+    set_load(cluster, "pods:\n- {namespace: default, selector: app=web, cpu: 400m, memory: 100Mi}\n- {namespace: default, selector: app=shop, cpu: 400m, memory: 100Mi}\n");
+    create(
+        cluster,
+        "apiVersion: wasp.dev/v1alpha1\nkind: Autoscaler\nmetadata: {name: shop, namespace: default}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: shop}\n  minReplicas: 2\n  maxReplicas: 6\n  metrics:\n  - type: Resource\n    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}\n",
+    );
+    wait_available(cluster, "shop", 6, Duration::from_secs(90));
+    let shop_scales: Vec<(String, u64)> = cluster
+        .audit()
+        .iter()
+        .filter(|event| event.resource() == "deployments" && event.name() == "shop" && event.subresource() == "scale" && ["update", "patch"].contains(&event.verb()))
+        .map(|event| (if event.user() == WASP_USER { "wasp" } else { "user" }.to_string(), event.code()))
+        .collect();
+    let expected_start = [("user".to_string(), 200), ("wasp".to_string(), 409), ("wasp".to_string(), 200)];
+    assert!(shop_scales.starts_with(&expected_start) && shop_scales[3..].iter().all(|(user, code)| user == "wasp" && *code == 200), "updates of shop's scale, in order: {shop_scales:?}");
+    let rescales: Vec<String> = cluster
+        .get_json(&["get", "events", "-n", "default", "--field-selector", "involvedObject.kind=Autoscaler,involvedObject.name=shop"])["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| format!("{}: {}", event["reason"].as_str().unwrap(), event["message"].as_str().unwrap()))
+        .collect();
+    assert!(rescales.iter().any(|event| event.starts_with("FailedRescale: New size: ") && event.contains("(from 2)") && event.contains("changed since it was read")), "{rescales:?}");
+    let first_rescale = rescales.iter().find(|event| event.starts_with("SuccessfulRescale"));
+    assert!(first_rescale.is_some_and(|event| event.contains("(from 3)")), "{rescales:?}");
 
     // A Deployment an HPA owns: wasp's Autoscaler for it, whose load asks for more replicas, is refused with a
     // reason and sends no scale update; the real HPA controller reads the same metrics the same way (its status
