@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use wasp::admission::certs;
+use wasp::admission::webhook::ServingLimits;
 use wasp::admission::WebhookServing;
 use wasp::config::HostConfig;
 use wasp::host::Host;
@@ -56,6 +57,10 @@ fn write_certificate(dir: &Path) -> String {
 }
 
 async fn start(config: &str) -> Harness {
+    start_limited(config, ServingLimits::default()).await
+}
+
+async fn start_limited(config: &str, limits: ServingLimits) -> Harness {
     let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
     let simulator = Simulator::start(&Scenario::parse("nodeGroups: [{name: n, count: 2, cpu: '4', memory: 8Gi}]").unwrap(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let api = ApiClient::from_config(kube::Config::new(simulator.url().parse().unwrap())).unwrap();
@@ -68,6 +73,7 @@ async fn start(config: &str) -> Harness {
     let ca = write_certificate(tls_dir.path());
     let mut serving = WebhookServing::new("127.0.0.1:0".parse().unwrap(), tls_dir.path().join("tls.crt"), tls_dir.path().join("tls.key"));
     serving.reload_interval = Duration::from_millis(50);
+    serving.limits = limits;
     let address = host.serve_webhooks(serving).await.unwrap();
     Harness { simulator, api, host, registry, config_path, tls_dir, address, ca }
 }
@@ -93,8 +99,8 @@ fn pod(name: &str, scheduler: Option<&str>) -> Value {
     pod
 }
 
-/// POSTs `body` over HTTPS trusting only `ca`: (status, body), or why the connection failed.
-async fn https_post(address: SocketAddr, ca: &str, path: &str, body: Vec<u8>) -> Result<(u16, String), String> {
+/// A TLS connection to the webhook, trusting only `ca`.
+async fn tls_connect(address: SocketAddr, ca: &str) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
     let mut roots = rustls::RootCertStore::empty();
     for certificate in CertificateDer::pem_slice_iter(ca.as_bytes()) {
         roots.add(certificate.unwrap()).unwrap();
@@ -103,7 +109,12 @@ async fn https_post(address: SocketAddr, ca: &str, path: &str, body: Vec<u8>) ->
     let config = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots).with_no_client_auth();
     let stream = tokio::net::TcpStream::connect(address).await.map_err(|error| error.to_string())?;
     let name = ServerName::IpAddress(address.ip().into());
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, stream).await.map_err(|error| error.to_string())?;
+    tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, stream).await.map_err(|error| error.to_string())
+}
+
+/// POSTs `body` over HTTPS trusting only `ca`: (status, body), or why the connection failed.
+async fn https_post(address: SocketAddr, ca: &str, path: &str, body: Vec<u8>) -> Result<(u16, String), String> {
+    let tls = tls_connect(address, ca).await?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await.map_err(|error| error.to_string())?;
     tokio::spawn(connection);
     let request = hyper::Request::post(format!("https://{address}{path}")).header("content-type", "application/json").body(http_body_util::Full::new(Bytes::from(body))).unwrap();
@@ -283,6 +294,82 @@ async fn malformed_reviews_get_a_clear_400_and_the_webhook_keeps_serving() {
     assert_eq!(harness.answer("/validate-pods", review("default", pod("p", Some("wsap")))).await["allowed"], false);
     let metrics = common::http_get(harness.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap(), "/metrics").await.1;
     assert!(metrics.contains(r#"wasp_admission_reviews_total{webhook="validate",result="malformed"} 6"#), "{metrics}");
+}
+
+/// True when the server closed `connection` (end of stream or reset) within `patience`.
+async fn closed_by_the_server(connection: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>, patience: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = [0u8; 1024];
+    matches!(tokio::time::timeout(patience, connection.read(&mut buffer)).await, Ok(Ok(0) | Err(_)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slow_connections_are_closed_and_past_the_cap_new_ones_are_refused_while_reviews_go_on() {
+    let limits = ServingLimits { max_connections: 20, header_read_timeout: Duration::from_secs(2) };
+    let harness = start_limited(&config_text(&["wasp"], ""), limits).await;
+    // Twenty connections that never send a request hold every slot; the next is closed unserved.
+    let mut idle = Vec::new();
+    for _ in 0..20 {
+        idle.push(tls_connect(harness.address, &harness.ca).await.unwrap());
+    }
+    assert!(https_post(harness.address, &harness.ca, "/validate-pods", review("default", pod("p", None))).await.is_err(), "a 21st connection was served");
+    // Idle past the header timeout: closed by the server, and the slots are free again.
+    for connection in &mut idle {
+        assert!(closed_by_the_server(connection, Duration::from_secs(10)).await, "an idle connection was kept past the header timeout");
+    }
+    assert_eq!(harness.answer("/validate-pods", review("default", pod("p", Some("wasp")))).await["allowed"], true);
+    // A slowloris: one header line a second never finishes the request.
+    use tokio::io::AsyncWriteExt;
+    let mut slow = tls_connect(harness.address, &harness.ca).await.unwrap();
+    slow.write_all(b"POST /validate-pods HTTP/1.1\r\nHost: wasp\r\n").await.unwrap();
+    let started = std::time::Instant::now();
+    let mut closed = false;
+    for line in 0..10 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if slow.write_all(format!("X-Slow-{line}: 1\r\n").as_bytes()).await.is_err() || slow.flush().await.is_err() {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed || closed_by_the_server(&mut slow, Duration::from_secs(1)).await, "a request whose headers never end was kept");
+    assert!(started.elapsed() < Duration::from_secs(6), "closed after {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_read_at_once_are_bounded_and_ordinary_reviews_are_answered_meanwhile() {
+    use tokio::io::AsyncWriteExt;
+    let harness = start(&config_text(&["wasp"], "")).await;
+    // Twenty clients each send all but the last byte of a body just under the 4 MiB limit, and wait: 80 MiB
+    // if the host kept them all. It keeps 64 MiB (each body's first 64 KiB aside) and refuses the rest at once.
+    let length = (4 << 20) - 1;
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut connection = tls_connect(harness.address, &harness.ca).await.unwrap();
+        let head = format!("POST /validate-pods HTTP/1.1\r\nHost: wasp\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n");
+        connection.write_all(head.as_bytes()).await.unwrap();
+        // A refused client may find its connection closed before it has written everything.
+        let _ = connection.write_all(&vec![b' '; length - 1]).await;
+        let _ = connection.flush().await;
+        held.push(connection);
+    }
+    let metrics_address = harness.host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let busy = r#"wasp_admission_reviews_total{webhook="validate",result="busy"} "#;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while counter(&common::http_get(metrics_address, "/metrics").await.1, busy) < 4 {
+        assert!(std::time::Instant::now() < deadline, "the bodies past the budget were not refused");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Meanwhile an ordinary review is answered.
+    assert_eq!(harness.answer("/validate-pods", review("default", pod("p", Some("wsap")))).await["allowed"], false);
+    // The held bodies' share comes back when their clients go: a review of 3 MiB is read and answered.
+    drop(held);
+    let mut large = pod("large", Some("wasp"));
+    large["metadata"]["annotations"] = json!({"padding": "x".repeat(3 << 20)});
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !https_post(harness.address, &harness.ca, "/validate-pods", review("default", large.clone())).await.is_ok_and(|(status, _)| status == 200) {
+        assert!(std::time::Instant::now() < deadline, "a large review was not answered once the held bodies were gone");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

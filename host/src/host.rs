@@ -219,17 +219,11 @@ impl Host {
     /// namespaces are listed (`/readyz` says so until then).
     pub async fn serve_webhooks(&self, serving: WebhookServing) -> anyhow::Result<SocketAddr> {
         let certificate = ReloadingCertificate::load(serving.certificate.clone())?;
-        let listener = TlsListener::bind(&certificate, serving.address).await?;
+        let listener = TlsListener::bind(&certificate, serving.address).await?.with_limits(serving.limits);
         let address = listener.local_addr()?;
         self.webhooks.store(WEBHOOKS_STARTING, Ordering::Relaxed);
         let namespaces = crate::admission::watch_namespaces(self.api.client.clone());
-        let webhooks = Arc::new(Webhooks {
-            policies: self.policies.clone(),
-            namespaces: namespaces.clone(),
-            metrics: self.admission_metrics.clone(),
-            cluster: self.cluster.clone(),
-            client: self.api.client.clone(),
-        });
+        let webhooks = Arc::new(Webhooks::new(self.policies.clone(), namespaces.clone(), self.admission_metrics.clone(), self.cluster.clone(), self.api.client.clone()));
         let state = self.webhooks.clone();
         let stop = self.stopping.clone();
         self.servers.spawn(async move {

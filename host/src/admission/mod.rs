@@ -33,11 +33,12 @@ pub struct WebhookServing {
     pub certificate: tls::CertificateFiles,
     /// How often the certificate files are re-read.
     pub reload_interval: Duration,
+    pub limits: webhook::ServingLimits,
 }
 
 impl WebhookServing {
     pub fn new(address: SocketAddr, certificate: PathBuf, private_key: PathBuf) -> WebhookServing {
-        WebhookServing { address, certificate: tls::CertificateFiles { certificate, private_key }, reload_interval: Duration::from_secs(10) }
+        WebhookServing { address, certificate: tls::CertificateFiles { certificate, private_key }, reload_interval: Duration::from_secs(10), limits: Default::default() }
     }
 }
 

@@ -23,7 +23,8 @@ use kube::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -33,6 +34,15 @@ pub const MAX_REVIEW_BYTES: usize = 4 << 20;
 /// A larger body is read to its end (up to this much, discarded) before the 400, so the client has finished
 /// sending when the answer comes and reads it instead of failing on a closed connection.
 const MAX_DRAINED_BYTES: usize = 64 << 20;
+/// Each body's first bytes are read without asking the shared budget: a pod's review is a few KiB, so ordinary
+/// reviews are answered whatever large bodies are being read meanwhile.
+const REVIEW_BYTES_FREE: usize = 64 << 10;
+/// The bytes beyond [`REVIEW_BYTES_FREE`] that all bodies being read may hold together. Past it a body is
+/// refused at once (503), so that many connections sending large bodies cost their own reviews, never the
+/// host's memory: with the connection cap, bodies hold at most 1000 x 64 KiB + 64 MiB.
+const REVIEW_BYTES_SHARED: usize = 64 << 20;
+/// A body not received whole within this is refused (the API server's own webhook timeout is at most 30 s).
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the webhooks read: the live configuration, the namespaces' choices, and the schedulers seen binding pods.
 pub struct Webhooks {
@@ -42,10 +52,12 @@ pub struct Webhooks {
     pub cluster: Arc<SharedCluster>,
     /// For a namespace the cache has not seen yet.
     pub client: kube::Client,
+    /// The shared part of the bodies being read, in KiB ([`REVIEW_BYTES_SHARED`]).
+    review_bytes: Semaphore,
 }
 
 /// A namespace the cache does not have is read from the API server within this, or taken as having no rules.
-const NAMESPACE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+const NAMESPACE_READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Webhook {
@@ -62,32 +74,67 @@ impl Webhook {
     }
 }
 
-/// The body if it is at most [`MAX_REVIEW_BYTES`].
-async fn read_bounded(mut body: Body) -> Result<Vec<u8>, String> {
-    use http_body_util::BodyExt;
-    let (mut bytes, mut total) = (Vec::new(), 0usize);
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|error| format!("reading the body: {error}"))?;
-        let Ok(data) = frame.into_data() else { continue };
-        total += data.len();
-        if total <= MAX_REVIEW_BYTES {
-            bytes.extend_from_slice(&data);
-        } else if total > MAX_DRAINED_BYTES {
-            break;
-        }
-    }
-    if total > MAX_REVIEW_BYTES {
-        return Err(format!("the body is larger than {MAX_REVIEW_BYTES} bytes: not an AdmissionReview from the API server"));
-    }
-    Ok(bytes)
-}
-
 /// Why a body is refused with a 400.
 fn malformed(message: String) -> Response {
     (StatusCode::BAD_REQUEST, message).into_response()
 }
 
+/// Why a body was not read.
+enum Unread {
+    /// Not an AdmissionReview the API server would send: a 400.
+    Malformed(String),
+    /// The bodies being read hold the shared budget, or this one came too slowly: a 503, the API server applies
+    /// the webhook's failure policy.
+    Busy(String),
+}
+
 impl Webhooks {
+    pub fn new(policies: Arc<PolicyRegistry>, namespaces: Store<Namespace>, metrics: AdmissionMetrics, cluster: Arc<SharedCluster>, client: kube::Client) -> Webhooks {
+        Webhooks { policies, namespaces, metrics, cluster, client, review_bytes: Semaphore::new(REVIEW_BYTES_SHARED >> 10) }
+    }
+
+    /// The body if it is at most [`MAX_REVIEW_BYTES`], with the share of the budget it holds.
+    async fn read_bounded(&self, body: Body) -> Result<(Vec<u8>, Option<SemaphorePermit<'_>>), Unread> {
+        match tokio::time::timeout(BODY_READ_TIMEOUT, self.read_body(body)).await {
+            Ok(read) => read,
+            Err(_) => Err(Unread::Busy(format!("the body did not arrive within {}s", BODY_READ_TIMEOUT.as_secs()))),
+        }
+    }
+
+    async fn read_body(&self, mut body: Body) -> Result<(Vec<u8>, Option<SemaphorePermit<'_>>), Unread> {
+        use http_body_util::BodyExt;
+        let (mut bytes, mut total, mut held): (Vec<u8>, usize, Option<SemaphorePermit<'_>>) = (Vec::new(), 0, None);
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|error| Unread::Malformed(format!("reading the body: {error}")))?;
+            let Ok(data) = frame.into_data() else { continue };
+            total += data.len();
+            if total <= MAX_REVIEW_BYTES {
+                let wanted_kib = total.saturating_sub(REVIEW_BYTES_FREE).div_ceil(1024) as u32;
+                let held_kib = held.as_ref().map_or(0, |permit| permit.num_permits() as u32);
+                if wanted_kib > held_kib {
+                    let more = self.review_bytes.try_acquire_many(wanted_kib - held_kib).map_err(|_| {
+                        Unread::Busy(format!("other reviews being read hold the {} MiB this webhook reads at once; try again", REVIEW_BYTES_SHARED >> 20))
+                    })?;
+                    match held.as_mut() {
+                        Some(permit) => permit.merge(more),
+                        None => held = Some(more),
+                    }
+                }
+                bytes.extend_from_slice(&data);
+            } else if total > MAX_DRAINED_BYTES {
+                break;
+            } else {
+                // Past the limit: what was kept is dropped with its share, the rest is read and discarded.
+                bytes = Vec::new();
+                held = None;
+            }
+        }
+        if total > MAX_REVIEW_BYTES {
+            return Err(Unread::Malformed(format!("the body is larger than {MAX_REVIEW_BYTES} bytes: not an AdmissionReview from the API server")));
+        }
+        Ok((bytes, held))
+    }
+
     /// The namespace's choice, from the cache; a namespace created a moment ago (Helm and Argo CD create pods right
     /// after their namespace) may not be there yet, so it is read from the API server.
     async fn namespace(&self, name: Option<&str>) -> NamespaceChoice {
@@ -111,9 +158,14 @@ impl Webhooks {
     }
 
     /// The AdmissionRequest for a pod in `body`, or why there is none.
-    async fn read(body: Body) -> Result<(AdmissionRequest<DynamicObject>, Option<Pod>), String> {
-        let bytes = read_bounded(body).await?;
-        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(&bytes).map_err(|error| format!("not an AdmissionReview: {error}"))?;
+    async fn read(&self, body: Body) -> Result<(AdmissionRequest<DynamicObject>, Option<Pod>), Unread> {
+        // The body's share of the budget is held until it is parsed.
+        let (bytes, _share) = self.read_bounded(body).await?;
+        Self::parse(&bytes).map_err(Unread::Malformed)
+    }
+
+    fn parse(bytes: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, Option<Pod>), String> {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(bytes).map_err(|error| format!("not an AdmissionReview: {error}"))?;
         if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
             return Err(format!("expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got {:?}, {:?}", review.types.api_version, review.types.kind));
         }
@@ -132,12 +184,17 @@ impl Webhooks {
 
     async fn answer(&self, webhook: Webhook, body: Body) -> Response {
         let started = Instant::now();
-        let (request, pod) = match Self::read(body).await {
+        let (request, pod) = match self.read(body).await {
             Ok(read) => read,
-            Err(message) => {
+            Err(Unread::Malformed(message)) => {
                 tracing::warn!(webhook = webhook.name(), %message, "malformed AdmissionReview");
                 self.metrics.reviewed(webhook.name(), "malformed", started.elapsed());
                 return malformed(message);
+            }
+            Err(Unread::Busy(message)) => {
+                tracing::debug!(webhook = webhook.name(), %message, "review refused unread");
+                self.metrics.reviewed(webhook.name(), "busy", started.elapsed());
+                return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
             }
         };
         let response = AdmissionResponse::from(&request);
@@ -223,10 +280,28 @@ pub fn router(webhooks: Arc<Webhooks>) -> Router {
     Router::new().route("/validate-pods", post(validate_pods)).route("/mutate-pods", post(mutate_pods)).route("/healthz", get(|| async { "ok" })).with_state(webhooks)
 }
 
+/// What one TLS listener lets its clients hold, so that a flood of connections costs that listener's clients
+/// (refused, or closed when they idle) and never the process: its file descriptors, its other listener (the
+/// probes are served apart from the webhooks, each with its own cap).
+#[derive(Debug, Clone, Copy)]
+pub struct ServingLimits {
+    /// Connections open at once; one more is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// A request's headers must arrive within this; it is also how long a kept-alive connection may idle.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ServingLimits {
+    fn default() -> ServingLimits {
+        ServingLimits { max_connections: 1000, header_read_timeout: Duration::from_secs(30) }
+    }
+}
+
 /// A bound TLS listener; [`serve`](Self::serve) answers on it.
 pub struct TlsListener {
     listener: tokio::net::TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
+    limits: ServingLimits,
 }
 
 impl TlsListener {
@@ -234,7 +309,11 @@ impl TlsListener {
     pub async fn bind(certificate: &Arc<ReloadingCertificate>, address: SocketAddr) -> anyhow::Result<TlsListener> {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(certificate.server_config()?));
         let listener = tokio::net::TcpListener::bind(address).await.map_err(|error| anyhow::anyhow!("binding the webhook address {address}: {error}"))?;
-        Ok(TlsListener { listener, acceptor })
+        Ok(TlsListener { listener, acceptor, limits: ServingLimits::default() })
+    }
+
+    pub fn with_limits(self, limits: ServingLimits) -> TlsListener {
+        TlsListener { limits, ..self }
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -246,6 +325,8 @@ impl TlsListener {
     /// A failed handshake or connection costs only that connection.
     pub async fn serve(self, router: Router, stop: CancellationToken) {
         let connections = TaskTracker::new();
+        let open = Arc::new(Semaphore::new(self.limits.max_connections));
+        let mut warned_full: Option<Instant> = None;
         loop {
             let accepted = tokio::select! {
                 _ = stop.cancelled() => break,
@@ -256,19 +337,33 @@ impl TlsListener {
                 Err(error) => {
                     // Out of file descriptors, say: wait a little rather than spin.
                     tracing::warn!(%error, "webhook: accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             };
-            let (acceptor, router, stop) = (self.acceptor.clone(), router.clone(), stop.clone());
+            let Ok(slot) = open.clone().try_acquire_owned() else {
+                // Closed at once rather than left in the backlog: the API server applies the failure policy now,
+                // not after its timeout.
+                drop(stream);
+                if warned_full.is_none_or(|at| at.elapsed() > Duration::from_secs(60)) {
+                    tracing::warn!(%peer, max_connections = self.limits.max_connections, "too many connections: new ones are closed until some end (said once a minute)");
+                    warned_full = Some(Instant::now());
+                }
+                continue;
+            };
+            let (acceptor, router, stop, limits) = (self.acceptor.clone(), router.clone(), stop.clone(), self.limits);
             connections.spawn(async move {
-                let tls = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(stream)).await {
+                let _slot = slot;
+                let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(error)) => return tracing::debug!(%peer, %error, "webhook: TLS handshake failed"),
                     Err(_) => return tracing::debug!(%peer, "webhook: TLS handshake timed out"),
                 };
                 let service = hyper_util::service::TowerToHyperService::new(router);
-                let connection = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(limits.header_read_timeout)
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
                 tokio::pin!(connection);
                 let served = tokio::select! {
                     served = connection.as_mut() => served,
