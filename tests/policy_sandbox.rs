@@ -284,3 +284,41 @@ fn policy_digest(wasm: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(wasm))
 }
+
+/// A component made to keep the compiler busy: `size` values live across `size` blocks, quadratic work and
+/// memory in register allocation (3000: ~1.5 s and ~360 MB; 6000: ~6 s and ~1.4 GB), in under 200 KB.
+fn compile_bomb(size: usize) -> Vec<u8> {
+    let mut body: Vec<String> = (1..=size).map(|local| format!("local.get 0 i32.const {local} i32.add local.set {local}")).collect();
+    body.extend((0..size).map(|block| format!("block local.get 0 br_if 0 local.get 0 i32.const {block} i32.xor local.set 0 end")));
+    body.push("local.get 1".into());
+    body.extend((2..=size).map(|local| format!("local.get {local} i32.add")));
+    let locals = vec!["i32"; size].join(" ");
+    wat::parse_str(format!("(component (core module (func (export \"f\") (param i32) (result i32) (local {locals}) {})))", body.join(" "))).unwrap()
+}
+
+#[test]
+fn a_compile_bomb_costs_the_compiling_child_not_the_host_and_its_digest_is_refused_from_then_on() {
+    use wasp::runtime::{CompileLimits, Compiler, Runtime};
+    let cache = tempfile::tempdir().unwrap();
+    let isolated = |limits: CompileLimits| {
+        Runtime::with_compiler(Some(cache.path().to_path_buf()), Compiler::Isolated { program: env!("CARGO_BIN_EXE_wasp").into(), limits }).unwrap()
+    };
+    let load = |runtime: &std::sync::Arc<Runtime>, source: &str, wasm: &[u8]| LoadedPolicy::load(runtime, source, wasm, PolicyOptions::default()).map(|_| ()).map_err(|error| error.to_string());
+    let runtime = isolated(CompileLimits { memory_bytes: 256 << 20, time: Duration::from_secs(60) });
+    // An ordinary policy compiles in the child and loads in the serving engine.
+    let (source, wasm) = policy_wasm("inter-pod-affinity");
+    load(&runtime, &source, &wasm).unwrap();
+    // Past the memory limit: the child dies, the host says why.
+    let bomb = compile_bomb(3000);
+    let error = load(&runtime, "policies/bomb.wasm", &bomb).unwrap_err();
+    assert!(error.contains("policies/bomb.wasm") && error.contains("compiling needed more than 256 MiB: refused"), "{error}");
+    // A restart (a new runtime on the same cache directory) refuses it without compiling.
+    let error = load(&isolated(CompileLimits::default()), "policies/bomb.wasm", &bomb).unwrap_err();
+    assert!(error.contains("compiling needed more than 256 MiB: refused (remembered from an earlier compile of this file)"), "{error}");
+    // Past the time limit: killed at it.
+    let slow = compile_bomb(6000);
+    let started = Instant::now();
+    let error = load(&isolated(CompileLimits { memory_bytes: 8 << 30, time: Duration::from_secs(1) }), "policies/slow.wasm", &slow).unwrap_err();
+    assert!(error.contains("compiling took longer than 1s: refused"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(5), "refused after {:?}", started.elapsed());
+}

@@ -68,10 +68,23 @@ enum Command {
     /// Schedule a scenario's workloads on a simulated cluster with the policies, and report what happened.
     #[cfg(feature = "sim")]
     Simulate(simulate::SimulateArgs),
+    /// The child process `wasp run` compiles a policy in, under limits: the component on stdin, the artifact on
+    /// stdout.
+    #[command(hide = true)]
+    CompilePolicy {
+        #[arg(long)]
+        memory_bytes: u64,
+        #[arg(long)]
+        cpu_seconds: u64,
+    },
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // No logging set up: the parent reads this child's stderr as the reason of a failure.
+    if let Command::CompilePolicy { memory_bytes, cpu_seconds } = cli.command {
+        return crate::runtime::compile_policy_child(memory_bytes, cpu_seconds);
+    }
     let default_level = match cli.command {
         Command::Policy(_) => "warn",
         #[cfg(feature = "sim")]
@@ -83,6 +96,7 @@ pub fn main() -> ExitCode {
         Command::Configmap(_) => "warn",
         Command::Crd => "warn",
         Command::Certs(_) => "warn",
+        Command::CompilePolicy { .. } => unreachable!("handled above"),
     };
     init_logging(default_level);
     let result = match cli.command {
@@ -99,6 +113,7 @@ pub fn main() -> ExitCode {
             print!("{}", crate::autoscaler::resource::crd_yaml());
             Ok(())
         }
+        Command::CompilePolicy { .. } => unreachable!("handled above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

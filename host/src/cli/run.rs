@@ -8,7 +8,8 @@ use crate::host::{Host, Leadership};
 use crate::kube::{ApiClient, HostIdentity};
 use crate::registry::watch::WatchOptions;
 use crate::registry::PolicyRegistry;
-use crate::runtime::Runtime;
+use crate::runtime::{CompileLimits, Compiler, Runtime};
+use anyhow::Context;
 use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -71,7 +72,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(async move {
         let api = ApiClient::connect().await?;
-        let policy_runtime = Runtime::new(args.cache_dir.clone())?;
+        // Compiles run in children of this binary, under limits: a compile bomb costs the child, not the host.
+        let program = std::env::current_exe().context("finding this binary, to compile policies in a child process")?;
+        let policy_runtime = Runtime::with_compiler(args.cache_dir.clone(), Compiler::Isolated { program, limits: CompileLimits::default() })?;
         let policies = PolicyRegistry::new(&policy_runtime, config.clone(), args.config.clone())?;
         let host = Host::new(api, Arc::new(policies), identity);
         let _watcher = match args.no_watch {

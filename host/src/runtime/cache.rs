@@ -8,6 +8,9 @@
 //!
 //! Only artifacts this process wrote are ever deserialized: the cache directory belongs to the host, never to the
 //! policy source (a ConfigMap), because a precompiled artifact is trusted native code.
+//!
+//! A component whose compile went past the limits ([`super::compiler`]) is remembered by digest, in memory and
+//! beside the artifacts, and refused at once from then on: a rescan or a restart does not pay for it again.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -15,12 +18,15 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use wasmtime::component::Component;
+use super::compiler::{CompileError, Compiler};
 use wasmtime::{Config, Engine};
 
 /// Artifacts kept on disk: enough for every policy of a large set plus recent versions. A reload storm of new
 /// versions would otherwise fill the directory (128 files, 84 MB seen).
 const MAX_DISK_ARTIFACTS: usize = 64;
 const MAX_DISK_BYTES: u64 = 256 << 20;
+/// Refused digests remembered on disk; past this, only in memory.
+const MAX_DISK_REFUSALS: usize = 256;
 
 pub struct ArtifactCache {
     /// Components by digest, with how many loaded policies use each: two versions of a policy that differ only
@@ -28,6 +34,9 @@ pub struct ArtifactCache {
     in_memory: Mutex<HashMap<String, (Component, usize)>>,
     directory: Option<PathBuf>,
     compatibility: String,
+    compiler: Compiler,
+    /// Digests whose compile went past the limits, with the reason.
+    refused: Mutex<HashMap<String, String>>,
 }
 
 /// Where a component came from, for logs and reload metrics.
@@ -39,13 +48,15 @@ pub enum CacheOutcome {
 }
 
 impl ArtifactCache {
-    pub fn new(engine: &Engine, directory: Option<PathBuf>) -> Self {
+    pub fn new(engine: &Engine, directory: Option<PathBuf>, compiler: Compiler) -> Self {
         let mut hasher = std::hash::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         ArtifactCache {
             in_memory: Mutex::new(HashMap::new()),
             directory,
             compatibility: format!("{:016x}", hasher.finish()),
+            compiler,
+            refused: Mutex::new(HashMap::new()),
         }
     }
 
@@ -91,7 +102,7 @@ impl ArtifactCache {
         wasm: &[u8],
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
         let Some(directory) = &self.directory else {
-            let artifact = Engine::new(config)?.precompile_component(wasm)?;
+            let artifact = self.compile(config, digest, wasm)?;
             // SAFETY: the bytes were produced just now by an engine of the same configuration.
             return Ok((unsafe { Component::deserialize(engine, &artifact)? }, CacheOutcome::Compiled));
         };
@@ -104,7 +115,7 @@ impl ArtifactCache {
                 Err(error) => tracing::warn!(path = %path.display(), %error, "discarding unreadable cached artifact"),
             }
         }
-        let artifact = Engine::new(config)?.precompile_component(wasm)?;
+        let artifact = self.compile(config, digest, wasm)?;
         if let Err(error) = write_atomically(&path, &artifact) {
             tracing::warn!(path = %path.display(), %error, "could not write artifact cache");
         }
@@ -112,9 +123,48 @@ impl ArtifactCache {
         if let Err(error) = prune(directory, &in_use, MAX_DISK_ARTIFACTS, MAX_DISK_BYTES) {
             tracing::warn!(directory = %directory.display(), %error, "could not prune the artifact cache");
         }
-        // SAFETY: the bytes were produced just now by an engine of the same configuration.
+        // SAFETY: the bytes were produced just now by an engine of the same configuration (in this process or
+        // in the child that runs this binary).
         let component = unsafe { Component::deserialize(engine, &artifact)? };
         Ok((component, CacheOutcome::Compiled))
+    }
+
+    /// The artifact of `wasm`, or the refusal of a digest that went past the compile limits before.
+    fn compile(&self, config: &Config, digest: &str, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        if let Some(reason) = self.refusal(digest) {
+            return Err(wasmtime::Error::msg(format!("{reason} (remembered from an earlier compile of this file)")));
+        }
+        match self.compiler.compile(config, wasm) {
+            Ok(artifact) => Ok(artifact),
+            Err(CompileError::OverLimit(reason)) => {
+                self.remember_refusal(digest, &reason);
+                Err(wasmtime::Error::msg(reason))
+            }
+            Err(error) => Err(wasmtime::Error::msg(error.to_string())),
+        }
+    }
+
+    fn refusal(&self, digest: &str) -> Option<String> {
+        let mut refused = self.refused.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(reason) = refused.get(digest) {
+            return Some(reason.clone());
+        }
+        let remembered = std::fs::read_to_string(self.directory.as_ref()?.join(format!("{digest}.refused"))).ok()?;
+        refused.insert(digest.to_string(), remembered.clone());
+        Some(remembered)
+    }
+
+    fn remember_refusal(&self, digest: &str, reason: &str) {
+        tracing::warn!(digest = &digest[..digest.len().min(12)], reason, "a component went past the compile limits; refused from now on");
+        self.refused.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(digest.to_string(), reason.to_string());
+        let Some(directory) = &self.directory else { return };
+        let on_disk = std::fs::read_dir(directory).map(|entries| entries.flatten().filter(|entry| entry.file_name().to_string_lossy().ends_with(".refused")).count()).unwrap_or(0);
+        if on_disk < MAX_DISK_REFUSALS {
+            let path = directory.join(format!("{digest}.refused"));
+            if let Err(error) = write_atomically(&path, reason.as_bytes()) {
+                tracing::warn!(path = %path.display(), %error, "could not remember the refusal");
+            }
+        }
     }
 }
 

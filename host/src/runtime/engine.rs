@@ -1,6 +1,7 @@
 //! The one wasmtime engine of the process, its epoch ticker and the linker that gives guests an empty WASI.
 
 use super::cache::{ArtifactCache, CacheOutcome};
+use super::compiler::Compiler;
 use super::instance::InstanceState;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,12 +27,12 @@ pub struct Runtime {
 impl Runtime {
     /// `cache_directory`: where compiled artifacts persist across restarts (None keeps them in memory only).
     pub fn new(cache_directory: Option<PathBuf>) -> anyhow::Result<Arc<Runtime>> {
-        let mut config = Config::new();
-        config.wasm_component_model(true).epoch_interruption(true).cranelift_opt_level(wasmtime::OptLevel::Speed);
-        // `WASP_PERFMAP=1 perf record ...` names the policies' compiled functions in profiles.
-        if std::env::var_os("WASP_PERFMAP").is_some_and(|value| value == "1") {
-            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
-        }
+        Runtime::with_compiler(cache_directory, Compiler::InProcess)
+    }
+
+    /// A runtime whose compiles run where `compiler` says (a serving host: in a child process, under limits).
+    pub fn with_compiler(cache_directory: Option<PathBuf>, compiler: Compiler) -> anyhow::Result<Arc<Runtime>> {
+        let config = engine_config();
         let engine = Engine::new(&config).map_err(|error| anyhow::anyhow!("creating the wasm engine: {error}"))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
@@ -39,7 +40,7 @@ impl Runtime {
         refuse_waiting(&mut linker).map_err(|error| anyhow::anyhow!("linking WASI: {error}"))?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone())?;
-        let cache = ArtifactCache::new(&engine, cache_directory);
+        let cache = ArtifactCache::new(&engine, cache_directory, compiler);
         Ok(Arc::new(Runtime { engine, config, linker, cache, ticker_stop }))
     }
 
@@ -66,6 +67,17 @@ impl Runtime {
     pub fn deadline_ticks(deadline: Duration) -> u64 {
         (deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64).max(1)
     }
+}
+
+/// The configuration of the serving engine, and of every engine that compiles for it (here or in a child).
+pub(super) fn engine_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true).epoch_interruption(true).cranelift_opt_level(wasmtime::OptLevel::Speed);
+    // `WASP_PERFMAP=1 perf record ...` names the policies' compiled functions in profiles.
+    if std::env::var_os("WASP_PERFMAP").is_some_and(|value| value == "1") {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
+    config
 }
 
 impl Drop for Runtime {

@@ -3,12 +3,14 @@
 //! context (no files, network, environment or sockets).
 
 mod cache;
+mod compiler;
 mod engine;
 mod guest_output;
 mod instance;
 mod limits;
 
 pub use cache::CacheOutcome;
+pub use compiler::{compile_policy_child, CompileLimits, Compiler};
 pub use engine::Runtime;
 pub use instance::{CallError, InstanceState, PolicyInstance};
 pub use limits::Limits;
