@@ -96,7 +96,8 @@ impl Host {
         let scheduler = Scheduler::new(policies.clone(), cluster.clone(), binder, scheduler_metrics);
         let rescheduler_metrics = ReschedulerMetrics::register(&mut endpoints.metrics);
         let rescheduler_api = api.with_own_budget(crate::kube::client::LOOP_IN_FLIGHT);
-        let rescheduler = Rescheduler::new(policies.clone(), cluster.clone(), rescheduler_api.clone(), &events.sending_through(rescheduler_api), rescheduler_metrics);
+        let host_namespace = identity.pod.as_ref().map(|pod| pod.namespace.clone());
+        let rescheduler = Rescheduler::new(policies.clone(), cluster.clone(), rescheduler_api.clone(), &events.sending_through(rescheduler_api), rescheduler_metrics, host_namespace);
         let reported = rescheduler.clone();
         endpoints.status_section("rescheduler", Box::new(move || serde_json::json!({"lastRun": reported.last_run()})));
         let autoscaler_metrics = AutoscalerMetrics::register(&mut endpoints.metrics);

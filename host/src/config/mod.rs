@@ -326,6 +326,7 @@ mod tests {
             ("protections: {namespaces: {include: [a], exclude: [b]}}}", "rescheduler.protections.namespaces: set include or exclude, not both"),
             ("limits: {maxPerRun: 0}}", "rescheduler.limits.maxPerRun: 0 would forbid every eviction (leave it out for no limit, or use dryRun)"),
             ("pacing: {maxEvictionsPerWorkload: 0}}", "rescheduler.pacing.maxEvictionsPerWorkload: 0 would forbid every eviction (leave the rescheduler out instead)"),
+            ("pacing: {window: 0s}}", "rescheduler.pacing.window: 0s is outside 1m..=7days"),
             ("protections: {labelSelector: {matchExpressions: [{key: k, operator: Gt, values: ['1']}]}}}", "the rescheduler's configuration: rescheduler.protections.labelSelector.matchExpressions[0].operator: Gt and Lt are not label selector operators"),
         ] {
             assert_eq!(parse_error(&format!("{base}{section}")), expected, "{section}");

@@ -68,6 +68,9 @@ pub struct Protections {
     pub evict_bare_pods: bool,
     /// Clear away failed pods that no controller owns (the descheduler's `evictFailedBarePods`).
     pub evict_failed_bare_pods: bool,
+    /// Evict pods of `kube-system` and of the host's own namespace (its `POD_NAMESPACE`): the cluster's DNS and
+    /// the host itself. Off by default, whatever a policy proposes.
+    pub evict_system_namespace_pods: bool,
     /// Only these namespaces (empty: all but `exclude`).
     pub namespaces: NamespaceFilter,
     /// Only pods matching this selector.
@@ -183,12 +186,15 @@ impl ReschedulerSection {
             }
         }
         const SECOND: Duration = Duration::from_secs(1);
+        const MINUTE: Duration = Duration::from_secs(60);
         const DAY: Duration = Duration::from_secs(86_400);
         check_range("rescheduler.interval", self.interval, SECOND, DAY)?;
         check_range("rescheduler.pendingTrigger", self.pending_trigger, SECOND, DAY)?;
         let pacing = &self.pacing;
         check_range("rescheduler.pacing.replacementTimeout", pacing.replacement_timeout, Duration::ZERO, DAY)?;
-        check_range("rescheduler.pacing.window", pacing.window, Duration::ZERO, 7 * DAY)?;
+        // A zero window counts no eviction against maxEvictionsPerWorkload: two strategies that undo each other's
+        // moves would evict the same workload without end.
+        check_range("rescheduler.pacing.window", pacing.window, MINUTE, 7 * DAY)?;
         check_range("rescheduler.pacing.budgetRetry", pacing.budget_retry, SECOND, DAY)?;
         if pacing.max_evictions_per_workload == 0 {
             bail!("rescheduler.pacing.maxEvictionsPerWorkload: 0 would forbid every eviction (leave the rescheduler out instead)");

@@ -11,15 +11,25 @@ use wasp_sdk::types::LabelSelector;
 pub struct Envelope {
     protections: Protections,
     selector: Option<LabelSelector>,
+    /// `kube-system` and the host's own namespace, unless `evictSystemNamespacePods`.
+    system_namespaces: Vec<String>,
 }
 
+/// Where the cluster's own components run (DNS, metrics, the CNI's controllers).
+const KUBE_SYSTEM: &str = "kube-system";
+
 impl Envelope {
-    pub fn new(protections: &Protections) -> Envelope {
+    /// `host_namespace`: the host's own namespace, when it runs in the cluster.
+    pub fn new(protections: &Protections, host_namespace: Option<&str>) -> Envelope {
         // Validated with the configuration; a selector that fails here would have been refused there.
         let selector = protections.label_selector.as_ref().and_then(|selector| {
             crate::cluster::convert::label_selector("the rescheduler's configuration", "rescheduler.protections.labelSelector", selector).ok()
         });
-        Envelope { protections: protections.clone(), selector }
+        let system_namespaces = match protections.evict_system_namespace_pods {
+            true => Vec::new(),
+            false => [Some(KUBE_SYSTEM), host_namespace].into_iter().flatten().map(String::from).collect(),
+        };
+        Envelope { protections: protections.clone(), selector, system_namespaces }
     }
 
     /// Why `pod` must stay, if it must; `now` is in seconds since the Unix epoch.
@@ -63,6 +73,10 @@ impl Envelope {
     /// The configuration's choice of pods (namespaces, selector, age, priority): an annotation does not waive it.
     fn selection(&self, pod: &Pod, now: i64) -> Option<String> {
         let rules = &self.protections;
+        if self.system_namespaces.contains(&pod.namespace) {
+            let whose = if pod.namespace == KUBE_SYSTEM { "the cluster's own" } else { "the host's own" };
+            return Some(format!("namespace {} is {whose} (protections.evictSystemNamespacePods)", pod.namespace));
+        }
         let namespaces = &rules.namespaces;
         if !namespaces.include.is_empty() && !namespaces.include.contains(&pod.namespace) {
             return Some(format!("namespace {} is not in protections.namespaces.include", pod.namespace));
@@ -108,8 +122,25 @@ mod tests {
     const NOW: i64 = 1_767_225_600 + 3600;
 
     #[test]
+    fn kube_system_and_the_hosts_namespace_are_protected_unless_the_operator_says_otherwise() {
+        let in_namespace = |namespace: &str| pod(&OWNED.replace("namespace: shop", &format!("namespace: {namespace}")));
+        let envelope = Envelope::new(&Protections::default(), Some("wasp-system"));
+        let allowed = |namespace: &str| {
+            let (pod, mut meta) = in_namespace(namespace);
+            meta.consent = EvictionConsent::Allow;
+            envelope.protection(&pod, &meta, NOW)
+        };
+        assert_eq!(allowed("kube-system").as_deref(), Some("namespace kube-system is the cluster's own (protections.evictSystemNamespacePods)"), "an annotation does not waive it");
+        assert_eq!(allowed("wasp-system").as_deref(), Some("namespace wasp-system is the host's own (protections.evictSystemNamespacePods)"));
+        assert_eq!(allowed("shop"), None);
+        let opted_out = Envelope::new(&Protections { evict_system_namespace_pods: true, ..Default::default() }, Some("wasp-system"));
+        let (pod, meta) = in_namespace("kube-system");
+        assert_eq!(opted_out.protection(&pod, &meta, NOW), None);
+    }
+
+    #[test]
     fn defaults_follow_the_descheduler() {
-        let envelope = Envelope::new(&Protections::default());
+        let envelope = Envelope::new(&Protections::default(), None);
         let (owned, meta) = pod(OWNED);
         assert_eq!(envelope.protection(&owned, &meta, NOW), None, "a ReplicaSet's pod may move");
         let cases = [
@@ -125,7 +156,7 @@ mod tests {
         }
         let (with_claim, meta) = with(OWNER, "volumes: [{name: v, persistentVolumeClaim: {claimName: c}}]");
         assert_eq!(envelope.protection(&with_claim, &meta, NOW), None, "PVC pods move unless ignorePvcPods");
-        let ignoring = Envelope::new(&Protections { ignore_pvc_pods: true, ..Default::default() });
+        let ignoring = Envelope::new(&Protections { ignore_pvc_pods: true, ..Default::default() }, None);
         assert!(ignoring.protection(&with_claim, &meta, NOW).is_some());
     }
 
@@ -133,15 +164,15 @@ mod tests {
     fn failed_bare_pods_only_with_evict_failed_bare_pods() {
         let (failed, meta) = pod("metadata: {name: p, namespace: shop, uid: u}\nspec: {containers: [{name: app}]}\nstatus: {phase: Failed}");
         let (running, running_meta) = with("", "");
-        assert!(Envelope::new(&Protections::default()).protection(&failed, &meta, NOW).is_some(), "kept by default, as the descheduler");
-        let clearing = Envelope::new(&Protections { evict_failed_bare_pods: true, ..Default::default() });
+        assert!(Envelope::new(&Protections::default(), None).protection(&failed, &meta, NOW).is_some(), "kept by default, as the descheduler");
+        let clearing = Envelope::new(&Protections { evict_failed_bare_pods: true, ..Default::default() }, None);
         assert_eq!(clearing.protection(&failed, &meta, NOW), None);
         assert!(clearing.protection(&running, &running_meta, NOW).is_some(), "a running bare pod stays protected");
     }
 
     #[test]
     fn the_annotation_decides_what_the_owner_may_waive() {
-        let envelope = Envelope::new(&Protections::default());
+        let envelope = Envelope::new(&Protections::default(), None);
         let (never, meta) = with(&format!("{OWNER}, annotations: {{wasp.dev/evict: never}}"), "");
         assert_eq!(envelope.protection(&never, &meta, NOW).as_deref(), Some("annotation wasp.dev/evict: never"));
         let (typo, meta) = with(&format!("{OWNER}, annotations: {{wasp.dev/evict: nevr}}"), "");
@@ -150,14 +181,14 @@ mod tests {
         assert_eq!(envelope.protection(&bare_allowed, &meta, NOW), None, "allow waives bare-pod and local-storage");
         let (daemon, meta) = with("annotations: {wasp.dev/evict: allow}, ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: d, uid: d, controller: true}]", "");
         assert!(envelope.protection(&daemon, &meta, NOW).is_some(), "a DaemonSet pod would come back on the same node");
-        let excluding = Envelope::new(&Protections { namespaces: crate::config::NamespaceFilter { include: vec![], exclude: vec!["shop".into()] }, ..Default::default() });
+        let excluding = Envelope::new(&Protections { namespaces: crate::config::NamespaceFilter { include: vec![], exclude: vec!["shop".into()] }, ..Default::default() }, None);
         assert_eq!(excluding.protection(&bare_allowed, &meta, NOW).as_deref(), Some("namespace shop is excluded"), "allow does not override the operator's selection");
     }
 
     #[test]
     fn selection_by_namespace_labels_age_and_priority() {
         let (owned, meta) = pod(OWNED);
-        let protections = |yaml: &str| Envelope::new(&serde_yaml::from_str::<Protections>(yaml).unwrap());
+        let protections = |yaml: &str| Envelope::new(&serde_yaml::from_str::<Protections>(yaml).unwrap(), None);
         assert!(protections("namespaces: {include: [other]}").protection(&owned, &meta, NOW).unwrap().contains("not in protections.namespaces.include"));
         assert!(protections("labelSelector: {matchLabels: {tier: batch}}").protection(&owned, &meta, NOW).is_some());
         assert_eq!(protections("minPodAge: 2h").protection(&owned, &meta, NOW).as_deref(), Some("younger than minPodAge (3600s < 7200s)"));

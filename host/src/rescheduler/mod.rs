@@ -110,6 +110,8 @@ pub struct Rescheduler {
     pub heartbeat: Heartbeat,
     /// Whether the evictions kept in the API server were read into the memory (the first run does it).
     restored: std::sync::atomic::AtomicBool,
+    /// The host's own namespace, protected from evictions with kube-system.
+    host_namespace: Option<String>,
 }
 
 fn wall_seconds() -> i64 {
@@ -123,6 +125,7 @@ impl Rescheduler {
         api: ApiClient,
         events: &EventRecorder,
         metrics: metrics::ReschedulerMetrics,
+        host_namespace: Option<String>,
     ) -> Arc<Rescheduler> {
         Arc::new(Rescheduler {
             policies,
@@ -134,6 +137,7 @@ impl Rescheduler {
             stats: Stats::default(),
             heartbeat: Heartbeat::default(),
             restored: std::sync::atomic::AtomicBool::new(false),
+            host_namespace,
         })
     }
 
@@ -210,7 +214,7 @@ impl Rescheduler {
             .collect();
         let failed = self.cluster.read().failed_pods();
         let context = EvictContext { now: wall_seconds(), pending, failed };
-        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now, volumes: &self.cluster.volumes };
+        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now, volumes: &self.cluster.volumes, host_namespace: self.host_namespace.as_deref() };
         let mut plan = crate::runtime::off_async_worker(|| {
             let proposals = plan::propose(&policies, &generation.plans, self.cluster.read(), context, section.keep_strategies_warm);
             let plan = plan::plan(inputs, proposals);
