@@ -28,11 +28,7 @@ impl CertificateFiles {
 }
 
 fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {
-    let size = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.len();
-    if size > MAX_PEM_BYTES {
-        bail!("{} is {size} bytes, more than a PEM certificate or key can be", path.display());
-    }
-    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+    crate::registry::source::read_regular(path, MAX_PEM_BYTES).with_context(|| format!("reading {} (a PEM certificate or key)", path.display()))
 }
 
 /// The certificate chain and key in `pem` files, checked to belong together.

@@ -128,5 +128,50 @@ pub fn main() -> ExitCode {
 fn init_logging(default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let writer = || BoundedLines(std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).init();
+}
+
+/// A log line is cut past this many bytes: kube's client logs the whole body of a response it cannot decode (a
+/// 420 KB line on every sync was seen), and no line is worth more than this.
+const MAX_LOG_LINE_BYTES: usize = 8 << 10;
+
+/// Writes each log line (the formatter hands over one whole line per write) cut at [`MAX_LOG_LINE_BYTES`].
+struct BoundedLines<W>(W);
+
+impl<W: std::io::Write> std::io::Write for BoundedLines<W> {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        if line.len() <= MAX_LOG_LINE_BYTES {
+            self.0.write_all(line)?;
+            return Ok(line.len());
+        }
+        // Back to the start of a UTF-8 character.
+        let mut cut = MAX_LOG_LINE_BYTES;
+        while cut > 0 && line[cut] & 0xC0 == 0x80 {
+            cut -= 1;
+        }
+        self.0.write_all(&line[..cut])?;
+        writeln!(self.0, "... ({} more bytes cut)", line.len() - cut)?;
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_log_line_is_cut_at_a_character_boundary() {
+        let mut cut = BoundedLines(Vec::new());
+        cut.write_all(b"short\n").unwrap();
+        let long = format!("{}é{}\n", "x".repeat(MAX_LOG_LINE_BYTES - 1), "y".repeat(1000));
+        cut.write_all(long.as_bytes()).unwrap();
+        let written = String::from_utf8(cut.0).unwrap();
+        assert_eq!(written, format!("short\n{}... (1003 more bytes cut)\n", "x".repeat(MAX_LOG_LINE_BYTES - 1)));
+    }
 }

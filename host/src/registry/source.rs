@@ -22,9 +22,14 @@ fn read_policy(path: &Path) -> std::io::Result<Vec<u8>> {
     read_regular(path, MAX_POLICY_BYTES)
 }
 
-fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+/// The file at `path` if it is a regular file (after following symlinks) of at most `limit` bytes. Checked on the
+/// opened descriptor, which is opened without blocking: a file swapped for a FIFO between a check by name and the
+/// open would otherwise block the reader forever.
+pub(crate) fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
     let invalid = |message: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, message);
-    let metadata = std::fs::metadata(path)?;
+    let file = std::fs::File::options().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let metadata = file.metadata()?;
     if !metadata.is_file() {
         return Err(invalid(format!("not a regular file ({:?}); only regular files are read", metadata.file_type())));
     }
@@ -32,7 +37,7 @@ fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
         return Err(invalid(format!("{} bytes is more than the {limit} a file here may have", metadata.len())));
     }
     let mut bytes = Vec::with_capacity(metadata.len() as usize);
-    std::fs::File::open(path)?.take(limit + 1).read_to_end(&mut bytes)?;
+    file.take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
         return Err(invalid(format!("grew past the {limit} bytes a file here may have while being read")));
     }
