@@ -74,6 +74,8 @@ fn walk(kubeconfig: &Path) -> BTreeMap<String, Value> {
     step("11 not found raw", &["get", "--raw", "/api/v1/namespaces/default/pods/missing"], None);
     step("12 already exists", &["create", "-f", "-"], Some(POD));
     step("13 invalid", &["create", "-f", "-"], Some(BAD_POD));
+    step("13a boolean label", &["create", "-f", "-"], Some("apiVersion: v1\nkind: Pod\nmetadata: {name: flag, namespace: default, labels: {debug: true}}\nspec: {containers: [{name: app, image: nginx}]}\n"));
+    step("13b selector not matching its template", &["create", "-f", "-"], Some(&DEPLOYMENT.replace("name: web", "name: mismatched").replace("labels: {app: web}", "labels: {app: other}")));
     step("14 binding", &["create", "--raw", "/api/v1/namespaces/default/pods/solo/binding", "-f", "-"], Some(r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"solo"},"target":{"kind":"Node","name":"worker-0"}}"#));
     step("15 bound pod", &["get", "pod", "solo", "-o", "jsonpath={.spec.nodeName}"], None);
     step("16 second binding", &["create", "--raw", "/api/v1/namespaces/default/pods/solo/binding", "-f", "-"], Some(r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"solo"},"target":{"kind":"Node","name":"worker-1"}}"#));

@@ -69,8 +69,13 @@ pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError
             if object.pointer("/spec/selector").is_none() {
                 return Err(ApiError::invalid(resource.kind, &name, "spec.selector", "Required value"));
             }
-            if object.pointer("/spec/template").is_none() {
+            let Some(template) = object.pointer("/spec/template") else {
                 return Err(ApiError::invalid(resource.kind, &name, "spec.template", "Required value"));
+            };
+            // A workload whose selector does not select its own pods would create them without end.
+            if !crate::selectors_k8s::label_selector_matches(&object["spec"]["selector"], template) {
+                let labels = template.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
+                return Err(ApiError::invalid(resource.kind, &name, "spec.template.metadata.labels", &format!("Invalid value: {labels}: `selector` does not match template `labels`")));
             }
             if object.pointer("/spec/replicas").is_none_or(Value::is_null) {
                 object["spec"]["replicas"] = json!(1);
@@ -229,7 +234,13 @@ fn validate_metadata(kind: &str, name: &str, object: &Value) -> Result<(), ApiEr
         if let Some(why) = qualified_name_error(key) {
             return invalid("metadata.labels", key, &why);
         }
-        let value = value.as_str().unwrap_or_default();
+        // `app: true` in YAML is a boolean, which kube-apiserver cannot decode into a label.
+        let Some(value) = value.as_str() else {
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version \"v1\" cannot be handled as a {kind}: json: cannot unmarshal {} into Go struct field ObjectMeta.metadata.labels of type string",
+                json_type(value)
+            )));
+        };
         if value.len() > 63 {
             return invalid("metadata.labels", value, "must be no more than 63 characters");
         }
@@ -248,6 +259,18 @@ fn validate_metadata(kind: &str, name: &str, object: &Value) -> Result<(), ApiEr
         return Err(ApiError::invalid(kind, name, "metadata.annotations", &format!("Too long: must have at most {MAX_ANNOTATION_BYTES} bytes")));
     }
     Ok(())
+}
+
+/// The name Go's JSON decoder gives a value's type in its errors.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+        Value::Null => "null",
+        Value::String(_) => "string",
+    }
 }
 
 /// kube-apiserver's defaults for each webhook of a configuration, stored as it stores them.
