@@ -89,24 +89,26 @@ pub mod detect {
 #[macro_export]
 macro_rules! exports_of {
     ($policy:ty) => {{
+        // Only anonymous imports and full paths: the user's type may have any name (`Probe`, say), and a name
+        // brought in here would take its place in `$policy`.
         #[allow(unused_imports)]
         use $crate::guest::detect::{
             ImplementsEvict as _, ImplementsFilter as _, ImplementsScale as _, ImplementsScore as _, LacksEvict as _, LacksFilter as _,
-            LacksScale as _, LacksScore as _, Probe,
+            LacksScale as _, LacksScore as _,
         };
-        fn filter(policy: &$policy) -> Option<&dyn $crate::Filter> {
-            (&&Probe::<$policy>::new()).as_filter(policy)
+        fn filter(policy: &$policy) -> ::std::option::Option<&dyn $crate::Filter> {
+            (&&$crate::guest::detect::Probe::<$policy>::new()).as_filter(policy)
         }
-        fn score(policy: &$policy) -> Option<&dyn $crate::Score> {
-            (&&Probe::<$policy>::new()).as_score(policy)
+        fn score(policy: &$policy) -> ::std::option::Option<&dyn $crate::Score> {
+            (&&$crate::guest::detect::Probe::<$policy>::new()).as_score(policy)
         }
-        fn evict(policy: &$policy) -> Option<&dyn $crate::Evict> {
-            (&&Probe::<$policy>::new()).as_evict(policy)
+        fn evict(policy: &$policy) -> ::std::option::Option<&dyn $crate::Evict> {
+            (&&$crate::guest::detect::Probe::<$policy>::new()).as_evict(policy)
         }
-        fn scale(policy: &$policy) -> Option<&dyn $crate::Scale> {
-            (&&Probe::<$policy>::new()).as_scale(policy)
+        fn scale(policy: &$policy) -> ::std::option::Option<&dyn $crate::Scale> {
+            (&&$crate::guest::detect::Probe::<$policy>::new()).as_scale(policy)
         }
-        let probe = &&Probe::<$policy>::new();
+        let probe = &&$crate::guest::detect::Probe::<$policy>::new();
         $crate::guest::Exports::<$policy> {
             filter,
             score,
@@ -208,52 +210,50 @@ impl<P: Policy> GuestState<P> {
 #[macro_export]
 macro_rules! export_policy {
     ($policy:ty) => {
+        // Full paths and `__Wasp` names only: the user's type may be called `Component`, `Descriptor`,
+        // `Eviction` or anything else, and must still be what `$policy` names.
         #[cfg(target_arch = "wasm32")]
         const _: () = {
-            use $crate::bindings::exports::wasp::policy as exports;
-            use $crate::bindings::wasp::policy::types::EvictContext;
-            use $crate::types::{ClusterDelta, Descriptor, Eviction, FilterResult, NodeId, ScaleDecision, ScaleRequest};
-            use ::std::cell::RefCell;
-
-            struct Component;
+            struct __WaspComponent;
 
             ::std::thread_local! {
-                static STATE: RefCell<$crate::guest::GuestState<$policy>> = RefCell::new($crate::guest::GuestState::new($crate::exports_of!($policy)));
+                static __WASP_STATE: ::std::cell::RefCell<$crate::guest::GuestState<$policy>> =
+                    ::std::cell::RefCell::new($crate::guest::GuestState::new($crate::exports_of!($policy)));
             }
 
-            impl exports::policy::Guest for Component {
-                fn describe() -> Descriptor {
-                    STATE.with_borrow(|state| state.describe(env!("CARGO_PKG_VERSION")))
+            impl $crate::bindings::exports::wasp::policy::policy::Guest for __WaspComponent {
+                fn describe() -> $crate::types::Descriptor {
+                    __WASP_STATE.with_borrow(|state| state.describe(env!("CARGO_PKG_VERSION")))
                 }
-                fn configure(settings: String) -> Result<::std::vec::Vec<::std::string::String>, String> {
-                    STATE.with_borrow_mut(|state| state.configure(&settings))
+                fn configure(settings: ::std::string::String) -> ::std::result::Result<::std::vec::Vec<::std::string::String>, ::std::string::String> {
+                    __WASP_STATE.with_borrow_mut(|state| state.configure(&settings))
                 }
-                fn apply(deltas: Vec<ClusterDelta>) {
-                    STATE.with_borrow_mut(|state| state.apply(deltas))
-                }
-            }
-            impl exports::filter::Guest for Component {
-                fn filter(candidates: Vec<NodeId>) -> Result<FilterResult, String> {
-                    STATE.with_borrow(|state| state.filter(&candidates))
+                fn apply(deltas: ::std::vec::Vec<$crate::types::ClusterDelta>) {
+                    __WASP_STATE.with_borrow_mut(|state| state.apply(deltas))
                 }
             }
-            impl exports::score::Guest for Component {
-                fn score(candidates: Vec<NodeId>) -> Result<Vec<u32>, String> {
-                    STATE.with_borrow(|state| state.score(&candidates))
+            impl $crate::bindings::exports::wasp::policy::filter::Guest for __WaspComponent {
+                fn filter(candidates: ::std::vec::Vec<$crate::types::NodeId>) -> ::std::result::Result<$crate::types::FilterResult, ::std::string::String> {
+                    __WASP_STATE.with_borrow(|state| state.filter(&candidates))
                 }
             }
-            impl exports::evict::Guest for Component {
-                fn propose(context: EvictContext) -> Result<Vec<Eviction>, String> {
-                    STATE.with_borrow_mut(|state| state.propose(context.now))
+            impl $crate::bindings::exports::wasp::policy::score::Guest for __WaspComponent {
+                fn score(candidates: ::std::vec::Vec<$crate::types::NodeId>) -> ::std::result::Result<::std::vec::Vec<u32>, ::std::string::String> {
+                    __WASP_STATE.with_borrow(|state| state.score(&candidates))
                 }
             }
-            impl exports::scale::Guest for Component {
-                fn recommend(request: ScaleRequest) -> Result<ScaleDecision, String> {
-                    STATE.with_borrow(|state| state.recommend(&request))
+            impl $crate::bindings::exports::wasp::policy::evict::Guest for __WaspComponent {
+                fn propose(context: $crate::bindings::wasp::policy::types::EvictContext) -> ::std::result::Result<::std::vec::Vec<$crate::types::Eviction>, ::std::string::String> {
+                    __WASP_STATE.with_borrow_mut(|state| state.propose(context.now))
+                }
+            }
+            impl $crate::bindings::exports::wasp::policy::scale::Guest for __WaspComponent {
+                fn recommend(request: $crate::types::ScaleRequest) -> ::std::result::Result<$crate::types::ScaleDecision, ::std::string::String> {
+                    __WASP_STATE.with_borrow(|state| state.recommend(&request))
                 }
             }
 
-            $crate::bindings::__export_policy_component!(Component with_types_in $crate::bindings);
+            $crate::bindings::__export_policy_component!(__WaspComponent with_types_in $crate::bindings);
         };
     };
 }
@@ -285,6 +285,30 @@ mod tests {
         fn score(&self, _pod: &Pod, _node: &NodeInfo, _cluster: &Cluster) -> i64 {
             1
         }
+    }
+
+    /// Named as the SDK's own helper: the macros must still export this type.
+    struct Probe;
+
+    impl Policy for Probe {
+        type Settings = NoSettings;
+        const NAME: &'static str = "probe";
+
+        fn new(_: NoSettings) -> Result<Self, String> {
+            Ok(Probe)
+        }
+    }
+
+    impl Filter for Probe {
+        fn filter(&self, _pod: &Pod, _node: &NodeInfo, _cluster: &Cluster) -> Verdict {
+            Verdict::Pass
+        }
+    }
+
+    #[test]
+    fn a_policy_may_have_the_name_of_a_helper_of_the_macros() {
+        let exports = crate::exports_of!(Probe);
+        assert_eq!(exports.kinds(), [PolicyKind::Filter]);
     }
 
     #[test]
