@@ -287,30 +287,6 @@ mod tests {
         }
     }
 
-    /// Named as the SDK's own helper: the macros must still export this type.
-    struct Probe;
-
-    impl Policy for Probe {
-        type Settings = NoSettings;
-        const NAME: &'static str = "probe";
-
-        fn new(_: NoSettings) -> Result<Self, String> {
-            Ok(Probe)
-        }
-    }
-
-    impl Filter for Probe {
-        fn filter(&self, _pod: &Pod, _node: &NodeInfo, _cluster: &Cluster) -> Verdict {
-            Verdict::Pass
-        }
-    }
-
-    #[test]
-    fn a_policy_may_have_the_name_of_a_helper_of_the_macros() {
-        let exports = crate::exports_of!(Probe);
-        assert_eq!(exports.kinds(), [PolicyKind::Filter]);
-    }
-
     #[test]
     fn the_kinds_are_what_the_type_implements_without_building_it() {
         let exports = crate::exports_of!(Picky);
