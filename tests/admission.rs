@@ -305,7 +305,8 @@ async fn closed_by_the_server(connection: &mut tokio_rustls::client::TlsStream<t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_slow_connections_are_closed_and_past_the_cap_new_ones_are_refused_while_reviews_go_on() {
-    let limits = ServingLimits { max_connections: 20, header_read_timeout: Duration::from_secs(2) };
+    // Long enough for twenty handshakes on a slow machine, short enough for the test.
+    let limits = ServingLimits { max_connections: 20, max_connections_per_peer: None, header_read_timeout: Duration::from_secs(4) };
     let harness = start_limited(&config_text(&["wasp"], ""), limits).await;
     // Twenty connections that never send a request hold every slot; the next is closed unserved.
     let mut idle = Vec::new();
@@ -332,7 +333,25 @@ async fn idle_and_slow_connections_are_closed_and_past_the_cap_new_ones_are_refu
         }
     }
     assert!(closed || closed_by_the_server(&mut slow, Duration::from_secs(1)).await, "a request whose headers never end was kept");
-    assert!(started.elapsed() < Duration::from_secs(6), "closed after {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(8), "closed after {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_at_most_its_share_of_the_connections() {
+    let limits = ServingLimits { max_connections: 20, max_connections_per_peer: Some(3), header_read_timeout: Duration::from_secs(30) };
+    let harness = start_limited(&config_text(&["wasp"], ""), limits).await;
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(tls_connect(harness.address, &harness.ca).await.unwrap());
+    }
+    assert!(https_post(harness.address, &harness.ca, "/validate-pods", review("default", pod("p", None))).await.is_err(), "a fourth connection from one address was served");
+    // One goes, and its place is free again.
+    drop(idle.pop());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while https_post(harness.address, &harness.ca, "/validate-pods", review("default", pod("p", None))).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "the closed connection's place was not given back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -340,7 +359,8 @@ async fn large_bodies_read_at_once_are_bounded_and_ordinary_reviews_are_answered
     use tokio::io::AsyncWriteExt;
     let harness = start(&config_text(&["wasp"], "")).await;
     // Twenty clients each send all but the last byte of a body just under the 4 MiB limit, and wait: 80 MiB
-    // if the host kept them all. It keeps 64 MiB (each body's first 64 KiB aside) and refuses the rest at once.
+    // if the host kept them all, 320 MiB parsed. It gives them 256 MiB (4 per byte past each body's first
+    // 16 KiB): sixteen fit, the others are refused at once.
     let length = (4 << 20) - 1;
     let mut held = Vec::new();
     for _ in 0..20 {

@@ -304,7 +304,8 @@ fn a_compile_bomb_costs_the_compiling_child_not_the_host_and_its_digest_is_refus
         Runtime::with_compiler(Some(cache.path().to_path_buf()), Compiler::Isolated { program: env!("CARGO_BIN_EXE_wasp").into(), limits }).unwrap()
     };
     let load = |runtime: &std::sync::Arc<Runtime>, source: &str, wasm: &[u8]| LoadedPolicy::load(runtime, source, wasm, PolicyOptions::default()).map(|_| ()).map_err(|error| error.to_string());
-    let runtime = isolated(CompileLimits { memory_bytes: 256 << 20, time: Duration::from_secs(60) });
+    let limits = CompileLimits { memory_bytes: 256 << 20, cpu_time: Duration::from_secs(60) };
+    let runtime = isolated(limits);
     // An ordinary policy compiles in the child and loads in the serving engine.
     let (source, wasm) = policy_wasm("inter-pod-affinity");
     load(&runtime, &source, &wasm).unwrap();
@@ -312,13 +313,13 @@ fn a_compile_bomb_costs_the_compiling_child_not_the_host_and_its_digest_is_refus
     let bomb = compile_bomb(3000);
     let error = load(&runtime, "policies/bomb.wasm", &bomb).unwrap_err();
     assert!(error.contains("policies/bomb.wasm") && error.contains("compiling needed more than 256 MiB: refused"), "{error}");
-    // A restart (a new runtime on the same cache directory) refuses it without compiling.
-    let error = load(&isolated(CompileLimits::default()), "policies/bomb.wasm", &bomb).unwrap_err();
+    // A restart (a new runtime on the same cache directory, the same limits) refuses it without compiling.
+    let error = load(&isolated(limits), "policies/bomb.wasm", &bomb).unwrap_err();
     assert!(error.contains("compiling needed more than 256 MiB: refused (remembered from an earlier compile of this file)"), "{error}");
-    // Past the time limit: killed at it.
+    // Past the CPU limit: killed at it.
     let slow = compile_bomb(6000);
     let started = Instant::now();
-    let error = load(&isolated(CompileLimits { memory_bytes: 8 << 30, time: Duration::from_secs(1) }), "policies/slow.wasm", &slow).unwrap_err();
-    assert!(error.contains("compiling took longer than 1s: refused"), "{error}");
+    let error = load(&isolated(CompileLimits { memory_bytes: 8 << 30, cpu_time: Duration::from_secs(1) }), "policies/slow.wasm", &slow).unwrap_err();
+    assert!(error.contains("compiling used more than 1s of CPU: refused"), "{error}");
     assert!(started.elapsed() < Duration::from_secs(5), "refused after {:?}", started.elapsed());
 }

@@ -85,6 +85,17 @@ impl Drop for Host {
     }
 }
 
+/// A starting `wasp run`, stopped when dropped unless taken.
+struct Starting(Option<Child>);
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(process) = self.0.as_mut() {
+            control_plane::stop(process, Duration::from_secs(10));
+        }
+    }
+}
+
 /// `N` distinct free ports: every listener is held until all are chosen, or the kernel may hand out one port
 /// twice. Another process can still take one before wasp binds it; `start_host` retries then.
 fn free_ports<const N: usize>() -> [u16; N] {
@@ -144,7 +155,7 @@ impl Installed {
             &format!("controlplane.wasp.dev/address=127.0.0.1:{webhook}"),
         ]);
         let log = home.join("wasp.log");
-        let mut process = Command::new(env!("CARGO_BIN_EXE_wasp"))
+        let process = Command::new(env!("CARGO_BIN_EXE_wasp"))
             .args(["run", "--config"])
             .arg(home.join("config.yaml"))
             .arg("--cache-dir")
@@ -162,9 +173,11 @@ impl Installed {
             .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
             .spawn()
             .unwrap();
+        // Stopped if the wait panics: no `wasp run` outlives its test.
+        let mut starting = Starting(Some(process));
         let mut exited = None;
         wait_for(&format!("{name} Ready"), Duration::from_secs(120), || {
-            if let Ok(Some(status)) = process.try_wait() {
+            if let Ok(Some(status)) = starting.0.as_mut().unwrap().try_wait() {
                 exited = Some(format!("({status}) {}", std::fs::read_to_string(&log).unwrap_or_default()));
                 return true;
             }
@@ -172,7 +185,7 @@ impl Installed {
         });
         match exited {
             Some(log) => Err(log),
-            None => Ok(Host { process, listen, secure, log, policies: policies.take().unwrap() }),
+            None => Ok(Host { process: starting.0.take().unwrap(), listen, secure, log, policies: policies.take().unwrap() }),
         }
     }
 }
@@ -906,6 +919,8 @@ fn status_condition(object: &Value, kind: &str) -> Option<Value> {
 struct ScaleChangedMeanwhile {
     /// Runs the webhook's server while this lives.
     _runtime: tokio::runtime::Runtime,
+    /// What went wrong with the user's scale, if anything (a panic in the server's task would be lost).
+    failure: std::sync::Arc<Mutex<Option<String>>>,
     stop: tokio_util::sync::CancellationToken,
 }
 
@@ -918,9 +933,10 @@ impl ScaleChangedMeanwhile {
         let listener = runtime.block_on(TlsListener::bind(&certificate, "127.0.0.1:0".parse().unwrap())).unwrap();
         let address = listener.local_addr().unwrap();
         let held = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (kubeconfig, deployment_name) = (cluster.kubeconfig.clone(), deployment.to_string());
+        let failure = std::sync::Arc::new(Mutex::new(None));
+        let (kubeconfig, deployment_name, failed) = (cluster.kubeconfig.clone(), deployment.to_string(), failure.clone());
         let review = move |axum::Json(review): axum::Json<Value>| {
-            let (held, kubeconfig, deployment) = (held.clone(), kubeconfig.clone(), deployment_name.clone());
+            let (held, kubeconfig, deployment, failed) = (held.clone(), kubeconfig.clone(), deployment_name.clone(), failed.clone());
             async move {
                 if !held.swap(true, std::sync::atomic::Ordering::SeqCst) {
                     let scaled = tokio::task::spawn_blocking(move || {
@@ -928,7 +944,9 @@ impl ScaleChangedMeanwhile {
                     })
                     .await
                     .unwrap();
-                    assert!(scaled.ok, "{}", scaled.stderr);
+                    if !scaled.ok {
+                        *failed.lock().unwrap() = Some(scaled.stderr);
+                    }
                 }
                 axum::Json(serde_json::json!({
                     "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -950,7 +968,13 @@ impl ScaleChangedMeanwhile {
                  \x20 matchConditions:\n  - {{name: wasp-on-{deployment}, expression: \"request.userInfo.username == '{WASP_USER}' && request.name == '{deployment}'\"}}\n"
             ),
         );
-        ScaleChangedMeanwhile { _runtime: runtime, stop }
+        ScaleChangedMeanwhile { _runtime: runtime, failure, stop }
+    }
+}
+
+impl ScaleChangedMeanwhile {
+    fn failure(&self) -> Option<String> {
+        self.failure.lock().unwrap().clone()
     }
 }
 
@@ -992,13 +1016,14 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     // from them.
     create(cluster, &deployment("shop", 2, "200m"));
     wait_available(cluster, "shop", 2, Duration::from_secs(60));
-    let _meanwhile = ScaleChangedMeanwhile::register(cluster, "shop", 3);
+    let meanwhile = ScaleChangedMeanwhile::register(cluster, "shop", 3);
     set_load(cluster, "pods:\n- {namespace: default, selector: app=web, cpu: 400m, memory: 100Mi}\n- {namespace: default, selector: app=shop, cpu: 400m, memory: 100Mi}\n");
     create(
         cluster,
         "apiVersion: wasp.dev/v1alpha1\nkind: Autoscaler\nmetadata: {name: shop, namespace: default}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: shop}\n  minReplicas: 2\n  maxReplicas: 6\n  metrics:\n  - type: Resource\n    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}\n",
     );
     wait_available(cluster, "shop", 6, Duration::from_secs(90));
+    assert_eq!(meanwhile.failure(), None, "the user's kubectl scale failed");
     let shop_scales: Vec<(String, u64)> = cluster
         .audit()
         .iter()

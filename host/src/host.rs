@@ -96,7 +96,7 @@ impl Host {
         let scheduler = Scheduler::new(policies.clone(), cluster.clone(), binder, scheduler_metrics);
         let rescheduler_metrics = ReschedulerMetrics::register(&mut endpoints.metrics);
         let rescheduler_api = api.with_own_budget(crate::kube::client::LOOP_IN_FLIGHT);
-        let host_namespace = identity.pod.as_ref().map(|pod| pod.namespace.clone());
+        let host_namespace = std::env::var("POD_NAMESPACE").ok().filter(|namespace| !namespace.is_empty());
         let rescheduler = Rescheduler::new(policies.clone(), cluster.clone(), rescheduler_api.clone(), &events.sending_through(rescheduler_api), rescheduler_metrics, host_namespace);
         let reported = rescheduler.clone();
         endpoints.status_section("rescheduler", Box::new(move || serde_json::json!({"lastRun": reported.last_run()})));
@@ -207,7 +207,9 @@ impl Host {
                 ReloadingCertificate::in_memory(&generated.certificate, &generated.private_key)?
             }
         };
-        let listener = TlsListener::bind(&certificate, address).await?;
+        // The probes come through here: one address may not take every slot.
+        let limits = crate::admission::webhook::ServingLimits { max_connections_per_peer: Some(100), ..Default::default() };
+        let listener = TlsListener::bind(&certificate, address).await?.with_limits(limits);
         let bound = listener.local_addr()?;
         let auth = Arc::new(crate::serve::auth::Delegated::new(self.api.client.clone()));
         let router = crate::serve::router(self.endpoints.clone(), Some(auth));

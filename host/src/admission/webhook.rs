@@ -36,11 +36,14 @@ pub const MAX_REVIEW_BYTES: usize = 4 << 20;
 const MAX_DRAINED_BYTES: usize = 64 << 20;
 /// Each body's first bytes are read without asking the shared budget: a pod's review is a few KiB, so ordinary
 /// reviews are answered whatever large bodies are being read meanwhile.
-const REVIEW_BYTES_FREE: usize = 64 << 10;
-/// The bytes beyond [`REVIEW_BYTES_FREE`] that all bodies being read may hold together. Past it a body is
-/// refused at once (503), so that many connections sending large bodies cost their own reviews, never the
-/// host's memory: with the connection cap, bodies hold at most 1000 x 64 KiB + 64 MiB.
-const REVIEW_BYTES_SHARED: usize = 64 << 20;
+const REVIEW_BYTES_FREE: usize = 16 << 10;
+/// A review costs several times its body once parsed (kube's `DynamicObject` keeps every field as a JSON value):
+/// each byte of a body's buffer past the free ones takes this many from the budget, until the answer is sent.
+const BUDGET_PER_BODY_BYTE: usize = 4;
+/// What the reviews past their free bytes may take together, bodies and parsed forms. Past it a body is refused
+/// at once (503), so that many connections sending large bodies cost their own
+/// reviews, never the host's memory.
+const REVIEW_MEMORY_SHARED: usize = 256 << 20;
 /// A body not received whole within this is refused (the API server's own webhook timeout is at most 30 s).
 const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -52,8 +55,8 @@ pub struct Webhooks {
     pub cluster: Arc<SharedCluster>,
     /// For a namespace the cache has not seen yet.
     pub client: kube::Client,
-    /// The shared part of the bodies being read, in KiB ([`REVIEW_BYTES_SHARED`]).
-    review_bytes: Semaphore,
+    /// The shared memory of the reviews being answered, in KiB ([`REVIEW_MEMORY_SHARED`]).
+    review_memory: Semaphore,
 }
 
 /// A namespace the cache does not have is read from the API server within this, or taken as having no rules.
@@ -90,7 +93,7 @@ enum Unread {
 
 impl Webhooks {
     pub fn new(policies: Arc<PolicyRegistry>, namespaces: Store<Namespace>, metrics: AdmissionMetrics, cluster: Arc<SharedCluster>, client: kube::Client) -> Webhooks {
-        Webhooks { policies, namespaces, metrics, cluster, client, review_bytes: Semaphore::new(REVIEW_BYTES_SHARED >> 10) }
+        Webhooks { policies, namespaces, metrics, cluster, client, review_memory: Semaphore::new(REVIEW_MEMORY_SHARED >> 10) }
     }
 
     /// The body if it is at most [`MAX_REVIEW_BYTES`], with the share of the budget it holds.
@@ -108,25 +111,30 @@ impl Webhooks {
             let frame = frame.map_err(|error| Unread::Malformed(format!("reading the body: {error}")))?;
             let Ok(data) = frame.into_data() else { continue };
             total += data.len();
-            if total <= MAX_REVIEW_BYTES {
-                let wanted_kib = total.saturating_sub(REVIEW_BYTES_FREE).div_ceil(1024) as u32;
-                let held_kib = held.as_ref().map_or(0, |permit| permit.num_permits() as u32);
-                if wanted_kib > held_kib {
-                    let more = self.review_bytes.try_acquire_many(wanted_kib - held_kib).map_err(|_| {
-                        Unread::Busy(format!("other reviews being read hold the {} MiB this webhook reads at once; try again", REVIEW_BYTES_SHARED >> 20))
-                    })?;
-                    match held.as_mut() {
-                        Some(permit) => permit.merge(more),
-                        None => held = Some(more),
+            if total > MAX_DRAINED_BYTES {
+                break;
+            }
+            // Past the limit: what was kept goes with its share, the rest is read and discarded so the client has
+            // sent everything when the answer comes.
+            if total > MAX_REVIEW_BYTES {
+                (bytes, held) = (Vec::new(), None);
+                continue;
+            }
+            bytes.extend_from_slice(&data);
+            // The buffer's capacity, which grows by doubling, is what it holds.
+            let wanted_kib = (bytes.capacity().saturating_sub(REVIEW_BYTES_FREE) * BUDGET_PER_BODY_BYTE).div_ceil(1024) as u32;
+            let held_kib = held.as_ref().map_or(0, |permit| permit.num_permits() as u32);
+            if wanted_kib > held_kib {
+                match (self.review_memory.try_acquire_many(wanted_kib - held_kib), held.as_mut()) {
+                    (Ok(more), Some(permit)) => permit.merge(more),
+                    (Ok(more), None) => held = Some(more),
+                    // Refused at once, unread: a client that holds its body open must not keep the connection
+                    // busy. (The API server applies its failure policy to the 503 or to the closed connection
+                    // alike.)
+                    (Err(_), _) => {
+                        return Err(Unread::Busy(format!("other reviews being answered hold the {} MiB this webhook gives them; try again", REVIEW_MEMORY_SHARED >> 20)));
                     }
                 }
-                bytes.extend_from_slice(&data);
-            } else if total > MAX_DRAINED_BYTES {
-                break;
-            } else {
-                // Past the limit: what was kept is dropped with its share, the rest is read and discarded.
-                bytes = Vec::new();
-                held = None;
             }
         }
         if total > MAX_REVIEW_BYTES {
@@ -157,11 +165,11 @@ impl Webhooks {
         }
     }
 
-    /// The AdmissionRequest for a pod in `body`, or why there is none.
-    async fn read(&self, body: Body) -> Result<(AdmissionRequest<DynamicObject>, Option<Pod>), Unread> {
-        // The body's share of the budget is held until it is parsed.
-        let (bytes, _share) = self.read_bounded(body).await?;
-        Self::parse(&bytes).map_err(Unread::Malformed)
+    /// The AdmissionRequest for a pod in `body` with the share of the budget it holds, or why there is none.
+    async fn read(&self, body: Body) -> Result<(AdmissionRequest<DynamicObject>, Option<Pod>, Option<SemaphorePermit<'_>>), Unread> {
+        let (bytes, share) = self.read_bounded(body).await?;
+        let (request, pod) = Self::parse(&bytes).map_err(Unread::Malformed)?;
+        Ok((request, pod, share))
     }
 
     fn parse(bytes: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, Option<Pod>), String> {
@@ -184,7 +192,8 @@ impl Webhooks {
 
     async fn answer(&self, webhook: Webhook, body: Body) -> Response {
         let started = Instant::now();
-        let (request, pod) = match self.read(body).await {
+        // The share is held until the answer is made: the parsed review lives until then.
+        let (request, pod, _share) = match self.read(body).await {
             Ok(read) => read,
             Err(Unread::Malformed(message)) => {
                 tracing::warn!(webhook = webhook.name(), %message, "malformed AdmissionReview");
@@ -287,13 +296,17 @@ pub fn router(webhooks: Arc<Webhooks>) -> Router {
 pub struct ServingLimits {
     /// Connections open at once; one more is closed as soon as it is accepted.
     pub max_connections: usize,
+    /// Connections one address may hold, when set: on the probes' and metrics' port, so that one pod cannot take
+    /// the slots the kubelet's probes need. (Not on the webhooks' port, whose one client opens as many as its
+    /// burst of reviews needs.)
+    pub max_connections_per_peer: Option<usize>,
     /// A request's headers must arrive within this; it is also how long a kept-alive connection may idle.
     pub header_read_timeout: Duration,
 }
 
 impl Default for ServingLimits {
     fn default() -> ServingLimits {
-        ServingLimits { max_connections: 1000, header_read_timeout: Duration::from_secs(30) }
+        ServingLimits { max_connections: 1000, max_connections_per_peer: None, header_read_timeout: Duration::from_secs(30) }
     }
 }
 
@@ -326,6 +339,7 @@ impl TlsListener {
     pub async fn serve(self, router: Router, stop: CancellationToken) {
         let connections = TaskTracker::new();
         let open = Arc::new(Semaphore::new(self.limits.max_connections));
+        let peers = Arc::new(PeerConnections::default());
         let mut warned_full: Option<Instant> = None;
         loop {
             let accepted = tokio::select! {
@@ -341,7 +355,11 @@ impl TlsListener {
                     continue;
                 }
             };
-            let Ok(slot) = open.clone().try_acquire_owned() else {
+            let peer_slot = match self.limits.max_connections_per_peer {
+                Some(limit) => peers.take(peer.ip(), limit),
+                None => Some(PeerSlot(None)),
+            };
+            let (Ok(slot), Some(peer_slot)) = (open.clone().try_acquire_owned(), peer_slot) else {
                 // Closed at once rather than left in the backlog: the API server applies the failure policy now,
                 // not after its timeout.
                 drop(stream);
@@ -353,7 +371,7 @@ impl TlsListener {
             };
             let (acceptor, router, stop, limits) = (self.acceptor.clone(), router.clone(), stop.clone(), self.limits);
             connections.spawn(async move {
-                let _slot = slot;
+                let _slots = (slot, peer_slot);
                 let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(error)) => return tracing::debug!(%peer, %error, "webhook: TLS handshake failed"),
@@ -381,5 +399,38 @@ impl TlsListener {
         tracing::info!(connections = connections.len(), "webhook server stopping; finishing the reviews in flight");
         connections.close();
         connections.wait().await;
+    }
+}
+
+/// Connections open by address, for [`ServingLimits::max_connections_per_peer`].
+#[derive(Default)]
+struct PeerConnections(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+impl PeerConnections {
+    /// A slot for one more connection from `peer`, if it holds fewer than `limit`.
+    fn take(self: &Arc<Self>, peer: std::net::IpAddr, limit: usize) -> Option<PeerSlot> {
+        let mut open = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = open.entry(peer).or_default();
+        if *count >= limit {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot(Some((self.clone(), peer))))
+    }
+}
+
+/// One connection's place in its address's count, given back when dropped.
+struct PeerSlot(Option<(Arc<PeerConnections>, std::net::IpAddr)>);
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let Some((peers, peer)) = self.0.take() else { return };
+        let mut open = peers.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = open.get_mut(&peer) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&peer);
+            }
+        }
     }
 }

@@ -128,7 +128,8 @@ pub fn main() -> ExitCode {
 fn init_logging(default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let writer = || BoundedLines(std::io::stderr());
+    // Locked for the whole line, so that a cut line and its note are not split by another thread's.
+    let writer = || BoundedLines(std::io::stderr().lock());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).init();
 }
 

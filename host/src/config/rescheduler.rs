@@ -68,8 +68,8 @@ pub struct Protections {
     pub evict_bare_pods: bool,
     /// Clear away failed pods that no controller owns (the descheduler's `evictFailedBarePods`).
     pub evict_failed_bare_pods: bool,
-    /// Evict pods of `kube-system` and of the host's own namespace (its `POD_NAMESPACE`): the cluster's DNS and
-    /// the host itself. Off by default, whatever a policy proposes.
+    /// Evict pods of `kube-system` and of the host's own namespaces (its `POD_NAMESPACE` and its Lease's): the
+    /// cluster's DNS and the host itself. Off by default, whatever a policy proposes.
     pub evict_system_namespace_pods: bool,
     /// Only these namespaces (empty: all but `exclude`).
     pub namespaces: NamespaceFilter,

@@ -283,13 +283,14 @@ impl PolicyRegistry {
         let started = Instant::now();
         let mut fingerprint = self.fingerprint.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let old = self.current();
-        let snapshot = SourceSnapshot::read(&old.config.policy_dir, self.config_path.as_deref());
+        let mut snapshot = SourceSnapshot::read_packed(&old.config.policy_dir, self.config_path.as_deref());
         self.reload_metrics.directory_read();
         let new_fingerprint = snapshot.fingerprint();
         if new_fingerprint == *fingerprint {
             return ReloadReport { generation: old.number, unchanged: true, ..Default::default() };
         }
         *fingerprint = new_fingerprint;
+        snapshot.unpack_bundles();
         let mut outcome = Outcome::clone(&self.outcome.load());
         let mut report = ReloadReport { generation: old.number, ..Default::default() };
         report.errors.extend(snapshot.unreadable.iter().map(|message| Refusal::new(RefusalReason::Unreadable, message.clone())));

@@ -63,12 +63,17 @@ pub struct SourceSnapshot {
     /// Policies whose own file (`NAME.wasm` or `NAME.wasm.zst`) is there but could not be read, with the reason:
     /// not taken from a bundle instead (a damaged override must not quietly bring the bundled version back).
     pub failed: BTreeMap<String, String>,
+    /// Bundles read but not unpacked yet ([`Self::unpack_bundles`]).
+    packed: Vec<(PathBuf, Vec<u8>)>,
+    fingerprint: Fingerprint,
 }
 
-/// Identifies a snapshot's contents: equal fingerprints mean nothing changed.
+/// Identifies a snapshot's contents: equal fingerprints mean nothing changed. A bundle counts by the digest of its
+/// packed bytes, so an unchanged bundle is not unpacked (up to 256 MiB) and hashed again on every rescan, and a
+/// bundle that is refused still changes the fingerprint (and is reported).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Fingerprint {
-    policies: BTreeMap<String, String>,
+    files: BTreeMap<String, String>,
     config: Option<String>,
 }
 
@@ -77,8 +82,24 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 impl SourceSnapshot {
+    /// The directory and the configuration file, bundles unpacked.
     pub fn read(policy_dir: &Path, config_path: Option<&Path>) -> SourceSnapshot {
-        let mut snapshot = SourceSnapshot { policies: BTreeMap::new(), config: None, unreadable: Vec::new(), failed: BTreeMap::new() };
+        let mut snapshot = Self::read_packed(policy_dir, config_path);
+        snapshot.unpack_bundles();
+        snapshot
+    }
+
+    /// The directory and the configuration file with the bundles still packed: enough for the
+    /// [`fingerprint`](Self::fingerprint), which says whether [`unpack_bundles`](Self::unpack_bundles) is worth it.
+    pub fn read_packed(policy_dir: &Path, config_path: Option<&Path>) -> SourceSnapshot {
+        let mut snapshot = SourceSnapshot {
+            policies: BTreeMap::new(),
+            config: None,
+            unreadable: Vec::new(),
+            failed: BTreeMap::new(),
+            packed: Vec::new(),
+            fingerprint: Fingerprint::default(),
+        };
         let (mut compressed, mut bundles) = (Vec::new(), Vec::new());
         match std::fs::read_dir(policy_dir) {
             Ok(entries) => {
@@ -113,12 +134,26 @@ impl SourceSnapshot {
             Err(error) => snapshot.unreadable.push(format!("policy directory {}: {error}", policy_dir.display())),
         }
         snapshot.add_compressed(compressed);
-        snapshot.add_bundles(bundles);
         snapshot.config = config_path.map(|path| {
             let bytes = read_regular(path, crate::config::MAX_CONFIG_BYTES as u64).map_err(|error| format!("reading {}: {error}", path.display()))?;
             String::from_utf8(bytes).map_err(|_| format!("reading {}: not UTF-8 text", path.display()))
         });
+        let mut files: BTreeMap<String, String> = snapshot.policies.iter().map(|(name, file)| (name.clone(), file.digest.clone())).collect();
+        files.extend(snapshot.failed.iter().map(|(name, error)| (name.clone(), error.clone())));
+        files.extend(bundles.iter().map(|(path, bytes): &(PathBuf, Vec<u8>)| (path.display().to_string(), sha256_hex(bytes))));
+        let config = snapshot.config.as_ref().map(|text| match text {
+            Ok(text) => sha256_hex(text.as_bytes()),
+            Err(error) => error.clone(),
+        });
+        snapshot.fingerprint = Fingerprint { files, config };
+        snapshot.packed = bundles;
         snapshot
+    }
+
+    /// Adds the bundles' components (see [`Self::add_bundles`]).
+    pub fn unpack_bundles(&mut self) {
+        let bundles = std::mem::take(&mut self.packed);
+        self.add_bundles(bundles);
     }
 
     /// Each `NAME.wasm.zst`, uncompressed, unless a `NAME.wasm` is there too (which is kept, with an error: one of
@@ -174,13 +209,7 @@ impl SourceSnapshot {
     }
 
     pub fn fingerprint(&self) -> Fingerprint {
-        Fingerprint {
-            policies: self.policies.iter().map(|(name, file)| (name.clone(), file.digest.clone())).collect(),
-            config: self.config.as_ref().map(|text| match text {
-                Ok(text) => sha256_hex(text.as_bytes()),
-                Err(error) => error.clone(),
-            }),
-        }
+        self.fingerprint.clone()
     }
 }
 
@@ -221,6 +250,19 @@ mod tests {
         assert_eq!(snapshot.unreadable.len(), 2, "{:?}", snapshot.unreadable);
         assert!(snapshot.unreadable.iter().any(|error| error.contains("broken.tar.zst: not zstd")), "{:?}", snapshot.unreadable);
         assert!(snapshot.unreadable.iter().any(|error| error.contains("z.tar.zst:b.wasm: b is also in") && error.contains("a.tar.zst:b.wasm, which is kept")), "{:?}", snapshot.unreadable);
+    }
+
+    #[test]
+    fn bundles_count_in_the_fingerprint_packed_so_a_refused_one_is_a_change_and_an_unchanged_one_is_not_unpacked() {
+        let dir = tempfile::tempdir().unwrap();
+        let pack = |entries: &[(&str, &[u8])]| super::super::bundle::pack(&entries.iter().map(|(name, bytes)| (name.to_string(), bytes.to_vec())).collect::<Vec<_>>()).unwrap();
+        std::fs::write(dir.path().join("a.tar.zst"), pack(&[("a.wasm", b"bundled a")])).unwrap();
+        let before = SourceSnapshot::read(dir.path(), None).fingerprint();
+        let packed = SourceSnapshot::read_packed(dir.path(), None);
+        assert!(packed.policies.is_empty() && packed.fingerprint() == before, "the fingerprint needs no unpacking");
+        // A bundle that holds nothing usable still changes the directory: the reload that reads it reports it.
+        std::fs::write(dir.path().join("broken.tar.zst"), b"not a bundle").unwrap();
+        assert_ne!(SourceSnapshot::read_packed(dir.path(), None).fingerprint(), before);
     }
 
     #[test]

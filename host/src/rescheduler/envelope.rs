@@ -19,15 +19,15 @@ pub struct Envelope {
 const KUBE_SYSTEM: &str = "kube-system";
 
 impl Envelope {
-    /// `host_namespace`: the host's own namespace, when it runs in the cluster.
-    pub fn new(protections: &Protections, host_namespace: Option<&str>) -> Envelope {
+    /// `host_namespaces`: the host's own (where it runs, where its Lease is).
+    pub fn new(protections: &Protections, host_namespaces: &[&str]) -> Envelope {
         // Validated with the configuration; a selector that fails here would have been refused there.
         let selector = protections.label_selector.as_ref().and_then(|selector| {
             crate::cluster::convert::label_selector("the rescheduler's configuration", "rescheduler.protections.labelSelector", selector).ok()
         });
         let system_namespaces = match protections.evict_system_namespace_pods {
             true => Vec::new(),
-            false => [Some(KUBE_SYSTEM), host_namespace].into_iter().flatten().map(String::from).collect(),
+            false => [KUBE_SYSTEM].iter().chain(host_namespaces).map(|namespace| namespace.to_string()).collect(),
         };
         Envelope { protections: protections.clone(), selector, system_namespaces }
     }
@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn kube_system_and_the_hosts_namespace_are_protected_unless_the_operator_says_otherwise() {
         let in_namespace = |namespace: &str| pod(&OWNED.replace("namespace: shop", &format!("namespace: {namespace}")));
-        let envelope = Envelope::new(&Protections::default(), Some("wasp-system"));
+        let envelope = Envelope::new(&Protections::default(), &["wasp-system"]);
         let allowed = |namespace: &str| {
             let (pod, mut meta) = in_namespace(namespace);
             meta.consent = EvictionConsent::Allow;
@@ -133,14 +133,14 @@ mod tests {
         assert_eq!(allowed("kube-system").as_deref(), Some("namespace kube-system is the cluster's own (protections.evictSystemNamespacePods)"), "an annotation does not waive it");
         assert_eq!(allowed("wasp-system").as_deref(), Some("namespace wasp-system is the host's own (protections.evictSystemNamespacePods)"));
         assert_eq!(allowed("shop"), None);
-        let opted_out = Envelope::new(&Protections { evict_system_namespace_pods: true, ..Default::default() }, Some("wasp-system"));
+        let opted_out = Envelope::new(&Protections { evict_system_namespace_pods: true, ..Default::default() }, &["wasp-system"]);
         let (pod, meta) = in_namespace("kube-system");
         assert_eq!(opted_out.protection(&pod, &meta, NOW), None);
     }
 
     #[test]
     fn defaults_follow_the_descheduler() {
-        let envelope = Envelope::new(&Protections::default(), None);
+        let envelope = Envelope::new(&Protections::default(), &[]);
         let (owned, meta) = pod(OWNED);
         assert_eq!(envelope.protection(&owned, &meta, NOW), None, "a ReplicaSet's pod may move");
         let cases = [
@@ -156,7 +156,7 @@ mod tests {
         }
         let (with_claim, meta) = with(OWNER, "volumes: [{name: v, persistentVolumeClaim: {claimName: c}}]");
         assert_eq!(envelope.protection(&with_claim, &meta, NOW), None, "PVC pods move unless ignorePvcPods");
-        let ignoring = Envelope::new(&Protections { ignore_pvc_pods: true, ..Default::default() }, None);
+        let ignoring = Envelope::new(&Protections { ignore_pvc_pods: true, ..Default::default() }, &[]);
         assert!(ignoring.protection(&with_claim, &meta, NOW).is_some());
     }
 
@@ -164,15 +164,15 @@ mod tests {
     fn failed_bare_pods_only_with_evict_failed_bare_pods() {
         let (failed, meta) = pod("metadata: {name: p, namespace: shop, uid: u}\nspec: {containers: [{name: app}]}\nstatus: {phase: Failed}");
         let (running, running_meta) = with("", "");
-        assert!(Envelope::new(&Protections::default(), None).protection(&failed, &meta, NOW).is_some(), "kept by default, as the descheduler");
-        let clearing = Envelope::new(&Protections { evict_failed_bare_pods: true, ..Default::default() }, None);
+        assert!(Envelope::new(&Protections::default(), &[]).protection(&failed, &meta, NOW).is_some(), "kept by default, as the descheduler");
+        let clearing = Envelope::new(&Protections { evict_failed_bare_pods: true, ..Default::default() }, &[]);
         assert_eq!(clearing.protection(&failed, &meta, NOW), None);
         assert!(clearing.protection(&running, &running_meta, NOW).is_some(), "a running bare pod stays protected");
     }
 
     #[test]
     fn the_annotation_decides_what_the_owner_may_waive() {
-        let envelope = Envelope::new(&Protections::default(), None);
+        let envelope = Envelope::new(&Protections::default(), &[]);
         let (never, meta) = with(&format!("{OWNER}, annotations: {{wasp.dev/evict: never}}"), "");
         assert_eq!(envelope.protection(&never, &meta, NOW).as_deref(), Some("annotation wasp.dev/evict: never"));
         let (typo, meta) = with(&format!("{OWNER}, annotations: {{wasp.dev/evict: nevr}}"), "");
@@ -181,14 +181,14 @@ mod tests {
         assert_eq!(envelope.protection(&bare_allowed, &meta, NOW), None, "allow waives bare-pod and local-storage");
         let (daemon, meta) = with("annotations: {wasp.dev/evict: allow}, ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: d, uid: d, controller: true}]", "");
         assert!(envelope.protection(&daemon, &meta, NOW).is_some(), "a DaemonSet pod would come back on the same node");
-        let excluding = Envelope::new(&Protections { namespaces: crate::config::NamespaceFilter { include: vec![], exclude: vec!["shop".into()] }, ..Default::default() }, None);
+        let excluding = Envelope::new(&Protections { namespaces: crate::config::NamespaceFilter { include: vec![], exclude: vec!["shop".into()] }, ..Default::default() }, &[]);
         assert_eq!(excluding.protection(&bare_allowed, &meta, NOW).as_deref(), Some("namespace shop is excluded"), "allow does not override the operator's selection");
     }
 
     #[test]
     fn selection_by_namespace_labels_age_and_priority() {
         let (owned, meta) = pod(OWNED);
-        let protections = |yaml: &str| Envelope::new(&serde_yaml::from_str::<Protections>(yaml).unwrap(), None);
+        let protections = |yaml: &str| Envelope::new(&serde_yaml::from_str::<Protections>(yaml).unwrap(), &[]);
         assert!(protections("namespaces: {include: [other]}").protection(&owned, &meta, NOW).unwrap().contains("not in protections.namespaces.include"));
         assert!(protections("labelSelector: {matchLabels: {tier: batch}}").protection(&owned, &meta, NOW).is_some());
         assert_eq!(protections("minPodAge: 2h").protection(&owned, &meta, NOW).as_deref(), Some("younger than minPodAge (3600s < 7200s)"));

@@ -110,7 +110,7 @@ pub struct Rescheduler {
     pub heartbeat: Heartbeat,
     /// Whether the evictions kept in the API server were read into the memory (the first run does it).
     restored: std::sync::atomic::AtomicBool,
-    /// The host's own namespace, protected from evictions with kube-system.
+    /// The host's own namespace (`POD_NAMESPACE`), protected from evictions with kube-system.
     host_namespace: Option<String>,
 }
 
@@ -214,7 +214,10 @@ impl Rescheduler {
             .collect();
         let failed = self.cluster.read().failed_pods();
         let context = EvictContext { now: wall_seconds(), pending, failed };
-        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now, volumes: &self.cluster.volumes, host_namespace: self.host_namespace.as_deref() };
+        // The host's own: where it runs (its POD_NAMESPACE) and where its Lease is (the install's namespace, also
+        // for `wasp reschedule` run from outside).
+        let host_namespaces: Vec<&str> = self.host_namespace.iter().map(String::as_str).chain([generation.config.leader_election.lease_namespace.as_str()]).collect();
+        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now, volumes: &self.cluster.volumes, host_namespaces: &host_namespaces };
         let mut plan = crate::runtime::off_async_worker(|| {
             let proposals = plan::propose(&policies, &generation.plans, self.cluster.read(), context, section.keep_strategies_warm);
             let plan = plan::plan(inputs, proposals);

@@ -243,8 +243,8 @@ pub struct Inputs<'a> {
     pub wall: i64,
     /// What a moved pod's claims resolve against: a pod with a zonal disk only moves within its zone.
     pub volumes: &'a crate::cluster::volumes::VolumeObjects,
-    /// The host's own namespace, protected with kube-system.
-    pub host_namespace: Option<&'a str>,
+    /// The host's own namespaces, protected with kube-system.
+    pub host_namespaces: &'a [&'a str],
 }
 
 /// Evictions counted against the limits within a run.
@@ -350,7 +350,7 @@ pub fn propose<'a, State: Deref<Target = ClusterState>>(
 /// Builds the plan of one run: the proposals, checked in order on their what-if copy, which the checks change as
 /// they go.
 pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
-    let Inputs { section, plans, memory, budgets, now, wall, volumes, host_namespace } = inputs;
+    let Inputs { section, plans, memory, budgets, now, wall, volumes, host_namespaces } = inputs;
     let Proposals { mut whatif, context, answers } = proposals;
     let mut plan = Plan { dry_run: section.dry_run, ..Plan::default() };
     let mut proposed = HashSet::new();
@@ -394,7 +394,7 @@ pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
         section,
         plans,
         memory,
-        envelope: Envelope::new(&section.protections, host_namespace),
+        envelope: Envelope::new(&section.protections, host_namespaces),
         workloads: pods_by_workload(&whatif),
         pending: context.pending.iter().map(|pending| (pending.pod.uid.clone(), pending.pod.clone())).collect(),
         budgets,

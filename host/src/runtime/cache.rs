@@ -144,12 +144,19 @@ impl ArtifactCache {
         }
     }
 
+    /// Where a refusal is remembered: for this engine (an upgrade may compile it) and these limits (raised ones
+    /// try again).
+    fn refusal_path(&self, digest: &str) -> Option<PathBuf> {
+        let directory = self.directory.as_ref()?;
+        Some(directory.join(format!("{digest}-{}-{}.refused", self.compatibility, self.compiler.limits_tag())))
+    }
+
     fn refusal(&self, digest: &str) -> Option<String> {
         let mut refused = self.refused.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(reason) = refused.get(digest) {
             return Some(reason.clone());
         }
-        let remembered = std::fs::read_to_string(self.directory.as_ref()?.join(format!("{digest}.refused"))).ok()?;
+        let remembered = std::fs::read_to_string(self.refusal_path(digest)?).ok()?;
         refused.insert(digest.to_string(), remembered.clone());
         Some(remembered)
     }
@@ -157,10 +164,9 @@ impl ArtifactCache {
     fn remember_refusal(&self, digest: &str, reason: &str) {
         tracing::warn!(digest = &digest[..digest.len().min(12)], reason, "a component went past the compile limits; refused from now on");
         self.refused.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(digest.to_string(), reason.to_string());
-        let Some(directory) = &self.directory else { return };
+        let (Some(directory), Some(path)) = (&self.directory, self.refusal_path(digest)) else { return };
         let on_disk = std::fs::read_dir(directory).map(|entries| entries.flatten().filter(|entry| entry.file_name().to_string_lossy().ends_with(".refused")).count()).unwrap_or(0);
         if on_disk < MAX_DISK_REFUSALS {
-            let path = directory.join(format!("{digest}.refused"));
             if let Err(error) = write_atomically(&path, reason.as_bytes()) {
                 tracing::warn!(path = %path.display(), %error, "could not remember the refusal");
             }
