@@ -12,7 +12,7 @@ mod common;
 
 use base64::Engine;
 use common::atomic_writer::AtomicWriter;
-use common::control_plane::{self, wait_for, ControlPlane};
+use common::control_plane::{self, wait_for, AuditEvent, ControlPlane};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -584,16 +584,7 @@ fn the_standby_takes_the_real_lease_when_the_leader_dies_and_no_pod_is_bound_twi
 
     // Every binding request the API server received: each pod exactly once, across both leaders.
     let audit = cluster.audit();
-    let mut per_pod: BTreeMap<&str, usize> = BTreeMap::new();
-    for event in audit.iter().filter(|event| event.subresource() == "binding" && event.verb() == "create") {
-        assert_eq!(event.user(), WASP_USER);
-        assert_eq!(event.code(), 201, "a binding refused: {}", event.0);
-        *per_pod.entry(event.name()).or_default() += 1;
-    }
-    let web = placements(cluster, "default", "app=web");
-    assert_eq!(per_pod.len(), 80, "one binding per web pod");
-    assert!(per_pod.values().all(|count| *count == 1), "a pod bound twice: {per_pod:?}");
-    assert!(web.keys().all(|pod| per_pod.contains_key(pod.as_str())));
+    assert_each_pod_bound_once(cluster, &audit, "app=web", 80);
     // The Lease changed hands through the API: the new holder's update is recorded.
     assert!(audit.iter().any(|event| event.resource() == "leases" && event.name() == "wasp-scheduler" && event.verb() == "update" && event.code() == 200));
 }
@@ -630,16 +621,43 @@ fn a_leader_sent_sigterm_releases_the_real_lease_and_the_standby_leads_within_tw
 
     // Every binding the API server received: each pod exactly once, none refused, across both leaders.
     let audit = cluster.audit();
-    let mut per_pod: BTreeMap<&str, usize> = BTreeMap::new();
-    for event in audit.iter().filter(|event| event.subresource() == "binding" && event.verb() == "create") {
-        assert_eq!(event.code(), 201, "a binding refused: {}", event.0);
-        *per_pod.entry(event.name()).or_default() += 1;
-    }
-    assert_eq!(per_pod.len(), 120, "one binding per web pod");
-    assert!(per_pod.values().all(|count| *count == 1), "a pod bound twice: {per_pod:?}");
+    assert_each_pod_bound_once(cluster, &audit, "app=web", 120);
     // The release is an update of the Lease by the stopping leader, answered before it exited.
     let lease_updates = audit.iter().filter(|event| event.resource() == "leases" && event.verb() == "update" && event.code() == 200).count();
     assert!(lease_updates >= 2, "a release and the standby's acquisition");
+}
+
+/// Every binding the API server recorded was wasp's, answered 201, and bound a pod never bound before; the
+/// `expected` pods now matching `selector` are all among them. A pod bound and then gone must have left through
+/// an eviction or a deletion the API server accepted (the new leader's first rescheduler run may rebalance a
+/// burst still being placed, and the ReplicaSet replaces what it evicts).
+fn assert_each_pod_bound_once(cluster: &ControlPlane, audit: &[AuditEvent], selector: &str, expected: usize) {
+    let mut per_pod: BTreeMap<&str, usize> = BTreeMap::new();
+    for event in audit.iter().filter(|event| event.subresource() == "binding" && event.verb() == "create") {
+        assert_eq!(event.user(), WASP_USER);
+        assert_eq!(event.code(), 201, "a binding refused: {}", event.0);
+        *per_pod.entry(event.name()).or_default() += 1;
+    }
+    assert!(per_pod.values().all(|count| *count == 1), "a pod bound twice: {per_pod:?}");
+    // Pods still terminating after an eviction are not among the workload's pods.
+    let current: BTreeMap<String, String> = pods(cluster, "default", selector)
+        .iter()
+        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
+        .filter_map(|pod| Some((pod["metadata"]["name"].as_str()?.to_string(), pod["spec"]["nodeName"].as_str()?.to_string())))
+        .collect();
+    assert_eq!(current.len(), expected, "{current:?}");
+    let unbound: Vec<&String> = current.keys().filter(|pod| !per_pod.contains_key(pod.as_str())).collect();
+    assert!(unbound.is_empty(), "pods placed without a binding recorded: {unbound:?}");
+    let gone_legitimately = |pod: &str| {
+        audit.iter().any(|event| {
+            event.resource() == "pods"
+                && event.name() == pod
+                && ((event.subresource() == "eviction" && event.verb() == "create" && event.code() == 201)
+                    || (event.subresource().is_empty() && event.verb() == "delete" && event.code() == 200))
+        })
+    };
+    let vanished: Vec<&&str> = per_pod.keys().filter(|pod| !current.contains_key(**pod) && !gone_legitimately(pod)).collect();
+    assert!(vanished.is_empty(), "pods bound, then gone without an eviction or deletion recorded: {vanished:?}");
 }
 
 /// Asks the real Eviction API whether `pod` may be evicted now, without evicting it (`dryRun: All`): true for
