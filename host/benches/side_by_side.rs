@@ -1,0 +1,658 @@
+//! kube-scheduler and wasp side by side on one real control plane, in one run (issue "Side by side", scheduling).
+//!
+//! `cargo bench -p wasp --bench side_by_side [-- --nodes N] [--workload NAME]...`, after
+//! `scripts/build-policies.sh` and `scripts/build-controlplane.sh`.
+//!
+//! The workloads are kube-scheduler's own scheduler_perf test cases, read from the Kubernetes module the control
+//! plane is built from (`test/integration/scheduler_perf/*/performance-config.yaml` and its templates, in Go's
+//! module cache): the same node and pod templates, the same operations, the counts of the test case's
+//! `performance` workload (5000 nodes) scaled to `--nodes`. Each scheduler gets a fresh control plane
+//! (`wasp-controlplane`) and runs as its own process, so its CPU time and peak memory are its own:
+//! kube-scheduler from the same Go modules (`wasp-controlplane kube-scheduler`: the default profile, the default
+//! `percentageOfNodesToScore`, scheduler_perf's client rate limit of 5000/s) and `wasp run` with its built-in
+//! configuration (the default policy set, as WASM).
+//!
+//! What differs from scheduler_perf, and why: scheduler_perf creates the measured pods while the scheduler runs
+//! and samples how many are scheduled each second. On two shared cores the pods' creation would be the bottleneck
+//! for both schedulers, so here the measured pods are created while no scheduler runs, then the scheduler is
+//! started and the rate counts from its first binding of them to its last, from the API server's audit log. The
+//! informer sync before the first binding is printed apart ("start to first"). The latency column is measured
+//! afterwards, with the scheduler running: plain pods created at a steady rate, from the API server's answer to
+//! the create to its receipt of the binding.
+//!
+//! `--nodes 100` is the smoke version `scripts/test.sh` runs: it fails when a scheduler leaves a pod unbound.
+
+#[allow(dead_code)] // the benchmark uses the control plane, not every helper the tests use
+#[path = "../../tests/common/control_plane.rs"]
+mod control_plane;
+
+use control_plane::{AuditEvent, ControlPlane};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, PostParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use serde_yaml::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The test cases compared, in scheduler_perf's names.
+const WORKLOADS: &[&str] = &["SchedulingBasic", "SchedulingPodAntiAffinity", "SchedulingPodAffinity", "TopologySpreading"];
+
+/// Requests in flight while creating nodes and pods.
+const CREATORS: usize = 16;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn main() {
+    let mut nodes = 5000;
+    let mut chosen: Vec<String> = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--nodes" => nodes = args.next().and_then(|value| value.parse().ok()).expect("--nodes takes a number"),
+            "--workload" => chosen.push(args.next().expect("--workload takes a test case name")),
+            // `cargo bench` passes `--bench`.
+            "--bench" => {}
+            other => panic!("unknown argument {other:?}: --nodes N, --workload NAME (one of {WORKLOADS:?})"),
+        }
+    }
+    if chosen.is_empty() {
+        chosen = WORKLOADS.iter().map(|name| name.to_string()).collect();
+    }
+    let catalogue = Catalogue::find();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    println!("scheduler_perf test cases from {}", catalogue.dir.display());
+    let mut violated = Vec::new();
+    for name in &chosen {
+        let workload = catalogue.workload(name, nodes);
+        println!("\n{name}: {}", workload.describe());
+        let results = [runtime.block_on(run(&workload, Scheduler::KubeScheduler)), runtime.block_on(run(&workload, Scheduler::Wasp))];
+        print_table(&workload, &results);
+        for result in results.iter().filter(|result| !result.violations.is_empty()) {
+            println!("  {} placed {} pods where kube-scheduler's filters refuse them, first:", result.scheduler.label(), result.violations.len());
+            result.violations.iter().take(5).for_each(|violation| println!("    {violation}"));
+            violated.push(format!("{name} ({})", result.scheduler.label()));
+        }
+    }
+    assert!(violated.is_empty(), "placements kube-scheduler's filter plugins refuse: {violated:?}");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The workloads, as scheduler_perf defines them.
+
+/// Where scheduler_perf's test cases are: the module cache's copy of the Kubernetes version controlplane/ builds.
+struct Catalogue {
+    dir: PathBuf,
+}
+
+impl Catalogue {
+    fn find() -> Catalogue {
+        let go_mod = std::fs::read_to_string(repo_root().join("controlplane/go.mod")).unwrap();
+        let version = go_mod
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("k8s.io/kubernetes "))
+            .map(|version| version.trim().to_string())
+            .expect("controlplane/go.mod requires k8s.io/kubernetes");
+        let output = Command::new("go").args(["env", "GOMODCACHE"]).output().expect("go is installed");
+        let cache = PathBuf::from(String::from_utf8(output.stdout).unwrap().trim());
+        let dir = cache.join(format!("k8s.io/kubernetes@{version}/test/integration/scheduler_perf"));
+        assert!(dir.is_dir(), "{} is missing: `cd controlplane && go mod download` fetches it", dir.display());
+        Catalogue { dir }
+    }
+
+    /// Test case `name` with the counts of its `performance` workload scaled from its nodes to `nodes`.
+    fn workload(&self, name: &str, nodes: usize) -> Workload {
+        let mut found = None;
+        for entry in std::fs::read_dir(&self.dir).unwrap() {
+            let file = entry.unwrap().path().join("performance-config.yaml");
+            let Ok(text) = std::fs::read_to_string(&file) else { continue };
+            let cases: Vec<Value> = serde_yaml::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", file.display()));
+            if let Some(case) = cases.into_iter().find(|case| case["name"].as_str() == Some(name)) {
+                found = Some((file.parent().unwrap().to_path_buf(), case));
+                break;
+            }
+        }
+        let (dir, case) = found.unwrap_or_else(|| panic!("no scheduler_perf test case {name} under {}", self.dir.display()));
+        // The workload scheduler_perf's performance job runs (the first with a threshold), without feature gates
+        // of its own.
+        let measured = case["workloads"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|workload| workload["threshold"].is_number() && workload["featureGates"].is_null())
+            .or_else(|| case["workloads"].as_sequence().unwrap().iter().find(|workload| workload["threshold"].is_number()))
+            .unwrap_or_else(|| panic!("{name}: no workload with a threshold"))
+            .clone();
+        let params: BTreeMap<String, usize> = measured["params"]
+            .as_mapping()
+            .unwrap()
+            .iter()
+            .filter_map(|(key, value)| Some((key.as_str()?.to_string(), value.as_u64()? as usize)))
+            .collect();
+        let reference_nodes = params["initNodes"];
+        let scale = |count: usize| (count * nodes).div_ceil(reference_nodes).max(1);
+        let count = |op: &Value| -> usize {
+            match (op["countParam"].as_str(), op["count"].as_u64()) {
+                (Some(param), _) => scale(params[param.trim_start_matches('$')]),
+                (None, Some(count)) => count as usize,
+                _ => panic!("{name}: an operation without a count: {op:?}"),
+            }
+        };
+        let template = |path: Option<&str>| path.map(|path| serde_yaml::from_str::<Value>(&std::fs::read_to_string(dir.join(path)).unwrap()).unwrap());
+        let default_pod = template(case["defaultPodTemplatePath"].as_str());
+        let mut operations = Vec::new();
+        for (index, op) in case["workloadTemplate"].as_sequence().unwrap().iter().enumerate() {
+            let known: &[&str] = match op["opcode"].as_str().unwrap_or_default() {
+                "createNodes" => {
+                    operations.push(Operation::CreateNodes {
+                        count: count(op),
+                        template: template(op["nodeTemplatePath"].as_str()),
+                        zone_labels: op["labelNodePrepareStrategy"].as_mapping().map(|strategy| {
+                            let key = strategy.get("labelKey").and_then(Value::as_str).unwrap().to_string();
+                            let values = strategy.get("labelValues").and_then(Value::as_sequence).unwrap().iter().map(|value| value.as_str().unwrap().to_string()).collect();
+                            (key, values)
+                        }),
+                    });
+                    &["opcode", "countParam", "count", "nodeTemplatePath", "labelNodePrepareStrategy"]
+                }
+                "createNamespaces" => {
+                    let prefix = op["prefix"].as_str().unwrap();
+                    operations.extend((0..count(op)).map(|index| Operation::CreateNamespace(format!("{prefix}-{index}"))));
+                    &["opcode", "prefix", "count", "countParam"]
+                }
+                "createPods" => {
+                    let template = template(op["podTemplatePath"].as_str()).or_else(|| default_pod.clone()).unwrap_or_else(base_pod);
+                    operations.push(Operation::CreatePods {
+                        count: count(op),
+                        // scheduler_perf's own default: a namespace per operation.
+                        namespace: op["namespace"].as_str().map_or_else(|| format!("namespace-{index}"), str::to_string),
+                        template,
+                        measured: op["collectMetrics"].as_bool().unwrap_or(false),
+                    });
+                    &["opcode", "countParam", "count", "podTemplatePath", "namespace", "collectMetrics"]
+                }
+                other => panic!("{name}: scheduler_perf's opcode {other:?} is not supported by this benchmark yet"),
+            };
+            if let Some(unknown) = op.as_mapping().unwrap().keys().filter_map(Value::as_str).find(|key| !known.contains(key)) {
+                panic!("{name}: operation {index} ({}) uses {unknown:?}, which this benchmark does not support yet", op["opcode"].as_str().unwrap_or_default());
+            }
+        }
+        Workload {
+            variant: measured["name"].as_str().unwrap_or_default().to_string(),
+            threshold: measured["threshold"].as_f64(),
+            operations,
+        }
+    }
+}
+
+/// scheduler_perf's `makeBasePod`: one pause container, 100m CPU and 500Mi, for operations without a template.
+fn base_pod() -> Value {
+    serde_yaml::from_str(
+        "apiVersion: v1\nkind: Pod\nmetadata: {generateName: pod-}\nspec:\n  containers:\n  - {name: pause, image: registry.k8s.io/pause:3.10.2, ports: [{containerPort: 80}], resources: {limits: {cpu: 100m, memory: 500Mi}, requests: {cpu: 100m, memory: 500Mi}}}\n",
+    )
+    .unwrap()
+}
+
+/// scheduler_perf's `makeBaseNode`: 4 CPUs, 32Gi and 110 pods, Ready.
+fn base_node() -> Value {
+    serde_yaml::from_str(
+        "apiVersion: v1\nkind: Node\nmetadata: {generateName: scheduler-perf-}\nstatus:\n  capacity: {pods: '110', cpu: '4', memory: 32Gi}\n  allocatable: {pods: '110', cpu: '4', memory: 32Gi}\n  phase: Running\n  conditions: [{type: Ready, status: 'True'}]\n",
+    )
+    .unwrap()
+}
+
+struct Workload {
+    /// The scheduler_perf workload whose counts were scaled (e.g. 5000Nodes_10000Pods).
+    variant: String,
+    /// scheduler_perf's threshold for that workload, in pods/s, measured on Kubernetes' CI machines.
+    threshold: Option<f64>,
+    operations: Vec<Operation>,
+}
+
+enum Operation {
+    CreateNodes { count: usize, template: Option<Value>, zone_labels: Option<(String, Vec<String>)> },
+    CreateNamespace(String),
+    CreatePods { count: usize, namespace: String, template: Value, measured: bool },
+}
+
+impl Workload {
+    fn describe(&self) -> String {
+        let parts: Vec<String> = self
+            .operations
+            .iter()
+            .filter_map(|operation| match operation {
+                Operation::CreateNodes { count, .. } => Some(format!("{count} nodes")),
+                Operation::CreatePods { count, namespace, measured, .. } => Some(format!("{count} {} pods in {namespace}", if *measured { "measured" } else { "initial" })),
+                Operation::CreateNamespace(_) => None,
+            })
+            .collect();
+        format!("{} (scheduler_perf's {} scaled)", parts.join(", "), self.variant)
+    }
+
+    fn measured_pods(&self) -> usize {
+        self.operations.iter().map(|operation| match operation {
+            Operation::CreatePods { count, measured: true, .. } => *count,
+            _ => 0,
+        }).sum()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The schedulers, each its own process.
+
+#[derive(Clone, Copy, PartialEq)]
+enum Scheduler {
+    KubeScheduler,
+    Wasp,
+}
+
+impl Scheduler {
+    fn label(self) -> &'static str {
+        match self {
+            Scheduler::KubeScheduler => "kube-scheduler",
+            Scheduler::Wasp => "wasp (wasm)",
+        }
+    }
+
+    /// The `schedulerName` its pods carry.
+    fn profile(self) -> &'static str {
+        match self {
+            Scheduler::KubeScheduler => "default-scheduler",
+            Scheduler::Wasp => "wasp",
+        }
+    }
+
+    fn start(self, plane: &ControlPlane) -> SchedulerProcess {
+        let dir = plane.dir.path();
+        let log = dir.join(format!("{}.log", self.profile()));
+        let process = match self {
+            Scheduler::KubeScheduler => Command::new(control_plane::binary())
+                .args(["kube-scheduler", "--kubeconfig"])
+                .arg(dir.join("kube-scheduler.kubeconfig"))
+                .arg("--log-file")
+                .arg(&log)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+            Scheduler::Wasp => Command::new(env!("CARGO_BIN_EXE_wasp"))
+                .args(["run", "--no-leader-election", "--listen", "127.0.0.1:0", "--insecure-listen", "127.0.0.1:0", "--cache-dir"])
+                // Policies compiled once for every run: start-up is not what is compared.
+                .arg(repo_root().join("target/side-by-side-cache"))
+                .env("KUBECONFIG", &plane.kubeconfig)
+                .env("RUST_LOG", "warn")
+                .current_dir(repo_root())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
+        };
+        SchedulerProcess { process, started: SystemTime::now(), log }
+    }
+}
+
+struct SchedulerProcess {
+    process: Child,
+    started: SystemTime,
+    log: PathBuf,
+}
+
+/// What the kernel counted for a process: CPU seconds (user and system) and peak resident memory.
+struct Usage {
+    cpu_seconds: f64,
+    peak_mib: f64,
+}
+
+impl SchedulerProcess {
+    fn usage(&self) -> Usage {
+        let pid = self.process.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command's closing parenthesis: state is the 3rd field, utime the 14th, stime the 15th.
+        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+        let ticks: f64 = [11, 12].iter().filter_map(|index| fields.get(*index)?.parse::<f64>().ok()).sum();
+        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let peak_kib: f64 = status.lines().find_map(|line| line.strip_prefix("VmHWM:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0.0);
+        Usage { cpu_seconds: ticks / ticks_per_second, peak_mib: peak_kib / 1024.0 }
+    }
+
+    /// Fails the run if the scheduler died.
+    fn assert_alive(&mut self, scheduler: Scheduler) {
+        if let Ok(Some(status)) = self.process.try_wait() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            panic!("{} exited ({status}); the end of {}:\n{}", scheduler.label(), self.log.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        }
+    }
+
+    fn stop(mut self) {
+        control_plane::stop(&mut self.process, Duration::from_secs(10));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// One run: a fresh control plane, the workload's operations, one scheduler.
+
+struct RunResult {
+    scheduler: Scheduler,
+    /// Measured pods per second, from the scheduler's first binding of them to its last.
+    pods_per_second: f64,
+    /// From the scheduler's process start to its first binding of a measured pod: informer sync and start-up.
+    start_to_first: Duration,
+    /// Creation-to-binding latency of pods created at a steady rate while the scheduler runs: p50, p99.
+    latency: (Duration, Duration),
+    usage: Usage,
+    /// Measured pods per node: (fewest, most), over the nodes; per zone label value, when nodes have one.
+    per_node: (usize, usize),
+    per_zone: BTreeMap<String, usize>,
+    /// Bindings kube-scheduler's filter plugins reject, replayed in binding order (0 allowed).
+    violations: Vec<String>,
+}
+
+/// Plain pods created at [`LATENCY_RATE`] per second after the measurement, for the latency column.
+const LATENCY_PODS: usize = 100;
+const LATENCY_RATE: f64 = 20.0;
+
+async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
+    let plane = ControlPlane::start();
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&plane.kubeconfig).unwrap(), &Default::default()).await.unwrap(),
+    )
+    .unwrap();
+    let bound = BoundPods::watch(client.clone());
+    let mut running: Option<SchedulerProcess> = None;
+    let mut measured = Vec::new();
+    let mut measurement = None;
+    let mut node_index = 0;
+    for (index, operation) in workload.operations.iter().enumerate() {
+        match operation {
+            Operation::CreateNodes { count, template, zone_labels } => {
+                let template = template.clone().unwrap_or_else(base_node);
+                let nodes: Vec<Node> = (0..*count)
+                    .map(|offset| {
+                        let index = node_index + offset;
+                        let mut node = template.clone();
+                        let name = format!("scheduler-perf-{index}");
+                        node["metadata"]["name"] = Value::from(name.clone());
+                        let labels = &mut node["metadata"]["labels"];
+                        if labels.is_null() {
+                            *labels = Value::Mapping(Default::default());
+                        }
+                        labels["kubernetes.io/hostname"] = Value::from(name);
+                        if let Some((key, values)) = zone_labels {
+                            labels[key.as_str()] = Value::from(values[index % values.len()].clone());
+                        }
+                        serde_yaml::from_value(node).unwrap()
+                    })
+                    .collect();
+                node_index += count;
+                let started = Instant::now();
+                create_all(Api::<Node>::all(client.clone()), nodes).await;
+                eprintln!("  {count} nodes created in {:.1}s", started.elapsed().as_secs_f64());
+            }
+            Operation::CreateNamespace(name) => {
+                let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+                Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+            }
+            Operation::CreatePods { count, namespace, template, measured: is_measured } => {
+                ensure_namespace(&client, namespace).await;
+                let pods = pods_from(template, namespace, &format!("pod-{index}"), *count, scheduler);
+                let names: Vec<String> = pods.iter().map(|pod| format!("{namespace}/{}", pod.metadata.name.as_deref().unwrap())).collect();
+                if *is_measured {
+                    // Created with no scheduler running; then a fresh scheduler is timed placing them.
+                    if let Some(process) = running.take() {
+                        process.stop();
+                    }
+                    let started = Instant::now();
+                    create_all(Api::<Pod>::namespaced(client.clone(), namespace), pods).await;
+                    eprintln!("  {count} measured pods created in {:.1}s", started.elapsed().as_secs_f64());
+                    let mut process = scheduler.start(&plane);
+                    bound.wait_for(&names, &mut process, scheduler).await;
+                    measurement = Some(process.started);
+                    running = Some(process);
+                    measured.extend(names);
+                } else {
+                    if running.is_none() {
+                        running = Some(scheduler.start(&plane));
+                    }
+                    create_all(Api::<Pod>::namespaced(client.clone(), namespace), pods).await;
+                    bound.wait_for(&names, running.as_mut().unwrap(), scheduler).await;
+                }
+            }
+        }
+    }
+    let mut process = running.expect("the workload creates pods");
+    let usage = process.usage();
+
+    // Latency: plain pods at a steady rate, the scheduler running.
+    ensure_namespace(&client, "latency").await;
+    let pods = pods_from(&base_pod(), "latency", "l", LATENCY_PODS, scheduler);
+    let latency_names: Vec<String> = pods.iter().map(|pod| format!("latency/{}", pod.metadata.name.as_deref().unwrap())).collect();
+    let api = Api::<Pod>::namespaced(client.clone(), "latency");
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / LATENCY_RATE));
+    for pod in pods {
+        tick.tick().await;
+        api.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    bound.wait_for(&latency_names, &mut process, scheduler).await;
+    process.stop();
+
+    // From the API server's record: when each pod's creation was answered, when each binding was received and
+    // answered (the order the placement check replays).
+    let audit = plane.audit();
+    let mut bindings: Vec<(String, SystemTime, SystemTime)> = audit
+        .iter()
+        .filter(|event| event.subresource() == "binding" && event.verb() == "create" && event.code() == 201)
+        .map(|event| (format!("{}/{}", event.namespace(), event.name()), timestamp(event, "requestReceivedTimestamp"), timestamp(event, "stageTimestamp")))
+        .collect();
+    bindings.sort_by_key(|(_, _, answered)| *answered);
+    let violations = check_placements(&plane, bindings.iter().map(|(name, _, _)| name.as_str()));
+    let created_at: HashMap<String, SystemTime> = audit
+        .iter()
+        .filter(|event| event.resource() == "pods" && event.subresource().is_empty() && event.verb() == "create" && event.namespace() == "latency" && event.code() == 201)
+        .map(|event| (event.name().to_string(), timestamp(event, "stageTimestamp")))
+        .collect();
+    assert_eq!(created_at.len(), LATENCY_PODS, "the audit log names every pod created");
+    let bindings: HashMap<String, SystemTime> = bindings.into_iter().map(|(name, received, _)| (name, received)).collect();
+    let measured_times: Vec<SystemTime> = measured.iter().map(|name| *bindings.get(name).unwrap_or_else(|| panic!("no binding of {name} in the audit log"))).collect();
+    let first = *measured_times.iter().min().unwrap();
+    let last = *measured_times.iter().max().unwrap();
+    let span = last.duration_since(first).unwrap_or_default().as_secs_f64().max(0.001);
+    let mut latencies: Vec<Duration> = created_at
+        .iter()
+        .map(|(name, created)| bindings[&format!("latency/{name}")].duration_since(*created).unwrap_or_default())
+        .collect();
+    latencies.sort();
+    let percentile = |p: f64| latencies[((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1];
+
+    // Where the measured pods went.
+    let placements = bound.placements();
+    let nodes = Api::<Node>::all(client.clone()).list(&Default::default()).await.unwrap().items;
+    let zone_of: HashMap<String, Option<String>> = nodes
+        .iter()
+        .map(|node| (node.metadata.name.clone().unwrap(), node.metadata.labels.as_ref().and_then(|labels| labels.get("topology.kubernetes.io/zone").cloned())))
+        .collect();
+    let mut per_node: HashMap<&str, usize> = zone_of.keys().map(|name| (name.as_str(), 0)).collect();
+    let mut per_zone = BTreeMap::new();
+    for name in &measured {
+        let node = &placements[name];
+        *per_node.get_mut(node.as_str()).unwrap() += 1;
+        if let Some(zone) = &zone_of[node] {
+            *per_zone.entry(zone.clone()).or_default() += 1;
+        }
+    }
+    RunResult {
+        scheduler,
+        pods_per_second: measured.len().saturating_sub(1).max(1) as f64 / span,
+        start_to_first: first.duration_since(measurement.unwrap()).unwrap_or_default(),
+        latency: (percentile(0.5), percentile(0.99)),
+        usage,
+        per_node: (*per_node.values().min().unwrap(), *per_node.values().max().unwrap()),
+        per_zone,
+        violations,
+    }
+}
+
+/// One of an audit event's timestamps: `requestReceivedTimestamp` or `stageTimestamp` (the answer, at
+/// ResponseComplete).
+fn timestamp(event: &AuditEvent, field: &str) -> SystemTime {
+    let text = event.0[field].as_str().unwrap_or_else(|| panic!("an audit event without {field}: {}", event.0));
+    SystemTime::from(text.parse::<jiff::Timestamp>().unwrap())
+}
+
+/// kube-scheduler's filter plugins on every binding, replayed in `order` (`wasp-controlplane check-placements`):
+/// the violations, each `NAMESPACE/NAME on NODE: PLUGIN: REASONS`.
+fn check_placements<'a>(plane: &ControlPlane, order: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let order_file = plane.dir.path().join("binding-order");
+    std::fs::write(&order_file, order.collect::<Vec<_>>().join("\n")).unwrap();
+    let output = Command::new(control_plane::binary())
+        .args(["check-placements", "--kubeconfig"])
+        .arg(&plane.kubeconfig)
+        .arg("--order")
+        .arg(&order_file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.lines().any(|line| line.starts_with("checked ")),
+        "check-placements: {}{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout.lines().filter_map(|line| line.strip_prefix("violation ")).map(str::to_string).collect()
+}
+
+/// `count` pods from a scheduler_perf template, named `{prefix}-{i}`, for `scheduler`.
+fn pods_from(template: &Value, namespace: &str, prefix: &str, count: usize, scheduler: Scheduler) -> Vec<Pod> {
+    (0..count)
+        .map(|index| {
+            let mut pod = template.clone();
+            pod["metadata"]["name"] = Value::from(format!("{prefix}-{index}"));
+            pod["metadata"]["namespace"] = Value::from(namespace);
+            if let Some(metadata) = pod["metadata"].as_mapping_mut() {
+                metadata.remove("generateName");
+            }
+            pod["spec"]["schedulerName"] = Value::from(scheduler.profile());
+            serde_yaml::from_value(pod).unwrap()
+        })
+        .collect()
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) {
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    match Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => panic!("namespace {name}: {error}"),
+    }
+}
+
+/// Creates `objects`, [`CREATORS`] requests at a time.
+async fn create_all<K>(api: Api<K>, objects: Vec<K>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    futures::stream::iter(objects)
+        .map(|object| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &object).await.map(drop) }
+        })
+        .buffer_unordered(CREATORS)
+        .try_collect::<Vec<()>>()
+        .await
+        .unwrap_or_else(|error| panic!("creating {}: {error}", std::any::type_name::<K>()));
+}
+
+/// Every pod's node, as a watch of all pods sees it. The watch ends on drop (an open watch holds up the API
+/// server's stop).
+struct BoundPods {
+    nodes: Arc<Mutex<HashMap<String, String>>>,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for BoundPods {
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
+}
+
+impl BoundPods {
+    fn watch(client: kube::Client) -> BoundPods {
+        let nodes: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+        let seen = nodes.clone();
+        let watch = tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher(Api::<Pod>::all(client), watcher::Config::default()).default_backoff());
+            while let Some(event) = events.next().await {
+                if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
+                    if let Some(node) = pod.spec.as_ref().and_then(|spec| spec.node_name.clone()) {
+                        let key = format!("{}/{}", pod.metadata.namespace.unwrap_or_default(), pod.metadata.name.unwrap_or_default());
+                        seen.lock().unwrap().insert(key, node);
+                    }
+                }
+            }
+        });
+        BoundPods { nodes, watch }
+    }
+
+    fn placements(&self) -> HashMap<String, String> {
+        self.nodes.lock().unwrap().clone()
+    }
+
+    /// Waits until every pod of `names` is bound; fails the run if the scheduler dies or 10 minutes pass (as
+    /// scheduler_perf's wait), naming a pod still unbound.
+    async fn wait_for(&self, names: &[String], process: &mut SchedulerProcess, scheduler: Scheduler) {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let mut reported = Instant::now();
+        loop {
+            let unbound: Vec<&String> = {
+                let nodes = self.nodes.lock().unwrap();
+                names.iter().filter(|name| !nodes.contains_key(*name)).collect()
+            };
+            if unbound.is_empty() {
+                return;
+            }
+            process.assert_alive(scheduler);
+            assert!(Instant::now() < deadline, "{}: {} of {} pods still unbound after 10 minutes, {} among them", scheduler.label(), unbound.len(), names.len(), unbound[0]);
+            if reported.elapsed() > Duration::from_secs(10) {
+                eprintln!("  {}: {} of {} pods bound", scheduler.label(), names.len() - unbound.len(), names.len());
+                reported = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+fn print_table(workload: &Workload, results: &[RunResult]) {
+    let reference = results.iter().find(|result| result.scheduler == Scheduler::KubeScheduler).map(|result| result.pods_per_second);
+    println!("  {:<16} {:>8} {:>7} {:>15} {:>9} {:>9} {:>8} {:>10} {:>10} {:>14}  per zone", "scheduler", "pods/s", "ratio", "start to first", "p50", "p99", "CPU s", "peak MiB", "violations", "per node");
+    for result in results {
+        let ratio = reference.map_or("-".to_string(), |reference| format!("{:.2}x", result.pods_per_second / reference));
+        let zones: Vec<String> = result.per_zone.iter().map(|(zone, count)| format!("{zone}={count}")).collect();
+        println!(
+            "  {:<16} {:>8.0} {:>7} {:>14.1}s {:>7.0}ms {:>7.0}ms {:>8.1} {:>10.0} {:>10} {:>14}  {}",
+            result.scheduler.label(),
+            result.pods_per_second,
+            ratio,
+            result.start_to_first.as_secs_f64(),
+            result.latency.0.as_secs_f64() * 1000.0,
+            result.latency.1.as_secs_f64() * 1000.0,
+            result.usage.cpu_seconds,
+            result.usage.peak_mib,
+            result.violations.len(),
+            format!("{}-{}", result.per_node.0, result.per_node.1),
+            zones.join(" "),
+        );
+    }
+    println!(
+        "  {} measured pods; scheduler_perf's threshold for {}: {} pods/s (Kubernetes' CI machines, for orientation only)",
+        workload.measured_pods(),
+        workload.variant,
+        workload.threshold.map_or("none".to_string(), |threshold| threshold.to_string())
+    );
+}
