@@ -22,3 +22,7 @@ fi
 # Every test, with the simulator; without jemalloc, whose build from source costs minutes and which no test reads
 # (so not the crate that only declares it either). Every test binary runs even after one fails, so a CI log names every failure.
 cargo test --workspace --no-fail-fast --exclude wasp-allocator --no-default-features --features wasp/sim "$@"
+# The side-by-side benchmark's smoke version (100 nodes, the test profile): kube-scheduler and wasp on a real
+# control plane, every binding checked with kube-scheduler's filter plugins. It proves the harness still works;
+# its figures are not the benchmark's (README, "Side by side with kube-scheduler").
+cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --bench side_by_side -- --nodes 100

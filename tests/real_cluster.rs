@@ -1123,3 +1123,41 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     assert!(widget_scale(&["update", "patch"]).is_empty(), "a selector-less target's scale was written");
     assert_eq!(cluster.get_json(&["get", "widget", "gadget", "-n", "default"])["spec"]["replicas"], 2);
 }
+
+#[test]
+fn the_placement_check_names_the_bindings_kube_schedulers_filters_refuse() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cluster = ControlPlane::start();
+    cluster.create_nodes("small", 1, &["zone-a"], "1", "4Gi");
+    cluster.create_nodes("tainted", 1, &["zone-a"], "8", "32Gi");
+    cluster.must(&["taint", "node", "tainted-0", "dedicated=gpu:NoSchedule"]);
+    // Bound by whoever created them (spec.nodeName), in this order: the second does not fit beside the first,
+    // the third does not tolerate the taint, the fourth does.
+    let pod = |name: &str, node: &str, cpu: &str, tolerates: bool| {
+        let tolerations = if tolerates { "\n  tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]" } else { "" };
+        format!("---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  nodeName: {node}\n  containers: [{{name: app, image: app, resources: {{requests: {{cpu: {cpu}}}}}}}]{tolerations}\n")
+    };
+    let manifest = [pod("first", "small-0", "600m", false), pod("second", "small-0", "600m", false), pod("untolerated", "tainted-0", "100m", false), pod("tolerated", "tainted-0", "100m", true)].concat();
+    create(&cluster, &manifest);
+    let order = cluster.dir.path().join("order");
+    std::fs::write(&order, "default/first\ndefault/second\ndefault/untolerated\ndefault/tolerated\n").unwrap();
+    let output = Command::new(control_plane::binary())
+        .args(["check-placements", "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
+        .arg("--order")
+        .arg(&order)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let violations: Vec<&str> = stdout.lines().filter(|line| line.starts_with("violation ")).collect();
+    assert_eq!(
+        violations,
+        [
+            "violation default/second on small-0: NodeResourcesFit: Insufficient cpu",
+            "violation default/untolerated on tainted-0: TaintToleration: node(s) had untolerated taint(s)"
+        ],
+        "{stdout}"
+    );
+    assert!(stdout.lines().any(|line| line == "checked 4 violations 2"), "{stdout}");
+}
