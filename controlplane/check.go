@@ -7,7 +7,14 @@ package main
 // The replay keeps a snapshot of its own (plugins hold the lister they are given when the framework is built,
 // and the scheduler's cache snapshot cannot be changed from outside): it starts with the nodes and the pods bound
 // before the replayed ones, then checks each replayed pod on its node (PreFilter, then Filter, as
-// kube-scheduler's findNodesThatFitPod does) and adds it, accepted or not. What the replay cannot know: the nodes,
+// kube-scheduler's findNodesThatFitPod does) and adds it, accepted or not.
+//
+// Schedulers bind concurrently, so the order the API server received bindings in is not exactly the order the
+// decisions were made in: a pod placed at the edge of a spread constraint's skew can look refused because a
+// binding decided before it arrived just after it. A pod refused at its place is checked again with the bindings
+// that were in flight beside it (received before its own was answered) added; if that accepts it, it is counted
+// as out of order, not as a violation. Adding pods never makes a placement that broke a resource, taint, port or
+// anti-affinity rule acceptable, so those violations stay violations. What the replay cannot know: the nodes,
 // volumes and claims as they were at each binding (it reads them as they are now), nominated pods, and pods
 // deleted since.
 
@@ -18,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,9 +52,10 @@ import (
 )
 
 // runCheckCommand is `wasp-controlplane check-placements --kubeconfig FILE --order FILE`: ORDER lists the pods to
-// replay as `namespace/name`, one per line, in the order they were bound. It prints a line per violation
-// (`violation NAMESPACE/NAME on NODE: PLUGIN: REASONS`) and then `checked N violations M`; it fails only when it
-// cannot check.
+// replay, one per line, in the order the API server received their bindings: `namespace/name` and, optionally,
+// how many of the following pods' bindings were received before this one's was answered (in flight beside it).
+// It prints a line per violation (`violation NAMESPACE/NAME on NODE: PLUGIN: REASONS`) and then
+// `checked N violations M out-of-order K`; it fails only when it cannot check.
 func runCheckCommand(args []string) error {
 	flags := flag.NewFlagSet("wasp-controlplane check-placements", flag.ContinueOnError)
 	kubeconfig := flags.String("kubeconfig", "", "an admin kubeconfig of the cluster")
@@ -122,27 +131,50 @@ func runCheckCommand(args []string) error {
 		pod := &pods.Items[i]
 		byName[pod.Namespace+"/"+pod.Name] = pod
 	}
-	replayed := sets.New(order...)
+	replayed := sets.New[string]()
+	for _, binding := range order {
+		replayed.Insert(binding.name)
+	}
 	for name, pod := range byName {
 		// Pods bound before the replayed ones; finished pods are not in kube-scheduler's cache either.
 		if pod.Spec.NodeName != "" && !replayed.Has(name) && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed {
 			snapshot.add(pod)
 		}
 	}
-	violations := 0
-	for _, name := range order {
-		pod, found := byName[name]
+	replay := make([]*v1.Pod, len(order))
+	for i, binding := range order {
+		pod, found := byName[binding.name]
 		if !found || pod.Spec.NodeName == "" {
-			return fmt.Errorf("pod %s: not found bound (deleted since?)", name)
+			return fmt.Errorf("pod %s: not found bound (deleted since?)", binding.name)
 		}
-		if plugin, reasons := checkPlacement(ctx, scheduler, snapshot, pod); plugin != "" {
-			violations++
-			fmt.Printf("violation %s on %s: %s: %s\n", name, pod.Spec.NodeName, plugin, strings.Join(reasons, "; "))
+		replay[i] = pod
+	}
+	violations, outOfOrder := 0, 0
+	for i, pod := range replay {
+		plugin, reasons := checkPlacement(ctx, scheduler, snapshot, pod)
+		if plugin != "" {
+			concurrent := replay[i+1 : min(len(replay), i+1+order[i].inFlight)]
+			if accepted := snapshot.with(concurrent, func() bool {
+				again, _ := checkPlacement(ctx, scheduler, snapshot, pod)
+				return again == ""
+			}); accepted {
+				outOfOrder++
+			} else {
+				violations++
+				fmt.Printf("violation %s on %s: %s: %s\n", order[i].name, pod.Spec.NodeName, plugin, strings.Join(reasons, "; "))
+			}
 		}
 		snapshot.add(pod)
 	}
-	fmt.Printf("checked %d violations %d\n", len(order), violations)
+	fmt.Printf("checked %d violations %d out-of-order %d\n", len(order), violations, outOfOrder)
 	return nil
+}
+
+// binding is a line of the order file.
+type binding struct {
+	name string
+	// How many of the following bindings were in flight beside this one.
+	inFlight int
 }
 
 // checkPlacement runs PreFilter for the pod, then Filter on the node it is bound to, as kube-scheduler would
@@ -177,23 +209,29 @@ func reasons(status *fwk.Status) []string {
 	return reasons
 }
 
-func readOrder(path string) ([]string, error) {
+func readOrder(path string) ([]binding, error) {
 	file, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer file.Close()
-	var order []string
+	var order []binding
 	lines := bufio.NewScanner(file)
 	for lines.Scan() {
-		line := strings.TrimSpace(lines.Text())
-		if line == "" {
+		fields := strings.Fields(lines.Text())
+		if len(fields) == 0 {
 			continue
 		}
-		if !strings.Contains(line, "/") {
-			return nil, fmt.Errorf("%s: %q is not namespace/name", path, line)
+		next := binding{name: fields[0]}
+		if len(fields) > 2 || !strings.Contains(next.name, "/") {
+			return nil, fmt.Errorf("%s: %q is not `namespace/name [in-flight]`", path, lines.Text())
 		}
-		order = append(order, line)
+		if len(fields) == 2 {
+			if next.inFlight, err = strconv.Atoi(fields[1]); err != nil || next.inFlight < 0 {
+				return nil, fmt.Errorf("%s: %q: the in-flight count is not a number", path, lines.Text())
+			}
+		}
+		order = append(order, next)
 	}
 	return order, lines.Err()
 }
@@ -231,6 +269,25 @@ func (s *replaySnapshot) add(pod *v1.Pod) {
 			s.usedClaim.Insert(pod.Namespace + "/" + volume.PersistentVolumeClaim.ClaimName)
 		}
 	}
+}
+
+// with runs check with pods placed on their nodes for its duration.
+func (s *replaySnapshot) with(pods []*v1.Pod, check func() bool) bool {
+	for _, pod := range pods {
+		if info, found := s.nodes[pod.Spec.NodeName]; found {
+			info.AddPod(pod)
+		}
+	}
+	defer func() {
+		for _, pod := range pods {
+			if info, found := s.nodes[pod.Spec.NodeName]; found {
+				if err := info.RemovePod(klog.Background(), pod); err != nil {
+					panic(fmt.Sprintf("the replay lost track of %s/%s: %v", pod.Namespace, pod.Name, err))
+				}
+			}
+		}
+	}()
+	return check()
 }
 
 func (s *replaySnapshot) NodeInfos() fwk.NodeInfoLister           { return s }

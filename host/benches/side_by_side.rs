@@ -73,9 +73,9 @@ fn main() {
         println!("\n{name}: {}", workload.describe());
         let results = [runtime.block_on(run(&workload, Scheduler::KubeScheduler)), runtime.block_on(run(&workload, Scheduler::Wasp))];
         print_table(&workload, &results);
-        for result in results.iter().filter(|result| !result.violations.is_empty()) {
-            println!("  {} placed {} pods where kube-scheduler's filters refuse them, first:", result.scheduler.label(), result.violations.len());
-            result.violations.iter().take(5).for_each(|violation| println!("    {violation}"));
+        for result in results.iter().filter(|result| !result.check.violations.is_empty()) {
+            println!("  {} placed {} pods where kube-scheduler's filters refuse them, first:", result.scheduler.label(), result.check.violations.len());
+            result.check.violations.iter().take(5).for_each(|violation| println!("    {violation}"));
             violated.push(format!("{name} ({})", result.scheduler.label()));
         }
     }
@@ -350,8 +350,8 @@ struct RunResult {
     /// Measured pods per node: (fewest, most), over the nodes; per zone label value, when nodes have one.
     per_node: (usize, usize),
     per_zone: BTreeMap<String, usize>,
-    /// Bindings kube-scheduler's filter plugins reject, replayed in binding order (0 allowed).
-    violations: Vec<String>,
+    /// Bindings kube-scheduler's filter plugins refuse, replayed in binding order (0 allowed).
+    check: Check,
 }
 
 /// Plain pods created at [`LATENCY_RATE`] per second after the measurement, for the latency column.
@@ -450,8 +450,14 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
         .filter(|event| event.subresource() == "binding" && event.verb() == "create" && event.code() == 201)
         .map(|event| (format!("{}/{}", event.namespace(), event.name()), timestamp(event, "requestReceivedTimestamp"), timestamp(event, "stageTimestamp")))
         .collect();
-    bindings.sort_by_key(|(_, _, answered)| *answered);
-    let violations = check_placements(&plane, bindings.iter().map(|(name, _, _)| name.as_str()));
+    // In the order the API server received them, each with how many of the next were received before its answer.
+    bindings.sort_by_key(|(_, received, _)| *received);
+    let order: Vec<String> = bindings
+        .iter()
+        .enumerate()
+        .map(|(index, (name, _, answered))| format!("{name} {}", bindings[index + 1..].iter().take_while(|(_, received, _)| received < answered).count()))
+        .collect();
+    let check = check_placements(&plane, &order);
     let created_at: HashMap<String, SystemTime> = audit
         .iter()
         .filter(|event| event.resource() == "pods" && event.subresource().is_empty() && event.verb() == "create" && event.namespace() == "latency" && event.code() == 201)
@@ -494,7 +500,7 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
         usage,
         per_node: (*per_node.values().min().unwrap(), *per_node.values().max().unwrap()),
         per_zone,
-        violations,
+        check,
     }
 }
 
@@ -505,11 +511,19 @@ fn timestamp(event: &AuditEvent, field: &str) -> SystemTime {
     SystemTime::from(text.parse::<jiff::Timestamp>().unwrap())
 }
 
-/// kube-scheduler's filter plugins on every binding, replayed in `order` (`wasp-controlplane check-placements`):
-/// the violations, each `NAMESPACE/NAME on NODE: PLUGIN: REASONS`.
-fn check_placements<'a>(plane: &ControlPlane, order: impl Iterator<Item = &'a str>) -> Vec<String> {
+/// What kube-scheduler's filter plugins said of the bindings.
+struct Check {
+    /// Each `NAMESPACE/NAME on NODE: PLUGIN: REASONS`.
+    violations: Vec<String>,
+    /// Refused at their place in the order, accepted with the bindings in flight beside them.
+    out_of_order: usize,
+}
+
+/// kube-scheduler's filter plugins on every binding, replayed in `order` (`wasp-controlplane check-placements`,
+/// lines `NAMESPACE/NAME IN-FLIGHT`).
+fn check_placements(plane: &ControlPlane, order: &[String]) -> Check {
     let order_file = plane.dir.path().join("binding-order");
-    std::fs::write(&order_file, order.collect::<Vec<_>>().join("\n")).unwrap();
+    std::fs::write(&order_file, order.join("\n")).unwrap();
     let output = Command::new(control_plane::binary())
         .args(["check-placements", "--kubeconfig"])
         .arg(&plane.kubeconfig)
@@ -523,7 +537,8 @@ fn check_placements<'a>(plane: &ControlPlane, order: impl Iterator<Item = &'a st
         "check-placements: {}{stdout}",
         String::from_utf8_lossy(&output.stderr)
     );
-    stdout.lines().filter_map(|line| line.strip_prefix("violation ")).map(str::to_string).collect()
+    let out_of_order = stdout.lines().find_map(|line| line.strip_prefix("checked ")?.split_once(" out-of-order ")?.1.parse().ok()).expect("check-placements counts pods out of order");
+    Check { violations: stdout.lines().filter_map(|line| line.strip_prefix("violation ")).map(str::to_string).collect(), out_of_order }
 }
 
 /// `count` pods from a scheduler_perf template, named `{prefix}-{i}`, for `scheduler`.
@@ -630,12 +645,12 @@ impl BoundPods {
 
 fn print_table(workload: &Workload, results: &[RunResult]) {
     let reference = results.iter().find(|result| result.scheduler == Scheduler::KubeScheduler).map(|result| result.pods_per_second);
-    println!("  {:<16} {:>8} {:>7} {:>15} {:>9} {:>9} {:>8} {:>10} {:>10} {:>14}  per zone", "scheduler", "pods/s", "ratio", "start to first", "p50", "p99", "CPU s", "peak MiB", "violations", "per node");
+    println!("  {:<16} {:>8} {:>7} {:>15} {:>9} {:>9} {:>8} {:>10} {:>10} {:>12} {:>14}  per zone", "scheduler", "pods/s", "ratio", "start to first", "p50", "p99", "CPU s", "peak MiB", "violations", "out of order", "per node");
     for result in results {
         let ratio = reference.map_or("-".to_string(), |reference| format!("{:.2}x", result.pods_per_second / reference));
         let zones: Vec<String> = result.per_zone.iter().map(|(zone, count)| format!("{zone}={count}")).collect();
         println!(
-            "  {:<16} {:>8.0} {:>7} {:>14.1}s {:>7.0}ms {:>7.0}ms {:>8.1} {:>10.0} {:>10} {:>14}  {}",
+            "  {:<16} {:>8.0} {:>7} {:>14.1}s {:>7.0}ms {:>7.0}ms {:>8.1} {:>10.0} {:>10} {:>12} {:>14}  {}",
             result.scheduler.label(),
             result.pods_per_second,
             ratio,
@@ -644,7 +659,8 @@ fn print_table(workload: &Workload, results: &[RunResult]) {
             result.latency.1.as_secs_f64() * 1000.0,
             result.usage.cpu_seconds,
             result.usage.peak_mib,
-            result.violations.len(),
+            result.check.violations.len(),
+            result.check.out_of_order,
             format!("{}-{}", result.per_node.0, result.per_node.1),
             zones.join(" "),
         );
