@@ -1,8 +1,10 @@
 // Command wasp-controlplane runs a real Kubernetes control plane in one process, for wasp's end-to-end tests
 // and for trying wasp on real Kubernetes without a cloud: etcd, kube-apiserver, kube-controller-manager, kwok's
 // node and pod lifecycle in place of kubelets, a metrics adapter behind the aggregation layer (metrics.go),
-// optionally kube-scheduler (in the same process, or alone in its own: `wasp-controlplane kube-scheduler`). It writes an admin kubeconfig, prints
+// optionally kube-scheduler. It writes an admin kubeconfig, prints
 // where it is once the cluster is ready, and stops cleanly on SIGINT or SIGTERM.
+//
+// `wasp-controlplane check-placements` (check.go) judges a scheduler's bindings with kube-scheduler's filters.
 package main
 
 import (
@@ -38,11 +40,9 @@ type options struct {
 }
 
 func main() {
-	// Subcommands beside the control plane: kube-scheduler alone (scheduler.go), the placement check (check.go).
-	subcommands := map[string]func([]string) error{"kube-scheduler": runSchedulerCommand, "check-placements": runCheckCommand}
-	if len(os.Args) > 1 && subcommands[os.Args[1]] != nil {
-		if err := subcommands[os.Args[1]](os.Args[2:]); err != nil {
-			fmt.Fprintf(os.Stderr, "wasp-controlplane %s: %v\n", os.Args[1], err)
+	if len(os.Args) > 1 && os.Args[1] == "check-placements" {
+		if err := runCheckCommand(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "wasp-controlplane check-placements: %v\n", err)
 			os.Exit(1)
 		}
 		return
@@ -92,9 +92,15 @@ func run(opts options) error {
 	defer logFile.Close()
 	// The components log through klog (kwok through slog); their logs go to a file, this command's own lines
 	// to stdout.
-	if err := logTo(logFile); err != nil {
-		return err
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	for name, value := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
+		if err := klogFlags.Set(name, value); err != nil {
+			return err
+		}
 	}
+	klog.SetOutput(logFile)
+	slog.SetDefault(slog.New(slog.NewTextHandler(logFile, nil)))
 
 	ports, err := freePorts(3)
 	if err != nil {
@@ -181,20 +187,6 @@ func run(opts options) error {
 	fmt.Println("stopping")
 	components.wait(30 * time.Second)
 	return failed
-}
-
-// logTo sends klog's and slog's lines to file only.
-func logTo(file *os.File) error {
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	for name, value := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
-		if err := klogFlags.Set(name, value); err != nil {
-			return err
-		}
-	}
-	klog.SetOutput(file)
-	slog.SetDefault(slog.New(slog.NewTextHandler(file, nil)))
-	return nil
 }
 
 // group runs the components, each on the shared context; the first to fail stops the rest.

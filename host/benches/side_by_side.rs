@@ -7,18 +7,23 @@
 //! plane is built from (`test/integration/scheduler_perf/*/performance-config.yaml` and its templates, in Go's
 //! module cache): the same node and pod templates, the same operations, the counts of the test case's
 //! `performance` workload (5000 nodes) scaled to `--nodes`. Each scheduler gets a fresh control plane
-//! (`wasp-controlplane`) and runs as its own process, so its CPU time and peak memory are its own:
-//! kube-scheduler from the same Go modules (`wasp-controlplane kube-scheduler`: the default profile, the default
-//! `percentageOfNodesToScore`, scheduler_perf's client rate limit of 5000/s) and `wasp run` with its built-in
-//! configuration (the default policy set, as WASM).
+//! (`wasp-controlplane`) and runs as its own process, so its CPU time and peak memory (start-up and the first
+//! list of the cluster included) are its own: kube-scheduler's command built from the same Go modules
+//! (`target/controlplane/kube-scheduler`: the default profile, the default `percentageOfNodesToScore`,
+//! scheduler_perf's client rate limit of 5000/s) and `wasp run` with its built-in configuration (the default
+//! policy set, as WASM). Both connect as the control plane's admin, as kube-scheduler does in scheduler_perf
+//! (exempt from API priority and fairness).
 //!
 //! What differs from scheduler_perf, and why: scheduler_perf creates the measured pods while the scheduler runs
 //! and samples how many are scheduled each second. On two shared cores the pods' creation would be the bottleneck
 //! for both schedulers, so here the measured pods are created while no scheduler runs, then the scheduler is
 //! started and the rate counts from its first binding of them to its last, from the API server's audit log. The
-//! informer sync before the first binding is printed apart ("start to first"). The latency column is measured
-//! afterwards, with the scheduler running: plain pods created at a steady rate, from the API server's answer to
-//! the create to its receipt of the binding.
+//! informer sync before the first binding is printed apart ("start to first"). The latency columns are measured
+//! afterwards, with the scheduler running and idle: 100 plain pods created at 20 per second, from the API
+//! server's receipt of the create to its receipt of the binding. Also unlike scheduler_perf: kwok updates nodes
+//! and pods as kubelets would, and every kube-controller-manager controller runs; nodes are used once the node
+//! lifecycle controller has lifted their `not-ready` taint (scheduler_perf disables the admission plugin that
+//! adds it).
 //!
 //! `--nodes 100` is the smoke version `scripts/test.sh` runs: it fails when a scheduler leaves a pod unbound.
 
@@ -71,6 +76,7 @@ fn main() {
     for name in &chosen {
         let workload = catalogue.workload(name, nodes);
         println!("\n{name}: {}", workload.describe());
+        assert_eq!(workload.operations.iter().filter(|operation| matches!(operation, Operation::CreatePods { measured: true, .. })).count(), 1, "{name}: one measured operation");
         let results = [runtime.block_on(run(&workload, Scheduler::KubeScheduler)), runtime.block_on(run(&workload, Scheduler::Wasp))];
         print_table(&workload, &results);
         for result in results.iter().filter(|result| !result.check.violations.is_empty()) {
@@ -118,16 +124,15 @@ impl Catalogue {
             }
         }
         let (dir, case) = found.unwrap_or_else(|| panic!("no scheduler_perf test case {name} under {}", self.dir.display()));
-        // The workload scheduler_perf's performance job runs (the first with a threshold), without feature gates
-        // of its own.
-        let measured = case["workloads"]
-            .as_sequence()
-            .unwrap()
+        // The workload scheduler_perf's performance job runs (one with a threshold), the variant with queueing
+        // hints on, as they are in this Kubernetes version (the gate is locked on).
+        let thresholded: Vec<&Value> = case["workloads"].as_sequence().unwrap().iter().filter(|workload| workload["threshold"].is_number()).collect();
+        let measured = thresholded
             .iter()
-            .find(|workload| workload["threshold"].is_number() && workload["featureGates"].is_null())
-            .or_else(|| case["workloads"].as_sequence().unwrap().iter().find(|workload| workload["threshold"].is_number()))
-            .unwrap_or_else(|| panic!("{name}: no workload with a threshold"))
-            .clone();
+            .find(|workload| workload["featureGates"]["SchedulerQueueingHints"].as_bool() == Some(true))
+            .or(thresholded.first())
+            .map(|workload| (*workload).clone())
+            .unwrap_or_else(|| panic!("{name}: no workload with a threshold"));
         let params: BTreeMap<String, usize> = measured["params"]
             .as_mapping()
             .unwrap()
@@ -152,7 +157,7 @@ impl Catalogue {
                     operations.push(Operation::CreateNodes {
                         count: count(op),
                         template: template(op["nodeTemplatePath"].as_str()),
-                        zone_labels: op["labelNodePrepareStrategy"].as_mapping().map(|strategy| {
+                        labels: op["labelNodePrepareStrategy"].as_mapping().map(|strategy| {
                             let key = strategy.get("labelKey").and_then(Value::as_str).unwrap().to_string();
                             let values = strategy.get("labelValues").and_then(Value::as_sequence).unwrap().iter().map(|value| value.as_str().unwrap().to_string()).collect();
                             (key, values)
@@ -215,7 +220,8 @@ struct Workload {
 }
 
 enum Operation {
-    CreateNodes { count: usize, template: Option<Value>, zone_labels: Option<(String, Vec<String>)> },
+    /// `labels`: scheduler_perf's labelNodePrepareStrategy, a key and values given to the nodes round-robin.
+    CreateNodes { count: usize, template: Option<Value>, labels: Option<(String, Vec<String>)> },
     CreateNamespace(String),
     CreatePods { count: usize, namespace: String, template: Value, measured: bool },
 }
@@ -268,18 +274,30 @@ impl Scheduler {
     }
 
     fn start(self, plane: &ControlPlane) -> SchedulerProcess {
-        let dir = plane.dir.path();
-        let log = dir.join(format!("{}.log", self.profile()));
+        let log = plane.dir.path().join(format!("{}-{}.log", self.profile(), SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis()));
         let process = match self {
-            Scheduler::KubeScheduler => Command::new(control_plane::binary())
-                .args(["kube-scheduler", "--kubeconfig"])
-                .arg(dir.join("kube-scheduler.kubeconfig"))
-                .arg("--log-file")
-                .arg(&log)
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap(),
+            Scheduler::KubeScheduler => {
+                let kubeconfig = plane.kubeconfig.to_str().unwrap();
+                Command::new(kube_scheduler_binary())
+                    .args([
+                        &format!("--kubeconfig={kubeconfig}"),
+                        &format!("--authentication-kubeconfig={kubeconfig}"),
+                        &format!("--authorization-kubeconfig={kubeconfig}"),
+                        "--leader-elect=false",
+                        "--secure-port=0",
+                        // scheduler_perf's client rate limit (test/integration/scheduler_perf/util.go): the default
+                        // 50 requests/s would cap the bindings, not measure the scheduler.
+                        "--kube-api-qps=5000",
+                        "--kube-api-burst=5000",
+                    ])
+                    // As in a kube-scheduler Pod: no memory limit for Go's collector (the control plane's is its own).
+                    .env_remove("GOMEMLIMIT")
+                    .env_remove("GOGC")
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(&log).unwrap())
+                    .spawn()
+                    .unwrap()
+            }
             Scheduler::Wasp => Command::new(env!("CARGO_BIN_EXE_wasp"))
                 .args(["run", "--no-leader-election", "--listen", "127.0.0.1:0", "--insecure-listen", "127.0.0.1:0", "--cache-dir"])
                 // Policies compiled once for every run: start-up is not what is compared.
@@ -311,13 +329,13 @@ struct Usage {
 impl SchedulerProcess {
     fn usage(&self) -> Usage {
         let pid = self.process.id();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the scheduler's /proc/PID/stat");
         // Fields after the command's closing parenthesis: state is the 3rd field, utime the 14th, stime the 15th.
         let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
         let ticks: f64 = [11, 12].iter().filter_map(|index| fields.get(*index)?.parse::<f64>().ok()).sum();
         let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let peak_kib: f64 = status.lines().find_map(|line| line.strip_prefix("VmHWM:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0.0);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the scheduler's /proc/PID/status");
+        let peak_kib: f64 = status.lines().find_map(|line| line.strip_prefix("VmHWM:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmHWM");
         Usage { cpu_seconds: ticks / ticks_per_second, peak_mib: peak_kib / 1024.0 }
     }
 
@@ -329,9 +347,42 @@ impl SchedulerProcess {
             panic!("{} exited ({status}); the end of {}:\n{}", scheduler.label(), self.log.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
         }
     }
+}
 
-    fn stop(mut self) {
+/// A scheduler never outlives its run, even one that fails.
+impl Drop for SchedulerProcess {
+    fn drop(&mut self) {
         control_plane::stop(&mut self.process, Duration::from_secs(10));
+    }
+}
+
+/// kube-scheduler's command, built by scripts/build-controlplane.sh from the control plane's Go modules.
+fn kube_scheduler_binary() -> PathBuf {
+    let path = repo_root().join("target/controlplane/kube-scheduler");
+    assert!(path.exists(), "{} is missing: scripts/build-controlplane.sh builds it", path.display());
+    path
+}
+
+/// Waits until `count` nodes are Ready and none carries the `not-ready` taint the API server gives a new node
+/// (until the node lifecycle controller lifts it, no scheduler may use the node).
+async fn wait_schedulable(client: &kube::Client, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let nodes = Api::<Node>::all(client.clone()).list(&Default::default()).await.unwrap().items;
+        let schedulable = nodes
+            .iter()
+            .filter(|node| {
+                let status = node.status.as_ref();
+                let ready = status.and_then(|status| status.conditions.as_ref()).is_some_and(|conditions| conditions.iter().any(|condition| condition.type_ == "Ready" && condition.status == "True"));
+                let tainted = node.spec.as_ref().and_then(|spec| spec.taints.as_ref()).is_some_and(|taints| taints.iter().any(|taint| taint.key.starts_with("node.kubernetes.io/")));
+                ready && !tainted
+            })
+            .count();
+        if schedulable >= count {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{schedulable} of {count} nodes schedulable after 5 minutes");
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -347,8 +398,9 @@ struct RunResult {
     /// Creation-to-binding latency of pods created at a steady rate while the scheduler runs: p50, p99.
     latency: (Duration, Duration),
     usage: Usage,
-    /// Measured pods per node: (fewest, most), over the nodes; per zone label value, when nodes have one.
+    /// Measured pods per node: (fewest, most), over the nodes.
     per_node: (usize, usize),
+    /// Measured pods per zone label value, when nodes have one.
     per_zone: BTreeMap<String, usize>,
     /// Bindings kube-scheduler's filter plugins refuse, replayed in binding order (0 allowed).
     check: Check,
@@ -367,25 +419,25 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
     let bound = BoundPods::watch(client.clone());
     let mut running: Option<SchedulerProcess> = None;
     let mut measured = Vec::new();
-    let mut measurement = None;
+    let mut measured_started = None;
     let mut node_index = 0;
     for (index, operation) in workload.operations.iter().enumerate() {
         match operation {
-            Operation::CreateNodes { count, template, zone_labels } => {
+            Operation::CreateNodes { count, template, labels: round_robin } => {
                 let template = template.clone().unwrap_or_else(base_node);
                 let nodes: Vec<Node> = (0..*count)
                     .map(|offset| {
-                        let index = node_index + offset;
+                        let number = node_index + offset;
                         let mut node = template.clone();
-                        let name = format!("scheduler-perf-{index}");
+                        let name = format!("scheduler-perf-{number}");
                         node["metadata"]["name"] = Value::from(name.clone());
                         let labels = &mut node["metadata"]["labels"];
                         if labels.is_null() {
                             *labels = Value::Mapping(Default::default());
                         }
                         labels["kubernetes.io/hostname"] = Value::from(name);
-                        if let Some((key, values)) = zone_labels {
-                            labels[key.as_str()] = Value::from(values[index % values.len()].clone());
+                        if let Some((key, values)) = round_robin {
+                            labels[key.as_str()] = Value::from(values[number % values.len()].clone());
                         }
                         serde_yaml::from_value(node).unwrap()
                     })
@@ -393,7 +445,8 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
                 node_index += count;
                 let started = Instant::now();
                 create_all(Api::<Node>::all(client.clone()), nodes).await;
-                eprintln!("  {count} nodes created in {:.1}s", started.elapsed().as_secs_f64());
+                wait_schedulable(&client, node_index).await;
+                eprintln!("  {count} nodes created and schedulable in {:.1}s", started.elapsed().as_secs_f64());
             }
             Operation::CreateNamespace(name) => {
                 let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
@@ -405,15 +458,13 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
                 let names: Vec<String> = pods.iter().map(|pod| format!("{namespace}/{}", pod.metadata.name.as_deref().unwrap())).collect();
                 if *is_measured {
                     // Created with no scheduler running; then a fresh scheduler is timed placing them.
-                    if let Some(process) = running.take() {
-                        process.stop();
-                    }
+                    drop(running.take());
                     let started = Instant::now();
                     create_all(Api::<Pod>::namespaced(client.clone(), namespace), pods).await;
                     eprintln!("  {count} measured pods created in {:.1}s", started.elapsed().as_secs_f64());
                     let mut process = scheduler.start(&plane);
                     bound.wait_for(&names, &mut process, scheduler).await;
-                    measurement = Some(process.started);
+                    measured_started = Some(process.started);
                     running = Some(process);
                     measured.extend(names);
                 } else {
@@ -435,43 +486,40 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
     let latency_names: Vec<String> = pods.iter().map(|pod| format!("latency/{}", pod.metadata.name.as_deref().unwrap())).collect();
     let api = Api::<Pod>::namespaced(client.clone(), "latency");
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / LATENCY_RATE));
+    // A slow create delays the next ones; it does not send a burst.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for pod in pods {
         tick.tick().await;
         api.create(&PostParams::default(), &pod).await.unwrap();
     }
     bound.wait_for(&latency_names, &mut process, scheduler).await;
-    process.stop();
+    drop(process);
 
-    // From the API server's record: when each pod's creation was answered, when each binding was received and
-    // answered (the order the placement check replays).
+    // From the API server's record: when each pod's creation and each binding were received (the order the
+    // placement check replays).
     let audit = plane.audit();
-    let mut bindings: Vec<(String, SystemTime, SystemTime)> = audit
+    let mut bindings: Vec<(String, SystemTime)> = audit
         .iter()
         .filter(|event| event.subresource() == "binding" && event.verb() == "create" && event.code() == 201)
-        .map(|event| (format!("{}/{}", event.namespace(), event.name()), timestamp(event, "requestReceivedTimestamp"), timestamp(event, "stageTimestamp")))
+        .map(|event| (format!("{}/{}", event.namespace(), event.name()), received(event)))
         .collect();
-    // In the order the API server received them, each with how many of the next were received before its answer.
-    bindings.sort_by_key(|(_, received, _)| *received);
-    let order: Vec<String> = bindings
-        .iter()
-        .enumerate()
-        .map(|(index, (name, _, answered))| format!("{name} {}", bindings[index + 1..].iter().take_while(|(_, received, _)| received < answered).count()))
-        .collect();
+    bindings.sort_by_key(|(_, received)| *received);
+    let order: Vec<&str> = bindings.iter().map(|(name, _)| name.as_str()).collect();
     let check = check_placements(&plane, &order);
     let created_at: HashMap<String, SystemTime> = audit
         .iter()
         .filter(|event| event.resource() == "pods" && event.subresource().is_empty() && event.verb() == "create" && event.namespace() == "latency" && event.code() == 201)
-        .map(|event| (event.name().to_string(), timestamp(event, "stageTimestamp")))
+        .map(|event| (event.name().to_string(), received(event)))
         .collect();
     assert_eq!(created_at.len(), LATENCY_PODS, "the audit log names every pod created");
-    let bindings: HashMap<String, SystemTime> = bindings.into_iter().map(|(name, received, _)| (name, received)).collect();
+    let bindings: HashMap<String, SystemTime> = bindings.into_iter().collect();
     let measured_times: Vec<SystemTime> = measured.iter().map(|name| *bindings.get(name).unwrap_or_else(|| panic!("no binding of {name} in the audit log"))).collect();
     let first = *measured_times.iter().min().unwrap();
     let last = *measured_times.iter().max().unwrap();
     let span = last.duration_since(first).unwrap_or_default().as_secs_f64().max(0.001);
     let mut latencies: Vec<Duration> = created_at
         .iter()
-        .map(|(name, created)| bindings[&format!("latency/{name}")].duration_since(*created).unwrap_or_default())
+        .map(|(name, created)| bindings[&format!("latency/{name}")].duration_since(*created).expect("a pod is bound after it is created"))
         .collect();
     latencies.sort();
     let percentile = |p: f64| latencies[((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1];
@@ -495,7 +543,7 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
     RunResult {
         scheduler,
         pods_per_second: measured.len().saturating_sub(1).max(1) as f64 / span,
-        start_to_first: first.duration_since(measurement.unwrap()).unwrap_or_default(),
+        start_to_first: first.duration_since(measured_started.unwrap()).unwrap_or_default(),
         latency: (percentile(0.5), percentile(0.99)),
         usage,
         per_node: (*per_node.values().min().unwrap(), *per_node.values().max().unwrap()),
@@ -504,10 +552,9 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
     }
 }
 
-/// One of an audit event's timestamps: `requestReceivedTimestamp` or `stageTimestamp` (the answer, at
-/// ResponseComplete).
-fn timestamp(event: &AuditEvent, field: &str) -> SystemTime {
-    let text = event.0[field].as_str().unwrap_or_else(|| panic!("an audit event without {field}: {}", event.0));
+/// When the API server received the request.
+fn received(event: &AuditEvent) -> SystemTime {
+    let text = event.0["requestReceivedTimestamp"].as_str().unwrap_or_else(|| panic!("an audit event without requestReceivedTimestamp: {}", event.0));
     SystemTime::from(text.parse::<jiff::Timestamp>().unwrap())
 }
 
@@ -515,13 +562,12 @@ fn timestamp(event: &AuditEvent, field: &str) -> SystemTime {
 struct Check {
     /// Each `NAMESPACE/NAME on NODE: PLUGIN: REASONS`.
     violations: Vec<String>,
-    /// Refused at their place in the order, accepted with the bindings in flight beside them.
+    /// Refused at their place in the order, accepted in the final state (see controlplane/check.go).
     out_of_order: usize,
 }
 
-/// kube-scheduler's filter plugins on every binding, replayed in `order` (`wasp-controlplane check-placements`,
-/// lines `NAMESPACE/NAME IN-FLIGHT`).
-fn check_placements(plane: &ControlPlane, order: &[String]) -> Check {
+/// kube-scheduler's filter plugins on every binding, replayed in `order` (`wasp-controlplane check-placements`).
+fn check_placements(plane: &ControlPlane, order: &[&str]) -> Check {
     let order_file = plane.dir.path().join("binding-order");
     std::fs::write(&order_file, order.join("\n")).unwrap();
     let output = Command::new(control_plane::binary())
@@ -666,7 +712,7 @@ fn print_table(workload: &Workload, results: &[RunResult]) {
         );
     }
     println!(
-        "  {} measured pods; scheduler_perf's threshold for {}: {} pods/s (Kubernetes' CI machines, for orientation only)",
+        "  {} measured pods, a backlog created before the scheduler starts; scheduler_perf's threshold for {}: {} pods/s (pods created while scheduling, on Kubernetes' CI machines: for orientation only)",
         workload.measured_pods(),
         workload.variant,
         workload.threshold.map_or("none".to_string(), |threshold| threshold.to_string())

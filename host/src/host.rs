@@ -92,7 +92,8 @@ impl Host {
         let scheduler_metrics = SchedulerMetrics::register(&mut endpoints.metrics);
         // Each loop sends through a request budget of its own (see `kube::client`).
         let scheduler_api = api.with_own_budget(crate::kube::client::SCHEDULER_IN_FLIGHT);
-        let binder = Binder::new(scheduler_api.clone(), events.sending_through(scheduler_api), cluster.clone());
+        let scheduler_events = events.sending_through(api.with_own_budget(crate::kube::client::SCHEDULER_EVENTS_IN_FLIGHT));
+        let binder = Binder::new(scheduler_api, scheduler_events, cluster.clone());
         let scheduler = Scheduler::new(policies.clone(), cluster.clone(), binder, scheduler_metrics);
         let rescheduler_metrics = ReschedulerMetrics::register(&mut endpoints.metrics);
         let rescheduler_api = api.with_own_budget(crate::kube::client::LOOP_IN_FLIGHT);
