@@ -34,6 +34,7 @@ mod control_plane;
 use control_plane::{AuditEvent, ControlPlane};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_yaml::Value;
@@ -44,7 +45,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The test cases compared, in scheduler_perf's names.
-const WORKLOADS: &[&str] = &["SchedulingBasic", "SchedulingPodAntiAffinity", "SchedulingPodAffinity", "TopologySpreading"];
+const WORKLOADS: &[&str] = &["SchedulingBasic", "SchedulingPodAntiAffinity", "SchedulingPodAffinity", "TopologySpreading", "Unschedulable"];
 
 /// Requests in flight while creating nodes and pods.
 const CREATORS: usize = 16;
@@ -181,6 +182,19 @@ impl Catalogue {
                     });
                     &["opcode", "countParam", "count", "podTemplatePath", "namespace", "collectMetrics"]
                 }
+                "churn" => {
+                    // Only pods created without deletion ("create" mode); scheduler_perf's default interval.
+                    assert_eq!(op["mode"].as_str(), Some("create"), "{name}: churn mode {:?} is not supported by this benchmark yet", op["mode"]);
+                    let templates: Vec<Value> = op["templatePaths"].as_sequence().unwrap().iter().map(|path| template(path.as_str()).unwrap()).collect();
+                    assert!(templates.iter().all(|template| template["kind"].as_str() == Some("Pod")), "{name}: only pods are churned by this benchmark yet");
+                    operations.push(Operation::ChurnPods {
+                        templates,
+                        namespace: op["namespace"].as_str().map_or_else(|| format!("namespace-{index}"), str::to_string),
+                        interval: Duration::from_millis(op["intervalMilliseconds"].as_u64().unwrap_or(500)),
+                        limit: op["number"].as_u64().filter(|number| *number > 0).map(|number| number as usize),
+                    });
+                    &["opcode", "mode", "templatePaths", "intervalMilliseconds", "number", "namespace"]
+                }
                 other => panic!("{name}: scheduler_perf's opcode {other:?} is not supported by this benchmark yet"),
             };
             if let Some(unknown) = op.as_mapping().unwrap().keys().filter_map(Value::as_str).find(|key| !known.contains(key)) {
@@ -224,6 +238,9 @@ enum Operation {
     CreateNodes { count: usize, template: Option<Value>, labels: Option<(String, Vec<String>)> },
     CreateNamespace(String),
     CreatePods { count: usize, namespace: String, template: Value, measured: bool },
+    /// scheduler_perf's `churn` in `create` mode: from its place on, a pod of each template every `interval`, up to
+    /// `limit` pods, until the measured pods are placed.
+    ChurnPods { templates: Vec<Value>, namespace: String, interval: Duration, limit: Option<usize> },
 }
 
 impl Workload {
@@ -234,6 +251,7 @@ impl Workload {
             .filter_map(|operation| match operation {
                 Operation::CreateNodes { count, .. } => Some(format!("{count} nodes")),
                 Operation::CreatePods { count, namespace, measured, .. } => Some(format!("{count} {} pods in {namespace}", if *measured { "measured" } else { "initial" })),
+                Operation::ChurnPods { templates, interval, .. } => Some(format!("{} churned pod(s) every {interval:?}", templates.len())),
                 Operation::CreateNamespace(_) => None,
             })
             .collect();
@@ -417,7 +435,9 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
     )
     .unwrap();
     let bound = BoundPods::watch(client.clone());
+    priority_classes(&client, workload).await;
     let mut running: Option<SchedulerProcess> = None;
+    let mut churns = Vec::new();
     let mut measured = Vec::new();
     let mut measured_started = None;
     let mut node_index = 0;
@@ -447,6 +467,10 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
                 create_all(Api::<Node>::all(client.clone()), nodes).await;
                 wait_schedulable(&client, node_index).await;
                 eprintln!("  {count} nodes created and schedulable in {:.1}s", started.elapsed().as_secs_f64());
+            }
+            Operation::ChurnPods { templates, namespace, interval, limit } => {
+                ensure_namespace(&client, namespace).await;
+                churns.push(Churn::start(Api::namespaced(client.clone(), namespace), templates.clone(), *interval, *limit, scheduler));
             }
             Operation::CreateNamespace(name) => {
                 let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
@@ -479,6 +503,7 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
     }
     let mut process = running.expect("the workload creates pods");
     let usage = process.usage();
+    drop(churns);
 
     // Latency: plain pods at a steady rate, the scheduler running.
     ensure_namespace(&client, "latency").await;
@@ -598,9 +623,28 @@ fn pods_from(template: &Value, namespace: &str, prefix: &str, count: usize, sche
                 metadata.remove("generateName");
             }
             pod["spec"]["schedulerName"] = Value::from(scheduler.profile());
+            // scheduler_perf disables the Priority admission plugin and sets priorities directly; with it on, as in
+            // any cluster, a pod names a PriorityClass (made by `priority_classes`).
+            if let Some(priority) = pod["spec"].as_mapping_mut().and_then(|spec| spec.remove("priority")) {
+                pod["spec"]["priorityClassName"] = Value::from(format!("scheduler-perf-{}", priority.as_i64().unwrap()));
+            }
             serde_yaml::from_value(pod).unwrap()
         })
         .collect()
+}
+
+/// The PriorityClasses the workload's pod templates' priorities become (see `pods_from`).
+async fn priority_classes(client: &kube::Client, workload: &Workload) {
+    let templates = workload.operations.iter().flat_map(|operation| match operation {
+        Operation::CreatePods { template, .. } => std::slice::from_ref(template),
+        Operation::ChurnPods { templates, .. } => templates.as_slice(),
+        _ => &[],
+    });
+    let priorities: std::collections::BTreeSet<i64> = templates.filter_map(|template| template["spec"]["priority"].as_i64()).collect();
+    for priority in priorities {
+        let class: PriorityClass = serde_json::from_value(serde_json::json!({"metadata": {"name": format!("scheduler-perf-{priority}")}, "value": priority})).unwrap();
+        Api::<PriorityClass>::all(client.clone()).create(&PostParams::default(), &class).await.unwrap();
+    }
 }
 
 async fn ensure_namespace(client: &kube::Client, name: &str) {
@@ -626,6 +670,39 @@ where
         .try_collect::<Vec<()>>()
         .await
         .unwrap_or_else(|error| panic!("creating {}: {error}", std::any::type_name::<K>()));
+}
+
+/// Pods created from templates at an interval, in the background, until dropped.
+struct Churn(tokio::task::JoinHandle<()>);
+
+impl Churn {
+    fn start(api: Api<Pod>, templates: Vec<Value>, interval: Duration, limit: Option<usize>, scheduler: Scheduler) -> Churn {
+        Churn(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut created = 0;
+            loop {
+                tick.tick().await;
+                for template in &templates {
+                    if limit.is_some_and(|limit| created >= limit) {
+                        return;
+                    }
+                    let namespace = api.namespace().unwrap_or_default().to_string();
+                    let pod = pods_from(template, &namespace, &format!("churn-{created}"), 1, scheduler).remove(0);
+                    if let Err(error) = api.create(&PostParams::default(), &pod).await {
+                        eprintln!("  churn: creating a pod: {error}");
+                    }
+                    created += 1;
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Churn {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Every pod's node, as a watch of all pods sees it. The watch ends on drop (an open watch holds up the API
