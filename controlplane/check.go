@@ -17,7 +17,8 @@ package main
 // anti-affinity rule acceptable, so those violations stay violations; a spread skew exceeded on the way and
 // evened out by later pods is not counted. What the replay cannot know: the nodes,
 // volumes and claims as they were at each binding (it reads them as they are now, less the node lifecycle
-// controller's not-ready and unreachable taints), nominated pods, and pods deleted since.
+// controller's not-ready and unreachable taints), nominated pods, and pods deleted since (preemption's victims:
+// left out, so the pods bound beside them while they ran are judged without them).
 
 import (
 	"bufio"
@@ -52,8 +53,9 @@ import (
 )
 
 // runCheckCommand is `wasp-controlplane check-placements --kubeconfig FILE --order FILE`: ORDER lists the pods to
-// replay as `namespace/name`, one per line, in the order the API server received their bindings. It prints a line per violation (`violation NAMESPACE/NAME on NODE: PLUGIN: REASONS`) and then
-// `checked N violations M out-of-order K`; it fails only when it cannot check.
+// replay as `namespace/name`, one per line, in the order the API server received their bindings. It prints a
+// line per violation (`violation NAMESPACE/NAME on NODE: PLUGIN: REASONS`) and then
+// `checked N gone G violations M out-of-order K` (G: deleted since); it fails only when it cannot check.
 func runCheckCommand(args []string) error {
 	flags := flag.NewFlagSet("wasp-controlplane check-placements", flag.ContinueOnError)
 	kubeconfig := flags.String("kubeconfig", "", "an admin kubeconfig of the cluster")
@@ -152,13 +154,17 @@ func runCheckCommand(args []string) error {
 			snapshot.add(pod)
 		}
 	}
-	replay := make([]*v1.Pod, len(order))
-	for i, name := range order {
+	// Pods deleted since they were bound (preemption's victims) are left out: the replay checks the others as if
+	// the deleted ones had never been there.
+	var replay []*v1.Pod
+	gone := 0
+	for _, name := range order {
 		pod, found := byName[name]
 		if !found || pod.Spec.NodeName == "" {
-			return fmt.Errorf("pod %s: not found bound (deleted since?)", name)
+			gone++
+			continue
 		}
-		replay[i] = pod
+		replay = append(replay, pod)
 	}
 	violations, outOfOrder := 0, 0
 	for i, pod := range replay {
@@ -171,7 +177,7 @@ func runCheckCommand(args []string) error {
 				outOfOrder++
 			} else {
 				violations++
-				fmt.Printf("violation %s on %s: %s: %s\n", order[i], pod.Spec.NodeName, plugin, strings.Join(reasons, "; "))
+				fmt.Printf("violation %s/%s on %s: %s: %s\n", pod.Namespace, pod.Name, pod.Spec.NodeName, plugin, strings.Join(reasons, "; "))
 			}
 		}
 		snapshot.add(pod)
@@ -179,7 +185,7 @@ func runCheckCommand(args []string) error {
 	if flapped > 0 {
 		fmt.Printf("nodes not ready now, their taints left out: %d\n", flapped)
 	}
-	fmt.Printf("checked %d violations %d out-of-order %d\n", len(order), violations, outOfOrder)
+	fmt.Printf("checked %d gone %d violations %d out-of-order %d\n", len(order), gone, violations, outOfOrder)
 	return nil
 }
 

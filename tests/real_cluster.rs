@@ -1159,5 +1159,5 @@ fn the_placement_check_names_the_bindings_kube_schedulers_filters_refuse() {
         ],
         "{stdout}"
     );
-    assert!(stdout.lines().any(|line| line == "checked 4 violations 2 out-of-order 0"), "{stdout}");
+    assert!(stdout.lines().any(|line| line == "checked 4 gone 0 violations 2 out-of-order 0"), "{stdout}");
 }

@@ -11,7 +11,7 @@
 //! list of the cluster included) are its own: kube-scheduler's command built from the same Go modules
 //! (`target/controlplane/kube-scheduler`: the default profile, the default `percentageOfNodesToScore`,
 //! scheduler_perf's client rate limit of 5000/s) and `wasp run` with its built-in configuration (the default
-//! policy set, as WASM). Both connect as the control plane's admin, as kube-scheduler does in scheduler_perf
+//! policy set, as WASM, with preemption: see `wasp_config`). Both connect as the control plane's admin, as kube-scheduler does in scheduler_perf
 //! (exempt from API priority and fairness).
 //!
 //! What differs from scheduler_perf, and why: scheduler_perf creates the measured pods while the scheduler runs
@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The test cases compared, in scheduler_perf's names.
-const WORKLOADS: &[&str] = &["SchedulingBasic", "SchedulingPodAntiAffinity", "SchedulingPodAffinity", "TopologySpreading", "Unschedulable"];
+const WORKLOADS: &[&str] = &["SchedulingBasic", "SchedulingPodAntiAffinity", "SchedulingPodAffinity", "TopologySpreading", "Unschedulable", "PreemptionAsync"];
 
 /// Requests in flight while creating nodes and pods.
 const CREATORS: usize = 16;
@@ -80,6 +80,9 @@ fn main() {
         assert_eq!(workload.operations.iter().filter(|operation| matches!(operation, Operation::CreatePods { measured: true, .. })).count(), 1, "{name}: one measured operation");
         let results = [runtime.block_on(run(&workload, Scheduler::KubeScheduler)), runtime.block_on(run(&workload, Scheduler::Wasp))];
         print_table(&workload, &results);
+        for result in results.iter().filter(|result| result.check.gone > 0) {
+            println!("  {}: {} pods bound, then deleted (preemption's victims)", result.scheduler.label(), result.check.gone);
+        }
         for result in results.iter().filter(|result| !result.check.violations.is_empty()) {
             println!("  {} placed {} pods where kube-scheduler's filters refuse them, first:", result.scheduler.label(), result.check.violations.len());
             result.check.violations.iter().take(5).for_each(|violation| println!("    {violation}"));
@@ -317,7 +320,9 @@ impl Scheduler {
                     .unwrap()
             }
             Scheduler::Wasp => Command::new(env!("CARGO_BIN_EXE_wasp"))
-                .args(["run", "--no-leader-election", "--listen", "127.0.0.1:0", "--insecure-listen", "127.0.0.1:0", "--cache-dir"])
+                .args(["run", "--no-leader-election", "--listen", "127.0.0.1:0", "--insecure-listen", "127.0.0.1:0", "--config"])
+                .arg(wasp_config(plane))
+                .arg("--cache-dir")
                 // Policies compiled once for every run: start-up is not what is compared.
                 .arg(repo_root().join("target/side-by-side-cache"))
                 .env("KUBECONFIG", &plane.kubeconfig)
@@ -372,6 +377,21 @@ impl Drop for SchedulerProcess {
     fn drop(&mut self) {
         control_plane::stop(&mut self.process, Duration::from_secs(10));
     }
+}
+
+/// wasp's built-in configuration (the default policy set) with preemption, as kube-scheduler's default profile
+/// preempts: the rescheduler with no strategy of its own, only `make-room-for-pending`. Pods no controller would
+/// recreate may be its victims (`evictBarePods`), as kube-scheduler's are: scheduler_perf's pods are all bare, and
+/// wasp's envelope, like the descheduler's, protects them by default.
+fn wasp_config(plane: &ControlPlane) -> PathBuf {
+    let built_in = std::fs::read_to_string(repo_root().join("host/src/config/default-config.yaml")).unwrap();
+    // A configuration's policy directory is relative to the file.
+    let policies = repo_root().join("plugins/out");
+    let built_in = built_in.replace("policyDir: plugins/out", &format!("policyDir: {}", policies.display()));
+    assert!(built_in.contains(&format!("policyDir: {}", policies.display())), "the built-in configuration names plugins/out");
+    let path = plane.dir.path().join("wasp-config.yaml");
+    std::fs::write(&path, format!("{built_in}rescheduler:\n  preemption: {{policy: make-room-for-pending}}\n  protections: {{evictBarePods: true}}\n")).unwrap();
+    path
 }
 
 /// kube-scheduler's command, built by scripts/build-controlplane.sh from the control plane's Go modules.
@@ -589,6 +609,8 @@ struct Check {
     violations: Vec<String>,
     /// Refused at their place in the order, accepted in the final state (see controlplane/check.go).
     out_of_order: usize,
+    /// Bound, then deleted (preemption's victims).
+    gone: usize,
 }
 
 /// kube-scheduler's filter plugins on every binding, replayed in `order` (`wasp-controlplane check-placements`).
@@ -608,8 +630,10 @@ fn check_placements(plane: &ControlPlane, order: &[&str]) -> Check {
         "check-placements: {}{stdout}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let out_of_order = stdout.lines().find_map(|line| line.strip_prefix("checked ")?.split_once(" out-of-order ")?.1.parse().ok()).expect("check-placements counts pods out of order");
-    Check { violations: stdout.lines().filter_map(|line| line.strip_prefix("violation ")).map(str::to_string).collect(), out_of_order }
+    // `checked N gone G violations M out-of-order K`
+    let counts: Vec<usize> = stdout.lines().find_map(|line| line.strip_prefix("checked ")).unwrap().split_whitespace().filter_map(|word| word.parse().ok()).collect();
+    assert_eq!(counts.len(), 4, "check-placements' summary: {stdout}");
+    Check { violations: stdout.lines().filter_map(|line| line.strip_prefix("violation ")).map(str::to_string).collect(), out_of_order: counts[3], gone: counts[1] }
 }
 
 /// `count` pods from a scheduler_perf template, named `{prefix}-{i}`, for `scheduler`.
