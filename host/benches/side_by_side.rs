@@ -11,8 +11,8 @@
 //! list of the cluster included) are its own: kube-scheduler's command built from the same Go modules
 //! (`target/controlplane/kube-scheduler`: the default profile, the default `percentageOfNodesToScore`,
 //! scheduler_perf's client rate limit of 5000/s) and `wasp run` with its built-in configuration (the default
-//! policy set, as WASM, with preemption: see `wasp_config`). Both connect as the control plane's admin, as kube-scheduler does in scheduler_perf
-//! (exempt from API priority and fairness).
+//! policy set, as WASM, with preemption: see `wasp_config`). Both connect as the control plane's admin, as
+//! kube-scheduler does in scheduler_perf (exempt from API priority and fairness).
 //!
 //! What differs from scheduler_perf, and why: scheduler_perf creates the measured pods while the scheduler runs
 //! and samples how many are scheduled each second. On two shared cores the pods' creation would be the bottleneck
@@ -25,7 +25,9 @@
 //! lifecycle controller has lifted their `not-ready` taint (scheduler_perf disables the admission plugin that
 //! adds it).
 //!
-//! `--nodes 100` is the smoke version `scripts/test.sh` runs: it fails when a scheduler leaves a pod unbound.
+//! Every binding is replayed through kube-scheduler's own filter plugins (`wasp-controlplane check-placements`);
+//! the run fails on a violation, as on a pod left unbound. `--nodes 100` is the smoke version `scripts/test.sh`
+//! runs.
 
 #[allow(dead_code)] // the benchmark uses the control plane, not every helper the tests use
 #[path = "../../tests/common/control_plane.rs"]
