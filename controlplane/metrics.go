@@ -80,6 +80,7 @@ type loadModel struct {
 
 type metricsAdapter struct {
 	pods       corelisters.PodLister
+	nodes      corelisters.NodeLister
 	configMaps corelisters.ConfigMapLister
 }
 
@@ -87,7 +88,7 @@ type metricsAdapter struct {
 // Service annotated with the port (resolver.go) and one APIService per group, trusting the cluster CA.
 func startMetricsAdapter(ctx context.Context, p pki, config *rest.Config, client kubernetes.Interface) error {
 	factory := informers.NewSharedInformerFactory(client, 0)
-	adapter := &metricsAdapter{pods: factory.Core().V1().Pods().Lister(), configMaps: factory.Core().V1().ConfigMaps().Lister()}
+	adapter := &metricsAdapter{pods: factory.Core().V1().Pods().Lister(), nodes: factory.Core().V1().Nodes().Lister(), configMaps: factory.Core().V1().ConfigMaps().Lister()}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 
@@ -297,21 +298,31 @@ func (a *metricsAdapter) serveResourceMetrics(w http.ResponseWriter, model loadM
 	}
 }
 
+// serveNodeMetrics answers nodes (every node the label selector matches, as metrics-server lists them) and
+// nodes/NAME: a node's usage is the sum of its pods', zero for a node without any.
 func (a *metricsAdapter) serveNodeMetrics(w http.ResponseWriter, model loadModel, path []string, selector labels.Selector) {
 	pods, err := a.pods.List(labels.Everything())
 	if err != nil {
 		writeStatus(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	nodes, err := a.nodes.List(selector)
+	if err != nil {
+		writeStatus(w, http.StatusInternalServerError, err.Error())
+		return
+	}
 	perNode := map[string]corev1.ResourceList{}
+	for _, node := range nodes {
+		perNode[node.Name] = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0"), corev1.ResourceMemory: resource.MustParse("0")}
+	}
 	for _, pod := range pods {
 		usage, ok := model.usage(pod)
 		if !ok {
 			continue
 		}
-		total := perNode[pod.Spec.NodeName]
-		if total == nil {
-			total = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0"), corev1.ResourceMemory: resource.MustParse("0")}
+		total, selected := perNode[pod.Spec.NodeName]
+		if !selected {
+			continue
 		}
 		for name, quantity := range usage {
 			sum := total[name]

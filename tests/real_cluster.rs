@@ -1161,3 +1161,27 @@ fn the_placement_check_names_the_bindings_kube_schedulers_filters_refuse() {
     );
     assert!(stdout.lines().any(|line| line == "checked 4 gone 0 violations 2 out-of-order 0"), "{stdout}");
 }
+
+#[test]
+fn node_metrics_are_listed_by_label_selector_with_idle_nodes_at_zero() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cluster = ControlPlane::start();
+    cluster.create_nodes("worker", 3, &["zone-a", "zone-a", "zone-b"], "8", "32Gi");
+    create(&cluster, "apiVersion: v1\nkind: Pod\nmetadata: {name: busy, namespace: default, labels: {app: busy}}\nspec:\n  nodeName: worker-0\n  containers: [{name: app, image: app}]\n");
+    wait_for("the pod Running", Duration::from_secs(60), || cluster.get_json(&["get", "pod", "busy"])["status"]["phase"] == "Running");
+    set_load(&cluster, "pods: [{namespace: default, selector: app=busy, cpu: 300m, memory: 100Mi}]");
+    let usage = |path: &str| -> BTreeMap<String, String> {
+        let answer: Value = serde_json::from_str(&cluster.must(&["get", "--raw", path])).unwrap();
+        answer["items"].as_array().unwrap().iter().map(|item| (item["metadata"]["name"].as_str().unwrap().to_string(), item["usage"]["cpu"].as_str().unwrap().to_string())).collect()
+    };
+    // What metrics-server lists: the nodes the selector matches, an idle one among them.
+    wait_for("worker-0's usage from the load model", Duration::from_secs(30), || usage("/apis/metrics.k8s.io/v1beta1/nodes").get("worker-0").is_some_and(|cpu| cpu == "300m"));
+    let zone_a = usage("/apis/metrics.k8s.io/v1beta1/nodes?labelSelector=topology.kubernetes.io%2Fzone%3Dzone-a");
+    assert_eq!(zone_a.keys().collect::<Vec<_>>(), ["worker-0", "worker-1"], "{zone_a:?}");
+    assert_eq!(zone_a["worker-1"], "0", "an idle node is listed at zero");
+    let all = usage("/apis/metrics.k8s.io/v1beta1/nodes");
+    assert_eq!(all.len(), 3, "{all:?}");
+    // kubectl's own selector flag, through the aggregation layer.
+    let top = cluster.must(&["top", "nodes", "-l", "topology.kubernetes.io/zone=zone-b", "--no-headers"]);
+    assert!(top.lines().count() == 1 && top.starts_with("worker-2 "), "{top}");
+}
