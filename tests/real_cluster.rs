@@ -875,6 +875,14 @@ fn the_default_profile_places_pods_by_kube_schedulers_rules_and_says_why_it_cann
     assert!(!cluster.audit().iter().any(|event| event.subresource() == "binding" && event.name() == "gated"), "a binding was sent for a gated pod");
     cluster.must(&["patch", "pod", "gated", "--type=json", "-p", r#"[{"op":"remove","path":"/spec/schedulingGates"}]"#]);
     wait_for("the ungated pod bound", Duration::from_secs(60), || node_of("gated").is_some());
+
+    // Pod-level resources (on by default since 1.34): the pod's request, not its container's, decides the fit.
+    create(cluster, &pod("pod-level", "  resources: {requests: {cpu: '5'}}\n  containers: [{name: app, image: nginx, resources: {requests: {cpu: 100m}}}]\n"));
+    wait_for("pod-level's PodScheduled=False", Duration::from_secs(30), || {
+        scheduled_condition(cluster, "default", "pod-level").is_some_and(|condition| condition["status"] == "False")
+    });
+    let condition = scheduled_condition(cluster, "default", "pod-level").unwrap();
+    assert!(condition["message"].as_str().unwrap().contains("3 Insufficient cpu"), "{condition}");
     assert!(!cluster.audit().iter().any(|event| event.user() == WASP_USER && event.code() == 403));
 }
 

@@ -77,6 +77,57 @@ impl Context {
         })
     }
 
+    /// Pod-level resources (`spec.resources`, on by default since Kubernetes 1.34): kube-scheduler fits a pod by
+    /// its pod-level requests where they are set (CPU, memory, huge pages) and by its containers' for the other
+    /// resources. The contract's pod record has no pod-level field, so the amount is folded into the containers:
+    /// the first container requests it and no other container does, and the effective requests policies compute
+    /// (containers, init containers, overhead) are kube-scheduler's. A pod-level limit without a request requests
+    /// the limit when no container requests that resource (the API server's defaulting).
+    fn fold_pod_level_requests(&self, spec: &core::PodSpec, containers: &mut [Container], init_containers: &mut [Container]) -> Result<(), ConvertError> {
+        let Some(pod_level) = spec.resources.as_ref() else { return Ok(()) };
+        let requests = self.resources("spec.resources.requests", pod_level.requests.as_ref())?;
+        let limits = self.resources("spec.resources.limits", pod_level.limits.as_ref())?;
+        let every = || containers.iter().chain(init_containers.iter());
+        let requested = |amount: u64, limit: u64, in_containers: bool| match amount {
+            0 if limit > 0 && !in_containers => Some(limit),
+            0 => None,
+            amount => Some(amount),
+        };
+        let cpu = requested(requests.cpu_millis, limits.cpu_millis, every().any(|container| container.requests.cpu_millis > 0));
+        let memory = requested(requests.memory_bytes, limits.memory_bytes, every().any(|container| container.requests.memory_bytes > 0));
+        let scalar_amount = |list: &Resources, name: &str| list.scalar.iter().find(|(key, _)| key == name).map_or(0, |(_, amount)| *amount);
+        let huge_pages: Vec<(String, u64)> = requests
+            .scalar
+            .iter()
+            .chain(&limits.scalar)
+            .map(|(name, _)| name.clone())
+            .filter(|name| name.starts_with("hugepages-"))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter_map(|name| {
+                let in_containers = every().any(|container| scalar_amount(&container.requests, &name) > 0);
+                requested(scalar_amount(&requests, &name), scalar_amount(&limits, &name), in_containers).map(|amount| (name, amount))
+            })
+            .collect();
+        let Some(first) = containers.first_mut().map(|first| first.name.clone()) else { return Ok(()) };
+        for container in containers.iter_mut().chain(init_containers.iter_mut()) {
+            let is_first = container.name == first;
+            if let Some(cpu) = cpu {
+                container.requests.cpu_millis = if is_first { cpu } else { 0 };
+            }
+            if let Some(memory) = memory {
+                container.requests.memory_bytes = if is_first { memory } else { 0 };
+            }
+            for (name, amount) in &huge_pages {
+                container.requests.scalar.retain(|(key, _)| key != name);
+                if is_first {
+                    container.requests.scalar.push((name.clone(), *amount));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The container's ports bound on the node. With `hostNetwork` every container port is one (API defaulting).
     fn host_ports(&self, field: &str, container: &core::Container, host_network: bool) -> Result<Vec<HostPort>, ConvertError> {
         let bound = |port: &core::ContainerPort| match port.host_port.unwrap_or(0) {
@@ -474,6 +525,7 @@ pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
             }
         }
     };
+    context.fold_pod_level_requests(spec, &mut containers, &mut init_containers)?;
     statuses(status.and_then(|status| status.container_statuses.as_ref()), &mut containers);
     statuses(status.and_then(|status| status.init_container_statuses.as_ref()), &mut init_containers);
     let labels = pairs(source.metadata.labels.as_ref());
@@ -751,6 +803,30 @@ status:
         assert_eq!(pod.containers[0].state, ContainerState::Terminated(Termination { reason: "OOMKilled".into(), exit_code: 137 }));
         assert_eq!(pod.containers[0].restart_count, 2);
         assert_eq!(pod.annotations, vec![("team".to_string(), "payments".to_string())]);
+    }
+
+    #[test]
+    fn pod_level_requests_replace_the_containers_for_the_resources_they_set() {
+        let source: core::Pod = yaml(
+            "metadata: {name: web}\nspec:\n  resources: {requests: {cpu: '2', memory: 1Gi, hugepages-2Mi: 4Mi}}\n  initContainers: [{name: init, resources: {requests: {cpu: '3', memory: 2Gi}}}]\n  containers:\n  - {name: app, resources: {requests: {cpu: 100m, memory: 64Mi, nvidia.com/gpu: '1'}}}\n  - {name: proxy, resources: {requests: {cpu: 50m}}}\n",
+        );
+        let converted = pod(&source).unwrap();
+        let (app, proxy, init) = (&converted.containers[0].requests, &converted.containers[1].requests, &converted.init_containers[0].requests);
+        assert_eq!((app.cpu_millis, app.memory_bytes), (2000, 1 << 30), "the pod's amounts, on the first container");
+        assert_eq!((proxy.cpu_millis, init.cpu_millis, init.memory_bytes), (0, 0, 0), "no other container requests them");
+        let mut app_scalar = app.scalar.clone();
+        app_scalar.sort();
+        assert_eq!(app_scalar, [("hugepages-2Mi".to_string(), 4 << 20), ("nvidia.com/gpu".to_string(), 1)], "resources the pod level does not set stay the containers'");
+
+        // A pod-level limit requests itself where no container asks for the resource; where one does, the API
+        // server defaults the pod's request to the containers' and nothing changes.
+        let source: core::Pod = yaml("metadata: {name: web}\nspec:\n  resources: {limits: {cpu: '1', memory: 512Mi}}\n  containers: [{name: app, resources: {requests: {memory: 64Mi}}}, {name: proxy}]\n");
+        let converted = pod(&source).unwrap();
+        assert_eq!((converted.containers[0].requests.cpu_millis, converted.containers[0].requests.memory_bytes), (1000, 64 << 20));
+        assert_eq!(converted.containers[1].requests.cpu_millis, 0);
+
+        let source: core::Pod = yaml("metadata: {name: web}\nspec: {resources: {requests: {cpu: lots}}, containers: [{name: app}]}");
+        assert_eq!(pod(&source).unwrap_err().field, "spec.resources.requests.cpu");
     }
 
     #[test]
