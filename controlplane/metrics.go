@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -311,6 +312,8 @@ func (a *metricsAdapter) serveNodeMetrics(w http.ResponseWriter, model loadModel
 		writeStatus(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	// In name order, as metrics-server lists them.
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	perNode := map[string]corev1.ResourceList{}
 	for _, node := range nodes {
 		perNode[node.Name] = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0"), corev1.ResourceMemory: resource.MustParse("0")}
@@ -332,7 +335,8 @@ func (a *metricsAdapter) serveNodeMetrics(w http.ResponseWriter, model loadModel
 		perNode[pod.Spec.NodeName] = total
 	}
 	list := resourcemetrics.NodeMetricsList{TypeMeta: metav1.TypeMeta{Kind: "NodeMetricsList", APIVersion: "metrics.k8s.io/v1beta1"}}
-	for node, usage := range perNode {
+	for _, selected := range nodes {
+		node, usage := selected.Name, perNode[selected.Name]
 		if len(path) == 1 && path[0] != node {
 			continue
 		}

@@ -80,9 +80,11 @@ impl Context {
     /// Pod-level resources (`spec.resources`, on by default since Kubernetes 1.34): kube-scheduler fits a pod by
     /// its pod-level requests where they are set (CPU, memory, huge pages) and by its containers' for the other
     /// resources. The contract's pod record has no pod-level field, so the amount is folded into the containers:
-    /// the first container requests it and no other container does, and the effective requests policies compute
-    /// (containers, init containers, overhead) are kube-scheduler's. A pod-level limit without a request requests
-    /// the limit when no container requests that resource (the API server's defaulting).
+    /// every other container asks one unit of it (so that none reads as "no request", which scoring would count
+    /// as kube-scheduler's 100m / 200Mi default), the first asks the rest, and the effective requests policies
+    /// compute (containers, sidecars, init containers, overhead) are kube-scheduler's. A pod-level limit without a
+    /// request requests the limit when no container requests that resource, and always for huge pages, which
+    /// cannot be over-committed (the API server's defaulting).
     fn fold_pod_level_requests(&self, spec: &core::PodSpec, containers: &mut [Container], init_containers: &mut [Container]) -> Result<(), ConvertError> {
         let Some(pod_level) = spec.resources.as_ref() else { return Ok(()) };
         let requests = self.resources("spec.resources.requests", pod_level.requests.as_ref())?;
@@ -105,18 +107,20 @@ impl Context {
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .filter_map(|name| {
-                let in_containers = every().any(|container| scalar_amount(&container.requests, &name) > 0);
-                requested(scalar_amount(&requests, &name), scalar_amount(&limits, &name), in_containers).map(|amount| (name, amount))
+                requested(scalar_amount(&requests, &name), scalar_amount(&limits, &name), false).map(|amount| (name, amount))
             })
             .collect();
         let Some(first) = containers.first_mut().map(|first| first.name.clone()) else { return Ok(()) };
+        // The units the other app containers and the sidecars add to the sum the first one completes.
+        let sidecars = spec.init_containers.iter().flatten().filter(|container| container.restart_policy.as_deref() == Some("Always")).count();
+        let others = (containers.len() - 1 + sidecars) as u64;
         for container in containers.iter_mut().chain(init_containers.iter_mut()) {
             let is_first = container.name == first;
             if let Some(cpu) = cpu {
-                container.requests.cpu_millis = if is_first { cpu } else { 0 };
+                container.requests.cpu_millis = if is_first { cpu.saturating_sub(others) } else { 1 };
             }
             if let Some(memory) = memory {
-                container.requests.memory_bytes = if is_first { memory } else { 0 };
+                container.requests.memory_bytes = if is_first { memory.saturating_sub(others) } else { 1 };
             }
             for (name, amount) in &huge_pages {
                 container.requests.scalar.retain(|(key, _)| key != name);
@@ -811,19 +815,20 @@ status:
             "metadata: {name: web}\nspec:\n  resources: {requests: {cpu: '2', memory: 1Gi, hugepages-2Mi: 4Mi}}\n  initContainers: [{name: init, resources: {requests: {cpu: '3', memory: 2Gi}}}]\n  containers:\n  - {name: app, resources: {requests: {cpu: 100m, memory: 64Mi, nvidia.com/gpu: '1'}}}\n  - {name: proxy, resources: {requests: {cpu: 50m}}}\n",
         );
         let converted = pod(&source).unwrap();
-        let (app, proxy, init) = (&converted.containers[0].requests, &converted.containers[1].requests, &converted.init_containers[0].requests);
-        assert_eq!((app.cpu_millis, app.memory_bytes), (2000, 1 << 30), "the pod's amounts, on the first container");
-        assert_eq!((proxy.cpu_millis, init.cpu_millis, init.memory_bytes), (0, 0, 0), "no other container requests them");
-        let mut app_scalar = app.scalar.clone();
-        app_scalar.sort();
-        assert_eq!(app_scalar, [("hugepages-2Mi".to_string(), 4 << 20), ("nvidia.com/gpu".to_string(), 1)], "resources the pod level does not set stay the containers'");
+        let (fit, scoring) = super::super::state::pod_requests(&converted);
+        assert_eq!((fit.cpu_millis, fit.memory_bytes), (2000, 1 << 30), "the pod's amounts, not the containers' or the init container's");
+        assert_eq!((scoring.cpu_millis, scoring.memory_bytes), (2000, 1 << 30), "no container counted at scoring's defaults");
+        assert_eq!((fit.get("hugepages-2Mi"), fit.get("nvidia.com/gpu")), (4 << 20, 1), "resources the pod level does not set stay the containers'");
+        assert!(converted.containers[1].requests.scalar.is_empty(), "huge pages on the first container alone");
 
         // A pod-level limit requests itself where no container asks for the resource; where one does, the API
         // server defaults the pod's request to the containers' and nothing changes.
         let source: core::Pod = yaml("metadata: {name: web}\nspec:\n  resources: {limits: {cpu: '1', memory: 512Mi}}\n  containers: [{name: app, resources: {requests: {memory: 64Mi}}}, {name: proxy}]\n");
-        let converted = pod(&source).unwrap();
-        assert_eq!((converted.containers[0].requests.cpu_millis, converted.containers[0].requests.memory_bytes), (1000, 64 << 20));
-        assert_eq!(converted.containers[1].requests.cpu_millis, 0);
+        let (fit, _) = super::super::state::pod_requests(&pod(&source).unwrap());
+        assert_eq!((fit.cpu_millis, fit.memory_bytes), (1000, 64 << 20));
+        // Huge pages are never over-committed: a pod-level limit is the pod's request whatever the containers ask.
+        let source: core::Pod = yaml("metadata: {name: web}\nspec:\n  resources: {limits: {hugepages-2Mi: 8Mi, cpu: '1', memory: 1Gi}}\n  containers: [{name: app, resources: {requests: {hugepages-2Mi: 2Mi}, limits: {hugepages-2Mi: 2Mi}}}]\n");
+        assert_eq!(super::super::state::pod_requests(&pod(&source).unwrap()).0.get("hugepages-2Mi"), 8 << 20);
 
         let source: core::Pod = yaml("metadata: {name: web}\nspec: {resources: {requests: {cpu: lots}}, containers: [{name: app}]}");
         assert_eq!(pod(&source).unwrap_err().field, "spec.resources.requests.cpu");
