@@ -149,7 +149,8 @@ func runCheckCommand(args []string) error {
 	}
 	replayed := sets.New(order...)
 	for name, pod := range byName {
-		// Pods bound before the replayed ones; finished pods are not in kube-scheduler's cache either.
+		// Bound pods the order does not list (bound before the run, or by someone else) are there from the start;
+		// finished pods are not in kube-scheduler's cache either.
 		if pod.Spec.NodeName != "" && !replayed.Has(name) && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed {
 			snapshot.add(pod)
 		}
