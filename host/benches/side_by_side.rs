@@ -494,10 +494,7 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
                 ensure_namespace(&client, namespace).await;
                 churns.push(Churn::start(Api::namespaced(client.clone(), namespace), templates.clone(), *interval, *limit, scheduler));
             }
-            Operation::CreateNamespace(name) => {
-                let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-                Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
-            }
+            Operation::CreateNamespace(name) => ensure_namespace(&client, name).await,
             Operation::CreatePods { count, namespace, template, measured: is_measured } => {
                 ensure_namespace(&client, namespace).await;
                 let pods = pods_from(template, namespace, &format!("pod-{index}"), *count, scheduler);
