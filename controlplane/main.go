@@ -4,7 +4,8 @@
 // optionally kube-scheduler. It writes an admin kubeconfig, prints
 // where it is once the cluster is ready, and stops cleanly on SIGINT or SIGTERM.
 //
-// `wasp-controlplane check-placements` (check.go) judges a scheduler's bindings with kube-scheduler's filters.
+// `wasp-controlplane check-placements` (check.go) judges a scheduler's bindings with kube-scheduler's filters;
+// `wasp-controlplane protobuf-walk` (protobuf.go) sends the requests of client-go's protobuf clients.
 package main
 
 import (
@@ -36,13 +37,15 @@ type options struct {
 	kubeconfig    string
 	port          int
 	kubeScheduler bool
+	hpaSyncPeriod time.Duration
 	keep          bool
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "check-placements" {
-		if err := runCheckCommand(os.Args[2:]); err != nil {
-			fmt.Fprintf(os.Stderr, "wasp-controlplane check-placements: %v\n", err)
+	subcommands := map[string]func([]string) error{"check-placements": runCheckCommand, "protobuf-walk": runProtobufWalk}
+	if len(os.Args) > 1 && subcommands[os.Args[1]] != nil {
+		if err := subcommands[os.Args[1]](os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "wasp-controlplane %s: %v\n", os.Args[1], err)
 			os.Exit(1)
 		}
 		return
@@ -53,6 +56,7 @@ func main() {
 	flag.IntVar(&opts.port, "port", 0, "kube-apiserver's port on 127.0.0.1 (default: a free one)")
 	flag.BoolVar(&opts.kubeScheduler, "kube-scheduler", false, "also run kube-scheduler (scheduler name default-scheduler)")
 	flag.BoolVar(&opts.keep, "keep", false, "keep the data directory on exit")
+	flag.DurationVar(&opts.hpaSyncPeriod, "hpa-sync-period", 15*time.Second, "how often the HorizontalPodAutoscaler controller reconciles (kube-controller-manager's --horizontal-pod-autoscaler-sync-period)")
 	flag.Parse()
 	// Four components share one heap, and Go's default collector lets it grow to twice what is live: with 5000
 	// nodes that passed 1.8 GiB. A soft limit makes the collector work harder near it instead (GOMEMLIMIT
@@ -159,7 +163,7 @@ func run(opts options) error {
 		return fmt.Errorf("metrics adapter: %w", err)
 	}
 
-	controllerArgs := controllerManagerArgs(p, filepath.Join(opts.dataDir, "kube-controller-manager.kubeconfig"))
+	controllerArgs := append(controllerManagerArgs(p, filepath.Join(opts.dataDir, "kube-controller-manager.kubeconfig")), "--horizontal-pod-autoscaler-sync-period="+opts.hpaSyncPeriod.String())
 	components.start("kube-controller-manager", func(ctx context.Context) error { return runControllerManager(ctx, controllerArgs) })
 	components.start("kwok", func(ctx context.Context) error {
 		if err := runKwok(ctx, filepath.Join(opts.dataDir, "kwok.kubeconfig")); err != nil {

@@ -1,5 +1,6 @@
 //! Differential fidelity: one kubectl walk (create, get, list with selectors, Tables, the three patch types,
-//! errors, binding, eviction, scale, watches from a resourceVersion) sent to the simulator and to the real kube-apiserver (controlplane/), the
+//! errors, binding, eviction, scale, watches from a resourceVersion), and the requests of client-go's protobuf
+//! clients (controlplane/protobuf.go), sent to the simulator and to the real kube-apiserver (controlplane/), the
 //! answers normalised (uids, resourceVersions, times, addresses) and compared field by field. Every difference
 //! must be one `KNOWN` names, each explained in sim/README.md ("What still differs"): a new one fails the test,
 //! and so does a known one that went away (the table must follow the simulator).
@@ -33,6 +34,7 @@ const KNOWN: &[(&str, &str)] = &[
     (".spec.revisionHistoryLimit", "Deployment defaulting: revisionHistoryLimit"),
     (".spec.strategy", "Deployment defaulting: strategy"),
     ("create deployment .out.status", "a new Deployment's status: {} from kube-apiserver, {replicas: 0} from the simulator"),
+    (".answered", "a protobuf client's answers come in JSON, its second choice (client-go decodes either)"),
 ];
 
 const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: solo, namespace: default, labels: {app: solo}}\nspec:\n  schedulerName: nobody\n  containers: [{name: app, image: nginx, resources: {requests: {cpu: 100m, memory: 64Mi}}}]\n";
@@ -101,14 +103,31 @@ fn walk(kubeconfig: &Path) -> BTreeMap<String, Value> {
     step("31 watch by label", &["get", "--raw", &watch("&labelSelector=watch%3Dyes")], None);
     step("32 watch by field", &["get", "--raw", &watch("&fieldSelector=metadata.name%3Dother")], None);
     step("33 watch from the past", &["get", "--raw", "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=1&resourceVersion=1&fieldSelector=metadata.name!%3Dkube-root-ca.crt"], None);
+    answers.extend(protobuf_walk(kubeconfig));
     answers
+}
+
+/// The requests of client-go's protobuf clients (kube-scheduler's, kube-controller-manager's, kwok's: protobuf
+/// bodies, `Accept: protobuf, json`), made by `wasp-controlplane protobuf-walk`: step name -> answer.
+fn protobuf_walk(kubeconfig: &Path) -> BTreeMap<String, Value> {
+    let output = std::process::Command::new(control_plane::binary()).args(["protobuf-walk", "--kubeconfig"]).arg(kubeconfig).output().expect("wasp-controlplane runs");
+    assert!(output.status.success(), "wasp-controlplane protobuf-walk failed against {}: {}", kubeconfig.display(), String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut answer: Value = serde_json::from_str(line).unwrap_or_else(|error| panic!("protobuf-walk printed {line:?}: {error}"));
+            let step = answer.as_object_mut().unwrap().remove("step").unwrap();
+            (step.as_str().unwrap().to_string(), answer)
+        })
+        .collect()
 }
 
 /// Removes what legitimately differs between two servers: identities, versions, times, addresses.
 fn normalise(value: &mut Value) {
     match value {
         Value::Object(map) => {
-            for key in ["uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "startTime", "podIP", "podIPs", "hostIP", "hostIPs", "lastTransitionTime", "lastProbeTime", "observedGeneration"] {
+            for key in ["uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "startTime", "podIP", "podIPs", "hostIP", "hostIPs", "lastTransitionTime", "lastProbeTime", "observedGeneration", "eventTime"] {
                 map.remove(key);
             }
             for child in map.values_mut() {

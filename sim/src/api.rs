@@ -355,6 +355,9 @@ async fn admit(store: &Store, request: &Creation<'_>, mut object: Value) -> Resu
 
 /// Stores a new object; a CustomResourceDefinition is checked first and its types served from then on.
 fn create_checked(store: &Store, resource: &'static ResourceType, namespace: Option<&str>, mut object: Value) -> Result<Arc<Value>, ApiError> {
+    if object.pointer("/metadata/resourceVersion").and_then(Value::as_str).is_some_and(|version| !version.is_empty()) {
+        return Err(ApiError::resource_version_on_create());
+    }
     if resource.kind == "CustomResourceDefinition" {
         let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
         resources::register_custom(&object).map_err(|message| ApiError::invalid("CustomResourceDefinition", &name, "spec", &message))?;
@@ -527,13 +530,20 @@ fn list_metadata(revision: u64, continue_token: Option<String>) -> Value {
     metadata
 }
 
+/// A list as kube-apiserver sends it: the list says its kind, its items do not (kubectl adds theirs back).
 fn list_body(resource: &ResourceType, items: Vec<Arc<Value>>, revision: u64, continue_token: Option<String>) -> Value {
     let metadata = list_metadata(revision, continue_token);
-    if events::is_events_v1(resource) {
-        let items = items_of(resource, &items_ref(&items));
-        return json!({"kind": resource.list_kind(), "apiVersion": resource.api_version(), "metadata": metadata, "items": items});
-    }
-    json!({"kind": resource.list_kind(), "apiVersion": resource.api_version(), "metadata": metadata, "items": items_ref(&items)})
+    let items: Vec<Value> = items_of(resource, &items_ref(&items))
+        .into_iter()
+        .map(|mut item| {
+            if let Some(item) = item.as_object_mut() {
+                item.remove("kind");
+                item.remove("apiVersion");
+            }
+            item
+        })
+        .collect();
+    json!({"kind": resource.list_kind(), "apiVersion": resource.api_version(), "metadata": metadata, "items": items})
 }
 
 fn items_ref(items: &[Arc<Value>]) -> Vec<&Value> {

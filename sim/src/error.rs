@@ -59,10 +59,27 @@ impl ApiError {
         Self::new(400, "BadRequest", message)
     }
 
+    /// `<Kind> "<name>" is invalid: <field>: <why>`; the cause's reason follows `why`'s opening words, as
+    /// apimachinery's field errors print their type ("Required value" is FieldValueRequired, ...).
     pub fn invalid(kind: &str, name: &str, field: &str, why: &str) -> Self {
+        let reason = [
+            ("Required value", "FieldValueRequired"),
+            ("Duplicate value", "FieldValueDuplicate"),
+            ("Unsupported value", "FieldValueNotSupported"),
+            ("Too long", "FieldValueTooLong"),
+            ("Forbidden", "FieldValueForbidden"),
+        ]
+        .iter()
+        .find(|(opening, _)| why.starts_with(opening))
+        .map_or("FieldValueInvalid", |(_, reason)| reason);
         let mut error = Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {field}: {why}"));
-        error.details = Some(json!({"name": name, "kind": kind, "causes": [{"reason": "FieldValueInvalid", "message": why, "field": field}]}));
+        error.details = Some(json!({"name": name, "kind": kind, "causes": [{"reason": reason, "message": why, "field": field}]}));
         error
+    }
+
+    /// kube-apiserver's storage refuses a create that names a resourceVersion, with a 500 and no reason.
+    pub fn resource_version_on_create() -> Self {
+        Self::new(500, "", "resourceVersion should not be set on objects to be created")
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
