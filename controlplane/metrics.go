@@ -9,6 +9,8 @@ package main
 //
 //	pods:            # usage of each Running pod matched (first rule wins), split evenly over its containers
 //	- {namespace: default, selector: app=web, cpu: 400m, memory: 200Mi}
+//	- {namespace: default, selector: app=api, totalCpu: "3", totalMemory: 1Gi}  # shared by the Running pods matched,
+//	                                                                             # as a load balancer shares requests
 //	podMetrics:      # custom.metrics.k8s.io: a value per matched pod
 //	- {namespace: default, selector: app=web, metric: http_requests_per_second, value: "20"}
 //	externalMetrics: # external.metrics.k8s.io: values of a metric in a namespace (each with its labels)
@@ -60,10 +62,12 @@ var metricsGroups = []struct{ group, version string }{
 
 type loadModel struct {
 	Pods []struct {
-		Namespace string `json:"namespace"`
-		Selector  string `json:"selector"`
-		CPU       string `json:"cpu"`
-		Memory    string `json:"memory"`
+		Namespace   string `json:"namespace"`
+		Selector    string `json:"selector"`
+		CPU         string `json:"cpu"`
+		Memory      string `json:"memory"`
+		TotalCPU    string `json:"totalCpu"`
+		TotalMemory string `json:"totalMemory"`
 	} `json:"pods"`
 	PodMetrics []struct {
 		Namespace string `json:"namespace"`
@@ -206,9 +210,15 @@ func discovery(groupVersion string, resources []metav1.APIResource) *metav1.APIR
 	return &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: groupVersion, APIResources: resources}
 }
 
-// usage is a pod's modelled usage, if a rule matches it and it is Running on a node.
-func (model loadModel) usage(pod *corev1.Pod) (corev1.ResourceList, bool) {
-	if pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
+// measured says whether a pod has usage to report: Running on a node and not being deleted.
+func measured(pod *corev1.Pod) bool {
+	return pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil
+}
+
+// usage is a pod's modelled usage, if a rule matches it and it is measured: the rule's per-pod usage plus its
+// share of the rule's totals.
+func (a *metricsAdapter) usage(model loadModel, pod *corev1.Pod) (corev1.ResourceList, bool) {
+	if !measured(pod) {
 		return nil, false
 	}
 	for _, rule := range model.Pods {
@@ -219,13 +229,35 @@ func (model loadModel) usage(pod *corev1.Pod) (corev1.ResourceList, bool) {
 		if err != nil || !selector.Matches(labels.Set(pod.Labels)) {
 			continue
 		}
+		sharing := int64(1)
+		if rule.TotalCPU != "" || rule.TotalMemory != "" {
+			matched, _ := a.pods.Pods(pod.Namespace).List(selector)
+			sharing = 0
+			for _, other := range matched {
+				if measured(other) {
+					sharing++
+				}
+			}
+		}
 		usage := corev1.ResourceList{}
-		if quantity, err := resource.ParseQuantity(rule.CPU); err == nil {
-			usage[corev1.ResourceCPU] = quantity
+		add := func(name corev1.ResourceName, perPod, total string) {
+			sum := resource.Quantity{}
+			if quantity, err := resource.ParseQuantity(perPod); err == nil {
+				sum.Add(quantity)
+			}
+			if quantity, err := resource.ParseQuantity(total); err == nil {
+				if name == corev1.ResourceCPU {
+					sum.Add(*resource.NewMilliQuantity(quantity.MilliValue()/sharing, resource.DecimalSI))
+				} else {
+					sum.Add(*resource.NewQuantity(quantity.Value()/sharing, resource.BinarySI))
+				}
+			}
+			if perPod != "" || total != "" {
+				usage[name] = sum
+			}
 		}
-		if quantity, err := resource.ParseQuantity(rule.Memory); err == nil {
-			usage[corev1.ResourceMemory] = quantity
-		}
+		add(corev1.ResourceCPU, rule.CPU, rule.TotalCPU)
+		add(corev1.ResourceMemory, rule.Memory, rule.TotalMemory)
 		return usage, true
 	}
 	return nil, false
@@ -281,7 +313,7 @@ func (a *metricsAdapter) serveResourceMetrics(w http.ResponseWriter, model loadM
 			if name != "" && pod.Name != name {
 				continue
 			}
-			if usage, ok := model.usage(pod); ok {
+			if usage, ok := a.usage(model, pod); ok {
 				list.Items = append(list.Items, podMetrics(pod, usage))
 			}
 		}
@@ -319,7 +351,7 @@ func (a *metricsAdapter) serveNodeMetrics(w http.ResponseWriter, model loadModel
 		perNode[node.Name] = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0"), corev1.ResourceMemory: resource.MustParse("0")}
 	}
 	for _, pod := range pods {
-		usage, ok := model.usage(pod)
+		usage, ok := a.usage(model, pod)
 		if !ok {
 			continue
 		}

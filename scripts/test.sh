@@ -26,3 +26,6 @@ cargo test --workspace --no-fail-fast --exclude wasp-allocator --no-default-feat
 # control plane, every binding checked with kube-scheduler's filter plugins. It proves the harness still works;
 # its figures are not the benchmark's (README, "Side by side with kube-scheduler").
 cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --bench side_by_side -- --nodes 100
+# The autoscaling side by side's smoke version (a 1 s sync period: the trace in 44 s per autoscaler): the HPA
+# controller, wasp's hpa and wasp's predictive on the same load; it fails if one of them does not follow the load.
+cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --bench autoscaling_side_by_side -- --sync-period 1

@@ -1192,4 +1192,15 @@ fn node_metrics_are_listed_by_label_selector_with_idle_nodes_at_zero() {
     // kubectl's own selector flag, through the aggregation layer.
     let top = cluster.must(&["top", "nodes", "-l", "topology.kubernetes.io/zone=zone-b", "--no-headers"]);
     assert!(top.lines().count() == 1 && top.starts_with("worker-2 "), "{top}");
+
+    // A total shared by the Running pods a rule matches (the autoscaling side by side's load): 900m over three.
+    for name in ["shared-0", "shared-1", "shared-2"] {
+        create(&cluster, &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: shared}}}}\nspec:\n  nodeName: worker-1\n  containers: [{{name: app, image: app}}]\n"));
+    }
+    set_load(&cluster, "pods: [{namespace: default, selector: app=shared, totalCpu: 900m}]");
+    wait_for("each shared pod's third of 900m", Duration::from_secs(60), || {
+        let answer: Value = serde_json::from_str(&cluster.must(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=app%3Dshared"])).unwrap();
+        let shares: Vec<&Value> = answer["items"].as_array().unwrap().iter().map(|pod| &pod["containers"][0]["usage"]["cpu"]).collect();
+        shares.len() == 3 && shares.iter().all(|cpu| *cpu == "300m")
+    });
 }

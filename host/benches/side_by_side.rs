@@ -321,19 +321,7 @@ impl Scheduler {
                     .spawn()
                     .unwrap()
             }
-            Scheduler::Wasp => Command::new(env!("CARGO_BIN_EXE_wasp"))
-                .args(["run", "--no-leader-election", "--listen", "127.0.0.1:0", "--insecure-listen", "127.0.0.1:0", "--config"])
-                .arg(wasp_config(plane))
-                .arg("--cache-dir")
-                // Policies compiled once for every run: start-up is not what is compared.
-                .arg(repo_root().join("target/side-by-side-cache"))
-                .env("KUBECONFIG", &plane.kubeconfig)
-                .env("RUST_LOG", "warn")
-                .current_dir(repo_root())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .unwrap(),
+            Scheduler::Wasp => plane.run_wasp(&wasp_config(plane), &log),
         };
         SchedulerProcess { process, started: SystemTime::now(), log }
     }
@@ -386,11 +374,7 @@ impl Drop for SchedulerProcess {
 /// recreate may be its victims (`evictBarePods`), as kube-scheduler's are: scheduler_perf's pods are all bare, and
 /// wasp's envelope, like the descheduler's, protects them by default.
 fn wasp_config(plane: &ControlPlane) -> PathBuf {
-    let built_in = std::fs::read_to_string(repo_root().join("host/src/config/default-config.yaml")).unwrap();
-    // A configuration's policy directory is relative to the file.
-    let policies = repo_root().join("plugins/out");
-    let built_in = built_in.replace("policyDir: plugins/out", &format!("policyDir: {}", policies.display()));
-    assert!(built_in.contains(&format!("policyDir: {}", policies.display())), "the built-in configuration names plugins/out");
+    let built_in = control_plane::built_in_config();
     let path = plane.dir.path().join("wasp-config.yaml");
     std::fs::write(&path, format!("{built_in}rescheduler:\n  preemption: {{policy: make-room-for-pending}}\n  protections: {{evictBarePods: true}}\n")).unwrap();
     path

@@ -38,11 +38,17 @@ pub struct Output {
 impl ControlPlane {
     /// Starts a control plane in a new directory and returns once it serves (the default ServiceAccount exists).
     pub fn start() -> ControlPlane {
+        Self::start_with(&[])
+    }
+
+    /// [`ControlPlane::start`] with more of wasp-controlplane's flags (`--kube-scheduler`, `--hpa-sync-period=5s`).
+    pub fn start_with(flags: &[&str]) -> ControlPlane {
         let dir = tempfile::tempdir().unwrap();
         let started = Instant::now();
         let mut process = Command::new(binary())
             .arg("--data-dir")
             .arg(dir.path())
+            .args(flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -154,6 +160,36 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         stop(&mut self.process, Duration::from_secs(30));
+    }
+}
+
+/// wasp's built-in configuration (host/src/config/default-config.yaml: the default policy set), its policy
+/// directory made absolute, for a configuration written elsewhere to extend.
+pub fn built_in_config() -> String {
+    let built_in = std::fs::read_to_string(super::repo_root().join("host/src/config/default-config.yaml")).unwrap();
+    let policies = super::repo_root().join("plugins/out");
+    let absolute = built_in.replace("policyDir: plugins/out", &format!("policyDir: {}", policies.display()));
+    assert!(absolute.contains(&format!("policyDir: {}", policies.display())), "the built-in configuration names plugins/out");
+    absolute
+}
+
+impl ControlPlane {
+    /// `wasp run` on this control plane as its admin, without leader election, its log in `log`: how the
+    /// benchmarks run wasp beside the tool it is compared with. Policies are compiled once for every run, in
+    /// target/side-by-side-cache: start-up is not what they compare.
+    pub fn run_wasp(&self, config: &Path, log: &Path) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_wasp"))
+            .args(["run", "--no-leader-election", "--listen", "127.0.0.1:0", "--insecure-listen", "127.0.0.1:0", "--config"])
+            .arg(config)
+            .arg("--cache-dir")
+            .arg(super::repo_root().join("target/side-by-side-cache"))
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("RUST_LOG", "warn")
+            .current_dir(super::repo_root())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("wasp runs")
     }
 }
 
