@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds the real control plane the end-to-end tests run wasp on (controlplane/: etcd, kube-apiserver,
 # kube-controller-manager, kwok, kube-scheduler) into target/controlplane/wasp-controlplane, and kube-scheduler's
-# own command from the same modules (the side-by-side benchmark's reference) into target/controlplane/kube-scheduler.
+# own command from the same modules (the side-by-side benchmark's reference) into target/controlplane/kube-scheduler,
+# and the descheduler's (sigs.k8s.io/descheduler, the rescheduling side by side's reference) into
+# target/controlplane/descheduler.
 # Go keeps its module and build caches on the machine: the first build compiles Kubernetes (about 6-10 minutes on
 # 2 cores), later ones are incremental (seconds).
 set -euo pipefail
 cd "$(dirname "$0")/../controlplane"
 go build -o ../target/controlplane/wasp-controlplane .
 go build -o ../target/controlplane/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+go build -o ../target/controlplane/descheduler sigs.k8s.io/descheduler/cmd/descheduler

@@ -29,3 +29,6 @@ cargo test --workspace --exclude wasp-allocator --no-default-features --features
 # The autoscaling side by side's smoke version (a 1 s sync period: the trace in 44 s per autoscaler): the HPA
 # controller, wasp's hpa and wasp's predictive on the same load; it fails if one of them does not follow the load.
 cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --bench autoscaling_side_by_side -- --sync-period 1
+# The rescheduling side by side's smoke version (2 s intervals, two of its cases): the descheduler and wasp's
+# rescheduler on the same cluster states; it fails on a pod left Pending or a state the descheduler ignores.
+cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --bench rescheduling_side_by_side -- --interval 2 --case LowNodeUtilization --case TooBigToMove

@@ -33,7 +33,7 @@
 #[path = "../../tests/common/control_plane.rs"]
 mod control_plane;
 
-use control_plane::{AuditEvent, ControlPlane};
+use control_plane::{AuditEvent, ControlPlane, Usage};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -333,23 +333,9 @@ struct SchedulerProcess {
     log: PathBuf,
 }
 
-/// What the kernel counted for a process: CPU seconds (user and system) and peak resident memory.
-struct Usage {
-    cpu_seconds: f64,
-    peak_mib: f64,
-}
-
 impl SchedulerProcess {
     fn usage(&self) -> Usage {
-        let pid = self.process.id();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the scheduler's /proc/PID/stat");
-        // Fields after the command's closing parenthesis: state is the 3rd field, utime the 14th, stime the 15th.
-        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
-        let ticks: f64 = [11, 12].iter().filter_map(|index| fields.get(*index)?.parse::<f64>().ok()).sum();
-        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the scheduler's /proc/PID/status");
-        let peak_kib: f64 = status.lines().find_map(|line| line.strip_prefix("VmHWM:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmHWM");
-        Usage { cpu_seconds: ticks / ticks_per_second, peak_mib: peak_kib / 1024.0 }
+        control_plane::process_usage(self.process.id())
     }
 
     /// Fails the run if the scheduler died.

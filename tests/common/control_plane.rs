@@ -193,6 +193,24 @@ impl ControlPlane {
     }
 }
 
+/// What the kernel counted for a process: CPU seconds (user and system) and peak resident memory.
+pub struct Usage {
+    pub cpu_seconds: f64,
+    pub peak_mib: f64,
+}
+
+/// A running process's [`Usage`], from /proc.
+pub fn process_usage(pid: u32) -> Usage {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat of a running process");
+    // Fields after the command's closing parenthesis: state is the 3rd field, utime the 14th, stime the 15th.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks: f64 = [11, 12].iter().filter_map(|index| fields.get(*index)?.parse::<f64>().ok()).sum();
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status of a running process");
+    let peak_kib: f64 = status.lines().find_map(|line| line.strip_prefix("VmHWM:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmHWM");
+    Usage { cpu_seconds: ticks / ticks_per_second, peak_mib: peak_kib / 1024.0 }
+}
+
 /// Stops a child process: SIGTERM, then SIGKILL after `patience`.
 pub fn stop(process: &mut Child, patience: Duration) {
     // Reaped already: its pid may belong to another process by now.
