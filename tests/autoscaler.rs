@@ -182,6 +182,26 @@ async fn replicas_follow_a_load_up_and_down_within_the_behavior() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_behavior_tolerance_is_the_policy_tolerance_on_its_side() {
+    let harness = start(&scenario(2), config()).await;
+    // 8.8 req/s over 2 pods: 10 + 44m of 100m, 54% against 50%, a ratio of 1.08: within the default 10%.
+    harness.set_load(web_load(8.8));
+    harness.autoscale(&cpu_autoscaler("web", "hpa", "")).await;
+    harness.passes(3).await;
+    assert_eq!((harness.replicas().await, harness.scale_requests()), (2, 0), "status: {}", harness.status("web").await);
+    // A scale-up tolerance of 5% (KEP-4951, `behavior.scaleUp.tolerance`): 1.08 is outside it, so ceil(1.08 * 2).
+    let autoscalers = Api::<Autoscaler>::namespaced(harness.client.clone(), "default");
+    let tolerance = serde_json::json!({"spec": {"behavior": {"scaleUp": {"tolerance": "0.05"}, "scaleDown": {"tolerance": "0.6", "stabilizationWindowSeconds": 0}}}});
+    autoscalers.patch("web", &PatchParams::default(), &Patch::Merge(&tolerance)).await.unwrap();
+    harness.wait_for_replicas(3, Duration::from_secs(20)).await;
+    // 4 req/s over 3 pods: 23% of requests, a ratio of 0.47: within the 60% scale-down tolerance; the default
+    // tolerance would take it to ceil(0.47 * 3) = 2.
+    harness.set_load(web_load(4.0));
+    harness.passes(3).await;
+    assert_eq!((harness.replicas().await, harness.scale_requests()), (3, 1), "status: {}", harness.status("web").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_noisy_load_does_not_flap_and_rate_limits_and_bounds_hold() {
     let harness = start(&scenario(2), config()).await;
     harness.set_load(web_load(8.0));

@@ -2,7 +2,8 @@
 //! at a time, for scale policies to build on: `hpa` takes the largest proposal as the HPA does, others combine
 //! the same proposals their own way or feed it a forecast reading instead of today's.
 //!
-//! Per metric: `ratio = reading / target`; no change while `1 - tolerance <= ratio <= 1 + tolerance`; else
+//! Per metric: `ratio = reading / target`; no change while `1 - scaleDown <= ratio <= 1 + scaleUp` (the
+//! [`Tolerance`] on each side of the target, 0.1 by default); else
 //! `ceil(ratio * ready pods)`. Pods without a reading count at the target when scaling down and 0 when scaling
 //! up, unready pods 0 when scaling up, and a change those assumptions turn around is abandoned. Resource
 //! utilization is whole percent of the pods' summed requests, truncated as the HPA truncates it.
@@ -13,9 +14,85 @@
 //! and the HPA truncates averages and assumed usage to whole milli-units.
 
 use crate::types::{Metric, MetricProposal, MetricSample, MetricSource, MetricTarget, PodMetric, ScaleRequest};
+use serde::{Deserialize, Serialize};
 
 /// The HPA's default: a change under 10% of the target is not worth a scale.
 pub const DEFAULT_TOLERANCE: f64 = 0.1;
+
+/// How far a reading may stray from its target on each side before the replicas change: the HPA's
+/// `Tolerances` (KEP-4951's `behavior.scaleUp.tolerance` and `behavior.scaleDown.tolerance`, each defaulting to
+/// the cluster-wide 0.1). As a setting, a number (both sides) or `{scaleUp: 0.05, scaleDown: 0.2}` (a side left
+/// out keeps the default); the host hands an Autoscaler's behavior tolerances to its policy this way.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(from = "ToleranceSetting", into = "ToleranceSetting")]
+pub struct Tolerance {
+    pub scale_up: f64,
+    pub scale_down: f64,
+}
+
+impl Tolerance {
+    pub const fn both(tolerance: f64) -> Tolerance {
+        Tolerance { scale_up: tolerance, scale_down: tolerance }
+    }
+
+    /// The replica calculator's `Tolerances.isWithin`: `1 - scaleDown <= ratio <= 1 + scaleUp`. (Not
+    /// `|ratio - 1| <= tolerance`, which leaves a ratio of exactly 1.1 outside a 0.1 tolerance: `1.1 - 1.0` is
+    /// `0.10000000000000009` in `f64`.)
+    fn within(self, ratio: f64) -> bool {
+        1.0 - self.scale_down <= ratio && ratio <= 1.0 + self.scale_up
+    }
+}
+
+impl Default for Tolerance {
+    fn default() -> Tolerance {
+        Tolerance::both(DEFAULT_TOLERANCE)
+    }
+}
+
+impl From<f64> for Tolerance {
+    fn from(tolerance: f64) -> Tolerance {
+        Tolerance::both(tolerance)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum ToleranceSetting {
+    Both(f64),
+    Each(EachSide),
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct EachSide {
+    #[serde(default = "default_tolerance")]
+    scale_up: f64,
+    #[serde(default = "default_tolerance")]
+    scale_down: f64,
+}
+
+fn default_tolerance() -> f64 {
+    DEFAULT_TOLERANCE
+}
+
+impl From<ToleranceSetting> for Tolerance {
+    fn from(setting: ToleranceSetting) -> Tolerance {
+        match setting {
+            ToleranceSetting::Both(tolerance) => Tolerance::both(tolerance),
+            ToleranceSetting::Each(EachSide { scale_up, scale_down }) => Tolerance { scale_up, scale_down },
+        }
+    }
+}
+
+impl From<Tolerance> for ToleranceSetting {
+    fn from(tolerance: Tolerance) -> ToleranceSetting {
+        if tolerance.scale_up == tolerance.scale_down {
+            ToleranceSetting::Both(tolerance.scale_up)
+        } else {
+            ToleranceSetting::Each(EachSide { scale_up: tolerance.scale_up, scale_down: tolerance.scale_down })
+        }
+    }
+}
 
 /// What one metric wants.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,13 +102,6 @@ pub struct Proposal {
     pub ratio: f64,
     /// The reading in the target's unit: percent of requests, average per pod, or the value.
     pub reading: f64,
-}
-
-/// The replica calculator's `Tolerances.isWithin`: `1 - tolerance <= ratio <= 1 + tolerance`. (Not
-/// `|ratio - 1| <= tolerance`, which leaves a ratio of exactly 1.1 outside a 0.1 tolerance: `1.1 - 1.0` is
-/// `0.10000000000000009` in `f64`.)
-fn within(ratio: f64, tolerance: f64) -> bool {
-    1.0 - tolerance <= ratio && ratio <= 1.0 + tolerance
 }
 
 /// A replica count as the HPA's `int32`: rounded up, saturating at `math.MaxInt32` as
@@ -95,7 +165,8 @@ impl PerPod {
 }
 
 /// The replicas `metric` alone wants for a target now at `current_replicas`.
-pub fn propose(metric: &Metric, current_replicas: u32, tolerance: f64) -> Result<Proposal, String> {
+pub fn propose(metric: &Metric, current_replicas: u32, tolerance: impl Into<Tolerance>) -> Result<Proposal, String> {
+    let tolerance = tolerance.into();
     let name = &metric.name;
     if let Some(error) = &metric.error {
         return Err(format!("metric {name}: {error}"));
@@ -121,7 +192,7 @@ pub fn propose(metric: &Metric, current_replicas: u32, tolerance: f64) -> Result
 /// The replicas an Object or External `reading` calls for: the HPA's `GetObjectMetricReplicas` (a Value target
 /// scales the ready pods by the ratio) and `GetObjectPerPodMetricReplicas` (an AverageValue target divides the
 /// reading by it), in milli-units. Also what a forecast of a Value target calls for, see [`replicas_for_load`].
-fn whole_value(metric: &Metric, reading: f64, target: f64, current_replicas: u32, tolerance: f64) -> Proposal {
+fn whole_value(metric: &Metric, reading: f64, target: f64, current_replicas: u32, tolerance: Tolerance) -> Proposal {
     let per_unit = milli_per_unit(metric);
     let (usage, target) = (to_milli(reading, per_unit) as f64, target_milli(target, per_unit));
     match metric.target {
@@ -129,7 +200,7 @@ fn whole_value(metric: &Metric, reading: f64, target: f64, current_replicas: u32
             // `usage / (target * statusReplicas)`: from 0 replicas the HPA's ratio is infinite, never within the
             // tolerance, so it scales to `ceil(usage / target)`.
             let ratio = usage / (target * f64::from(current_replicas.max(1)));
-            let replicas = if current_replicas > 0 && within(ratio, tolerance) { current_replicas } else { ceil_replicas(usage / target) };
+            let replicas = if current_replicas > 0 && tolerance.within(ratio) { current_replicas } else { ceil_replicas(usage / target) };
             // The HPA reports `ceil(usage / statusReplicas)`.
             let average = (usage / f64::from(current_replicas.max(1))).ceil();
             Proposal { replicas, ratio, reading: average / per_unit }
@@ -139,7 +210,7 @@ fn whole_value(metric: &Metric, reading: f64, target: f64, current_replicas: u32
             let ready = metric.pods.iter().filter(|pod| pod.ready).count();
             let replicas = match current_replicas {
                 0 => ceil_replicas(ratio),
-                _ if within(ratio, tolerance) => current_replicas,
+                _ if tolerance.within(ratio) => current_replicas,
                 _ => ceil_replicas(ratio * ready as f64),
             };
             Proposal { replicas, ratio, reading }
@@ -147,7 +218,7 @@ fn whole_value(metric: &Metric, reading: f64, target: f64, current_replicas: u32
     }
 }
 
-fn per_pod(metric: &Metric, rule: PerPod, current_replicas: u32, tolerance: f64) -> Result<Proposal, String> {
+fn per_pod(metric: &Metric, rule: PerPod, current_replicas: u32, tolerance: Tolerance) -> Result<Proposal, String> {
     let name = &metric.name;
     let per_unit = milli_per_unit(metric);
     let (mut measured, mut missing, mut unready) = (Vec::new(), Vec::new(), Vec::new());
@@ -178,7 +249,7 @@ fn per_pod(metric: &Metric, rule: PerPod, current_replicas: u32, tolerance: f64)
     };
     let scale_up_with_unready = !unready.is_empty() && ratio > 1.0;
     if !scale_up_with_unready && missing.is_empty() {
-        let replicas = if within(ratio, tolerance) { current_replicas } else { ceil_replicas(ratio * measured.len() as f64) };
+        let replicas = if tolerance.within(ratio) { current_replicas } else { ceil_replicas(ratio * measured.len() as f64) };
         return Ok(Proposal { replicas, ratio, reading });
     }
     // Assumptions that dampen the change, then the change is re-checked against them.
@@ -194,7 +265,7 @@ fn per_pod(metric: &Metric, rule: PerPod, current_replicas: u32, tolerance: f64)
     }
     let (adjusted, _) = rule.ratio(&assumed);
     let flipped = (ratio < 1.0 && adjusted > 1.0) || (ratio > 1.0 && adjusted < 1.0);
-    if within(adjusted, tolerance) || flipped {
+    if tolerance.within(adjusted) || flipped {
         return Ok(Proposal { replicas: current_replicas, ratio: adjusted, reading });
     }
     let replicas = ceil_replicas(adjusted * assumed.len() as f64);
@@ -229,23 +300,36 @@ pub fn load_of(sample: &MetricSample) -> f64 {
 
 /// The replicas a whole `load` (a forecast, say; see [`load_of`]) calls for: enough pods to bring the average to
 /// the target, or for a Value target the HPA's rule for the reading.
-pub fn replicas_for_load(metric: &Metric, load: f64, current_replicas: u32, tolerance: f64) -> Option<u32> {
+pub fn replicas_for_load(metric: &Metric, load: f64, current_replicas: u32, tolerance: impl Into<Tolerance>) -> Option<u32> {
+    let tolerance = tolerance.into();
     if !load.is_finite() {
         return None;
     }
     match metric.target {
         MetricTarget::Utilization(target) | MetricTarget::AverageValue(target) if target.is_finite() && target > 0.0 => {
             let ratio = load / (target * current_replicas.max(1) as f64);
-            Some(if within(ratio, tolerance) { current_replicas } else { ceil_replicas(load / target) })
+            Some(if tolerance.within(ratio) { current_replicas } else { ceil_replicas(load / target) })
         }
         MetricTarget::Value(target) if target.is_finite() && target > 0.0 => Some(whole_value(metric, load, target, current_replicas, tolerance).replicas),
         _ => None,
     }
 }
 
-/// A `tolerance` setting as the HPA allows it: a fraction in [0, 1).
-pub fn check_tolerance(tolerance: f64) -> Result<(), String> {
-    if (0.0..1.0).contains(&tolerance) { Ok(()) } else { Err(format!("tolerance: {tolerance} is outside [0, 1)")) }
+/// A `tolerance` setting: one number for both sides, a fraction in [0, 1); a side of its own, as the HPA
+/// validates a behavior's tolerance, any finite number from 0 (a scale-down tolerance of 1 or more forbids
+/// scaling down).
+pub fn check_tolerance(tolerance: impl Into<Tolerance>) -> Result<(), String> {
+    let tolerance = tolerance.into();
+    if tolerance.scale_up == tolerance.scale_down {
+        let both = tolerance.scale_up;
+        return if (0.0..1.0).contains(&both) { Ok(()) } else { Err(format!("tolerance: {both} is outside [0, 1)")) };
+    }
+    for (side, value) in [("scaleUp", tolerance.scale_up), ("scaleDown", tolerance.scale_down)] {
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(format!("tolerance.{side}: {value} must be a number from 0"));
+        }
+    }
+    Ok(())
 }
 
 /// What every metric of a request wants, by [`propose`]: the proposals of the metrics that could be read, their
@@ -258,7 +342,8 @@ pub struct Proposals {
 }
 
 impl Proposals {
-    pub fn of(request: &ScaleRequest, tolerance: f64) -> Proposals {
+    pub fn of(request: &ScaleRequest, tolerance: impl Into<Tolerance>) -> Proposals {
+        let tolerance = tolerance.into();
         let mut all = Proposals::default();
         for metric in &request.metrics {
             match propose(metric, request.current_replicas, tolerance) {
@@ -288,6 +373,21 @@ pub fn describe(metric: &Metric, proposal: &Proposal) -> String {
 mod tests {
     use super::*;
     use crate::testing::MetricBuilder;
+
+    #[test]
+    fn a_tolerance_is_one_number_or_one_per_side() {
+        let parse = |json: &str| serde_json::from_str::<Tolerance>(json);
+        assert_eq!(parse("0.05").unwrap(), Tolerance::both(0.05));
+        assert_eq!(parse(r#"{"scaleUp": 2, "scaleDown": 0.3}"#).unwrap(), Tolerance { scale_up: 2.0, scale_down: 0.3 });
+        assert_eq!(parse(r#"{"scaleDown": 0.3}"#).unwrap(), Tolerance { scale_up: DEFAULT_TOLERANCE, scale_down: 0.3 });
+        assert!(parse(r#"{"up": 0.3}"#).is_err(), "an unknown side is refused");
+        assert_eq!(check_tolerance(1.5).unwrap_err(), "tolerance: 1.5 is outside [0, 1)");
+        assert_eq!(check_tolerance(Tolerance { scale_up: 2.0, scale_down: 0.1 }), Ok(()));
+        assert!(check_tolerance(Tolerance { scale_up: 0.1, scale_down: -0.1 }).unwrap_err().starts_with("tolerance.scaleDown"));
+        // Each side decides its own direction: 8% over holds with a 10% scale-up side, 8% under scales with a 5% scale-down side.
+        let asymmetric = Tolerance { scale_up: 0.1, scale_down: 0.05 };
+        assert!(asymmetric.within(1.08) && !asymmetric.within(0.92));
+    }
 
     #[test]
     fn utilization_is_truncated_whole_percent_of_summed_requests() {

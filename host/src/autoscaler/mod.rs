@@ -607,7 +607,13 @@ impl AutoscalerLoop {
             metrics: reading.metrics,
             recommendations,
         };
-        let settings = spec.settings.as_ref().map(|settings| settings.to_string());
+        let settings = match spec.call_settings(&policy.options.settings) {
+            Ok(settings) => settings,
+            Err(message) => {
+                self.refuse(run, "ScalingActive", "InvalidSpec", &message).await;
+                return None;
+            }
+        };
         let started = Instant::now();
         let answer = crate::runtime::off_async_worker(|| {
             let cluster = self.cluster.read();

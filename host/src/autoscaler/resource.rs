@@ -57,6 +57,37 @@ pub struct AutoscalerSpec {
     pub fallback: Option<Fallback>,
 }
 
+impl AutoscalerSpec {
+    /// The settings of this Autoscaler's policy calls, None for the policy's own (`configured`) as they are:
+    /// `settings` if given, and the behavior's tolerances (`scaleUp.tolerance`, `scaleDown.tolerance`, KEP-4951)
+    /// as the policy's `tolerance` setting, each side the behavior leaves out keeping the policy's. A policy with
+    /// no `tolerance` setting refuses them, and the Autoscaler says so: a tolerance is never silently dropped.
+    pub fn call_settings(&self, configured: &str) -> Result<Option<String>, String> {
+        let side = |rules: Option<&k8s_openapi::api::autoscaling::v2::HPAScalingRules>, name: &str| -> Result<Option<f64>, String> {
+            let Some(quantity) = rules.and_then(|rules| rules.tolerance.as_ref()) else { return Ok(None) };
+            let milli = wasp_sdk::quantity::parse_milli(&quantity.0).map_err(|error| format!("spec.behavior.{name}.tolerance: {error}"))?;
+            Ok(Some(milli as f64 / 1000.0))
+        };
+        let behavior = self.behavior.as_ref();
+        let up = side(behavior.and_then(|behavior| behavior.scale_up.as_ref()), "scaleUp")?;
+        let down = side(behavior.and_then(|behavior| behavior.scale_down.as_ref()), "scaleDown")?;
+        if up.is_none() && down.is_none() {
+            return Ok(self.settings.as_ref().map(|settings| settings.to_string()));
+        }
+        let mut settings = self.settings.clone().or_else(|| serde_json::from_str(configured).ok()).filter(serde_json::Value::is_object).unwrap_or_else(|| serde_json::json!({}));
+        let current = settings["tolerance"].clone();
+        let kept = |name: &str| current.as_f64().or_else(|| current[name].as_f64());
+        let mut each = serde_json::Map::new();
+        for (name, value) in [("scaleUp", up.or_else(|| kept("scaleUp"))), ("scaleDown", down.or_else(|| kept("scaleDown")))] {
+            if let Some(value) = value {
+                each.insert(name.to_string(), serde_json::json!(value));
+            }
+        }
+        settings["tolerance"] = serde_json::Value::Object(each);
+        Ok(Some(settings.to_string()))
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Fallback {
@@ -130,6 +161,26 @@ pub fn crd_yaml() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spec(extra: &str) -> AutoscalerSpec {
+        serde_yaml::from_str(&format!("scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: web}}\nmaxReplicas: 5\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn behavior_tolerances_become_the_policy_tolerance_over_its_other_settings() {
+        // No tolerance in the behavior: the Autoscaler's settings if it has any, else the policy's own.
+        assert_eq!(spec("").call_settings(r#"{"tolerance": 0.2}"#), Ok(None));
+        assert_eq!(spec("settings: {combine: min}").call_settings("").unwrap().as_deref(), Some(r#"{"combine":"min"}"#));
+        // One side from the behavior, the other kept from the policy's settings (a number for both sides).
+        let up = spec("behavior: {scaleUp: {tolerance: 50m}}");
+        let settings: serde_json::Value = serde_json::from_str(&up.call_settings(r#"{"tolerance": 0.2, "combine": "min"}"#).unwrap().unwrap()).unwrap();
+        assert_eq!(settings, serde_json::json!({"combine": "min", "tolerance": {"scaleUp": 0.05, "scaleDown": 0.2}}));
+        // A side neither gives is left to the policy's default.
+        let down = spec("behavior: {scaleDown: {tolerance: '0.3'}}");
+        assert_eq!(down.call_settings("").unwrap().as_deref(), Some(r#"{"tolerance":{"scaleDown":0.3}}"#));
+        let bad = spec("behavior: {scaleDown: {tolerance: lots}}");
+        assert!(bad.call_settings("").unwrap_err().starts_with("spec.behavior.scaleDown.tolerance: "));
+    }
 
     #[test]
     fn the_shipped_crd_is_the_generated_one() {

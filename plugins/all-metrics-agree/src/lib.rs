@@ -5,7 +5,7 @@
 //! listed metric that wants a change. A metric that cannot be read cannot agree to a scale-down.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::autoscaling::{check_tolerance, Proposals, DEFAULT_TOLERANCE};
+use wasp_sdk::autoscaling::{check_tolerance, Proposals, Tolerance};
 use wasp_sdk::types::{ScaleDecision, ScaleRequest};
 use wasp_sdk::{Policy, Scale, NodeFacts};
 
@@ -13,14 +13,14 @@ use wasp_sdk::{Policy, Scale, NodeFacts};
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// Relative change below which a metric wants no change (0.1 = 10%).
-    pub tolerance: f64,
+    pub tolerance: Tolerance,
     /// Metric names, most important first: the first one that wants a change settles a conflict.
     pub priority: Vec<String>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { tolerance: DEFAULT_TOLERANCE, priority: Vec::new() }
+        Settings { tolerance: Tolerance::default(), priority: Vec::new() }
     }
 }
 
@@ -32,7 +32,7 @@ impl Policy for AllMetricsAgree {
     type Settings = Settings;
     const NAME: &'static str = "all-metrics-agree";
     const NODE_FACTS: NodeFacts = NodeFacts::NONE;
-    const SETTINGS_DOC: &'static str = "tolerance: relative change ignored, 0 to 1 (default 0.1)\n\
+    const SETTINGS_DOC: &'static str = "tolerance: relative change ignored, 0 to 1 (default 0.1), or {scaleUp, scaleDown} for each side\n\
         priority: metric names, most important first; settles up-versus-down conflicts (default: a conflict holds)";
 
     fn new(settings: Settings) -> Result<Self, String> {

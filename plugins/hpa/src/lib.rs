@@ -6,7 +6,7 @@
 //! host's job.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::autoscaling::{check_tolerance, Proposals, DEFAULT_TOLERANCE};
+use wasp_sdk::autoscaling::{check_tolerance, Proposals, Tolerance};
 use wasp_sdk::types::{ScaleDecision, ScaleRequest};
 use wasp_sdk::{Policy, Scale, NodeFacts};
 
@@ -21,14 +21,14 @@ pub enum Combine {
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// Relative change below which nothing happens (0.1 = 10%).
-    pub tolerance: f64,
+    pub tolerance: Tolerance,
     /// How proposals of several metrics combine.
     pub combine: Combine,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { tolerance: DEFAULT_TOLERANCE, combine: Combine::Max }
+        Settings { tolerance: Tolerance::default(), combine: Combine::Max }
     }
 }
 
@@ -40,7 +40,7 @@ impl Policy for Hpa {
     type Settings = Settings;
     const NAME: &'static str = "hpa";
     const NODE_FACTS: NodeFacts = NodeFacts::NONE;
-    const SETTINGS_DOC: &'static str = "tolerance: relative change ignored, 0 to 1 (default 0.1)\n\
+    const SETTINGS_DOC: &'static str = "tolerance: relative change ignored, 0 to 1 (default 0.1), or {scaleUp, scaleDown} for each side\n\
         combine: max (default, the HPA's rule) or min across metrics";
 
     fn new(settings: Settings) -> Result<Self, String> {

@@ -25,10 +25,6 @@
 //!   scale down: container metric, container metric excluding unready / unscheduled / hot-CPU pods or with
 //!   failed pods, still-running pods being deleted): the host reads `Resource`, `Pods`, `Object` and
 //!   `External` metrics, not `ContainerResource`, so the contract carries whole-pod usage only.
-//! - `TestReplicaCalcConfigurableTolerance/Within a 200% scale-up tolerance`: `hpa` has one tolerance for both
-//!   directions, in [0, 1) (a scale-down tolerance of 1 or more would forbid every scale-down). The other
-//!   asymmetric-tolerance cases are expressed with the tolerance of the side that decides them (their ratio
-//!   is on that side of 1 and they have no missing or unready pods).
 //! - `TestGroupPods`, `TestCalculateRequests` and `TestCalculatePodRequestsFromContainers_NonExistentContainer`:
 //!   pod classification and request sums are the host's work; the contract receives their result (`ready`,
 //!   the pod's summed `request`).
@@ -36,7 +32,7 @@
 //!   raw average, and no timestamp.
 
 use crate::Hpa;
-use wasp_sdk::autoscaling::propose;
+use wasp_sdk::autoscaling::{propose, Tolerance};
 use wasp_sdk::guest::build;
 use wasp_sdk::testing::scale_request;
 use wasp_sdk::types::{Metric, MetricSource, MetricTarget, PodMetric};
@@ -173,7 +169,7 @@ enum Want {
 struct Row {
     label: &'static str,
     current: u32,
-    tolerance: f64,
+    tolerance: Tolerance,
     metrics: Vec<Metric>,
     want: Want,
     /// The first metric's reading: whole percent for Utilization, milli-units otherwise.
@@ -181,7 +177,7 @@ struct Row {
 }
 
 fn row(label: &'static str, current: u32, metric: Metric, want: u32) -> Row {
-    Row { label, current, tolerance: 0.1, metrics: vec![metric], want: Want::Replicas(want), usage: None }
+    Row { label, current, tolerance: Tolerance::default(), metrics: vec![metric], want: Want::Replicas(want), usage: None }
 }
 
 fn fails(label: &'static str, current: u32, metric: Metric, error: &'static str) -> Row {
@@ -193,8 +189,8 @@ impl Row {
         Row { usage: Some(usage.into()), ..self }
     }
 
-    fn tolerance(self, tolerance: f64) -> Row {
-        Row { tolerance, ..self }
+    fn tolerance(self, tolerance: impl Into<Tolerance>) -> Row {
+        Row { tolerance: tolerance.into(), ..self }
     }
 
     fn and(mut self, metric: Metric) -> Row {
@@ -230,15 +226,18 @@ fn resource_rows() -> Vec<Row> {
         row("TestReplicaCalcConfigurableTolerance/Outside of a 0% tolerance", 3, cpu(100, &[ready(909).req(900), ready(1010), ready(1111).req(1100)]), 4)
             .tolerance(0.0)
             .usage(101),
-        // Tolerances{2, 0.08}: the ratio is above 1, so only the 8% scale-up side decides.
+        // The Go side's `Tolerances{scaleDown, scaleUp}`.
+        row("TestReplicaCalcConfigurableTolerance/Within a 200% scale-up tolerance", 3, cpu(100, &[ready(1890).req(900), ready(1910), ready(1900).req(1100)]), 3)
+            .tolerance(Tolerance { scale_down: 0.1, scale_up: 2.0 })
+            .usage(190),
         row("TestReplicaCalcConfigurableTolerance/Outside 8% scale-up tolerance (and superfuous scale-down tolerance)", 3, cpu(100, &[ready(1100).req(900), ready(1080), ready(1090).req(1100)]), 4)
-            .tolerance(0.08)
+            .tolerance(Tolerance { scale_down: 2.0, scale_up: 0.08 })
             .usage(109),
         row("TestReplicaCalcConfigurableTolerance/Within a 36% scale-down tolerance", 3, cpu(100, &[ready(660).req(900), ready(640), ready(650).req(1100)]), 3)
-            .tolerance(0.36)
+            .tolerance(Tolerance { scale_down: 0.36, scale_up: 0.1 })
             .usage(65),
         row("TestReplicaCalcConfigurableTolerance/Outside a 34% scale-down tolerance", 3, cpu(100, &[ready(660).req(900), ready(640), ready(650).req(1100)]), 2)
-            .tolerance(0.34)
+            .tolerance(Tolerance { scale_down: 0.34, scale_up: 0.1 })
             .usage(65),
         // Readings of two pods outside the target (test-pod-4, test-pod-5) never reach the policy.
         row("TestReplicaCalcSuperfluousMetrics", 4, cpu(100, &[ready(4000), ready(9500), ready(3000), ready(7000)]), 24).usage(587),
@@ -373,7 +372,8 @@ fn replica_calculator_cases() {
 /// What is wrong with the policy's answer to `row`, if anything.
 fn check(row: &Row) -> Option<String> {
     let label = row.label;
-    let hpa = match build::<Hpa>(&format!(r#"{{"tolerance": {}}}"#, row.tolerance)) {
+    let settings = format!(r#"{{"tolerance": {{"scaleUp": {}, "scaleDown": {}}}}}"#, row.tolerance.scale_up, row.tolerance.scale_down);
+    let hpa = match build::<Hpa>(&settings) {
         Ok(hpa) => hpa,
         Err(error) => return Some(format!("{label}: {error}")),
     };

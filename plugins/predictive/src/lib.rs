@@ -6,7 +6,7 @@
 //! host's stabilization window.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::autoscaling::{check_tolerance, describe, load_of, propose, replicas_for_load, DEFAULT_TOLERANCE};
+use wasp_sdk::autoscaling::{check_tolerance, describe, load_of, propose, replicas_for_load, Tolerance};
 use wasp_sdk::types::{Metric, MetricProposal, ScaleDecision, ScaleRequest};
 use wasp_sdk::{Policy, Scale, NodeFacts};
 
@@ -28,12 +28,12 @@ pub struct Settings {
     pub beta: f64,
     /// Readings needed before any forecast.
     pub min_samples: u32,
-    pub tolerance: f64,
+    pub tolerance: Tolerance,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { method: Method::Holt, horizon_seconds: 120, alpha: 0.5, beta: 0.5, min_samples: 3, tolerance: DEFAULT_TOLERANCE }
+        Settings { method: Method::Holt, horizon_seconds: 120, alpha: 0.5, beta: 0.5, min_samples: 3, tolerance: Tolerance::default() }
     }
 }
 
@@ -49,7 +49,7 @@ impl Policy for Predictive {
         horizonSeconds: how far ahead to forecast (default 120, at most 3600)\n\
         alpha, beta: Holt's level and trend smoothing, in (0, 1] (default 0.5, 0.5)\n\
         minSamples: readings needed before forecasting, at least 2 (default 3)\n\
-        tolerance: relative change ignored, 0 to 1 (default 0.1)";
+        tolerance: relative change ignored, 0 to 1 (default 0.1), or {scaleUp, scaleDown} for each side";
 
     fn new(settings: Settings) -> Result<Self, String> {
         for (field, value) in [("alpha", settings.alpha), ("beta", settings.beta)] {

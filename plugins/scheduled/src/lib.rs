@@ -4,7 +4,7 @@
 //! Times are in a fixed UTC offset: a component has no time zone database.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::autoscaling::{check_tolerance, Proposals, DEFAULT_TOLERANCE};
+use wasp_sdk::autoscaling::{check_tolerance, Proposals, Tolerance};
 use wasp_sdk::types::{ScaleDecision, ScaleRequest};
 use wasp_sdk::{Policy, Scale, NodeFacts};
 
@@ -28,12 +28,12 @@ pub struct Settings {
     /// `+02:00`, `-05:30`: the offset from UTC the schedules are written in.
     pub utc_offset: String,
     pub schedules: Vec<Schedule>,
-    pub tolerance: f64,
+    pub tolerance: Tolerance,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { utc_offset: "+00:00".into(), schedules: Vec::new(), tolerance: DEFAULT_TOLERANCE }
+        Settings { utc_offset: "+00:00".into(), schedules: Vec::new(), tolerance: Tolerance::default() }
     }
 }
 
@@ -86,7 +86,7 @@ fn offset_minutes(text: &str) -> Result<i64, String> {
 pub struct Scheduled {
     offset: i64,
     windows: Vec<Window>,
-    tolerance: f64,
+    tolerance: Tolerance,
 }
 
 impl Policy for Scheduled {
@@ -95,7 +95,7 @@ impl Policy for Scheduled {
     const NODE_FACTS: NodeFacts = NodeFacts::NONE;
     const SETTINGS_DOC: &'static str = "utcOffset: the schedules' offset from UTC, like +02:00 (default +00:00)\n\
         schedules: [{days: [Mon..Sun] (default every day), start: HH:MM, end: HH:MM, replicas}]\n\
-        tolerance: relative change the metrics ignore, 0 to 1 (default 0.1)";
+        tolerance: relative change the metrics ignore, 0 to 1 (default 0.1), or {scaleUp, scaleDown} for each side";
 
     fn new(settings: Settings) -> Result<Self, String> {
         let offset = offset_minutes(&settings.utc_offset)?;
