@@ -67,19 +67,35 @@ fn main() {
 // ---------------------------------------------------------------------------------------------------------------
 // The cases.
 
-/// A Deployment: name, replicas, CPU request per pod (millicores).
-struct Workload(&'static str, u32, u32);
+/// A Deployment: name, replicas, CPU request per pod (millicores), more of its pod spec (YAML at the spec's
+/// indentation, or "").
+struct Workload(&'static str, u32, u32, &'static str);
+
+/// What leaves the placed pods badly placed, besides the later node groups becoming schedulable.
+#[derive(PartialEq)]
+enum Change {
+    /// Nothing more: the later groups join empty.
+    NodesJoin,
+    /// A NoSchedule taint the pods do not tolerate, on the first node.
+    TaintFirstNode,
+    /// A bare pod labelled `app: noisy` bound to each of the first `n` nodes, past the scheduler (`nodeName`).
+    NoisyNeighbours(usize),
+}
+
+/// Refuses a node that runs an `app: noisy` pod.
+const AVOID_NOISY: &str = "      affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: {app: noisy}}, topologyKey: kubernetes.io/hostname}]}}\n";
+/// At most one more pod in one zone than in another, counting only nodes whose taints the pod tolerates.
+const SPREAD_OVER_ZONES: &str = "      topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: Honor, labelSelector: {matchLabels: {app: spread}}}]\n";
 
 /// A cluster state and the one strategy that should fix it.
 struct Case {
     name: &'static str,
     describe: &'static str,
-    /// Node groups: name prefix, count, CPU each.
-    nodes: &'static [(&'static str, usize, &'static str)],
+    /// Node groups: name prefix, count, CPU each, zones (round robin).
+    nodes: &'static [(&'static str, usize, &'static str, &'static [&'static str])],
     /// Placed while only the nodes of the first group take pods.
     workloads: &'static [Workload],
-    /// Then: `true` makes every node schedulable (new nodes join empty); the taint is put on the first node.
-    taint_first_node: bool,
+    change: Change,
     /// The descheduler's plugin, its arguments, and its extension point.
     descheduler: (&'static str, &'static str, &'static str),
     /// wasp's strategy (its defaults are the descheduler's defaults).
@@ -90,40 +106,60 @@ const CASES: &[Case] = &[
     Case {
         name: "LowNodeUtilization",
         describe: "two nodes at 62% of CPU, four new empty ones; under 20% is underutilized, over 50% overutilized",
-        nodes: &[("full", 2, "4"), ("empty", 4, "4")],
-        workloads: &[Workload("web", 10, 500)],
-        taint_first_node: false,
+        nodes: &[("full", 2, "4", ZONES), ("empty", 4, "4", ZONES)],
+        workloads: &[Workload("web", 10, 500, "")],
+        change: Change::NodesJoin,
         descheduler: ("LowNodeUtilization", "{thresholds: {cpu: 20, memory: 20, pods: 20}, targetThresholds: {cpu: 50, memory: 50, pods: 50}}", "balance"),
         wasp: "low-node-utilization",
     },
     Case {
         name: "RemoveDuplicates",
         describe: "six replicas on one node, five new empty nodes",
-        nodes: &[("full", 1, "4"), ("empty", 5, "4")],
-        workloads: &[Workload("dup", 6, 100)],
-        taint_first_node: false,
+        nodes: &[("full", 1, "4", ZONES), ("empty", 5, "4", ZONES)],
+        workloads: &[Workload("dup", 6, 100, "")],
+        change: Change::NodesJoin,
         descheduler: ("RemoveDuplicates", "{}", "balance"),
         wasp: "remove-duplicates",
     },
     Case {
         name: "RemovePodsViolatingNodeTaints",
         describe: "a NoSchedule taint the pods do not tolerate put on a node that runs them",
-        nodes: &[("full", 1, "4"), ("empty", 3, "4")],
-        workloads: &[Workload("tainted", 6, 100)],
-        taint_first_node: true,
+        nodes: &[("full", 1, "4", ZONES), ("empty", 3, "4", ZONES)],
+        workloads: &[Workload("tainted", 6, 100, "")],
+        change: Change::TaintFirstNode,
         descheduler: ("RemovePodsViolatingNodeTaints", "{}", "deschedule"),
         wasp: "remove-pods-violating-node-taints",
     },
     Case {
         name: "TooBigToMove",
         describe: "the loop the descheduler's users report: 2.6-CPU pods on two 4-CPU nodes (65%), four 2-CPU nodes underutilized but too small for them",
-        nodes: &[("big", 2, "4"), ("small", 4, "2")],
-        workloads: &[Workload("big", 2, 2600)],
-        taint_first_node: false,
+        nodes: &[("big", 2, "4", ZONES), ("small", 4, "2", ZONES)],
+        workloads: &[Workload("big", 2, 2600, "")],
+        change: Change::NodesJoin,
         descheduler: ("LowNodeUtilization", "{thresholds: {cpu: 20, memory: 20, pods: 20}, targetThresholds: {cpu: 50, memory: 50, pods: 50}}", "balance"),
         wasp: "low-node-utilization",
     },
+    Case {
+        name: "RemovePodsViolatingTopologySpreadConstraint",
+        describe: "six pods spread over zones (maxSkew 1) placed while zone-b's nodes were cordoned: 6 to 0 once they join",
+        nodes: &[("zone-a", 2, "4", &["zone-a"]), ("zone-b", 2, "4", &["zone-b"])],
+        workloads: &[Workload("spread", 6, 100, SPREAD_OVER_ZONES)],
+        change: Change::NodesJoin,
+        descheduler: ("RemovePodsViolatingTopologySpreadConstraint", "{}", "balance"),
+        wasp: "remove-pods-violating-topology-spread-constraint",
+    },
+    Case {
+        name: "RemovePodsViolatingInterPodAntiAffinity",
+        describe: "four pods that avoid `app: noisy`, one per node; then a noisy bare pod bound past the scheduler beside two of them",
+        nodes: &[("node", 4, "4", ZONES)],
+        workloads: &[Workload("front", 4, 100, AVOID_NOISY)],
+        change: Change::NoisyNeighbours(2),
+        descheduler: ("RemovePodsViolatingInterPodAntiAffinity", "{}", "deschedule"),
+        wasp: "remove-pods-violating-inter-pod-anti-affinity",
+    },
 ];
+
+const ZONES: &[&str] = &["zone-a", "zone-b"];
 
 // ---------------------------------------------------------------------------------------------------------------
 // The tools.
@@ -194,21 +230,21 @@ struct Run {
 
 fn run(case: &Case, tool: Tool, interval: Duration) -> Run {
     let plane = ControlPlane::start_with(&["--kube-scheduler"]);
-    for (prefix, count, cpu) in case.nodes {
-        plane.create_nodes(prefix, *count, &["zone-a", "zone-b"], cpu, "16Gi");
+    for (prefix, count, cpu, zones) in case.nodes {
+        plane.create_nodes(prefix, *count, zones, cpu, "16Gi");
     }
     // Only the first group takes the workloads' pods: the others are cordoned until they are placed.
-    let (first, _, _) = case.nodes[0];
+    let (first, _, _, _) = case.nodes[0];
     let later: Vec<String> = node_names(&plane).into_iter().filter(|name| !name.starts_with(&format!("{first}-"))).collect();
     for node in &later {
         plane.must(&["cordon", node]);
     }
     let mut replicas = 0;
-    for Workload(name, count, millis) in case.workloads {
+    for Workload(name, count, millis, more) in case.workloads {
         replicas += count;
         let created = plane.kubectl_input(
             &["create", "-f", "-"],
-            &format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  replicas: {count}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: {millis}m, memory: 64Mi}}}}}}]\n"),
+            &format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  replicas: {count}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: {millis}m, memory: 64Mi}}}}}}]\n{more}"),
         );
         assert!(created.ok, "{}: {}", case.name, created.stderr);
     }
@@ -216,8 +252,20 @@ fn run(case: &Case, tool: Tool, interval: Duration) -> Run {
     for node in &later {
         plane.must(&["uncordon", node]);
     }
-    if case.taint_first_node {
-        plane.must(&["taint", "node", &format!("{first}-0"), "bench/maintenance=true:NoSchedule"]);
+    match case.change {
+        Change::NodesJoin => {}
+        Change::TaintFirstNode => {
+            plane.must(&["taint", "node", &format!("{first}-0"), "bench/maintenance=true:NoSchedule"]);
+        }
+        Change::NoisyNeighbours(nodes) => {
+            for index in 0..nodes {
+                let created = plane.kubectl_input(
+                    &["create", "-f", "-"],
+                    &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: noisy-{index}, namespace: default, labels: {{app: noisy}}}}\nspec:\n  nodeName: {first}-{index}\n  containers: [{{name: app, image: nginx}}]\n"),
+                );
+                assert!(created.ok, "{}: {}", case.name, created.stderr);
+            }
+        }
     }
     let before = spread(&plane);
     let initial: std::collections::HashSet<String> = pods(&plane).iter().map(|pod| pod["metadata"]["name"].as_str().unwrap().to_string()).collect();
@@ -280,8 +328,9 @@ fn node_names(plane: &ControlPlane) -> Vec<String> {
     plane.get_json(&["get", "nodes"])["items"].as_array().unwrap().iter().map(|node| node["metadata"]["name"].as_str().unwrap().to_string()).collect()
 }
 
+/// The workloads' pods (not the noisy neighbours).
 fn pods(plane: &ControlPlane) -> Vec<Value> {
-    plane.get_json(&["get", "pods", "-n", "default"])["items"].as_array().unwrap().clone()
+    plane.get_json(&["get", "pods", "-n", "default", "-l", "app!=noisy"])["items"].as_array().unwrap().clone()
 }
 
 fn running_pods(plane: &ControlPlane) -> usize {
