@@ -105,14 +105,15 @@ impl Default for EvictionLimits {
     }
 }
 
-/// Across runs: a workload waits for its replacement, and one evicted too often backs off.
+/// Across runs: a workload waits for its replacement, and one evicted too often keeps its replacements.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Pacing {
     /// No second eviction from a workload until its replacement is Ready, or this long has passed.
     #[serde(with = "humantime_serde")]
     pub replacement_timeout: Duration,
-    /// A workload evicted this many times within `window` is left alone until the window moves on.
+    /// Once a workload lost this many pods within `window`, its replacements (pods it did not have at the window's
+    /// first eviction) are left alone until the window moves on; its other pods may still go, one at a time.
     pub max_evictions_per_workload: u32,
     #[serde(with = "humantime_serde")]
     pub window: Duration,

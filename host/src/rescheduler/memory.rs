@@ -1,5 +1,5 @@
 //! What the rescheduler remembers across runs, so that no policy can make it loop: each workload's recent
-//! evictions (pacing until the replacement is Ready, backoff after too many within a window) and pods whose
+//! evictions (pacing until the replacement is Ready, replacements left alone after too many within a window) and pods whose
 //! eviction a PodDisruptionBudget refused (retried later with a doubling delay, never in a loop).
 //!
 //! The workloads' evictions are also kept in the API server ([`Record`], written by the rescheduler after a run
@@ -124,11 +124,16 @@ impl Memory {
         ))
     }
 
-    /// Why the workload backs off: evicted too often within the window.
-    pub fn backing_off(&self, workload: &Workload, pacing: &Pacing, now: Instant) -> Option<String> {
-        let recent = self.evictions.get(workload)?.iter().filter(|evicted| now.saturating_duration_since(evicted.at) < pacing.window).count();
-        (recent as u32 >= pacing.max_evictions_per_workload).then(|| {
-            format!("{workload} was evicted {recent} times within {}; it backs off", humantime::format_duration(pacing.window))
+    /// Why the pod with `uid` backs off: its workload lost `maxEvictionsPerWorkload` pods within the window, and
+    /// this pod is a replacement (not among the workload's pods at the window's first eviction). The workload's
+    /// original pods may still go, one at a time after each replacement is Ready, so a drain or a rebalance
+    /// finishes; moving the pods it just moved again (a loop, whatever a policy proposes) stops. After a restart
+    /// only the last eviction's pods are known, and pods unknown count as replacements.
+    pub fn backing_off(&self, workload: &Workload, uid: &str, pacing: &Pacing, now: Instant) -> Option<String> {
+        let recent: Vec<&Evicted> = self.evictions.get(workload)?.iter().filter(|evicted| now.saturating_duration_since(evicted.at) < pacing.window).collect();
+        let first = recent.iter().min_by_key(|evicted| evicted.at)?;
+        (recent.len() as u32 >= pacing.max_evictions_per_workload && !first.known.contains(uid)).then(|| {
+            format!("{workload} lost {} pods within {} and this one replaced one of them; it backs off", recent.len(), humantime::format_duration(pacing.window))
         })
     }
 
@@ -174,18 +179,17 @@ mod tests {
     }
 
     #[test]
-    fn a_workload_evicted_too_often_backs_off_until_the_window_moves_on() {
+    fn a_workload_evicted_too_often_keeps_its_replacements_until_the_window_moves_on() {
         let pacing = Pacing { max_evictions_per_workload: 2, window: Duration::from_secs(3600), ..Pacing::default() };
         let mut memory = Memory::default();
         let start = Instant::now();
-        memory.record_eviction(Some(&workload()), known(&[]), start);
-        assert_eq!(memory.backing_off(&workload(), &pacing, start), None);
-        memory.record_eviction(Some(&workload()), known(&[]), start + Duration::from_secs(60));
-        assert_eq!(
-            memory.backing_off(&workload(), &pacing, start + Duration::from_secs(61)).unwrap(),
-            "ReplicaSet shop/web was evicted 2 times within 1h; it backs off"
-        );
-        assert_eq!(memory.backing_off(&workload(), &pacing, start + Duration::from_secs(3601)), None, "the first left the window");
+        memory.record_eviction(Some(&workload()), known(&["a", "b", "c"]), start);
+        assert_eq!(memory.backing_off(&workload(), "d", &pacing, start), None);
+        memory.record_eviction(Some(&workload()), known(&["b", "c", "d"]), start + Duration::from_secs(60));
+        let later = start + Duration::from_secs(61);
+        assert_eq!(memory.backing_off(&workload(), "d", &pacing, later).unwrap(), "ReplicaSet shop/web lost 2 pods within 1h and this one replaced one of them; it backs off");
+        assert_eq!(memory.backing_off(&workload(), "c", &pacing, later), None, "an original pod may still go: a drain finishes");
+        assert_eq!(memory.backing_off(&workload(), "d", &pacing, start + Duration::from_secs(3601)), None, "the first left the window");
         memory.prune(&pacing, start + Duration::from_secs(3700));
         assert!(memory.evictions.is_empty());
     }
@@ -202,7 +206,7 @@ mod tests {
         let mut after = Memory::default();
         let now = Instant::now();
         after.restore(&record, now, 1_000_030);
-        assert!(after.backing_off(&workload(), &pacing, now).is_some(), "the window's one eviction is spent");
+        assert!(after.backing_off(&workload(), "c", &pacing, now).is_some(), "the window's one eviction is spent on a replacement");
         let waiting = after.awaiting_replacement(&workload(), &["a", "b"], &pacing, now).unwrap();
         assert!(waiting.ends_with("evicted 30s ago to be Ready"), "{waiting}");
     }

@@ -475,6 +475,9 @@ impl Checker<'_> {
             return Some(Skip::Budget(reason));
         }
         let workload = entry.workload.as_ref().filter(|_| paced);
+        if let Some(reason) = workload.and_then(|workload| self.memory.backing_off(workload, &entry.uid, &self.section.pacing, self.now)) {
+            return Some(Skip::Backoff(reason));
+        }
         if let Some(skip) = workload.and_then(|workload| self.workload_held(workload)) {
             return Some(skip);
         }
@@ -484,17 +487,14 @@ impl Checker<'_> {
         self.budgets.refusal(pod).map(Skip::Budget)
     }
 
-    /// Backoff and pacing of a workload: the memory does not change during a plan, so each workload is judged
-    /// once, however many of its pods are candidates.
+    /// Pacing of a workload: the memory does not change during a plan, so each workload is judged once, however
+    /// many of its pods are candidates.
     fn workload_held(&mut self, workload: &Workload) -> Option<Skip> {
         if let Some(verdict) = self.workload_verdicts.get(workload) {
             return verdict.clone();
         }
-        let pacing = &self.section.pacing;
-        let verdict = self.memory.backing_off(workload, pacing, self.now).map(Skip::Backoff).or_else(|| {
-            let ready: Vec<&str> = self.workloads.get(workload).into_iter().flatten().filter(|(_, ready)| *ready).map(|(uid, _)| uid.as_str()).collect();
-            self.memory.awaiting_replacement(workload, &ready, pacing, self.now).map(Skip::Pacing)
-        });
+        let ready: Vec<&str> = self.workloads.get(workload).into_iter().flatten().filter(|(_, ready)| *ready).map(|(uid, _)| uid.as_str()).collect();
+        let verdict = self.memory.awaiting_replacement(workload, &ready, &self.section.pacing, self.now).map(Skip::Pacing);
         self.workload_verdicts.insert(workload.clone(), verdict.clone());
         verdict
     }
