@@ -118,12 +118,13 @@ pub struct History {
 pub const STATUS_TIME_SLACK: i64 = 60;
 
 impl History {
-    /// From an Autoscaler's status, after a restart or a failover (see [`STATUS_TIME_SLACK`]).
+    /// From an Autoscaler's status, after a restart or a failover: recommendations [`STATUS_TIME_SLACK`] later,
+    /// scale events a second later (the status keeps whole seconds), so neither ends a window early.
     pub fn restored(recommendations: &[TimedRecommendation], scale_events: &[ScaleEvent]) -> History {
-        let later = |time: &Time| Time(time.0.checked_add(jiff::SignedDuration::from_secs(STATUS_TIME_SLACK)).unwrap_or(time.0));
+        let later = |time: &Time, seconds: i64| Time(time.0.checked_add(jiff::SignedDuration::from_secs(seconds)).unwrap_or(time.0));
         History {
-            recommendations: recommendations.iter().map(|recommendation| TimedRecommendation { time: later(&recommendation.time), replicas: recommendation.replicas }).collect(),
-            scale_events: scale_events.to_vec(),
+            recommendations: recommendations.iter().map(|recommendation| TimedRecommendation { time: later(&recommendation.time, STATUS_TIME_SLACK), replicas: recommendation.replicas }).collect(),
+            scale_events: scale_events.iter().map(|event| ScaleEvent { time: later(&event.time, 1), change: event.change }).collect(),
         }
     }
 
@@ -148,11 +149,12 @@ impl History {
     }
 }
 
-/// Whether `time` lies within the last `seconds` before `now`. Times come back from the status in whole seconds,
-/// so both are compared as whole seconds and a time counts up to a second longer: never shorter, which would let a
-/// window or a rate limit pass early.
+/// Whether `time` lies within the last `seconds` before `now`, as the HPA's `timestamp.After(now - window)`: a
+/// recommendation made exactly one window ago (a 60 s window, a 15 s sync) no longer counts. Times read back
+/// from the status lose their fraction of a second; [`History::restored`] moves them later, so a restart never
+/// shortens a window or a rate limit's period.
 fn within(time: &Time, now: Timestamp, seconds: i64) -> bool {
-    seconds > 0 && now.as_second() - time.0.as_second() <= seconds
+    seconds > 0 && now.duration_since(time.0) < jiff::SignedDuration::from_secs(seconds)
 }
 
 impl History {
@@ -279,9 +281,9 @@ mod tests {
         history.record_scale(4, at(0));
         // Within the same 15 s the period started at 2: nothing more.
         assert_eq!(normalize(&defaults(), &mut history, at(10), 6, 20, 1, 100).replicas, 6);
-        assert_eq!(normalize(&defaults(), &mut history, at(15), 6, 20, 1, 100).replicas, 6, "whole seconds count a second longer");
-        // A new period starts from 6: 12.
-        assert_eq!(normalize(&defaults(), &mut history, at(16), 6, 20, 1, 100).replicas, 12);
+        assert_eq!(normalize(&defaults(), &mut history, at(14), 6, 20, 1, 100).replicas, 6);
+        // Exactly one period later (the HPA's `timestamp.After(now - period)`) a new period starts from 6: 12.
+        assert_eq!(normalize(&defaults(), &mut history, at(15), 6, 20, 1, 100).replicas, 12);
         assert_eq!(normalize(&defaults(), &mut History::default(), at(0), 8, 20, 1, 10).limited.1, "TooManyReplicas");
     }
 
@@ -292,9 +294,10 @@ mod tests {
         assert_eq!(first.replicas, 10, "a fresh Autoscaler remembers the current size");
         assert_eq!(first.able_to_scale.1, "ScaleDownStabilized");
         assert_eq!(normalize(&defaults(), &mut history, at(100), 10, 3, 1, 100).replicas, 10);
-        assert_eq!(normalize(&defaults(), &mut history, at(300), 10, 2, 1, 100).replicas, 10);
-        // At 301 s the initial 10 left the window; the highest since is 3.
-        assert_eq!(normalize(&defaults(), &mut history, at(301), 10, 2, 1, 100).replicas, 3);
+        assert_eq!(normalize(&defaults(), &mut history, at(299), 10, 2, 1, 100).replicas, 10);
+        // At 300 s the initial 10 left the window (a recommendation exactly one window old no longer counts, as in
+        // the HPA: with a 15 s sync and a 60 s window, it holds four syncs, not five); the highest since is 3.
+        assert_eq!(normalize(&defaults(), &mut history, at(300), 10, 2, 1, 100).replicas, 3);
     }
 
     #[test]
