@@ -78,12 +78,13 @@ enum Change {
     NodesJoin,
     /// A NoSchedule taint the pods do not tolerate, on the first node.
     TaintFirstNode,
-    /// A bare pod labelled `app: noisy` bound to each of the first `n` nodes, past the scheduler (`nodeName`).
+    /// A bare pod labelled `app: noisy` bound, past the scheduler (`nodeName`), to each of the first `n` nodes
+    /// (by name) that run a workload's pod.
     NoisyNeighbours(usize),
 }
 
-/// Refuses a node that runs an `app: noisy` pod.
-const AVOID_NOISY: &str = "      affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: {app: noisy}}, topologyKey: kubernetes.io/hostname}]}}\n";
+/// Refuses a node that runs an `app: noisy` pod or another `app: front` pod (so each run starts from one per node).
+const APART_FROM_NOISY: &str = "      affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchExpressions: [{key: app, operator: In, values: [noisy, front]}]}, topologyKey: kubernetes.io/hostname}]}}\n";
 /// At most one more pod in one zone than in another, counting only nodes whose taints the pod tolerates.
 const SPREAD_OVER_ZONES: &str = "      topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: Honor, labelSelector: {matchLabels: {app: spread}}}]\n";
 
@@ -150,9 +151,9 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "RemovePodsViolatingInterPodAntiAffinity",
-        describe: "four pods that avoid `app: noisy`, one per node; then a noisy bare pod bound past the scheduler beside two of them",
-        nodes: &[("node", 4, "4", ZONES)],
-        workloads: &[Workload("front", 4, 100, AVOID_NOISY)],
+        describe: "four pods that avoid `app: noisy` and each other on six nodes; then a noisy bare pod bound past the scheduler beside two of them",
+        nodes: &[("node", 6, "4", ZONES)],
+        workloads: &[Workload("front", 4, 100, APART_FROM_NOISY)],
         change: Change::NoisyNeighbours(2),
         descheduler: ("RemovePodsViolatingInterPodAntiAffinity", "{}", "deschedule"),
         wasp: "remove-pods-violating-inter-pod-anti-affinity",
@@ -258,10 +259,11 @@ fn run(case: &Case, tool: Tool, interval: Duration) -> Run {
             plane.must(&["taint", "node", &format!("{first}-0"), "bench/maintenance=true:NoSchedule"]);
         }
         Change::NoisyNeighbours(nodes) => {
-            for index in 0..nodes {
+            let occupied: std::collections::BTreeSet<String> = pods(&plane).iter().filter_map(|pod| pod["spec"]["nodeName"].as_str().map(str::to_string)).collect();
+            for (index, node) in occupied.iter().take(nodes).enumerate() {
                 let created = plane.kubectl_input(
                     &["create", "-f", "-"],
-                    &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: noisy-{index}, namespace: default, labels: {{app: noisy}}}}\nspec:\n  nodeName: {first}-{index}\n  containers: [{{name: app, image: nginx}}]\n"),
+                    &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: noisy-{index}, namespace: default, labels: {{app: noisy}}}}\nspec:\n  nodeName: {node}\n  containers: [{{name: app, image: nginx}}]\n"),
                 );
                 assert!(created.ok, "{}: {}", case.name, created.stderr);
             }
