@@ -238,6 +238,8 @@ func (a *metricsAdapter) usage(model loadModel, pod *corev1.Pod) (corev1.Resourc
 					sharing++
 				}
 			}
+			// The pod itself may have left the cache between the two reads.
+			sharing = max(sharing, 1)
 		}
 		usage := corev1.ResourceList{}
 		add := func(name corev1.ResourceName, perPod, total string) {

@@ -109,8 +109,8 @@ func protobufSteps(ctx context.Context, client kubernetes.Interface, step func(s
 	if err := step("pb 01 create configmap", created, err); err != nil {
 		return err
 	}
-	if created == nil {
-		return errors.New("the ConfigMap could not be created: nothing further to walk")
+	if err != nil {
+		return fmt.Errorf("the ConfigMap could not be created, nothing further to walk: %w", err)
 	}
 	got, err := configMaps.Get(ctx, "pb-config", metav1.GetOptions{})
 	if err := step("pb 02 get configmap", got, err); err != nil {
@@ -151,8 +151,8 @@ func protobufSteps(ctx context.Context, client kubernetes.Interface, step func(s
 			Tolerations: []v1.Toleration{{Key: "dedicated", Operator: v1.TolerationOpEqual, Value: "wasp", Effect: v1.TaintEffectNoSchedule}},
 		},
 	}
-	createdPod, err := pods.Create(ctx, pod, metav1.CreateOptions{})
-	if err := step("pb 07 create pod", createdPod, err); err != nil {
+	createdPod, podErr := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err := step("pb 07 create pod", createdPod, podErr); err != nil {
 		return err
 	}
 	_, err = pods.Create(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pb-invalid"}}, metav1.CreateOptions{})
@@ -167,7 +167,7 @@ func protobufSteps(ctx context.Context, client kubernetes.Interface, step func(s
 		return err
 	}
 	// kube-scheduler's write when no node fits (it patches; a status update is the other way clients write it).
-	if createdPod != nil {
+	if podErr == nil {
 		unschedulable := createdPod.DeepCopy()
 		unschedulable.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable, Message: "0/2 nodes are available"}}
 		written, err := pods.UpdateStatus(ctx, unschedulable, metav1.UpdateOptions{})
@@ -185,7 +185,7 @@ func protobufSteps(ctx context.Context, client kubernetes.Interface, step func(s
 	}
 	bound, err := pods.Get(ctx, "pb-pod", metav1.GetOptions{})
 	var nodeName any
-	if bound != nil {
+	if err == nil {
 		nodeName = bound.Spec.NodeName
 	}
 	if err := step("pb 13 bound pod's node", nodeName, err); err != nil {
@@ -214,7 +214,7 @@ func protobufSteps(ctx context.Context, client kubernetes.Interface, step func(s
 	if err := step("pb 15 create lease", lease, err); err != nil {
 		return err
 	}
-	if lease != nil {
+	if err == nil {
 		next := "walk-b"
 		lease.Spec.HolderIdentity = &next
 		*lease.Spec.LeaseTransitions = 1

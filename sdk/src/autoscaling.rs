@@ -24,7 +24,7 @@ pub const DEFAULT_TOLERANCE: f64 = 0.1;
 /// the cluster-wide 0.1). As a setting, a number (both sides) or `{scaleUp: 0.05, scaleDown: 0.2}` (a side left
 /// out keeps the default); the host hands an Autoscaler's behavior tolerances to its policy this way.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(from = "ToleranceSetting", into = "ToleranceSetting")]
+#[serde(try_from = "ToleranceSetting", into = "ToleranceSetting")]
 pub struct Tolerance {
     pub scale_up: f64,
     pub scale_down: f64,
@@ -75,11 +75,16 @@ fn default_tolerance() -> f64 {
     DEFAULT_TOLERANCE
 }
 
-impl From<ToleranceSetting> for Tolerance {
-    fn from(setting: ToleranceSetting) -> Tolerance {
+/// One number for both sides is a fraction in [0, 1), as it always was here; a side of its own is checked by
+/// [`check_tolerance`] as the HPA checks a behavior's (any number from 0).
+impl TryFrom<ToleranceSetting> for Tolerance {
+    type Error = String;
+
+    fn try_from(setting: ToleranceSetting) -> Result<Tolerance, String> {
         match setting {
-            ToleranceSetting::Both(tolerance) => Tolerance::both(tolerance),
-            ToleranceSetting::Each(EachSide { scale_up, scale_down }) => Tolerance { scale_up, scale_down },
+            ToleranceSetting::Both(tolerance) if !(0.0..1.0).contains(&tolerance) => Err(format!("tolerance: {tolerance} is outside [0, 1)")),
+            ToleranceSetting::Both(tolerance) => Ok(Tolerance::both(tolerance)),
+            ToleranceSetting::Each(EachSide { scale_up, scale_down }) => Ok(Tolerance { scale_up, scale_down }),
         }
     }
 }
@@ -315,15 +320,10 @@ pub fn replicas_for_load(metric: &Metric, load: f64, current_replicas: u32, tole
     }
 }
 
-/// A `tolerance` setting: one number for both sides, a fraction in [0, 1); a side of its own, as the HPA
-/// validates a behavior's tolerance, any finite number from 0 (a scale-down tolerance of 1 or more forbids
-/// scaling down).
+/// A tolerance's sides as the HPA validates a behavior's: any finite number from 0 (a scale-down tolerance of 1
+/// or more forbids scaling down). A number for both sides read from settings is also under 1 (see [`Tolerance`]).
 pub fn check_tolerance(tolerance: impl Into<Tolerance>) -> Result<(), String> {
     let tolerance = tolerance.into();
-    if tolerance.scale_up == tolerance.scale_down {
-        let both = tolerance.scale_up;
-        return if (0.0..1.0).contains(&both) { Ok(()) } else { Err(format!("tolerance: {both} is outside [0, 1)")) };
-    }
     for (side, value) in [("scaleUp", tolerance.scale_up), ("scaleDown", tolerance.scale_down)] {
         if !(value.is_finite() && value >= 0.0) {
             return Err(format!("tolerance.{side}: {value} must be a number from 0"));
@@ -381,7 +381,8 @@ mod tests {
         assert_eq!(parse(r#"{"scaleUp": 2, "scaleDown": 0.3}"#).unwrap(), Tolerance { scale_up: 2.0, scale_down: 0.3 });
         assert_eq!(parse(r#"{"scaleDown": 0.3}"#).unwrap(), Tolerance { scale_up: DEFAULT_TOLERANCE, scale_down: 0.3 });
         assert!(parse(r#"{"up": 0.3}"#).is_err(), "an unknown side is refused");
-        assert_eq!(check_tolerance(1.5).unwrap_err(), "tolerance: 1.5 is outside [0, 1)");
+        assert!(parse("1.5").unwrap_err().to_string().starts_with("tolerance: 1.5 is outside [0, 1)"));
+        assert_eq!(parse(r#"{"scaleUp": 2, "scaleDown": 2}"#).unwrap(), Tolerance::both(2.0), "sides of their own may be 1 or more");
         assert_eq!(check_tolerance(Tolerance { scale_up: 2.0, scale_down: 0.1 }), Ok(()));
         assert!(check_tolerance(Tolerance { scale_up: 0.1, scale_down: -0.1 }).unwrap_err().starts_with("tolerance.scaleDown"));
         // Each side decides its own direction: 8% over holds with a 10% scale-up side, 8% under scales with a 5% scale-down side.

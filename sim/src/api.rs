@@ -355,7 +355,8 @@ async fn admit(store: &Store, request: &Creation<'_>, mut object: Value) -> Resu
 
 /// Stores a new object; a CustomResourceDefinition is checked first and its types served from then on.
 fn create_checked(store: &Store, resource: &'static ResourceType, namespace: Option<&str>, mut object: Value) -> Result<Arc<Value>, ApiError> {
-    if object.pointer("/metadata/resourceVersion").and_then(Value::as_str).is_some_and(|version| !version.is_empty()) {
+    // kube-apiserver's storage refuses a version it can read that is not 0; one it cannot read is ignored.
+    if object.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|version| version.parse::<u64>().ok()).is_some_and(|version| version != 0) {
         return Err(ApiError::resource_version_on_create());
     }
     if resource.kind == "CustomResourceDefinition" {
@@ -530,13 +531,15 @@ fn list_metadata(revision: u64, continue_token: Option<String>) -> Value {
     metadata
 }
 
-/// A list as kube-apiserver sends it: the list says its kind, its items do not (kubectl adds theirs back).
+/// A list as kube-apiserver sends it: the list says its kind; the items of a built-in type do not (kubectl adds
+/// theirs back), a custom resource's items keep theirs (they are stored and listed as written).
 fn list_body(resource: &ResourceType, items: Vec<Arc<Value>>, revision: u64, continue_token: Option<String>) -> Value {
     let metadata = list_metadata(revision, continue_token);
+    let built_in = resources::is_built_in(resource);
     let items: Vec<Value> = items_of(resource, &items_ref(&items))
         .into_iter()
         .map(|mut item| {
-            if let Some(item) = item.as_object_mut() {
+            if let Some(item) = item.as_object_mut().filter(|_| built_in) {
                 item.remove("kind");
                 item.remove("apiVersion");
             }

@@ -68,6 +68,9 @@ impl ApiError {
             ("Unsupported value", "FieldValueNotSupported"),
             ("Too long", "FieldValueTooLong"),
             ("Forbidden", "FieldValueForbidden"),
+            ("Not found", "FieldValueNotFound"),
+            ("Too many", "FieldValueTooMany"),
+            ("Internal error", "InternalError"),
         ]
         .iter()
         .find(|(opening, _)| why.starts_with(opening))

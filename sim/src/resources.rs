@@ -101,6 +101,11 @@ pub static RESOURCES: &[ResourceType] = &[
 /// `'static` as the built-in ones (a simulator registers a handful). Every simulator of the process serves them.
 static CUSTOM: RwLock<Vec<&'static ResourceType>> = RwLock::new(Vec::new());
 
+/// Whether `resource` is one of the built-in types (not registered from a CustomResourceDefinition).
+pub fn is_built_in(resource: &ResourceType) -> bool {
+    RESOURCES.iter().any(|known| std::ptr::eq(known, resource))
+}
+
 /// Built-in and custom types, in discovery order.
 pub fn served() -> Vec<&'static ResourceType> {
     let custom = CUSTOM.read().unwrap_or_else(|poisoned| poisoned.into_inner());

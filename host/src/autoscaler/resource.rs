@@ -61,7 +61,8 @@ impl AutoscalerSpec {
     /// The settings of this Autoscaler's policy calls, None for the policy's own (`configured`) as they are:
     /// `settings` if given, and the behavior's tolerances (`scaleUp.tolerance`, `scaleDown.tolerance`, KEP-4951)
     /// as the policy's `tolerance` setting, each side the behavior leaves out keeping the policy's. A policy with
-    /// no `tolerance` setting refuses them, and the Autoscaler says so: a tolerance is never silently dropped.
+    /// no `tolerance` setting refuses them if it denies unknown settings (the shipped ones do), and the Autoscaler
+    /// says so.
     pub fn call_settings(&self, configured: &str) -> Result<Option<String>, String> {
         let side = |rules: Option<&k8s_openapi::api::autoscaling::v2::HPAScalingRules>, name: &str| -> Result<Option<f64>, String> {
             let Some(quantity) = rules.and_then(|rules| rules.tolerance.as_ref()) else { return Ok(None) };

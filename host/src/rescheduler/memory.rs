@@ -3,9 +3,9 @@
 //! eviction a PodDisruptionBudget refused (retried later with a doubling delay, never in a loop).
 //!
 //! The workloads' evictions are also kept in the API server ([`Record`], written by the rescheduler after a run
-//! that evicted, read by the next leader's first run), so a restart or a failover keeps the promise of at most
-//! `maxEvictionsPerWorkload` per window and the pacing; budget refusals, which only slow retries, stay in the
-//! process.
+//! that evicted, read by the next leader's first run), so a restart or a failover keeps the promise that a
+//! workload's replacements are not moved again once it lost `maxEvictionsPerWorkload` pods within the window, and
+//! the pacing; budget refusals, which only slow retries, stay in the process.
 
 pub use crate::cluster::Workload;
 use crate::config::Pacing;
@@ -35,13 +35,17 @@ pub struct Memory {
 }
 
 /// The workloads' evictions as kept in the API server: by `namespace/kind/name`, the Unix seconds of each
-/// eviction and the workload's pods at the last one (what pacing compares the Ready pods with).
+/// eviction, the workload's pods at the last one (what pacing compares the Ready pods with) and at the first
+/// (what tells its original pods from its replacements).
 pub type Record = std::collections::BTreeMap<String, WorkloadRecord>;
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WorkloadRecord {
     pub evicted_at: Vec<i64>,
     pub known: Vec<String>,
+    /// Absent in records written before it existed: every pod then counts as a replacement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "firstKnown")]
+    pub first_known: Vec<String>,
 }
 
 /// A refused pod waits `base * 2^(times-1)`, at most this many times `base`.
@@ -82,10 +86,17 @@ impl Memory {
         let mut record = Record::new();
         for (workload, evictions) in &self.evictions {
             let seconds_ago = |evicted: &Evicted| now.saturating_duration_since(evicted.at).as_secs() as i64;
-            let mut entry = WorkloadRecord { evicted_at: evictions.iter().map(|evicted| wall - seconds_ago(evicted)).collect(), known: Vec::new() };
+            let sorted = |known: &HashSet<String>| {
+                let mut known: Vec<String> = known.iter().cloned().collect();
+                known.sort();
+                known
+            };
+            let mut entry = WorkloadRecord { evicted_at: evictions.iter().map(|evicted| wall - seconds_ago(evicted)).collect(), ..WorkloadRecord::default() };
             if let Some(last) = evictions.iter().max_by_key(|evicted| evicted.at) {
-                entry.known = last.known.iter().cloned().collect();
-                entry.known.sort();
+                entry.known = sorted(&last.known);
+            }
+            if let Some(first) = evictions.iter().min_by_key(|evicted| evicted.at).filter(|_| evictions.len() > 1) {
+                entry.first_known = sorted(&first.known);
             }
             record.insert(format!("{}/{}/{}", workload.namespace, workload.kind, workload.name), entry);
         }
@@ -102,12 +113,20 @@ impl Memory {
             if self.evictions.contains_key(&workload) {
                 continue;
             }
-            let last = entry.evicted_at.iter().max().copied();
+            let (first, last) = (entry.evicted_at.iter().min().copied(), entry.evicted_at.iter().max().copied());
             let known = Arc::new(entry.known.iter().cloned().collect::<HashSet<String>>());
+            let first_known = Arc::new(entry.first_known.iter().cloned().collect::<HashSet<String>>());
             let restored = entry.evicted_at.iter().map(|seconds| Evicted {
                 at: now.checked_sub(Duration::from_secs((wall - seconds).max(0) as u64)).unwrap_or(now),
-                // The pods known at the last eviction; earlier ones only count towards the window.
-                known: if Some(*seconds) == last { known.clone() } else { Arc::new(HashSet::new()) },
+                // The pods known at the last eviction (pacing) and at the first (backoff); others only count
+                // towards the window.
+                known: if Some(*seconds) == last {
+                    known.clone()
+                } else if Some(*seconds) == first {
+                    first_known.clone()
+                } else {
+                    Arc::new(HashSet::new())
+                },
             });
             self.evictions.insert(workload, restored.collect());
         }
@@ -128,7 +147,7 @@ impl Memory {
     /// this pod is a replacement (not among the workload's pods at the window's first eviction). The workload's
     /// original pods may still go, one at a time after each replacement is Ready, so a drain or a rebalance
     /// finishes; moving the pods it just moved again (a loop, whatever a policy proposes) stops. After a restart
-    /// only the last eviction's pods are known, and pods unknown count as replacements.
+    /// the first and the last eviction's pods are known (see [`WorkloadRecord`]).
     pub fn backing_off(&self, workload: &Workload, uid: &str, pacing: &Pacing, now: Instant) -> Option<String> {
         let recent: Vec<&Evicted> = self.evictions.get(workload)?.iter().filter(|evicted| now.saturating_duration_since(evicted.at) < pacing.window).collect();
         let first = recent.iter().min_by_key(|evicted| evicted.at)?;
@@ -201,12 +220,20 @@ mod tests {
         let start = Instant::now();
         before.record_eviction(Some(&workload()), known(&["a", "b"]), start);
         let record = before.to_record(start + Duration::from_secs(30), 1_000_030);
-        assert_eq!(record["shop/ReplicaSet/web"], WorkloadRecord { evicted_at: vec![1_000_000], known: vec!["a".into(), "b".into()] });
+        assert_eq!(record["shop/ReplicaSet/web"], WorkloadRecord { evicted_at: vec![1_000_000], known: vec!["a".into(), "b".into()], first_known: Vec::new() });
         // Another process, its own clock: 30 s after the eviction as the wall clock says.
         let mut after = Memory::default();
         let now = Instant::now();
         after.restore(&record, now, 1_000_030);
         assert!(after.backing_off(&workload(), "c", &pacing, now).is_some(), "the window's one eviction is spent on a replacement");
+        // Two evictions: the first one's pods come back too, so an original pod may still go after a failover.
+        before.record_eviction(Some(&workload()), known(&["b", "c"]), start + Duration::from_secs(10));
+        let record = before.to_record(start + Duration::from_secs(30), 1_000_030);
+        assert_eq!(record["shop/ReplicaSet/web"].first_known, ["a", "b"]);
+        let mut restarted = Memory::default();
+        restarted.restore(&record, now, 1_000_030);
+        assert_eq!(restarted.backing_off(&workload(), "b", &pacing, now), None, "an original pod");
+        assert!(restarted.backing_off(&workload(), "c", &pacing, now).is_some(), "a replacement");
         let waiting = after.awaiting_replacement(&workload(), &["a", "b"], &pacing, now).unwrap();
         assert!(waiting.ends_with("evicted 30s ago to be Ready"), "{waiting}");
     }

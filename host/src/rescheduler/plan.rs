@@ -453,7 +453,7 @@ struct Checker<'a> {
     pending: HashMap<String, Pod>,
     budgets: Budgets,
     counts: Counts,
-    /// Each workload's backoff or pacing verdict, once judged.
+    /// Each workload's pacing verdict, once judged.
     workload_verdicts: HashMap<Workload, Option<Skip>>,
     /// Pending pods given room in this plan, by uid: the node.
     rooms: HashMap<String, String>,
