@@ -82,7 +82,8 @@ impl TryFrom<ToleranceSetting> for Tolerance {
 
     fn try_from(setting: ToleranceSetting) -> Result<Tolerance, String> {
         match setting {
-            ToleranceSetting::Both(tolerance) if !(0.0..1.0).contains(&tolerance) => Err(format!("tolerance: {tolerance} is outside [0, 1)")),
+            // The settings' reader names the field.
+            ToleranceSetting::Both(tolerance) if !(0.0..1.0).contains(&tolerance) => Err(format!("{tolerance} is outside [0, 1)")),
             ToleranceSetting::Both(tolerance) => Ok(Tolerance::both(tolerance)),
             ToleranceSetting::Each(EachSide { scale_up, scale_down }) => Ok(Tolerance { scale_up, scale_down }),
         }
@@ -381,7 +382,7 @@ mod tests {
         assert_eq!(parse(r#"{"scaleUp": 2, "scaleDown": 0.3}"#).unwrap(), Tolerance { scale_up: 2.0, scale_down: 0.3 });
         assert_eq!(parse(r#"{"scaleDown": 0.3}"#).unwrap(), Tolerance { scale_up: DEFAULT_TOLERANCE, scale_down: 0.3 });
         assert!(parse(r#"{"up": 0.3}"#).is_err(), "an unknown side is refused");
-        assert!(parse("1.5").unwrap_err().to_string().starts_with("tolerance: 1.5 is outside [0, 1)"));
+        assert!(parse("1.5").unwrap_err().to_string().starts_with("1.5 is outside [0, 1)"));
         assert_eq!(parse(r#"{"scaleUp": 2, "scaleDown": 2}"#).unwrap(), Tolerance::both(2.0), "sides of their own may be 1 or more");
         assert_eq!(check_tolerance(Tolerance { scale_up: 2.0, scale_down: 0.1 }), Ok(()));
         assert!(check_tolerance(Tolerance { scale_up: 0.1, scale_down: -0.1 }).unwrap_err().starts_with("tolerance.scaleDown"));
