@@ -118,13 +118,12 @@ pub struct History {
 pub const STATUS_TIME_SLACK: i64 = 60;
 
 impl History {
-    /// From an Autoscaler's status, after a restart or a failover: recommendations [`STATUS_TIME_SLACK`] later,
-    /// scale events a second later (the status keeps whole seconds), so neither ends a window early.
+    /// From an Autoscaler's status, after a restart or a failover (see [`STATUS_TIME_SLACK`]).
     pub fn restored(recommendations: &[TimedRecommendation], scale_events: &[ScaleEvent]) -> History {
-        let later = |time: &Time, seconds: i64| Time(time.0.checked_add(jiff::SignedDuration::from_secs(seconds)).unwrap_or(time.0));
+        let later = |time: &Time| Time(time.0.checked_add(jiff::SignedDuration::from_secs(STATUS_TIME_SLACK)).unwrap_or(time.0));
         History {
-            recommendations: recommendations.iter().map(|recommendation| TimedRecommendation { time: later(&recommendation.time, STATUS_TIME_SLACK), replicas: recommendation.replicas }).collect(),
-            scale_events: scale_events.iter().map(|event| ScaleEvent { time: later(&event.time, 1), change: event.change }).collect(),
+            recommendations: recommendations.iter().map(|recommendation| TimedRecommendation { time: later(&recommendation.time), replicas: recommendation.replicas }).collect(),
+            scale_events: scale_events.to_vec(),
         }
     }
 
@@ -150,11 +149,12 @@ impl History {
 }
 
 /// Whether `time` lies within the last `seconds` before `now`, as the HPA's `timestamp.After(now - window)`: a
-/// recommendation made exactly one window ago (a 60 s window, a 15 s sync) no longer counts. Times read back
-/// from the status lose their fraction of a second; [`History::restored`] moves them later, so a restart never
-/// shortens a window or a rate limit's period.
+/// recommendation made exactly one window ago (a 60 s window, a 15 s sync) no longer counts. A time read back
+/// from the status has lost its fraction of a second: a time in whole seconds counts a second longer, so a
+/// restart never shortens a window or a rate limit's period (and nothing is shifted, so nothing drifts).
 fn within(time: &Time, now: Timestamp, seconds: i64) -> bool {
-    seconds > 0 && now.duration_since(time.0) < jiff::SignedDuration::from_secs(seconds)
+    let whole = i64::from(time.0.subsec_nanosecond() == 0);
+    seconds > 0 && now.duration_since(time.0) < jiff::SignedDuration::from_secs(seconds + whole)
 }
 
 impl History {
@@ -264,8 +264,10 @@ mod tests {
     use super::*;
     use k8s_openapi::api::autoscaling::v2::HPAScalingPolicy;
 
+    /// A time as the host takes it (with a fraction of a second; a whole-second one reads as restored from a
+    /// status).
     fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+        Timestamp::new(1_800_000_000 + seconds, 250_000_000).unwrap()
     }
 
     fn defaults() -> Behavior {
@@ -285,6 +287,17 @@ mod tests {
         // Exactly one period later (the HPA's `timestamp.After(now - period)`) a new period starts from 6: 12.
         assert_eq!(normalize(&defaults(), &mut history, at(15), 6, 20, 1, 100).replicas, 12);
         assert_eq!(normalize(&defaults(), &mut History::default(), at(0), 8, 20, 1, 10).limited.1, "TooManyReplicas");
+    }
+
+    #[test]
+    fn a_time_read_back_in_whole_seconds_counts_a_second_longer_and_is_not_moved() {
+        let event = ScaleEvent { time: Time(Timestamp::from_second(1_800_000_000).unwrap()), change: 4 };
+        let restored = History::restored(&[], std::slice::from_ref(&event));
+        assert_eq!(restored.scale_events, [event.clone()], "not moved: restarts add no drift");
+        // It may have happened up to a second later than it says.
+        assert!(within(&event.time, Timestamp::new(1_800_000_015, 500_000_000).unwrap(), 15));
+        assert!(!within(&event.time, Timestamp::from_second(1_800_000_016).unwrap(), 15));
+        assert!(!within(&Time(at(0)), at(15), 15), "a time taken here: exactly one period later it is out");
     }
 
     #[test]
