@@ -236,11 +236,8 @@ async fn run(autoscaler: Autoscaler, trace: &Trace, sync_seconds: u32) -> Run {
     write_load(&config_maps, trace.millis[0]).await;
     // Both autoscalers ignore a new pod's CPU until it has been Ready for the metrics' window (the HPA's rule
     // within its CPU initialization period): start each from pods they both count.
-    let ready_since = pods
-        .list(&ListParams::default().labels("app=web"))
+    let ready_since = web_pods(&pods)
         .await
-        .unwrap()
-        .items
         .iter()
         .filter_map(|pod| pod.status.as_ref()?.conditions.as_ref()?.iter().find(|condition| condition.type_ == "Ready" && condition.status == "True")?.last_transition_time.as_ref().map(|time| time.0))
         .max()
@@ -283,15 +280,17 @@ async fn run(autoscaler: Autoscaler, trace: &Trace, sync_seconds: u32) -> Run {
 /// shares the load over).
 async fn read(deployments: &Api<Deployment>, pods: &Api<Pod>) -> Sample {
     let deployment = deployments.get("web").await.unwrap();
-    let running = pods
-        .list(&ListParams::default().labels("app=web"))
+    let running = web_pods(pods)
         .await
-        .unwrap()
-        .items
         .iter()
         .filter(|pod| pod.metadata.deletion_timestamp.is_none() && pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Running"))
         .count() as u64;
     Sample { desired: deployment.spec.and_then(|spec| spec.replicas).unwrap_or(0) as u64, running }
+}
+
+/// The Deployment's pods, as the API server lists them.
+async fn web_pods(pods: &Api<Pod>) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels("app=web")).await.unwrap().items
 }
 
 /// The metrics adapter's load model: `millis` of CPU shared by web's Running pods.
