@@ -405,6 +405,11 @@ fn the_real_api_server_calls_the_shipped_webhooks_and_pod_creation_survives_wasp
     cluster.must(&["create", "namespace", "team-a"]);
     cluster.must(&["annotate", "namespace", "team-a", "wasp.dev/scheduler=wasp"]);
     let host = installed.start_host("wasp-0");
+    // The configurations as `wasp certs`' patches left them: the host finds both webhooks callable.
+    wait_for("both webhooks callable", Duration::from_secs(30), || {
+        let metrics = http_get(host.listen, "/metrics").map(|(_, body)| body).unwrap_or_default();
+        CALLABLE_WEBHOOKS.iter().all(|(configuration, webhook)| webhook_callable(&metrics, configuration, webhook) == Some(1))
+    });
 
     // A typo in schedulerName: refused by the validating webhook, with wasp's message as kubectl prints it.
     let typo = cluster.kubectl(&["run", "typo", "--image=nginx", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]);
@@ -448,6 +453,34 @@ fn the_real_api_server_calls_the_shipped_webhooks_and_pod_creation_survives_wasp
     assert!(slipped.ok, "pod creation failed with wasp stopped: {}", slipped.stderr);
     cluster.must(&["run", "unmutated", "-n", "team-a", "--image=nginx"]);
     assert_eq!(cluster.get_json(&["get", "pod", "unmutated", "-n", "team-a"])["spec"]["schedulerName"], "default-scheduler");
+
+    // The validating webhook's caBundle gone (as when the patches never ran): the API server cannot call it and
+    // admits a typo unreviewed; the host says so with an event the API server stores and its metric.
+    cluster.must(&["patch", "validatingwebhookconfiguration", "wasp", "--type=json", "-p", r#"[{"op":"remove","path":"/webhooks/0/clientConfig/caBundle"}]"#]);
+    let host = installed.start_host("wasp-1");
+    wait_for("the WebhookNotCallable event", Duration::from_secs(30), || {
+        let events = cluster.get_json(&["get", "events", "-n", "default", "--field-selector", "reason=WebhookNotCallable"]);
+        events["items"].as_array().unwrap().iter().any(|event| {
+            event["involvedObject"]["kind"] == "ValidatingWebhookConfiguration"
+                && event["involvedObject"]["name"] == "wasp"
+                && event["message"].as_str().unwrap_or_default().contains("caBundle is empty")
+        })
+    });
+    let metrics = http_get(host.listen, "/metrics").unwrap().1;
+    assert_eq!(webhook_callable(&metrics, CALLABLE_WEBHOOKS[0].0, CALLABLE_WEBHOOKS[0].1), Some(0), "{metrics}");
+    assert_eq!(webhook_callable(&metrics, CALLABLE_WEBHOOKS[1].0, CALLABLE_WEBHOOKS[1].1), Some(1), "{metrics}");
+    let unreviewed = cluster.kubectl(&["run", "unreviewed", "--image=nginx", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]);
+    assert!(unreviewed.ok, "the API server called a webhook without a caBundle: {}", unreviewed.stderr);
+}
+
+/// The shipped webhooks, by configuration kind.
+const CALLABLE_WEBHOOKS: [(&str, &str); 2] =
+    [("ValidatingWebhookConfiguration", "scheduler-name.pods.wasp.dev"), ("MutatingWebhookConfiguration", "namespace-scheduler.pods.wasp.dev")];
+
+/// `wasp_admission_webhook_callable` for one webhook in a `/metrics` text.
+fn webhook_callable(metrics: &str, configuration: &str, webhook: &str) -> Option<i64> {
+    let series = format!("wasp_admission_webhook_callable{{configuration=\"{configuration}\",webhook=\"{webhook}\"}} ");
+    metrics.lines().find_map(|line| line.strip_prefix(&series)).and_then(|value| value.trim().parse().ok())
 }
 
 /// Follows the pods of `selector` through a watch (`kubectl get -w`, every change the API server sends) and keeps

@@ -240,6 +240,7 @@ impl Host {
                 listener.serve(crate::admission::webhook::router(webhooks), stop).await;
             }
         });
+        tokio::spawn(crate::admission::callable::watch(self.api.client.clone(), certificate.clone(), self.events.clone(), self.admission_metrics.clone(), self.stopping.clone()));
         tokio::spawn(certificate.keep_current(serving.reload_interval));
         Ok(address)
     }

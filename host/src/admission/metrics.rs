@@ -24,11 +24,18 @@ struct SchedulerLabels {
     scheduler: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConfigurationLabels {
+    configuration: String,
+    webhook: String,
+}
+
 #[derive(Clone)]
 pub struct AdmissionMetrics {
     reviews: Family<ReviewLabels, Counter>,
     duration: Family<WebhookLabels, Histogram>,
     stray_pods: Family<SchedulerLabels, Gauge>,
+    callable: Family<ConfigurationLabels, Gauge>,
 }
 
 impl AdmissionMetrics {
@@ -38,6 +45,7 @@ impl AdmissionMetrics {
             // 50 µs to ~0.8 s.
             duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(5e-5, 2.0, 15))),
             stray_pods: Family::default(),
+            callable: Family::default(),
         };
         registry.register(
             "wasp_admission_reviews",
@@ -50,12 +58,21 @@ impl AdmissionMetrics {
             "Pending pods that name a scheduler nobody runs (created while the webhook was down or warned only), by the name",
             metrics.stray_pods.clone(),
         );
+        registry.register(
+            "wasp_admission_webhook_callable",
+            "1 when the webhook's configuration lets the API server verify this replica's certificate, 0 when not (or the configuration is missing: webhook \"\"), by configuration kind and webhook",
+            metrics.callable.clone(),
+        );
         metrics
     }
 
     pub fn reviewed(&self, webhook: &str, result: &str, took: Duration) {
         self.reviews.get_or_create(&ReviewLabels { webhook: webhook.into(), result: result.into() }).inc();
         self.duration.get_or_create(&WebhookLabels { webhook: webhook.into() }).observe(took.as_secs_f64());
+    }
+
+    pub fn webhook_callable(&self, configuration: &str, webhook: &str, callable: bool) {
+        self.callable.get_or_create(&ConfigurationLabels { configuration: configuration.into(), webhook: webhook.into() }).set(i64::from(callable));
     }
 
     /// Sets the count of stray pods per scheduler name; a name with none left is no longer reported.

@@ -5,11 +5,13 @@
 //! - [`webhook`]: the validating and mutating webhooks over HTTPS, answering from the live configuration.
 //! - [`tls`]: the serving certificate from a mounted Secret, reloaded when it rotates; [`certs`] makes one.
 //! - [`stray`]: pods that slipped past the webhook get one `NoSuchScheduler` event and are counted.
+//! - [`callable`]: whether the API server can call the webhooks (their `caBundle` verifies the certificate served).
 //! - [`metrics`]: the metric families of all three.
 //!
 //! Every replica serves the webhooks (the Service spreads the API server's calls); only the leader reports
 //! stray pods, so each gets one event.
 
+pub mod callable;
 pub mod certs;
 pub mod metrics;
 pub mod review;

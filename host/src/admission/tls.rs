@@ -106,6 +106,11 @@ impl ReloadingCertificate {
         }
     }
 
+    /// The chain served now, leaf first.
+    pub fn chain(&self) -> Vec<CertificateDer<'static>> {
+        self.current.load().cert.clone()
+    }
+
     pub fn server_config(self: &Arc<Self>) -> anyhow::Result<rustls::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?.with_no_client_auth().with_cert_resolver(self.clone());

@@ -54,8 +54,10 @@ pub fn run(args: CertsArgs) -> anyhow::Result<()> {
     let bundle = base64(&generated.ca);
     eprintln!("Serving certificate for {} (valid {} days). The caBundle of the webhook configurations:\n{bundle}\n", names.join(", "), args.days);
     eprintln!("Put it in place with:");
+    // `add` sets the member whether or not the configuration has one; `replace` fails on the shipped manifests,
+    // which carry no caBundle.
     for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
-        eprintln!("  kubectl patch {kind} wasp --type=json -p '[{{\"op\":\"replace\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"{bundle}\"}}]'");
+        eprintln!("  kubectl patch {kind} wasp --type=json -p '[{{\"op\":\"add\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"{bundle}\"}}]'");
     }
     Ok(())
 }
