@@ -28,12 +28,13 @@ pub const CONFIGURATION_NAME: &str = "wasp";
 const COMPONENT: &str = super::stray::COMPONENT;
 const CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
-/// One webhook of a configuration, as the check needs it.
+/// One webhook of a configuration: its client configuration, or why the configuration holds none.
 #[derive(Debug, Clone)]
-pub struct Registered {
-    pub configuration: ObjectRef,
-    pub webhook: String,
-    pub client_config: WebhookClientConfig,
+struct Registered {
+    configuration: ObjectRef,
+    /// Empty for a configuration that does not exist.
+    webhook: String,
+    client_config: Result<WebhookClientConfig, String>,
 }
 
 /// `Ok` when the API server can verify `serving` (this replica's certificate chain, leaf first) at `now` when it
@@ -64,9 +65,8 @@ pub fn check(client_config: &WebhookClientConfig, serving: &[CertificateDer<'sta
         .map_err(|error| format!("its caBundle does not verify the certificate this replica serves for {name}: {error} (the Secret and the caBundle are from different `wasp certs` runs, or the certificate expired)"))
 }
 
-/// The webhooks of both configurations, or why they could not be read. A configuration that does not exist
-/// is an entry with no webhook name.
-async fn registered(client: &kube::Client) -> Result<Vec<Result<Registered, (ObjectRef, String)>>, kube::Error> {
+/// The webhooks of both configurations, or why they could not be read.
+async fn registered(client: &kube::Client) -> Result<Vec<Registered>, kube::Error> {
     let reference = |kind: &str, metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| ObjectRef {
         api_version: "admissionregistration.k8s.io/v1".into(),
         kind: kind.into(),
@@ -74,17 +74,25 @@ async fn registered(client: &kube::Client) -> Result<Vec<Result<Registered, (Obj
         name: CONFIGURATION_NAME.into(),
         uid: metadata.uid.clone().unwrap_or_default(),
     };
-    let missing = |kind: &str| Err((reference(kind, &Default::default()), format!("{kind} {CONFIGURATION_NAME} does not exist, so the API server sends no reviews: apply manifests/40-webhooks.yaml")));
+    let missing = |kind: &str| Registered {
+        configuration: reference(kind, &Default::default()),
+        webhook: String::new(),
+        client_config: Err(format!("{kind} {CONFIGURATION_NAME} does not exist, so the API server sends no reviews: apply manifests/40-webhooks.yaml")),
+    };
     let mut found = Vec::new();
     match Api::<ValidatingWebhookConfiguration>::all(client.clone()).get_opt(CONFIGURATION_NAME).await? {
-        Some(configuration) => found.extend(configuration.webhooks.unwrap_or_default().into_iter().map(|webhook| {
-            Ok(Registered { configuration: reference("ValidatingWebhookConfiguration", &configuration.metadata), webhook: webhook.name, client_config: webhook.client_config })
+        Some(configuration) => found.extend(configuration.webhooks.unwrap_or_default().into_iter().map(|webhook| Registered {
+            configuration: reference("ValidatingWebhookConfiguration", &configuration.metadata),
+            webhook: webhook.name,
+            client_config: Ok(webhook.client_config),
         })),
         None => found.push(missing("ValidatingWebhookConfiguration")),
     }
     match Api::<MutatingWebhookConfiguration>::all(client.clone()).get_opt(CONFIGURATION_NAME).await? {
-        Some(configuration) => found.extend(configuration.webhooks.unwrap_or_default().into_iter().map(|webhook| {
-            Ok(Registered { configuration: reference("MutatingWebhookConfiguration", &configuration.metadata), webhook: webhook.name, client_config: webhook.client_config })
+        Some(configuration) => found.extend(configuration.webhooks.unwrap_or_default().into_iter().map(|webhook| Registered {
+            configuration: reference("MutatingWebhookConfiguration", &configuration.metadata),
+            webhook: webhook.name,
+            client_config: Ok(webhook.client_config),
         })),
         None => found.push(missing("MutatingWebhookConfiguration")),
     }
@@ -101,14 +109,8 @@ pub async fn watch(client: kube::Client, certificate: Arc<ReloadingCertificate>,
         match registered(&client).await {
             Ok(webhooks) => {
                 unreadable = false;
-                for entry in webhooks {
-                    let (configuration, webhook, verdict) = match entry {
-                        Ok(registered) => {
-                            let verdict = check(&registered.client_config, &certificate.chain(), UnixTime::now());
-                            (registered.configuration, registered.webhook, verdict)
-                        }
-                        Err((configuration, reason)) => (configuration, String::new(), Err(reason)),
-                    };
+                for Registered { configuration, webhook, client_config } in webhooks {
+                    let verdict = client_config.and_then(|client_config| check(&client_config, &certificate.chain(), UnixTime::now()));
                     metrics.webhook_callable(&configuration.kind, &webhook, verdict.is_ok());
                     let key = (configuration.kind.clone(), webhook.clone());
                     if last.get(&key) == Some(&verdict) {
