@@ -8,7 +8,7 @@ use crate::host::{Host, Leadership};
 use crate::kube::{ApiClient, HostIdentity};
 use crate::registry::watch::WatchOptions;
 use crate::registry::PolicyRegistry;
-use crate::runtime::{CompileLimits, Compiler, Runtime};
+use crate::runtime::{budget_for_container, container_memory_limit, CompileLimits, Compiler, Runtime};
 use anyhow::Context;
 use clap::Args;
 use std::net::SocketAddr;
@@ -29,6 +29,11 @@ pub struct RunArgs {
     /// Also serve every endpoint over plain HTTP, to anyone, here (a local try; keep it on 127.0.0.1).
     #[arg(long)]
     insecure_listen: Option<SocketAddr>,
+    /// What every policy instance may hold together, in MiB (each is also held to its policy's `memoryMib`).
+    /// Default: the container's memory limit less 512 MiB for the host and a compile, at least half the limit;
+    /// no bound outside a container with a limit. More than the container's limit is refused.
+    #[arg(long)]
+    guest_memory_mib: Option<usize>,
     /// Compiled policies persist here across restarts.
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -75,6 +80,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         // Compiles run in children of this binary, under limits: a compile bomb costs the child, not the host.
         let program = std::env::current_exe().context("finding this binary, to compile policies in a child process")?;
         let policy_runtime = Runtime::with_compiler(args.cache_dir.clone(), Compiler::Isolated { program, limits: CompileLimits::default() })?;
+        policy_runtime.guest_memory().set_budget(guest_memory_budget(args.guest_memory_mib, container_memory_limit())?);
         let policies = PolicyRegistry::new(&policy_runtime, config.clone(), args.config.clone())?;
         let host = Host::new(api, Arc::new(policies), identity);
         let _watcher = match args.no_watch {
@@ -144,5 +150,29 @@ async fn terminated() -> &'static str {
     tokio::select! {
         _ = term.recv() => "SIGTERM",
         _ = interrupt.recv() => "SIGINT",
+    }
+}
+
+/// The guest memory budget in bytes from `--guest-memory-mib` and the container's memory `limit`.
+fn guest_memory_budget(flag_mib: Option<usize>, limit: Option<usize>) -> anyhow::Result<Option<usize>> {
+    match (flag_mib.map(|mib| mib.saturating_mul(1 << 20)), limit) {
+        (Some(budget), Some(limit)) if budget > limit => {
+            anyhow::bail!("--guest-memory-mib {} is more than this container's memory limit of {} MiB: the kernel would kill the host before a policy ran out", budget >> 20, limit >> 20)
+        }
+        (Some(budget), _) => Ok(Some(budget)),
+        (None, limit) => Ok(limit.map(budget_for_container)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_guest_memory_budget_stays_under_the_containers_limit() {
+        use super::guest_memory_budget;
+        assert_eq!(guest_memory_budget(None, Some(1536 << 20)).unwrap(), Some(1024 << 20));
+        assert_eq!(guest_memory_budget(None, None).unwrap(), None, "no container limit: no bound");
+        assert_eq!(guest_memory_budget(Some(700), Some(1536 << 20)).unwrap(), Some(700 << 20));
+        let error = guest_memory_budget(Some(2048), Some(1536 << 20)).unwrap_err().to_string();
+        assert!(error.starts_with("--guest-memory-mib 2048 is more than this container's memory limit of 1536 MiB"), "{error}");
     }
 }

@@ -484,17 +484,16 @@ impl PolicyRegistry {
             sha256: policy.digest.clone(),
         });
         self.reload_metrics.serving(generation.number, versions);
-        let worst_case: usize = generation.policies.values().map(|policy| policy.worst_case_memory_bytes()).sum();
+        let configured: usize = generation.policies.values().map(|policy| policy.worst_case_memory_bytes()).sum();
+        let budget = self.runtime.guest_memory().budget();
         tracing::info!(
             generation = generation.number,
             policies = generation.policies.len(),
             instances_per_policy = crate::policy::max_instances(),
-            worst_case_mib = worst_case >> 20,
-            "policy sandboxes can take at most this much memory together (memoryMib x instances, over every policy)"
+            configured_mib = configured >> 20,
+            budget_mib = budget.map(|budget| budget >> 20),
+            "policy sandboxes can take at most the smaller of these together (memoryMib x instances over every policy, and the host's guest memory budget)"
         );
-        if let Some(warning) = container_memory_limit().and_then(|limit| memory_warning(worst_case, limit)) {
-            tracing::warn!(generation = generation.number, "{warning}");
-        }
         self.current.store(Arc::new(generation));
     }
 
@@ -544,35 +543,3 @@ impl PolicyRegistry {
     }
 }
 
-/// This process's memory limit (cgroup v2 `memory.max`, else v1 `memory.limit_in_bytes`), if it has one.
-fn container_memory_limit() -> Option<usize> {
-    ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
-        .iter()
-        .find_map(|path| std::fs::read_to_string(path).ok())
-        .and_then(|text| text.trim().parse::<usize>().ok())
-        // v1 says "no limit" with a huge number.
-        .filter(|limit| *limit < usize::MAX / 2)
-}
-
-/// What to change when the sandboxes' worst case (`memoryMib` × instances, over every policy) exceeds the
-/// container's memory `limit`: instances are made on demand and use far less (`wasp_policy_memory_bytes`), but
-/// the bound is what the configuration allows, and past the limit the kernel kills the whole host.
-fn memory_warning(worst_case: usize, limit: usize) -> Option<String> {
-    (worst_case > limit).then(|| {
-        format!(
-            "policy sandboxes may take up to {} MiB together, more than this container's memory limit of {} MiB: lower policies.<name>.memoryMib (policies that keep no pod view need little) or raise the limit; wasp_policy_memory_bytes shows what each policy uses",
-            worst_case >> 20,
-            limit >> 20
-        )
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_worst_case_over_the_containers_limit_says_what_to_change() {
-        assert_eq!(super::memory_warning(1 << 30, 2 << 30), None);
-        let warning = super::memory_warning(10752 << 20, 1536 << 20).unwrap();
-        assert!(warning.starts_with("policy sandboxes may take up to 10752 MiB together, more than this container's memory limit of 1536 MiB: lower policies.<name>.memoryMib"), "{warning}");
-    }
-}

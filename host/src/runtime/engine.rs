@@ -2,6 +2,7 @@
 
 use super::cache::{ArtifactCache, CacheOutcome};
 use super::compiler::Compiler;
+use super::guest_memory::GuestMemory;
 use super::instance::InstanceState;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +23,8 @@ pub struct Runtime {
     linker: Linker<InstanceState>,
     cache: ArtifactCache,
     ticker_stop: Arc<AtomicBool>,
+    /// What every instance of this engine may hold together.
+    guest_memory: Arc<GuestMemory>,
 }
 
 impl Runtime {
@@ -41,11 +44,16 @@ impl Runtime {
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone())?;
         let cache = ArtifactCache::new(&engine, cache_directory, compiler);
-        Ok(Arc::new(Runtime { engine, config, linker, cache, ticker_stop }))
+        Ok(Arc::new(Runtime { engine, config, linker, cache, ticker_stop, guest_memory: Arc::default() }))
     }
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The budget of every instance's memory together (unbounded until set).
+    pub fn guest_memory(&self) -> &Arc<GuestMemory> {
+        &self.guest_memory
     }
 
     pub(crate) fn linker(&self) -> &Linker<InstanceState> {

@@ -5,6 +5,7 @@
 use prometheus_client::metrics::gauge::Gauge;
 use crate::contract::types::{self, ClusterDelta, Descriptor, Eviction, FilterResult, Pod, PodPlace, ScaleDecision, ScaleRequest};
 use crate::contract::{EvictContext, PolicyComponent, PolicyComponentPre};
+use super::guest_memory::GuestMemory;
 use super::guest_output::GuestOutput;
 use super::{Limits, Runtime};
 use std::sync::Arc;
@@ -53,36 +54,53 @@ pub struct InstanceState {
 const TABLE_ELEMENT_BYTES: usize = 8;
 
 /// One cap over all of an instance's linear memories and tables together: a component may declare several
-/// memories and grow tables, and a cap per memory would let it take many times `memoryMib`.
+/// memories and grow tables, and a cap per memory would let it take many times `memoryMib`. What it holds also
+/// counts against the host's [`GuestMemory`] budget, shared by every instance.
 struct MemoryBudget {
     limit: usize,
     used: usize,
+    host: Arc<GuestMemory>,
     /// The policy's bytes over all its instances (`wasp_policy_memory_bytes`); this instance's part leaves it
     /// when the instance is dropped.
     in_use: Gauge,
     /// Set when a growth was refused, so the failure is reported as out of memory whatever the guest does next.
-    exhausted: bool,
+    exhausted: Option<Exhausted>,
+}
+
+/// Which bound refused a growth.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Exhausted {
+    /// The instance's own cap (`memoryMib`).
+    Instance,
+    /// The host's budget for all instances together, in bytes.
+    Host(usize),
 }
 
 impl MemoryBudget {
+    fn new(limit: usize, host: Arc<GuestMemory>, in_use: Gauge) -> MemoryBudget {
+        MemoryBudget { limit, used: 0, host, in_use, exhausted: None }
+    }
+
     fn grow(&mut self, bytes: usize) -> wasmtime::Result<bool> {
-        match self.used.checked_add(bytes).filter(|total| *total <= self.limit) {
-            Some(total) => {
-                self.used = total;
-                self.in_use.inc_by(bytes as i64);
-                Ok(true)
-            }
-            None => {
-                self.exhausted = true;
-                Err(wasmtime::Error::msg(format!("out of memory: growing by {bytes} bytes would pass the instance's cap of {} bytes", self.limit)))
-            }
+        let Some(total) = self.used.checked_add(bytes).filter(|total| *total <= self.limit) else {
+            self.exhausted = Some(Exhausted::Instance);
+            return Err(wasmtime::Error::msg(format!("out of memory: growing by {bytes} bytes would pass the instance's cap of {} bytes", self.limit)));
+        };
+        if !self.host.take(bytes) {
+            let budget = self.host.budget().unwrap_or(usize::MAX);
+            self.exhausted = Some(Exhausted::Host(budget));
+            return Err(wasmtime::Error::msg(format!("out of memory: growing by {bytes} bytes would pass the host's budget of {budget} bytes for all policies")));
         }
+        self.used = total;
+        self.in_use.inc_by(bytes as i64);
+        Ok(true)
     }
 }
 
 impl Drop for MemoryBudget {
     fn drop(&mut self) {
         self.in_use.dec_by(self.used as i64);
+        self.host.give_back(self.used);
     }
 }
 
@@ -120,6 +138,9 @@ pub enum CallError {
     Timeout { operation: &'static str, deadline_ms: u128 },
     #[error("{operation} ran out of memory (limit {limit_mib} MiB)")]
     OutOfMemory { operation: &'static str, limit_mib: usize },
+    /// The instance was within its cap, but all policies' instances together hold the host's budget.
+    #[error("{operation} ran out of memory: all policies together hold the host's guest memory budget of {budget_mib} MiB")]
+    HostOutOfMemory { operation: &'static str, budget_mib: usize },
     #[error("{operation} trapped: {message}")]
     Trap { operation: &'static str, message: String },
     /// The policy answered with an error of its own.
@@ -163,7 +184,7 @@ impl PolicyInstance {
             .insecure_random(<rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(RANDOM_SEED))
             .insecure_random_seed(u128::from(RANDOM_SEED))
             .build();
-        let budget = MemoryBudget { limit: limits.memory_bytes, used: 0, in_use: memory_in_use.clone(), exhausted: false };
+        let budget = MemoryBudget::new(limits.memory_bytes, runtime.guest_memory().clone(), memory_in_use.clone());
         let mut store = Store::new(runtime.engine(), InstanceState { wasi, table: ResourceTable::new(), budget });
         store.limiter(|state| &mut state.budget);
         store.set_epoch_deadline(Runtime::deadline_ticks(limits.deadline_of("instantiate")));
@@ -260,12 +281,14 @@ impl PolicyInstance {
     }
 }
 
-fn classify(operation: &'static str, limits: &Limits, out_of_memory: bool, error: wasmtime::Error) -> CallError {
+fn classify(operation: &'static str, limits: &Limits, exhausted: Option<Exhausted>, error: wasmtime::Error) -> CallError {
     if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
         return CallError::Timeout { operation, deadline_ms: limits.deadline_of(operation).as_millis() };
     }
-    if out_of_memory {
-        return CallError::OutOfMemory { operation, limit_mib: limits.memory_bytes >> 20 };
+    match exhausted {
+        Some(Exhausted::Instance) => return CallError::OutOfMemory { operation, limit_mib: limits.memory_bytes >> 20 },
+        Some(Exhausted::Host(budget)) => return CallError::HostOutOfMemory { operation, budget_mib: budget >> 20 },
+        None => {}
     }
     let message = match error.downcast_ref::<Trap>() {
         Some(trap) => trap.to_string(),
@@ -382,9 +405,14 @@ mod tests {
     }
 
     fn instantiate(wat: &str, limit: usize) -> (wasmtime::Result<()>, bool) {
+        let (result, exhausted) = instantiate_within(wat, limit, &Arc::default());
+        (result, exhausted == Some(Exhausted::Instance))
+    }
+
+    fn instantiate_within(wat: &str, limit: usize, host: &Arc<GuestMemory>) -> (wasmtime::Result<()>, Option<Exhausted>) {
         let engine = wasmtime::Engine::default();
         let module = wasmtime::Module::new(&engine, wat::parse_str(wat).unwrap()).unwrap();
-        let mut store = Store::new(&engine, MemoryBudget { limit, used: 0, in_use: Gauge::default(), exhausted: false });
+        let mut store = Store::new(&engine, MemoryBudget::new(limit, host.clone(), Gauge::default()));
         store.limiter(|budget| budget);
         let result = wasmtime::Instance::new(&mut store, &module, &[]).and_then(|instance| {
             match instance.get_func(&mut store, "grow") {
@@ -405,13 +433,44 @@ mod tests {
     }
 
     #[test]
+    fn instances_within_their_caps_share_the_hosts_budget() {
+        // 20 MiB each, a budget of 50 MiB: two fit, the third is refused by the host's budget, not its own cap.
+        let host: Arc<GuestMemory> = Arc::default();
+        host.set_budget(Some(50 << 20));
+        let wat = r#"(module (memory 1) (func (export "grow") (drop (memory.grow (i32.const 319)))))"#;
+        for _ in 0..2 {
+            let (result, exhausted) = instantiate_within(wat, 32 << 20, &host);
+            assert!(result.is_ok() && exhausted.is_none());
+        }
+        // Dropped instances gave their memory back.
+        assert_eq!(host.used(), 0);
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, wat::parse_str("(module (memory 320))").unwrap()).unwrap();
+        let live: Vec<Store<MemoryBudget>> = (0..2)
+            .map(|_| {
+                let mut store = Store::new(&engine, MemoryBudget::new(32 << 20, host.clone(), Gauge::default()));
+                store.limiter(|budget| budget);
+                wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+                store
+            })
+            .collect();
+        let (result, exhausted) = instantiate_within(wat, 32 << 20, &host);
+        assert!(result.is_err());
+        assert_eq!(exhausted, Some(Exhausted::Host(50 << 20)));
+        let error = classify("filter", &Limits::default(), exhausted, result.unwrap_err());
+        assert_eq!(error.to_string(), "filter ran out of memory: all policies together hold the host's guest memory budget of 50 MiB");
+        drop(live);
+        assert_eq!(host.used(), 0);
+    }
+
+    #[test]
     fn a_policys_memory_gauge_counts_its_live_instances() {
         let engine = wasmtime::Engine::default();
         let module = wasmtime::Module::new(&engine, wat::parse_str("(module (memory 16))").unwrap()).unwrap();
         let in_use = Gauge::default();
         let instances: Vec<Store<MemoryBudget>> = (0..2)
             .map(|_| {
-                let mut store = Store::new(&engine, MemoryBudget { limit: 32 << 20, used: 0, in_use: in_use.clone(), exhausted: false });
+                let mut store = Store::new(&engine, MemoryBudget::new(32 << 20, Arc::default(), in_use.clone()));
                 store.limiter(|budget| budget);
                 wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
                 store

@@ -1,10 +1,11 @@
 //! The sandbox: one wasmtime [`Engine`](wasmtime::Engine) with epoch interruption, compiled components cached in
 //! memory and on disk, and [`PolicyInstance`]s that each run under a deadline and a memory cap with an empty WASI
-//! context (no files, network, environment or sockets).
+//! context (no files, network, environment or sockets); all instances together within one [`GuestMemory`] budget.
 
 mod cache;
 mod compiler;
 mod engine;
+mod guest_memory;
 mod guest_output;
 mod instance;
 mod limits;
@@ -12,6 +13,7 @@ mod limits;
 pub use cache::CacheOutcome;
 pub use compiler::{compile_policy_child, CompileLimits, Compiler};
 pub use engine::Runtime;
+pub use guest_memory::{budget_for_container, container_memory_limit, GuestMemory};
 pub use instance::{CallError, InstanceState, PolicyInstance};
 pub use limits::Limits;
 
