@@ -1,7 +1,8 @@
 //! The host's view of the cluster, shared by every loop: Kubernetes objects converted to contract records
 //! ([`convert`]); nodes and bound pods with usage totals and the delta log that keeps every policy instance's
 //! own view current ([`ClusterState`], with what-if forks); the informers that keep it current ([`informer`]);
-//! the shared handle loops read and subscribe to ([`SharedCluster`]); the placement hints the rescheduler leaves
+//! the shared handle loops read and subscribe to ([`SharedCluster`]) with what the loops note about waiting pods
+//! ([`waiting`]: reasons, conditions, nominations); the placement hints the rescheduler leaves
 //! for the scheduler ([`hints`]); what each policy's view receives of it ([`View`], [`SelectedKeys`]); and the
 //! claims, volumes and storage classes a pod's volumes resolve against ([`volumes`]).
 
@@ -13,9 +14,11 @@ mod shared;
 mod state;
 mod view;
 pub mod volumes;
+mod waiting;
 
 pub use selected::{named_keys, SelectedKeys};
 pub use hints::{PlacementHints, Workload};
 pub use view::View;
-pub use shared::{ClusterEvent, Nomination, ScheduledCondition, SharedCluster, Synced, UnreadablePod};
+pub use shared::{ClusterEvent, ScheduledCondition, SharedCluster, Synced, UnreadablePod};
+pub use waiting::Nomination;
 pub use state::{pod_requests, to_vector, ClusterState, DeltaSink, EvictionConsent, PodChange, PodMeta, Rewind, SyncPoint, EVICT_ANNOTATION};

@@ -4,6 +4,7 @@
 
 use crate::shrink::ShrinkWhenSparse;
 use crate::contract::types::Pod;
+use super::waiting::{Nomination, WaitingNotes};
 use super::ClusterState;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -50,22 +51,6 @@ pub struct UnreadablePod {
     pub uid: String,
     pub scheduler_name: String,
     pub error: String,
-}
-
-/// A pending pod nominated to a node (by preemption): the room made for it, which pods of lower priority may not
-/// take (kube-scheduler counts nominated pods of equal or higher priority on their node when it filters a pod).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Nomination {
-    pub uid: String,
-    pub priority: i32,
-    pub requests: wasp_sdk::resources::ResourceVector,
-}
-
-fn withdraw_nomination(nominations: &mut HashMap<String, Vec<Nomination>>, uid: &str) {
-    nominations.retain(|_, held| {
-        held.retain(|nomination| nomination.uid != uid);
-        !held.is_empty()
-    });
 }
 
 /// Whether the node, pod and namespace informers have each listed the cluster at least once.
@@ -119,20 +104,11 @@ pub struct SharedCluster {
     state: RwLock<ClusterState>,
     /// Unbound, live pods of every scheduler, by uid: loops that subscribe late, lag, or gain a profile read them.
     pending: Mutex<HashMap<String, Pod>>,
-    /// Why pending pods could not be placed, as a scheduler last said (by uid).
-    unschedulable: Mutex<HashMap<String, String>>,
+    /// What the loops note about the pending pods, kept only while they wait.
+    notes: WaitingNotes,
     /// Schedulers seen binding pods (a pod that waited became bound), with when last: the webhooks and the
     /// stray-pod check count them as running.
     binding_schedulers: Mutex<HashMap<String, std::time::Instant>>,
-    /// The `PodScheduled` condition of pending pods as last read or written, by uid.
-    scheduled_conditions: Mutex<HashMap<String, ScheduledCondition>>,
-    /// Pending pods with `preemptionPolicy: Never`: they wait for room and never take it from other pods.
-    never_preempt: Mutex<std::collections::HashSet<String>>,
-    /// Pending pods with a nominated node, by node name.
-    nominations: Mutex<HashMap<String, Vec<Nomination>>>,
-    /// The pending pods this host nominated itself (preemption), whose `status.nominatedNodeName` the API server
-    /// may not show yet: an update of the pod without one does not take their room away.
-    own_nominations: Mutex<std::collections::HashSet<String>>,
     /// Where the rescheduler wants its evicted pods' replacements.
     pub hints: super::PlacementHints,
     /// What pods' claims resolve against.
@@ -149,12 +125,8 @@ impl Default for SharedCluster {
         SharedCluster {
             state: RwLock::new(ClusterState::new()),
             pending: Mutex::new(HashMap::new()),
-            unschedulable: Mutex::new(HashMap::new()),
-            scheduled_conditions: Mutex::new(HashMap::new()),
+            notes: WaitingNotes::default(),
             binding_schedulers: Mutex::new(HashMap::new()),
-            never_preempt: Mutex::new(std::collections::HashSet::new()),
-            nominations: Mutex::new(HashMap::new()),
-            own_nominations: Mutex::new(std::collections::HashSet::new()),
             hints: super::PlacementHints::default(),
             volumes: Default::default(),
             watch_errors: Mutex::default(),
@@ -240,17 +212,22 @@ impl SharedCluster {
     /// The uids of the pending pods `wanted` keeps that a scheduler tried and could not place: a check every few
     /// seconds during a burst of 50k pending pods copies neither the pods nor the uids of those merely queued.
     pub fn unplaced_uids_where(&self, wanted: impl Fn(&Pod) -> bool) -> Vec<String> {
-        let reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let waiting = self.pending();
+        let reasons = self.notes.reasons();
         reasons.keys().filter(|uid| waiting.get(*uid).is_some_and(&wanted)).cloned().collect()
     }
 
     /// A scheduler could not place the pending pod `uid`, for `message`; unless the pod never preempts, the
     /// rescheduler's preemption is asked to look for room.
     pub fn note_unschedulable(&self, uid: &str, message: &str) {
-        let mut reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        reasons.insert(uid.to_string(), message.to_string());
-        drop(reasons);
+        // Noted under the pending pods' lock: a pod that stopped waiting meanwhile is not noted after its notes
+        // were cleared.
+        let waiting = self.pending();
+        if !waiting.contains_key(uid) {
+            return;
+        }
+        self.notes.note_reason(uid, message);
+        drop(waiting);
         if self.may_preempt(uid) {
             self.publish(ClusterEvent::PreemptionWanted { uid: uid.to_string() });
         }
@@ -276,85 +253,42 @@ impl SharedCluster {
 
     /// The pending pod's `PodScheduled` condition, as last read from the API server or written by a scheduler.
     pub fn scheduled_condition(&self, uid: &str) -> Option<ScheduledCondition> {
-        self.scheduled_conditions.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(uid).cloned()
+        self.notes.scheduled_condition(uid)
     }
 
     /// Sets (or, with None, clears) what the pending pod `uid`'s condition says; ignored for a pod that no longer
-    /// waits, so the map holds waiting pods only.
+    /// waits, so the notes hold waiting pods only.
     pub fn note_scheduled_condition(&self, uid: &str, condition: Option<ScheduledCondition>) {
-        let waits = self.pending().contains_key(uid);
-        let mut conditions = self.scheduled_conditions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        match condition {
-            Some(condition) if waits => {
-                conditions.insert(uid.to_string(), condition);
-            }
-            _ => {
-                conditions.remove(uid);
-            }
-        }
+        let waiting = self.pending();
+        self.notes.set_scheduled_condition(uid, condition, waiting.contains_key(uid));
     }
 
     /// Records a pending pod's `preemptionPolicy`.
     pub(super) fn set_preemption_policy(&self, uid: &str, never: bool) {
-        let mut never_preempt = self.never_preempt.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if never {
-            never_preempt.insert(uid.to_string());
-        } else {
-            never_preempt.remove(uid);
-        }
+        self.notes.set_preemption_policy(uid, never);
     }
 
     /// Records where a pending pod is nominated (`status.nominatedNodeName`), or that it is not.
     pub(super) fn set_nomination(&self, pod: &Pod) {
-        let mut own = self.own_nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        match pod.nominated_node.as_deref() {
-            Some(node) => {
-                own.remove(&pod.uid);
-                drop(own);
-                self.hold_room(pod, Some(node));
-            }
-            // An update written before this host's nomination reached the API server (the pod's own
-            // PodScheduled=False, say): the room made for it stays held.
-            None if own.contains(&pod.uid) => {}
-            None => {
-                drop(own);
-                self.hold_room(pod, None);
-            }
-        }
+        let waiting = self.pending();
+        self.notes.set_nomination(pod, waiting.contains_key(&pod.uid));
     }
 
     /// Holds room on `node` for the pending pod `uid` from now on (None: no longer), before the API server has
     /// its nomination: preemption's victims may be gone, and their room taken, before the informer sees it.
     pub fn nominate(&self, uid: &str, node: Option<&str>) {
-        let pod = self.pending().get(uid).cloned();
-        let mut own = self.own_nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        match (&pod, node) {
-            (Some(_), Some(_)) => own.insert(uid.to_string()),
-            _ => own.remove(uid),
-        };
-        drop(own);
-        if let Some(pod) = pod {
-            self.hold_room(&pod, node);
-        }
-    }
-
-    fn hold_room(&self, pod: &Pod, node: Option<&str>) {
-        let mut nominations = self.nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        withdraw_nomination(&mut nominations, &pod.uid);
-        if let Some(node) = node.filter(|_| self.pending().contains_key(&pod.uid)) {
-            let nomination = Nomination { uid: pod.uid.clone(), priority: pod.priority, requests: super::pod_requests(pod).0 };
-            nominations.entry(node.to_string()).or_default().push(nomination);
-        }
+        let waiting = self.pending();
+        self.notes.nominate(uid, waiting.get(uid), node);
     }
 
     /// The pending pods nominated to nodes, by node name (usually none).
     pub fn nominations(&self) -> HashMap<String, Vec<Nomination>> {
-        self.nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+        self.notes.nominations()
     }
 
     /// Whether the pending pod may take room from lower-priority pods (`preemptionPolicy` is not `Never`).
     pub fn may_preempt(&self, uid: &str) -> bool {
-        !self.never_preempt.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(uid)
+        self.notes.may_preempt(uid)
     }
 
     /// Up to `limit` of the pending pods `wanted` keeps, with why they wait (empty when no scheduler said yet),
@@ -363,9 +297,8 @@ impl SharedCluster {
     /// priority and age. Reasons of pods that no longer wait are forgotten on the way; pods already assumed on a
     /// node are left out.
     pub fn pending_with_reasons(&self, wanted: impl Fn(&Pod) -> bool, limit: usize) -> Vec<(Pod, String)> {
-        let mut reasons = self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let waiting = self.pending();
-        reasons.retain(|uid, _| waiting.contains_key(uid));
+        let reasons = self.notes.reasons();
         let by_priority_then_age = |a: &Pod, b: &Pod| b.priority.cmp(&a.priority).then(a.created_at.cmp(&b.created_at)).then_with(|| a.uid.cmp(&b.uid));
         let mut chosen: Vec<(&Pod, Option<&String>)> = waiting.values().filter(|pod| wanted(pod)).map(|pod| (pod, reasons.get(&pod.uid))).collect();
         if chosen.len() > limit {
@@ -374,9 +307,8 @@ impl SharedCluster {
         }
         chosen.sort_unstable_by(|(a, _), (b, _)| by_priority_then_age(a, b));
         let mut pending: Vec<(Pod, String)> = chosen.into_iter().map(|(pod, reason)| (pod.clone(), reason.cloned().unwrap_or_default())).collect();
-        drop(waiting);
-        reasons.shrink_when_sparse();
         drop(reasons);
+        drop(waiting);
         // A pod a scheduler has just bound (assumed on its node, the informer not caught up) no longer waits: a
         // preemption for it would evict a second victim for room it already has.
         let state = self.read();
@@ -394,13 +326,10 @@ impl SharedCluster {
         self.pending().insert(pod.uid.clone(), pod);
     }
 
-    /// What is kept about a waiting pod (why it could not be placed, its condition) goes when it no longer waits:
-    /// those maps hold waiting pods only.
+    /// What is noted about a waiting pod (why it could not be placed, its condition, its nomination) goes when it
+    /// no longer waits: the notes hold waiting pods only.
     pub(super) fn stopped_waiting(&self, uid: &str) {
-        withdraw_nomination(&mut self.nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), uid);
-        self.own_nominations.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(uid);
-        self.note_scheduled_condition(uid, None);
-        self.unschedulable.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(uid);
+        self.notes.forget(uid);
     }
 
     /// The pod no longer waits (deleted, finished); false when it did not.
@@ -503,5 +432,29 @@ mod tests {
         // Assumed on a node by a scheduler (its binding sent, the informer not caught up): it no longer waits.
         cluster.assume(pending_pod("mid", 5, 3), "n1");
         assert!(!names(10).iter().any(|(name, _)| name == "mid"), "an assumed pod gets no room made for it");
+    }
+
+    #[test]
+    fn nothing_noted_about_a_pod_outlives_its_wait_whichever_loops_run() {
+        let cluster = SharedCluster::default();
+        for name in ["deleted", "bound"] {
+            cluster.set_preemption_policy(name, true);
+            cluster.add_pending(pending_pod(name, 10, 1));
+            cluster.note_unschedulable(name, "0/3 nodes are available: 3 Insufficient cpu.");
+            let condition = ScheduledCondition { status: "False".into(), reason: "Unschedulable".into(), message: "no".into(), last_transition_time: None };
+            cluster.note_scheduled_condition(name, Some(condition));
+            cluster.nominate(name, Some("n1"));
+        }
+        assert_eq!(cluster.notes.noted(), 2);
+        assert!(cluster.forget_pending("deleted"), "deleted, as the informer forgets it");
+        let bound = cluster.take_pending("bound").unwrap();
+        cluster.stopped_waiting(&bound.uid);
+        assert_eq!(cluster.notes.noted(), 0, "no rescheduler ran to prune them");
+        assert!(cluster.nominations().is_empty());
+        // A scheduler's verdict that arrives after the pod stopped waiting is not kept.
+        cluster.note_unschedulable("deleted", "late");
+        cluster.note_scheduled_condition("deleted", Some(ScheduledCondition { status: "False".into(), reason: "r".into(), message: "m".into(), last_transition_time: None }));
+        cluster.nominate("deleted", Some("n1"));
+        assert_eq!(cluster.notes.noted(), 0);
     }
 }
