@@ -1072,6 +1072,9 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     assert!(!scales.is_empty() && scales.iter().all(|event| event.subresource() == "scale" && event.code() == 200), "{:?}", scales.iter().map(|event| event.uri()).collect::<Vec<_>>());
     let autoscaler = cluster.get_json(&["get", "autoscaler", "web", "-n", "default"]);
     assert_eq!(autoscaler["status"]["desiredReplicas"], 6, "{autoscaler}");
+    // The pods come from the host's pod informer (one cluster-wide list and watch), not a list per pass.
+    let pod_lists: Vec<&str> = audit.iter().filter(by_wasp).filter(|event| event.verb() == "list" && event.uri().starts_with("/api/v1/namespaces/") && event.resource() == "pods").map(|event| event.uri()).collect();
+    assert!(pod_lists.is_empty(), "the autoscaler listed pods per namespace: {pod_lists:?}");
 
     // A user scales a Deployment between wasp's read of its scale and wasp's write: the real API server refuses
     // wasp's write on the stale resourceVersion (409), the user's replicas stand, and wasp's next sync starts

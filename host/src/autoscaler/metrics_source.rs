@@ -8,25 +8,13 @@ use crate::contract::types::{Metric, MetricSource, MetricTarget, PodMetric};
 use crate::kube::ApiClient;
 use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::{MetricSpec, MetricStatus};
-use k8s_openapi::api::core::v1::Pod;
+use crate::cluster::ScaledPod;
 use kube::core::{Expression, Selector, SelectorExt};
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 use wasp_sdk::quantity::parse_milli;
-
-/// A pod of the scale target, with what the HPA looks at.
-pub struct TargetPod {
-    pub name: String,
-    pending: bool,
-    /// Running and Ready.
-    ready: bool,
-    ready_since: Option<Timestamp>,
-    started: Option<Timestamp>,
-    /// Requests summed over containers, in millicores and bytes; None if a container requests nothing.
-    cpu_request: Option<f64>,
-    memory_request: Option<f64>,
-}
 
 fn quantity(value: &str) -> Option<f64> {
     parse_milli(value).ok().map(|milli| milli as f64 / 1000.0)
@@ -34,34 +22,6 @@ fn quantity(value: &str) -> Option<f64> {
 
 fn timestamp(value: Option<&Value>) -> Option<Timestamp> {
     value.and_then(Value::as_str).and_then(|text| text.parse().ok())
-}
-
-impl TargetPod {
-    /// None for pods the HPA ignores: being deleted, or failed (kube-controller-manager's `groupPods`).
-    pub fn of(pod: &Pod) -> Option<TargetPod> {
-        let value = serde_json::to_value(pod).ok()?;
-        let phase = value.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Pending");
-        if pod.metadata.deletion_timestamp.is_some() || phase == "Failed" {
-            return None;
-        }
-        let ready_condition = value.pointer("/status/conditions").and_then(Value::as_array).into_iter().flatten().find(|condition| condition["type"] == "Ready");
-        // Requests of the app containers and of the sidecars (init containers that keep running), as
-        // `calculatePodRequests` sums them; a container without the request leaves the pod without one.
-        let sidecars = value.pointer("/spec/initContainers").and_then(Value::as_array).into_iter().flatten().filter(|container| container["restartPolicy"] == "Always");
-        let containers: Vec<&Value> = value.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten().chain(sidecars).collect();
-        let request = |resource: &str, scale: f64| -> Option<f64> {
-            containers.iter().map(|container| container.pointer(&format!("/resources/requests/{resource}")).and_then(Value::as_str).and_then(quantity).map(|units| units * scale)).sum()
-        };
-        Some(TargetPod {
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            pending: phase == "Pending",
-            ready: phase == "Running" && ready_condition.is_some_and(|condition| condition["status"] == "True"),
-            ready_since: ready_condition.and_then(|condition| timestamp(condition.get("lastTransitionTime"))),
-            started: timestamp(value.pointer("/status/startTime")),
-            cpu_request: request("cpu", 1000.0),
-            memory_request: request("memory", 1.0),
-        })
-    }
 }
 
 /// The HPA's timing rules for CPU readings of starting pods.
@@ -75,7 +35,7 @@ impl Readiness {
     /// The HPA's `groupPods` for CPU: during its initialization period a pod's reading counts only once the pod
     /// has been Ready for a whole metrics window; after it, an unready pod counts unless it never was Ready (it
     /// turned unready within `initial_readiness_delay` of starting).
-    fn cpu_ready(&self, pod: &TargetPod, usage: &Usage, now: Timestamp) -> bool {
+    fn cpu_ready(&self, pod: &ScaledPod, usage: &Usage, now: Timestamp) -> bool {
         let (Some(started), Some(ready_since)) = (pod.started, pod.ready_since) else { return false };
         if started + self.cpu_initialization_period > now {
             pod.ready && usage.timestamp.is_none_or(|at| at >= ready_since + usage.window)
@@ -168,23 +128,23 @@ pub struct PodSelector {
 }
 
 impl PodSelector {
-    pub fn selects(&self, pod: &Pod) -> bool {
-        self.selector.matches(pod.metadata.labels.as_ref().unwrap_or(&Default::default()))
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.selector.matches(labels)
     }
 }
 
-/// A namespace's pods, read once per pass for all its Autoscalers, indexed by label: a thousand Autoscalers in
+/// A namespace's pods, taken once per pass for all its Autoscalers, indexed by label: a thousand Autoscalers in
 /// one namespace each test a few candidates rather than every pod.
 pub struct NamespacePods {
-    pods: Vec<Pod>,
+    pods: Vec<Arc<ScaledPod>>,
     by_label: HashMap<(String, String), Vec<usize>>,
 }
 
 impl NamespacePods {
-    pub fn new(pods: Vec<Pod>) -> NamespacePods {
+    pub fn new(pods: Vec<Arc<ScaledPod>>) -> NamespacePods {
         let mut by_label: HashMap<(String, String), Vec<usize>> = HashMap::new();
         for (index, pod) in pods.iter().enumerate() {
-            for (key, value) in pod.metadata.labels.iter().flatten() {
+            for (key, value) in &pod.labels {
                 by_label.entry((key.clone(), value.clone())).or_default().push(index);
             }
         }
@@ -192,12 +152,12 @@ impl NamespacePods {
     }
 
     /// The pods `selector` selects.
-    pub fn selected<'a>(&'a self, selector: &'a PodSelector) -> impl Iterator<Item = &'a Pod> + 'a {
-        let candidates: Box<dyn Iterator<Item = &Pod>> = match &selector.required_label {
+    pub fn selected<'a>(&'a self, selector: &'a PodSelector) -> impl Iterator<Item = &'a Arc<ScaledPod>> + 'a {
+        let candidates: Box<dyn Iterator<Item = &Arc<ScaledPod>>> = match &selector.required_label {
             Some(label) => Box::new(self.by_label.get(label).into_iter().flatten().map(|index| &self.pods[*index])),
             None => Box::new(self.pods.iter()),
         };
-        candidates.filter(|pod| selector.selects(pod))
+        candidates.filter(|pod| selector.selects(&pod.labels))
     }
 }
 
@@ -246,7 +206,7 @@ pub struct MetricsReader<'a> {
     pub api: &'a ApiClient,
     pub namespace: &'a str,
     pub selector: &'a str,
-    pub pods: &'a [TargetPod],
+    pub pods: &'a [Arc<ScaledPod>],
     pub readiness: Readiness,
     pub now: Timestamp,
     /// The namespace's pod usage, read once for every Autoscaler of the pass; None to read this target's.
@@ -262,13 +222,13 @@ impl MetricsReader<'_> {
         format!("labelSelector={}", urlencode(selector))
     }
 
-    fn started(pod: &TargetPod) -> i64 {
+    fn started(pod: &ScaledPod) -> i64 {
         pod.started.map_or(0, |started| started.as_second())
     }
 
     /// Pods without readings, for metrics that do not read per pod (their ready count scales Value targets).
     fn ready_pods(&self) -> Vec<PodMetric> {
-        let entry = |pod: &TargetPod| PodMetric { pod: pod.name.clone(), ready: pod.ready, started: Self::started(pod), value: None, request: None };
+        let entry = |pod: &Arc<ScaledPod>| PodMetric { pod: pod.name.clone(), ready: pod.ready, started: Self::started(pod), value: None, request: None };
         self.pods.iter().map(entry).collect()
     }
 
@@ -525,8 +485,9 @@ mod tests {
     fn a_starting_pods_cpu_counts_once_it_has_been_ready_a_whole_window() {
         let readiness = Readiness { cpu_initialization_period: Duration::from_secs(300), initial_readiness_delay: Duration::from_secs(30) };
         let at = |seconds: i64| Timestamp::from_second(1_800_000_000 + seconds).unwrap();
-        let pod = |ready: bool, ready_since: i64| TargetPod {
+        let pod = |ready: bool, ready_since: i64| ScaledPod {
             name: "p".into(),
+            labels: Default::default(),
             pending: false,
             ready,
             ready_since: Some(at(ready_since)),
@@ -576,42 +537,15 @@ mod tests {
     }
 
     #[test]
-    fn requests_count_sidecars_and_only_failed_or_deleted_pods_are_ignored() {
-        let pod = |phase: &str| -> Pod {
-            serde_json::from_value(json!({
-                "metadata": {"name": "p"},
-                "spec": {
-                    "containers": [{"name": "app", "resources": {"requests": {"cpu": "200m", "memory": "64Mi"}}}],
-                    "initContainers": [
-                        {"name": "setup", "resources": {"requests": {"cpu": "1"}}},
-                        {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "50m", "memory": "16Mi"}}}
-                    ]
-                },
-                "status": {"phase": phase}
-            }))
-            .unwrap()
-        };
-        let running = TargetPod::of(&pod("Running")).unwrap();
-        assert_eq!((running.cpu_request, running.memory_request), (Some(250.0), Some(80.0 * 1024.0 * 1024.0)), "app + sidecar, not the init step");
-        assert!(TargetPod::of(&pod("Failed")).is_none());
-        assert!(TargetPod::of(&pod("Succeeded")).is_some(), "upstream counts it (it has no metrics: a missing pod)");
-        let mut deleted = pod("Running");
-        deleted.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
-        assert!(TargetPod::of(&deleted).is_none());
-    }
-
-    #[test]
     fn the_label_index_finds_exactly_what_the_selector_selects() {
         let pod = |name: &str, labels: &[(&str, &str)]| {
-            let mut pod = Pod::default();
-            pod.metadata.name = Some(name.into());
-            pod.metadata.labels = Some(labels.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect());
-            pod
+            let labels = labels.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
+            Arc::new(ScaledPod { name: name.into(), labels, pending: false, ready: true, ready_since: None, started: None, cpu_request: None, memory_request: None })
         };
         let pods = NamespacePods::new(vec![pod("a", &[("app", "web"), ("tier", "a")]), pod("b", &[("app", "web"), ("tier", "c")]), pod("c", &[("app", "db")]), pod("d", &[])]);
         let names = |selector: &str| -> Vec<String> {
             let selector = parse_selector(selector).unwrap();
-            pods.selected(&selector).filter_map(|pod| pod.metadata.name.clone()).collect()
+            pods.selected(&selector).map(|pod| pod.name.clone()).collect()
         };
         assert_eq!(names("app=web"), ["a", "b"]);
         assert_eq!(names("tier in (a, c),app=web"), ["a", "b"], "indexed by the equality whatever its place");

@@ -17,7 +17,7 @@ pub mod metrics;
 pub mod metrics_source;
 pub mod resource;
 
-use crate::cluster::SharedCluster;
+use crate::cluster::{ScaledPod, SharedCluster};
 use crate::config::AutoscalerSection;
 use crate::contract::types::{MetricSample, Recommendation, ScaleDecision, ScaleRequest};
 use crate::kube::{ApiClient, EventRecorder, ObjectRef};
@@ -34,7 +34,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::Api;
-use metrics_source::{MetricsReader, Readiness, TargetPod};
+use metrics_source::{MetricsReader, Readiness};
 use resource::{Autoscaler, AutoscalerStatus, DEFAULT_POLICY};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -74,10 +74,10 @@ pub struct PassSummary {
 }
 
 /// What a pass reads once per namespace for all its Autoscalers, rather than once per Autoscaler: the pods
-/// (each Autoscaler selects its own by its target's selector) and their metrics.
+/// (from the pod informer; each Autoscaler selects its own by its target's selector) and their metrics.
 #[derive(Default)]
 struct NamespaceReads {
-    pods: tokio::sync::OnceCell<Result<metrics_source::NamespacePods, String>>,
+    pods: std::sync::OnceLock<metrics_source::NamespacePods>,
     usage: tokio::sync::OnceCell<Result<HashMap<String, metrics_source::Usage>, String>>,
 }
 
@@ -533,16 +533,17 @@ impl AutoscalerLoop {
         max: i32,
     ) -> Option<(i32, String)> {
         let spec = &run.autoscaler.spec;
-        // A selector the host can evaluate picks its pods from the namespace's, read once for the pass.
+        // A selector the host can evaluate picks its pods from the namespace's, as the pod informer has them,
+        // taken once for the pass; one it cannot is left to the API server.
         let shared = reads.zip(metrics_source::parse_selector(selector));
         let pods = match &shared {
             Some((reads, parsed)) => {
-                let all = reads.pods.get_or_init(|| async { self.list_pods(&run.namespace, None).await.map(metrics_source::NamespacePods::new) }).await;
-                all.as_ref().map(|pods| pods.selected(parsed).filter_map(TargetPod::of).collect()).map_err(Clone::clone)
+                let all = reads.pods.get_or_init(|| metrics_source::NamespacePods::new(self.cluster.scaled_pods.in_namespace(&run.namespace)));
+                Ok(all.selected(parsed).cloned().collect())
             }
-            None => self.list_pods(&run.namespace, Some(selector)).await.map(|pods| pods.iter().filter_map(TargetPod::of).collect()),
+            None => self.list_pods(&run.namespace, selector).await.map(|pods| pods.iter().filter_map(ScaledPod::of).map(Arc::new).collect()),
         };
-        let pods: Vec<TargetPod> = match pods {
+        let pods: Vec<Arc<ScaledPod>> = match pods {
             Ok(pods) => pods,
             Err(error) => {
                 let message = format!("the autoscaler was unable to list the target's pods: {error}");
@@ -648,9 +649,9 @@ impl AutoscalerLoop {
         }
     }
 
-    /// The pods of `namespace`, those `selector` selects if given.
-    async fn list_pods(&self, namespace: &str, selector: Option<&str>) -> Result<Vec<Pod>, String> {
-        let params = selector.map_or_else(ListParams::default, |selector| ListParams::default().labels(selector));
+    /// The pods of `namespace` that `selector` selects, from the API server (a selector the host cannot evaluate).
+    async fn list_pods(&self, namespace: &str, selector: &str) -> Result<Vec<Pod>, String> {
+        let params = ListParams::default().labels(selector);
         let _permit = self.api.permit().await;
         Api::<Pod>::namespaced(self.api.client.clone(), namespace).list(&params).await.map(|list| list.items).map_err(|error| describe_error(&error))
     }

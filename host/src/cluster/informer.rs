@@ -279,11 +279,22 @@ fn apply_pod_event(cluster: &SharedCluster, event: Event<KubePod>, relisted: &mu
         }
         Event::InitApply(pod) => {
             relisted.insert(pod.metadata.uid.clone().unwrap_or_default());
+            cluster.scaled_pods.observe(&pod);
             observe_pod(cluster, &pod)
         }
-        Event::Apply(pod) => observe_pod(cluster, &pod),
-        Event::Delete(pod) => forget_pod(cluster, pod.metadata.uid.as_deref().unwrap_or_default()),
-        Event::InitDone => known_pods(cluster).into_iter().filter(|uid| !relisted.contains(uid)).flat_map(|uid| forget_pod(cluster, &uid)).collect(),
+        Event::Apply(pod) => {
+            cluster.scaled_pods.observe(&pod);
+            observe_pod(cluster, &pod)
+        }
+        Event::Delete(pod) => {
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            cluster.scaled_pods.forget(uid);
+            forget_pod(cluster, uid)
+        }
+        Event::InitDone => {
+            cluster.scaled_pods.retain_listed(relisted);
+            known_pods(cluster).into_iter().filter(|uid| !relisted.contains(uid)).flat_map(|uid| forget_pod(cluster, &uid)).collect()
+        }
     }
 }
 

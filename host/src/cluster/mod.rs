@@ -4,11 +4,13 @@
 //! the shared handle loops read and subscribe to ([`SharedCluster`]) with what the loops note about waiting pods
 //! ([`waiting`]: reasons, conditions, nominations); the placement hints the rescheduler leaves
 //! for the scheduler ([`hints`]); what each policy's view receives of it ([`View`], [`SelectedKeys`]); and the
-//! claims, volumes and storage classes a pod's volumes resolve against ([`volumes`]).
+//! claims, volumes and storage classes a pod's volumes resolve against ([`volumes`]); every pod as the
+//! autoscaler reads it ([`scaled_pods`]).
 
 pub mod convert;
 pub mod hints;
 pub mod informer;
+mod scaled_pods;
 mod selected;
 mod shared;
 mod state;
@@ -21,4 +23,5 @@ pub use hints::{PlacementHints, Workload};
 pub use view::View;
 pub use shared::{ClusterEvent, ScheduledCondition, SharedCluster, Synced, UnreadablePod};
 pub use waiting::Nomination;
+pub use scaled_pods::ScaledPod;
 pub use state::{pod_requests, to_vector, ClusterState, DeltaSink, EvictionConsent, PodChange, PodMeta, Rewind, SyncPoint, EVICT_ANNOTATION};

@@ -113,6 +113,8 @@ pub struct SharedCluster {
     pub hints: super::PlacementHints,
     /// What pods' claims resolve against.
     pub volumes: super::volumes::VolumeObjects,
+    /// Every live pod as the autoscaler reads it, by namespace.
+    pub scaled_pods: super::scaled_pods::ScaledPods,
     /// The last error of each informer's watch, by resource, until it lists or watches again (a 403 for a
     /// missing RBAC rule, say): readiness says why the host waits.
     watch_errors: Mutex<std::collections::BTreeMap<&'static str, String>>,
@@ -129,6 +131,7 @@ impl Default for SharedCluster {
             binding_schedulers: Mutex::new(HashMap::new()),
             hints: super::PlacementHints::default(),
             volumes: Default::default(),
+            scaled_pods: Default::default(),
             watch_errors: Mutex::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
             synced: watch::channel(Synced::default()).0,
