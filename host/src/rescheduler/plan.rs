@@ -8,7 +8,7 @@ use super::budgets::Budgets;
 use super::envelope::Envelope;
 use super::memory::{Memory, Workload};
 use crate::cluster::{ClusterState, PodMeta};
-use crate::contract::types::{Eviction, Placement, Pod};
+use crate::contract::types::{Eviction, NodeId, Placement, Pod};
 use crate::contract::EvictContext;
 use crate::policy::{LoadedPolicy, Prepared};
 use crate::runtime::CallError;
@@ -17,7 +17,7 @@ use std::ops::Deref;
 use crate::registry::ProfilePolicies;
 use crate::config::ReschedulerSection;
 use crate::registry::Plans;
-use crate::scheduler::cycle::{best_node, feasible_nodes, fits_on, unschedulable_message};
+use crate::scheduler::cycle::{best_index, best_node, feasible_nodes, fits_on, score_totals, unschedulable_message};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -572,10 +572,16 @@ impl Checker<'_> {
                     Some(Placement::PreferredNode(node)) => whatif.node_id(node).filter(|id| feasible.contains(id)),
                     _ => None,
                 };
-                let chosen = preferred.or_else(|| best_node(&profile, whatif, &pod, &feasible));
-                chosen.and_then(|id| whatif.node_name(id)).map(str::to_string).ok_or_else(|| {
-                    let others = whatif.node_ids().len().saturating_sub(1);
-                    format!("no other node fits it: {}", unschedulable_message(others, &rejections.reasons))
+                let chosen = match preferred {
+                    // The hint steers the scheduler there: where the profile alone would go does not matter.
+                    Some(id) => Ok(Some(id)),
+                    None => self.elsewhere(&profile, whatif, &pod, &entry.node, &feasible),
+                };
+                chosen.and_then(|chosen| {
+                    chosen.and_then(|id| whatif.node_name(id)).map(str::to_string).ok_or_else(|| {
+                        let others = whatif.node_ids().len().saturating_sub(1);
+                        format!("no other node fits it: {}", unschedulable_message(others, &rejections.reasons))
+                    })
                 })
             }
         };
@@ -592,6 +598,26 @@ impl Checker<'_> {
                 Decision::Skip(Skip::NoFit(reason))
             }
         }
+    }
+
+    /// Where the scheduler would put the replacement of `pod` (taken off `node` in `whatif`) among the `feasible`
+    /// other nodes; Err when its profile would put it back on `node`, which still fits it and scores strictly
+    /// higher than all of them: the eviction would change nothing (a bin-packing profile packs a duplicate back
+    /// where `remove-duplicates` took it from, and the churn goes on until the workload's limit stops it).
+    fn elsewhere(&self, profile: &ProfilePolicies, whatif: &ClusterState, pod: &Pod, node: &str, feasible: &[NodeId]) -> Result<Option<NodeId>, String> {
+        let current = whatif.node_id(node).filter(|id| !feasible.is_empty() && fits_on(profile, whatif, pod, *id).is_ok());
+        let Some(current) = current else { return Ok(best_node(profile, whatif, pod, feasible)) };
+        let mut candidates = feasible.to_vec();
+        candidates.push(current);
+        let totals = score_totals(profile, whatif, pod, &candidates);
+        let (back, best_other) = (totals[feasible.len()], totals[..feasible.len()].iter().copied().max().unwrap_or(0));
+        if back > best_other {
+            return Err(format!(
+                "its profile {} would place the replacement back on node {node} (score {back}, the best other node {best_other}), so the move changes nothing",
+                pod.scheduler_name
+            ));
+        }
+        Ok(Some(feasible[best_index(&totals, feasible.len())]))
     }
 
     /// Pods evicted together to make room for the pending pod `uid` on their node, as preemption does: all or

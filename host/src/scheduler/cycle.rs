@@ -338,15 +338,27 @@ fn room_held_for_others(cluster: &ClusterState, pod: &Pod, id: NodeId, nominatio
 
 /// Weighted sum of every score policy; ties broken uniformly at random.
 fn best_scored(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, feasible: &[NodeId]) -> NodeId {
+    let totals = score_totals(profile, cluster, pod, feasible);
+    feasible[best_index(&totals, feasible.len())]
+}
+
+/// `pod`'s weighted score total on each feasible node, in their order.
+pub fn score_totals(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, feasible: &[NodeId]) -> Vec<u64> {
     let mut totals = vec![0u64; feasible.len()];
     for (policy, weight) in &profile.scores {
         for (total, score) in totals.iter_mut().zip(policy.score_or_failure_mode(cluster, pod, feasible)) {
             *total += score as u64 * *weight as u64;
         }
     }
+    totals
+}
+
+/// The index of a highest total among the first `among` (random among equals, as kube-scheduler's `selectHost`).
+pub fn best_index(totals: &[u64], among: usize) -> usize {
+    let totals = &totals[..among];
     let best = totals.iter().copied().max().unwrap_or(0);
-    let winners: Vec<usize> = (0..feasible.len()).filter(|&index| totals[index] == best).collect();
-    feasible[winners[fastrand::usize(..winners.len())]]
+    let winners: Vec<usize> = (0..totals.len()).filter(|&index| totals[index] == best).collect();
+    winners[fastrand::usize(..winners.len())]
 }
 
 #[cfg(test)]
