@@ -777,3 +777,39 @@ async fn a_duplicate_its_bin_packing_profile_would_pack_back_is_not_evicted() {
     assert!(table.contains("its profile packer would place the replacement back on node"), "{table}");
     assert_eq!(harness.evictions_received(), 0);
 }
+
+/// Two strategies that undo each other's moves (here: one evicts a pod off a tainted node, the other proposes its
+/// replacement for its age) are said: a Warning `StrategiesConflict` on the replacement, once per window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strategy_proposing_the_replacement_of_anothers_eviction_is_warned_about() {
+    let scenario = format!(
+        "{COUNT_EVICTIONS}\nkubelet: {{readyDelay: 10ms}}\nnodeGroups: [{{name: n, count: 3, cpu: '4', memory: 16Gi}}]\n\
+         workloads: [{{name: web, replicas: 2, schedulerName: wasp, cpu: 100m}}]\n"
+    );
+    // The taint comes well within pod-lifetime's limit: the taint strategy moves the pod first, then pod-lifetime
+    // proposes every pod, the replacement included.
+    let rescheduler = "strategies: [{policy: remove-pods-violating-node-taints}, {policy: pod-lifetime}]\ninterval: 1s";
+    let mut config = config(rescheduler);
+    config.policies.insert("pod-lifetime".into(), serde_yaml::from_str("settings: {maxPodLifeTimeSeconds: 6}").unwrap());
+    let harness = start(&scenario, config, true).await;
+    let placed = harness.ready_placements("app=web", 2, Duration::from_secs(20)).await;
+    harness.host_sees_ready("web", 2).await;
+    let tainted = placed.values().next().unwrap().clone();
+    harness.taint(&tainted).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !harness.events_from("wasp-rescheduler").await.iter().any(|event| event.reason.as_deref() == Some("StrategiesConflict")) {
+        assert!(std::time::Instant::now() < deadline, "no StrategiesConflict event");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let events = harness.events_from("wasp-rescheduler").await;
+    let conflicts: Vec<&Event> = events.iter().filter(|event| event.reason.as_deref() == Some("StrategiesConflict")).collect();
+    assert_eq!(conflicts.len(), 1, "once per workload and pair: {conflicts:?}");
+    let message = conflicts[0].message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("policy pod-lifetime proposes this pod, which replaced a pod of ReplicaSet default/web-")
+            && message.contains("that policy remove-pods-violating-node-taints evicted within the last"),
+        "{message}"
+    );
+    let evicted: Vec<String> = events.iter().filter(|event| event.reason.as_deref() == Some("Evicted")).filter_map(|event| event.message.clone()).collect();
+    assert!(evicted[0].contains("by policy remove-pods-violating-node-taints"), "the taint strategy moved first: {evicted:?}");
+}

@@ -5,7 +5,7 @@
 
 use super::plan::{PlanEntry, Skip};
 use crate::kube::{ApiClient, EventRecorder, ObjectRef};
-use super::memory::Record;
+use super::memory::{Conflict, Record};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{EvictParams, ListParams, PostParams};
@@ -143,6 +143,18 @@ impl Evictor {
         let more = if blocked.len() > SHOWN { format!(" and {} more", blocked.len() - SHOWN) } else { String::new() };
         let message = format!("{} pod(s) that policy {policy} proposed stay on node {node}: {}{more}", blocked.len(), listed.join("; "));
         self.events.event(&ObjectRef::node(node), "Warning", "EvictionBlocked", &message).await;
+    }
+
+    /// `entry`'s policy proposes a pod that replaced one another policy evicted within the pacing window.
+    pub async fn strategies_conflict(&self, entry: &PlanEntry, conflict: &Conflict, window: std::time::Duration) {
+        let message = format!(
+            "policy {} proposes this pod, which replaced a pod of {} that policy {} evicted within the last {}: the two strategies undo each other's moves (pacing and backoff only slow the loop); make them agree (for low- and high-node-utilization, thresholds that do not overlap)",
+            conflict.proposed_by,
+            conflict.workload,
+            conflict.evicted_by,
+            humantime::format_duration(window)
+        );
+        self.events.event(&object_of(entry), "Warning", "StrategiesConflict", &message).await;
     }
 
     pub async fn left_in_place(&self, entry: &PlanEntry, skip: &Skip) {

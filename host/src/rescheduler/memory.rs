@@ -13,11 +13,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One eviction of a workload: when, and the workload's pods at that moment (a pod not among them is a
-/// replacement; creation times, in whole seconds, cannot tell a replacement from a pod created the same second).
+/// One eviction of a workload: when, by which policy (empty when restored from a [`Record`]), and the workload's
+/// pods at that moment (a pod not among them is a replacement; creation times, in whole seconds, cannot tell a
+/// replacement from a pod created the same second).
 #[derive(Debug, Clone)]
 struct Evicted {
     at: Instant,
+    policy: Arc<str>,
     known: Arc<HashSet<String>>,
 }
 
@@ -32,6 +34,17 @@ struct Refused {
 pub struct Memory {
     evictions: HashMap<Workload, Vec<Evicted>>,
     refused: HashMap<String, Refused>,
+    /// Strategies seen undoing each other's moves, by (workload, evicted by, proposed by), with when last said:
+    /// said once per window.
+    conflicts_said: HashMap<(Workload, Arc<str>, String), Instant>,
+}
+
+/// A strategy proposes a pod that replaced one another strategy evicted within the window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conflict {
+    pub workload: Workload,
+    pub evicted_by: String,
+    pub proposed_by: String,
 }
 
 /// The workloads' evictions as kept in the API server: by `namespace/kind/name`, the Unix seconds of each
@@ -52,11 +65,25 @@ pub struct WorkloadRecord {
 const MAX_RETRY_FACTOR: u32 = 16;
 
 impl Memory {
-    /// The workload lost a pod; `known` are the uids of its pods when it did.
-    pub fn record_eviction(&mut self, workload: Option<&Workload>, known: Arc<HashSet<String>>, now: Instant) {
+    /// The workload lost a pod to `policy`; `known` are the uids of its pods when it did.
+    pub fn record_eviction(&mut self, workload: Option<&Workload>, known: Arc<HashSet<String>>, policy: &str, now: Instant) {
         if let Some(workload) = workload {
-            self.evictions.entry(workload.clone()).or_default().push(Evicted { at: now, known });
+            self.evictions.entry(workload.clone()).or_default().push(Evicted { at: now, policy: Arc::from(policy), known });
         }
+    }
+
+    /// Whether `policy` proposing the pod `uid` of `workload` undoes another strategy's move: the pod replaced
+    /// one that another policy evicted within the window (a pair such as low- and high-node-utilization with
+    /// thresholds that disagree evicts in a loop that only pacing slows). Said once per window and pair.
+    pub fn undoing(&mut self, workload: &Workload, uid: &str, policy: &str, pacing: &Pacing, now: Instant) -> Option<Conflict> {
+        let evicted = self.evictions.get(workload)?.iter().filter(|evicted| now.saturating_duration_since(evicted.at) < pacing.window);
+        let undone = evicted.filter(|evicted| !evicted.policy.is_empty() && &*evicted.policy != policy && !evicted.known.contains(uid)).max_by_key(|evicted| evicted.at)?;
+        let key = (workload.clone(), undone.policy.clone(), policy.to_string());
+        if self.conflicts_said.get(&key).is_some_and(|said| now.saturating_duration_since(*said) < pacing.window) {
+            return None;
+        }
+        self.conflicts_said.insert(key, now);
+        Some(Conflict { workload: workload.clone(), evicted_by: undone.policy.to_string(), proposed_by: policy.to_string() })
     }
 
     /// A PodDisruptionBudget refused evicting the pod with `uid`; returns how long it now waits.
@@ -77,6 +104,7 @@ impl Memory {
             list.retain(|evicted| now.saturating_duration_since(evicted.at) < keep);
             !list.is_empty()
         });
+        self.conflicts_said.retain(|_, said| now.saturating_duration_since(*said) < pacing.window);
         let forget_after = pacing.budget_retry * MAX_RETRY_FACTOR;
         self.refused.retain(|_, refused| now.saturating_duration_since(refused.until) < forget_after);
     }
@@ -118,6 +146,7 @@ impl Memory {
             let first_known = Arc::new(entry.first_known.iter().cloned().collect::<HashSet<String>>());
             let restored = entry.evicted_at.iter().map(|seconds| Evicted {
                 at: now.checked_sub(Duration::from_secs((wall - seconds).max(0) as u64)).unwrap_or(now),
+                policy: Arc::from(""),
                 // The pods known at the last eviction (pacing) and at the first (backoff); others only count
                 // towards the window.
                 known: if Some(*seconds) == last {
@@ -184,12 +213,32 @@ mod tests {
     }
 
     #[test]
+    fn a_strategy_proposing_the_replacement_of_another_strategys_eviction_is_a_conflict_said_once() {
+        let pacing = Pacing { window: Duration::from_secs(3600), ..Pacing::default() };
+        let mut memory = Memory::default();
+        let start = Instant::now();
+        memory.record_eviction(Some(&workload()), known(&["a", "b"]), "low-node-utilization", start);
+        let later = start + Duration::from_secs(60);
+        assert_eq!(memory.undoing(&workload(), "b", "high-node-utilization", &pacing, later), None, "b was there before: not a replacement");
+        assert_eq!(memory.undoing(&workload(), "c", "low-node-utilization", &pacing, later), None, "the same strategy: backoff's business");
+        let conflict = memory.undoing(&workload(), "c", "high-node-utilization", &pacing, later).unwrap();
+        assert_eq!((conflict.evicted_by.as_str(), conflict.proposed_by.as_str()), ("low-node-utilization", "high-node-utilization"));
+        assert_eq!(memory.undoing(&workload(), "d", "high-node-utilization", &pacing, later), None, "said once per window");
+        let after_window = start + Duration::from_secs(3700);
+        assert_eq!(memory.undoing(&workload(), "c", "high-node-utilization", &pacing, after_window), None, "the eviction is out of the window");
+        // Restored evictions do not say which strategy evicted: no conflict is guessed.
+        let mut restored = Memory::default();
+        restored.restore(&memory.to_record(later, 1_000_000), later, 1_000_000);
+        assert_eq!(restored.undoing(&workload(), "z", "anything", &pacing, later), None);
+    }
+
+    #[test]
     fn pacing_waits_for_a_ready_replacement_or_the_timeout() {
         let pacing = Pacing { replacement_timeout: Duration::from_secs(600), ..Pacing::default() };
         let mut memory = Memory::default();
         let start = Instant::now();
         assert_eq!(memory.awaiting_replacement(&workload(), &[], &pacing, start), None, "never evicted");
-        memory.record_eviction(Some(&workload()), known(&["a", "b", "c"]), start);
+        memory.record_eviction(Some(&workload()), known(&["a", "b", "c"]), "taints", start);
         let later = start + Duration::from_secs(30);
         let waiting = memory.awaiting_replacement(&workload(), &["a", "b"], &pacing, later).unwrap();
         assert_eq!(waiting, "waiting for the replacement of the pod of ReplicaSet shop/web evicted 30s ago to be Ready");
@@ -202,9 +251,9 @@ mod tests {
         let pacing = Pacing { max_evictions_per_workload: 2, window: Duration::from_secs(3600), ..Pacing::default() };
         let mut memory = Memory::default();
         let start = Instant::now();
-        memory.record_eviction(Some(&workload()), known(&["a", "b", "c"]), start);
+        memory.record_eviction(Some(&workload()), known(&["a", "b", "c"]), "taints", start);
         assert_eq!(memory.backing_off(&workload(), "d", &pacing, start), None);
-        memory.record_eviction(Some(&workload()), known(&["b", "c", "d"]), start + Duration::from_secs(60));
+        memory.record_eviction(Some(&workload()), known(&["b", "c", "d"]), "taints", start + Duration::from_secs(60));
         let later = start + Duration::from_secs(61);
         assert_eq!(memory.backing_off(&workload(), "d", &pacing, later).unwrap(), "ReplicaSet shop/web lost 2 pods within 1h and this one replaced one of them; it backs off");
         assert_eq!(memory.backing_off(&workload(), "c", &pacing, later), None, "an original pod may still go: a drain finishes");
@@ -218,7 +267,7 @@ mod tests {
         let pacing = Pacing { max_evictions_per_workload: 1, window: Duration::from_secs(3600), replacement_timeout: Duration::from_secs(600), ..Pacing::default() };
         let mut before = Memory::default();
         let start = Instant::now();
-        before.record_eviction(Some(&workload()), known(&["a", "b"]), start);
+        before.record_eviction(Some(&workload()), known(&["a", "b"]), "taints", start);
         let record = before.to_record(start + Duration::from_secs(30), 1_000_030);
         assert_eq!(record["shop/ReplicaSet/web"], WorkloadRecord { evicted_at: vec![1_000_000], known: vec!["a".into(), "b".into()], first_known: Vec::new() });
         // Another process, its own clock: 30 s after the eviction as the wall clock says.
@@ -227,7 +276,7 @@ mod tests {
         after.restore(&record, now, 1_000_030);
         assert!(after.backing_off(&workload(), "c", &pacing, now).is_some(), "the window's one eviction is spent on a replacement");
         // Two evictions: the first one's pods come back too, so an original pod may still go after a failover.
-        before.record_eviction(Some(&workload()), known(&["b", "c"]), start + Duration::from_secs(10));
+        before.record_eviction(Some(&workload()), known(&["b", "c"]), "taints", start + Duration::from_secs(10));
         let record = before.to_record(start + Duration::from_secs(30), 1_000_030);
         assert_eq!(record["shop/ReplicaSet/web"].first_known, ["a", "b"]);
         let mut restarted = Memory::default();

@@ -22,6 +22,12 @@ struct SkipLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConflictLabels {
+    evicted_by: String,
+    proposed_by: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
     policy: String,
 }
@@ -35,6 +41,7 @@ fn duration_histogram() -> Histogram {
 pub struct ReschedulerMetrics {
     evictions: Family<EvictionLabels, Counter>,
     skipped: Family<SkipLabels, Counter>,
+    conflicts: Family<ConflictLabels, Counter>,
     propose: Family<PolicyLabels, Histogram, fn() -> Histogram>,
     run: Histogram,
     plan_size: Gauge,
@@ -45,6 +52,7 @@ impl ReschedulerMetrics {
         let metrics = ReschedulerMetrics {
             evictions: Family::default(),
             skipped: Family::default(),
+            conflicts: Family::default(),
             propose: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
             run: duration_histogram(),
             plan_size: Gauge::default(),
@@ -59,6 +67,11 @@ impl ReschedulerMetrics {
             "Proposed pods left in place, by policy and reason (protected, pdb, backoff, pacing, limit, no-fit)",
             metrics.skipped.clone(),
         );
+        registry.register(
+            "wasp_rescheduler_strategy_conflicts",
+            "A strategy proposed a pod that replaced one another strategy evicted within the pacing window (once per workload and pair per window), by the two policies",
+            metrics.conflicts.clone(),
+        );
         registry.register("wasp_rescheduler_propose_duration_seconds", "Time of each strategy's propose call", metrics.propose.clone());
         registry.register("wasp_rescheduler_run_duration_seconds", "Time of a whole run: plan, checks and evictions", metrics.run.clone());
         registry.register("wasp_rescheduler_plan_evictions", "Evictions in the last plan", metrics.plan_size.clone());
@@ -71,6 +84,10 @@ impl ReschedulerMetrics {
 
     pub fn skipped(&self, policy: &str, reason: &str) {
         self.skipped.get_or_create(&SkipLabels { policy: policy.into(), reason: reason.into() }).inc();
+    }
+
+    pub fn conflict(&self, evicted_by: &str, proposed_by: &str) {
+        self.conflicts.get_or_create(&ConflictLabels { evicted_by: evicted_by.into(), proposed_by: proposed_by.into() }).inc();
     }
 
     pub fn proposed(&self, policy: &str, took: Duration) {

@@ -236,6 +236,23 @@ impl Rescheduler {
         for (policy, took, _) in &plan.proposals {
             self.metrics.proposed(policy, *took);
         }
+        // A strategy proposing the replacement of another strategy's eviction: said, whatever the plan decides.
+        if !dry_run {
+            let now = Instant::now();
+            let conflicts: Vec<(usize, memory::Conflict)> = {
+                let mut memory = self.memory();
+                let proposals = plan.entries.iter().enumerate().filter(|(_, entry)| entry.decision != Decision::Clear);
+                proposals
+                    .filter_map(|(index, entry)| Some((index, memory.undoing(entry.workload.as_ref()?, &entry.uid, &entry.policy, &section.pacing, now)?)))
+                    .collect()
+            };
+            for (index, conflict) in conflicts {
+                let entry = &plan.entries[index];
+                tracing::warn!(pod = %entry.key(), workload = %conflict.workload, evicted_by = %conflict.evicted_by, proposed_by = %conflict.proposed_by, "strategies undo each other's moves");
+                self.metrics.conflict(&conflict.evicted_by, &conflict.proposed_by);
+                self.evictor.strategies_conflict(entry, &conflict, section.pacing.window).await;
+            }
+        }
         // Pending pods whose room was made, by `namespace/name`: the node, its uid, and whether every eviction
         // for it went. The scheduler keeps the room for it from before the first eviction: a pod of lower priority
         // must not take it once the victims are gone, before the nomination reaches the API server.
@@ -351,7 +368,7 @@ impl Rescheduler {
                 self.stats.evicted.fetch_add(1, Ordering::Relaxed);
                 // Clearing a failed pod disrupts nothing: its workload is neither paced nor backed off for it.
                 if entry.decision != Decision::Clear {
-                    self.memory().record_eviction(entry.workload.as_ref(), entry.siblings.clone(), Instant::now());
+                    self.memory().record_eviction(entry.workload.as_ref(), entry.siblings.clone(), &entry.policy, Instant::now());
                 }
                 tracing::info!(pod = %entry.key(), node = %entry.node, policy = %entry.policy, reason = %entry.reason, decision = ?entry.decision, "evicted");
                 if preempting {
