@@ -1104,3 +1104,32 @@ async fn a_stateful_replica_comes_back_in_the_zone_of_its_disk() {
     let again = replacement_node().unwrap();
     assert_eq!(again, other, "back in its disk's zone, on the only node there left");
 }
+
+/// A waiting pod whose selectors name thousands of label keys would make every view that keeps selected labels
+/// hold thousands of labels of every pod carrying them (a policy that ran out of memory following them failed
+/// every pod of its profile): it is told why and not scheduled, and the others are scheduled as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_naming_thousands_of_label_keys_is_told_why_and_the_others_are_scheduled() {
+    let harness = start(TWO_PODS, default_config()).await;
+    harness.placements("app=app", 2).await;
+    let expressions: Vec<serde_json::Value> = (0..2500).map(|key| json!({"key": format!("tenant.example.com/k{key}"), "operator": "Exists"})).collect();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "greedy", "labels": {"app": "greedy"}},
+        "spec": {"schedulerName": "wasp", "containers": [{"name": "a"}], "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchExpressions": expressions}}]}
+    }))
+    .unwrap();
+    harness.pods().create(&PostParams::default(), &pod).await.unwrap();
+    let (_, event) = harness.failed_scheduling("greedy").await;
+    let message = event.message.unwrap_or_default();
+    assert!(message.contains("name 2500 label keys; at most 64 per pod"), "{message}");
+    assert!(harness.host.cluster.read().selected_keys().len() < 100, "the pod's keys were not selected");
+    // Another pod of the profile is scheduled as usual.
+    let plain: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "plain", "labels": {"app": "plain"}},
+        "spec": {"schedulerName": "wasp", "containers": [{"name": "a"}]}
+    }))
+    .unwrap();
+    harness.pods().create(&PostParams::default(), &plain).await.unwrap();
+    harness.placements("app=plain", 1).await;
+}

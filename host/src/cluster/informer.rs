@@ -381,6 +381,16 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
             }
         }
         None if !pod.terminating && !finished => {
+            let too_many = super::selected::too_many_keys(&pod, cluster.read().selected_keys());
+            if let Some(error) = too_many {
+                if let Some(waited) = waited {
+                    cluster.stopped_waiting(&uid);
+                    cluster.unselect_pending(&waited);
+                    changes.push(ClusterEvent::PendingGone { uid: uid.clone() });
+                }
+                changes.extend(unreadable(cluster, source, error));
+                return changes;
+            }
             let never_preempts = source.spec.as_ref().and_then(|spec| spec.preemption_policy.as_deref()) == Some("Never");
             cluster.set_preemption_policy(&uid, never_preempts);
             cluster.add_pending(pod.clone());

@@ -7,6 +7,13 @@
 use crate::contract::types::{LabelSelector, Pod};
 use std::collections::HashMap;
 
+/// Label keys one pod's selectors may name: kube-scheduler users name a handful (`app`, `pod-template-hash`).
+/// A pod that waits and names more is not scheduled (it is told why); a bound one has its first keys selected.
+pub const MAX_NAMED_KEYS_PER_POD: usize = 64;
+/// Label keys all pods' selectors may name together before a waiting pod that would name another is refused:
+/// each selected key makes every view that keeps `selected` labels hold that label of every pod carrying it.
+pub const MAX_SELECTED_KEYS: usize = 4096;
+
 #[derive(Debug, Clone, Default)]
 pub struct SelectedKeys {
     /// How many pods name each key in their selectors (a pod counts once per key); a key at zero is gone.
@@ -84,10 +91,37 @@ impl SelectedKeys {
     }
 }
 
+/// The label keys `pod`'s selectors name, the first [`MAX_NAMED_KEYS_PER_POD`] of them (see [`all_named_keys`]).
+pub fn named_keys(pod: &Pod) -> Vec<String> {
+    let mut keys = all_named_keys(pod);
+    keys.truncate(MAX_NAMED_KEYS_PER_POD);
+    keys
+}
+
+/// Why a waiting pod's selectors name too many label keys, with `selected` the keys selected now; None when
+/// they fit: the pod is told, rather than every view made to hold thousands of tenants' labels (a policy that
+/// runs out of memory following them fails every pod).
+pub fn too_many_keys(pod: &Pod, selected: &SelectedKeys) -> Option<String> {
+    let keys = all_named_keys(pod);
+    if keys.len() > MAX_NAMED_KEYS_PER_POD {
+        return Some(format!(
+            "its topology spread constraints and pod (anti-)affinity terms name {} label keys; at most {MAX_NAMED_KEYS_PER_POD} per pod",
+            keys.len()
+        ));
+    }
+    let new = keys.iter().filter(|key| !selected.contains(key)).count();
+    (new > 0 && selected.len() + new > MAX_SELECTED_KEYS).then(|| {
+        format!(
+            "the cluster's pods already name {} label keys in their selectors and this pod would add {new}; at most {MAX_SELECTED_KEYS} together",
+            selected.len()
+        )
+    })
+}
+
 /// The label keys `pod`'s selectors name: its topology spread constraints' selectors and `matchLabelKeys`, and
 /// its pod affinity and anti-affinity terms' selectors (which already hold their `matchLabelKeys`). Sorted, each
 /// once; empty (and no allocation) for a pod with none.
-pub fn named_keys(pod: &Pod) -> Vec<String> {
+fn all_named_keys(pod: &Pod) -> Vec<String> {
     let mut keys = Vec::new();
     let mut selector = |selector: &Option<LabelSelector>| {
         if let Some(selector) = selector {
@@ -132,6 +166,27 @@ mod tests {
         })));
         assert_eq!(named, ["app", "pod-template-hash", "tier"]);
         assert!(named_keys(&pod(serde_json::json!({"containers": []}))).is_empty());
+    }
+
+    #[test]
+    fn a_pod_naming_too_many_keys_or_too_many_new_ones_is_refused() {
+        let spread = |keys: std::ops::Range<usize>| {
+            let expressions: Vec<serde_json::Value> = keys.map(|key| serde_json::json!({"key": format!("k{key:04}"), "operator": "Exists"})).collect();
+            pod(serde_json::json!({"containers": [], "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchExpressions": expressions}}]}))
+        };
+        let mut selected = SelectedKeys::default();
+        assert_eq!(too_many_keys(&spread(0..64), &selected), None);
+        let refused = too_many_keys(&spread(0..2500), &selected).unwrap();
+        assert_eq!(refused, "its topology spread constraints and pod (anti)affinity terms name 2500 label keys; at most 64 per pod".replace("(anti)", "(anti-)"));
+        assert_eq!(named_keys(&spread(0..2500)).len(), MAX_NAMED_KEYS_PER_POD, "a bound pod's first keys");
+        for start in (0..MAX_SELECTED_KEYS).step_by(64) {
+            selected.add(&named_keys(&spread(start..start + 64)));
+        }
+        assert_eq!(selected.len(), MAX_SELECTED_KEYS);
+        assert_eq!(too_many_keys(&spread(0..10), &selected), None, "keys already selected add nothing");
+        let full = too_many_keys(&spread(MAX_SELECTED_KEYS..MAX_SELECTED_KEYS + 1), &selected).unwrap();
+        assert!(full.starts_with("the cluster's pods already name 4096 label keys in their selectors and this pod would add 1"), "{full}");
     }
 
     #[test]
