@@ -1133,3 +1133,40 @@ async fn a_pod_naming_thousands_of_label_keys_is_told_why_and_the_others_are_sch
     harness.pods().create(&PostParams::default(), &plain).await.unwrap();
     harness.placements("app=plain", 1).await;
 }
+
+/// A policy of one profile that spins until its deadline on some pods: after five failures in a row its circuit
+/// breaker answers for it with its failure mode, so thirty such pods cost a few deadlines, not thirty (15 s), and
+/// the other profile's pods are placed meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_policy_is_taken_out_of_calls_and_the_pods_go_on() {
+    let directory = tempfile::tempdir().unwrap();
+    std::fs::write(directory.path().join("resources-fit.wasm"), policy_wasm("resources-fit").1).unwrap();
+    std::fs::write(directory.path().join("misbehaving.wasm"), fixture_wasm("misbehaving").1).unwrap();
+    let config = HostConfig::parse(&format!(
+        "policyDir: {}\nscheduler: {{profiles: [{{schedulerName: wasp, filters: [resources-fit]}}, {{schedulerName: adv, filters: [misbehaving, resources-fit]}}]}}\n\
+         policies: {{misbehaving: {{settings: {{filter: loop, only-with-label: noisy}}, failureMode: fail-open, deadline: 500ms}}}}",
+        directory.path().display()
+    ))
+    .unwrap();
+    let harness = start(TWO_PODS, config).await;
+    harness.placements("app=app", 2).await;
+    let started = std::time::Instant::now();
+    let pods: Api<Pod> = harness.pods();
+    for index in 0..30 {
+        let noisy: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("noisy-{index}"), "labels": {"noisy": "yes"}},
+            "spec": {"schedulerName": "adv", "containers": [{"name": "a", "resources": {"requests": {"cpu": "10m"}}}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &noisy).await.unwrap();
+    }
+    create_pods(&harness.client, "plain", 5).await;
+    harness.placements("noisy=yes", 30).await;
+    harness.placements("batch=plain", 5).await;
+    let took = started.elapsed();
+    // Thirty deadlines of 500 ms in a row would be 15 s; five, then the failure mode at once, about 3 s.
+    assert!(took < Duration::from_secs(12), "35 pods took {took:?}");
+    let status = harness.host.endpoints.policies_document();
+    let misbehaving = status["policies"].as_array().unwrap().iter().find(|policy| policy["name"] == "misbehaving").unwrap().clone();
+    assert!(misbehaving["breaker"]["trips"].as_u64() >= Some(1), "{misbehaving}");
+}

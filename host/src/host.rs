@@ -289,6 +289,7 @@ impl Host {
         loops.spawn(self.rescheduler.clone().run(self.stopping.clone()));
         loops.spawn(self.autoscaler.clone().run(self.stopping.clone()));
         loops.spawn(self.stray_pods.clone().run(self.stopping.clone()));
+        loops.spawn(self.clone().report_breaker_trips(self.stopping.clone()));
         // Dropping the set (when the Lease is lost) stops every loop. A loop that panics takes the process down,
         // as it did when they shared a task: a replica that holds the Lease but no longer schedules must restart.
         while let Some(ended) = loops.join_next().await {
@@ -297,6 +298,31 @@ impl Host {
                     loops.abort_all();
                     std::panic::resume_unwind(error.into_panic());
                 }
+            }
+        }
+    }
+
+    /// A Warning `PolicyCircuitOpen` on the host's Pod for each policy whose circuit breaker opens, until `stop`;
+    /// when its cooldown ends, the pods parked meanwhile (a fail-closed filter rejected them) are tried again, so
+    /// one call tries the policy and they do not wait for the next unrelated change.
+    async fn report_breaker_trips(self: Arc<Self>, stop: CancellationToken) {
+        let mut trips = self.policies.breaker_trips();
+        loop {
+            let trip = tokio::select! {
+                trip = trips.recv() => trip,
+                _ = stop.cancelled() => return,
+            };
+            match trip {
+                Ok(trip) => {
+                    let scheduler = self.scheduler.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(trip.cooldown).await;
+                        scheduler.policies_changed();
+                    });
+                    self.events.host_event("Warning", "PolicyCircuitOpen", &trip.message).await;
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => tracing::warn!(missed, "circuit breaker trips not reported as events"),
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             }
         }
     }

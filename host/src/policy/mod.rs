@@ -2,6 +2,7 @@
 //! sandboxed instances kept in sync with the cluster. When a call fails, the policy's [`FailureMode`] decides
 //! what the caller sees, and the host goes on.
 
+pub mod breaker;
 mod load;
 pub mod metrics;
 
@@ -65,6 +66,8 @@ pub struct LoadedPolicy {
     /// then at debug level until the failure changes.
     last_failure: Mutex<String>,
     metrics: OnceLock<Arc<metrics::PolicyMetrics>>,
+    /// Takes the policy out of calls after failures in a row.
+    breaker: breaker::Breaker,
     /// Bytes of linear memory and tables over all live instances.
     memory_in_use: Gauge,
 }
@@ -242,6 +245,7 @@ impl LoadedPolicy {
             returned: Condvar::new(),
             last_failure: Mutex::new(String::new()),
             metrics: OnceLock::new(),
+            breaker: breaker::Breaker::default(),
             memory_in_use,
         })
     }
@@ -264,17 +268,56 @@ impl LoadedPolicy {
     fn with_instance<R>(
         &self,
         cluster: &ClusterState,
-        operation: &str,
+        operation: &'static str,
         subject: Option<&Pod>,
         body: impl FnOnce(&mut PolicyInstance) -> Result<R, CallError>,
     ) -> Result<R, CallError> {
         let started = Instant::now();
+        if let Err(open) = self.breaker.admit(started) {
+            if let Some(metrics) = self.metrics.get() {
+                metrics.short_circuited(&self.name, operation);
+            }
+            let failures = self.breaker.status(started).failures_in_a_row;
+            return Err(CallError::CircuitOpen { operation, failures, retry_in_seconds: open.remaining.as_secs() });
+        }
         let unselected = subject.map(|pod| self.unselected_keys(cluster, pod)).unwrap_or_default();
         let result = self.prepare_with(cluster, unselected).and_then(|prepared| prepared.call(body));
         if let Some(metrics) = self.metrics.get() {
             metrics.observe(&self.name, operation, started.elapsed(), result.is_err());
         }
+        self.note_outcome(operation, result.as_ref().err());
         result
+    }
+
+    /// Tells the breaker how a call it let through ended; a trip is logged and reported.
+    fn note_outcome(&self, operation: &str, error: Option<&CallError>) {
+        match self.breaker.record(error.is_none(), Instant::now()) {
+            breaker::Change::Tripped(cooldown) => {
+                let error = error.map(ToString::to_string).unwrap_or_default();
+                let message = format!(
+                    "policy {} failed {} calls in a row (the last: {operation}: {error}); its failure mode ({:?}) answers for it for {} without calling it, then one call tries",
+                    self.name,
+                    self.breaker.status(Instant::now()).failures_in_a_row,
+                    self.options.failure_mode,
+                    humantime::format_duration(cooldown)
+                );
+                tracing::warn!(policy = %self.name, operation, %error, cooldown = %humantime::format_duration(cooldown), "circuit breaker opened");
+                if let Some(metrics) = self.metrics.get() {
+                    metrics.tripped(metrics::Trip { policy: self.name.to_string(), message, cooldown });
+                }
+            }
+            breaker::Change::Closed => tracing::info!(policy = %self.name, operation, "circuit breaker closed: the policy answered again"),
+            breaker::Change::None => {}
+        }
+    }
+
+    /// Where its circuit breaker stands.
+    pub fn breaker_status(&self) -> breaker::BreakerStatus {
+        self.breaker.status(Instant::now())
+    }
+
+    pub fn circuit_open(&self) -> bool {
+        self.breaker.is_open(Instant::now())
     }
 
     /// Brings up to `count` pooled instances to `cluster`'s head without a call: a fork taken right after can
@@ -365,6 +408,10 @@ impl LoadedPolicy {
             // replaced by a fresh one synced from a snapshot, rather than failing this call and the next.
             Err(error) if reused => {
                 tracing::warn!(policy = %self.name, %error, "an instance could not follow the cluster's changes; starting a fresh one from a full sync");
+                // Counted: a spinning `apply` costs its deadline on every call even when the fresh instance answers.
+                if let Some(metrics) = self.metrics.get() {
+                    metrics.observe(&self.name, "apply", std::time::Duration::ZERO, true);
+                }
                 drop(instance);
                 let mut fresh = self.new_instance()?;
                 cluster.sync(&mut fresh, view).inspect_err(|error| {

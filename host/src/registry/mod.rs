@@ -151,6 +151,8 @@ pub struct PolicyStatus {
     pub memory_bytes: u64,
     /// Why the last update of this policy was refused (its last good version serves).
     pub last_error: Option<String>,
+    /// Its circuit breaker: open while its failure mode answers for it after failures in a row.
+    pub breaker: crate::policy::breaker::BreakerStatus,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -259,10 +261,16 @@ impl PolicyRegistry {
         self.call_metrics.register(registry);
     }
 
-    /// Brings `wasp_policy_memory_bytes` up to date.
-    pub fn report_memory(&self) {
+    /// Brings `wasp_policy_memory_bytes` and `wasp_policy_circuit_open` up to date (at scrape time).
+    pub fn refresh_gauges(&self) {
         let current = self.current();
         self.call_metrics.memory_in_use(current.policies.iter().map(|(name, policy)| (name.clone(), policy.memory_in_use())));
+        self.call_metrics.circuits_open(current.policies.iter().map(|(name, policy)| (name.clone(), policy.circuit_open())));
+    }
+
+    /// Circuit breaker trips of the serving policies from now on.
+    pub fn breaker_trips(&self) -> tokio::sync::broadcast::Receiver<crate::policy::metrics::Trip> {
+        self.call_metrics.subscribe_trips()
     }
 
     pub fn policy_dir(&self) -> PathBuf {
@@ -523,6 +531,7 @@ impl PolicyRegistry {
                     used_by: config.users_of(policy.name()).iter().map(ToString::to_string).collect(),
                     loaded_at: timestamp(policy.loaded_at),
                     memory_bytes: policy.memory_in_use(),
+                    breaker: policy.breaker_status(),
                     last_error: outcome.errors.get(&Subject::Policy(policy.name().to_string())).cloned(),
                 })
                 .collect(),

@@ -151,12 +151,15 @@ pub enum CallError {
     Malformed { operation: &'static str, message: String },
     #[error("could not instantiate: {0}")]
     Instantiate(String),
+    /// Not called: the policy's circuit breaker is open after failures in a row.
+    #[error("{operation} not called: the policy failed {failures} calls in a row and is out of calls for {retry_in_seconds} s more (circuit breaker)")]
+    CircuitOpen { operation: &'static str, failures: u32, retry_in_seconds: u64 },
 }
 
 impl CallError {
     /// Whether the instance that produced this error must be discarded.
     pub fn poisons_instance(&self) -> bool {
-        !matches!(self, CallError::Guest(_) | CallError::Malformed { .. })
+        !matches!(self, CallError::Guest(_) | CallError::Malformed { .. } | CallError::CircuitOpen { .. })
     }
 }
 

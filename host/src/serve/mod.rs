@@ -38,7 +38,7 @@ impl Endpoints {
         let mut metrics = Registry::default();
         policies.register_metrics(&mut metrics);
         let serving = policies.clone();
-        let memory: ScrapeHook = Box::new(move || serving.report_memory());
+        let memory: ScrapeHook = Box::new(move || serving.refresh_gauges());
         Endpoints { metrics, scrape_hooks: vec![memory], checks: Vec::new(), liveness: Vec::new(), sections: Vec::new(), policies }
     }
 
