@@ -463,12 +463,13 @@ fn expected_calls() -> Vec<(&'static str, &'static str, &'static str, bool)> {
         ("autoscaler: list HorizontalPodAutoscalers", "GET", "/apis/autoscaling/v2/horizontalpodautoscalers", false),
         ("autoscaler: read the target's scale", "GET", "/apis/apps/v1/namespaces/default/deployments/api/scale", false),
         ("autoscaler: change the target's scale", "PUT", "/apis/apps/v1/namespaces/default/deployments/api/scale", false),
-        ("autoscaler: list the target's pods", "GET", "/api/v1/namespaces/default/pods", false),
         ("autoscaler: read pod metrics", "GET", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods", false),
         ("autoscaler: write the status", "PATCH", "/apis/wasp.dev/v1alpha1/namespaces/default/autoscalers/api/status", false),
         ("rescheduler: list PodDisruptionBudgets", "GET", "/apis/policy/v1/poddisruptionbudgets", false),
         ("rescheduler: evict", "POST", "/api/v1/namespaces/default/pods/*/eviction", false),
         ("webhooks: list namespaces", "GET", "/api/v1/namespaces", false),
+        ("webhooks: read the validating configuration", "GET", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/wasp", false),
+        ("webhooks: read the mutating configuration", "GET", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/wasp", false),
         ("webhooks: watch namespaces", "GET", "/api/v1/namespaces", true),
     ]
 }
