@@ -4,7 +4,7 @@
 mod common;
 
 use common::{fixture_wasm, policy_wasm, repo_root};
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -71,6 +71,23 @@ impl Harness {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
         panic!("pods {selector} were not all bound");
+    }
+
+    /// Creates `pod`, which the scheduler must refuse with a `FailedScheduling` event containing `reason`; then a
+    /// plain pod of the profile is scheduled as usual. The refused pod as the API server stores it.
+    async fn refused_and_the_others_scheduled(&self, pod: &Pod, reason: &str) -> Pod {
+        let created = self.pods().create(&PostParams::default(), pod).await.unwrap();
+        let (_, event) = self.failed_scheduling(created.metadata.name.as_deref().unwrap()).await;
+        let message = event.message.unwrap_or_default();
+        assert!(message.contains(reason), "{message}");
+        let plain: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "plain", "labels": {"app": "plain"}},
+            "spec": {"schedulerName": "wasp", "containers": [{"name": "a"}]}
+        }))
+        .unwrap();
+        self.pods().create(&PostParams::default(), &plain).await.unwrap();
+        self.placements("app=plain", 1).await;
+        created
     }
 
     async fn failed_scheduling(&self, pod_prefix: &str) -> (Pod, Event) {
@@ -560,7 +577,7 @@ fn large_clusters_are_filtered_in_parallel_with_the_same_verdicts() {
     let huge = common::simple_pod("huge", "64", "");
     assert_eq!(
         schedule(profile, &cluster, &huge, None, &mut Cursor::default(), 0, &Default::default()),
-        Decision::Unschedulable { message: "0/600 nodes are available: 600 Insufficient cpu.".into(), helped_by: wasp::scheduler::queue::HelpedBy { pods_added: false, pods_removed: true } }
+        Decision::Unschedulable { message: "0/600 nodes are available: 600 Insufficient cpu.".into(), helped_by: wasp::scheduler::queue::HelpedBy { pods_added: false, pods_removed: true, retry_soon: false } }
     );
 }
 
@@ -1119,19 +1136,72 @@ async fn a_pod_naming_thousands_of_label_keys_is_told_why_and_the_others_are_sch
             {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchExpressions": expressions}}]}
     }))
     .unwrap();
-    harness.pods().create(&PostParams::default(), &pod).await.unwrap();
-    let (_, event) = harness.failed_scheduling("greedy").await;
-    let message = event.message.unwrap_or_default();
-    assert!(message.contains("name 2500 label keys; at most 64 per pod"), "{message}");
+    harness.refused_and_the_others_scheduled(&pod, "name 2500 label keys; at most 64 per pod").await;
     assert!(harness.host.cluster.read().selected_keys().len() < 100, "the pod's keys were not selected");
-    // Another pod of the profile is scheduled as usual.
-    let plain: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "plain", "labels": {"app": "plain"}},
-        "spec": {"schedulerName": "wasp", "containers": [{"name": "a"}]}
+}
+
+/// A waiting pod of thousands of valid anti-affinity terms would cost the host several times its size in every
+/// copy it keeps of a waiting pod (its pending record, its queue entry, each policy call): it is told why and not
+/// kept, and the others are scheduled as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_of_thousands_of_affinity_terms_is_told_why_and_not_kept() {
+    let harness = start(TWO_PODS, default_config()).await;
+    harness.placements("app=app", 2).await;
+    let terms: Vec<serde_json::Value> =
+        (0..2000).map(|term| json!({"labelSelector": {"matchLabels": {"app": format!("tenant-{term}")}}, "topologyKey": "kubernetes.io/hostname"})).collect();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "heavy", "labels": {"app": "heavy"}},
+        "spec": {"schedulerName": "wasp", "containers": [{"name": "a"}], "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}}}
     }))
     .unwrap();
-    harness.pods().create(&PostParams::default(), &plain).await.unwrap();
-    harness.placements("app=plain", 1).await;
+    let heavy = harness.refused_and_the_others_scheduled(&pod, "scheduling constraints (affinity, tolerations, topology spread, node selector) take more than 128 KiB").await;
+    assert!(!harness.host.cluster.is_pending(heavy.metadata.uid.as_deref().unwrap()), "the host does not keep it waiting");
+}
+
+/// Namespaces take turns at equal priority: two hundred pods of one namespace wait together (the nodes were
+/// cordoned), then a pod of another namespace comes; it is bound after a few of the burst's, not after all of them
+/// as by age alone (kube-scheduler's order, and wasp's before). Counted from the bindings the API server holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_in_one_namespace_does_not_make_another_namespace_wait_for_all_of_it() {
+    let scenario = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 4, cpu: '64', memory: 256Gi, unschedulable: true}]\n";
+    let harness = start(scenario, default_config()).await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(harness.client.clone());
+    for name in ["noisy", "quiet"] {
+        namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()).await.unwrap();
+    }
+    let (noisy, quiet): (Api<Pod>, Api<Pod>) = (Api::namespaced(harness.client.clone(), "noisy"), Api::namespaced(harness.client.clone(), "quiet"));
+    let pod = |name: String| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"schedulerName": "wasp", "containers": [{"name": "a", "resources": {"requests": {"cpu": "10m"}}}]}})).unwrap()
+    };
+    for index in 0..200 {
+        noisy.create(&PostParams::default(), &pod(format!("burst-{index}"))).await.unwrap();
+    }
+    let bound = |pods: Vec<Pod>| pods.iter().filter(|pod| pod.spec.as_ref().is_some_and(|spec| spec.node_name.is_some())).count();
+    let nodes: Api<Node> = Api::all(harness.client.clone());
+    for node in nodes.list(&ListParams::default()).await.unwrap().items {
+        nodes.patch(node.metadata.name.as_deref().unwrap(), &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": false}}))).await.unwrap();
+    }
+    // The burst is being scheduled and the rest of it waits in activeQ together (none in the backoff its first,
+    // cordoned, attempt earned). Its pods were created over a second before the other namespace's will be.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let together = |sizes: wasp::scheduler::queue::QueueSizes| sizes.backoff == 0 && sizes.unschedulable == 0 && sizes.active > 100;
+    while bound(noisy.list(&ListParams::default()).await.unwrap().items) == 0 || !together(harness.scheduler.queue_sizes()) {
+        assert!(std::time::Instant::now() < deadline, "the burst was not scheduled together: {:?}", harness.scheduler.queue_sizes());
+        // The poll interval of a condition wait (bounded by the deadline above), not a fixed wait.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    quiet.create(&PostParams::default(), &pod("alone".into())).await.unwrap();
+    let burst_bound_before = loop {
+        let burst_bound = bound(noisy.list(&ListParams::default()).await.unwrap().items);
+        if bound(quiet.list(&ListParams::default()).await.unwrap().items) == 1 {
+            break burst_bound;
+        }
+        assert!(std::time::Instant::now() < deadline, "the quiet namespace's pod was not bound");
+        // The poll interval of a condition wait (bounded by the deadline above), not a fixed wait.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    println!("the quiet namespace's pod was bound when {burst_bound_before} of the burst's 200 were");
+    assert!(burst_bound_before < 150, "it waited for {burst_bound_before} of the burst's 200 pods");
 }
 
 /// A policy of one profile that spins until its deadline on some pods: after five failures in a row its circuit

@@ -168,26 +168,8 @@ impl Webhooks {
     /// The AdmissionRequest for a pod in `body` with the share of the budget it holds, or why there is none.
     async fn read(&self, body: Body) -> Result<(AdmissionRequest<DynamicObject>, Option<Pod>, Option<SemaphorePermit<'_>>), Unread> {
         let (bytes, share) = self.read_bounded(body).await?;
-        let (request, pod) = Self::parse(&bytes).map_err(Unread::Malformed)?;
+        let (request, pod) = parse_review(&bytes).map_err(Unread::Malformed)?;
         Ok((request, pod, share))
-    }
-
-    fn parse(bytes: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, Option<Pod>), String> {
-        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(bytes).map_err(|error| format!("not an AdmissionReview: {error}"))?;
-        if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
-            return Err(format!("expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got {:?}, {:?}", review.types.api_version, review.types.kind));
-        }
-        let request: AdmissionRequest<DynamicObject> = review.try_into().map_err(|_| "the AdmissionReview has no request".to_string())?;
-        if request.kind.group != "" || request.kind.kind != "Pod" {
-            return Err(format!("this webhook reviews pods, not {}/{} (check the webhook configuration's rules)", request.kind.group, request.kind.kind));
-        }
-        if request.operation != Operation::Create {
-            return Ok((request, None));
-        }
-        let object = request.object.as_ref().ok_or("the request has no object")?;
-        let value = serde_json::to_value(object).map_err(|error| error.to_string())?;
-        let pod: Pod = serde_json::from_value(value).map_err(|error| format!("request.object is not a Pod: {error}"))?;
-        Ok((request, Some(pod)))
     }
 
     async fn answer(&self, webhook: Webhook, body: Body) -> Response {
@@ -283,6 +265,25 @@ async fn validate_pods(State(webhooks): State<Arc<Webhooks>>, body: Body) -> Res
 
 async fn mutate_pods(State(webhooks): State<Arc<Webhooks>>, body: Body) -> Response {
     webhooks.answer(Webhook::Mutate, body).await
+}
+
+/// The AdmissionRequest in a webhook request's body, with the pod a CREATE carries; why not, for a 400.
+pub fn parse_review(bytes: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, Option<Pod>), String> {
+    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(bytes).map_err(|error| format!("not an AdmissionReview: {error}"))?;
+    if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
+        return Err(format!("expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got {:?}, {:?}", review.types.api_version, review.types.kind));
+    }
+    let request: AdmissionRequest<DynamicObject> = review.try_into().map_err(|_| "the AdmissionReview has no request".to_string())?;
+    if request.kind.group != "" || request.kind.kind != "Pod" {
+        return Err(format!("this webhook reviews pods, not {}/{} (check the webhook configuration's rules)", request.kind.group, request.kind.kind));
+    }
+    if request.operation != Operation::Create {
+        return Ok((request, None));
+    }
+    let object = request.object.as_ref().ok_or("the request has no object")?;
+    let value = serde_json::to_value(object).map_err(|error| error.to_string())?;
+    let pod: Pod = serde_json::from_value(value).map_err(|error| format!("request.object is not a Pod: {error}"))?;
+    Ok((request, Some(pod)))
 }
 
 pub fn router(webhooks: Arc<Webhooks>) -> Router {

@@ -375,4 +375,87 @@ mod tests {
         };
         assert_eq!(Behavior::from_spec(Some(&bad)).unwrap_err(), "spec.behavior.scaleUp.policies[0].value: 0 must be positive");
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+        fn rules(longest_window: i64) -> impl Strategy<Value = Rules> {
+            let step = prop_oneof![(1..6i32).prop_map(Step::Pods), (10..200i32).prop_map(Step::Percent)];
+            let select = prop_oneof![4 => Just(Select::Max), 4 => Just(Select::Min), 1 => Just(Select::Disabled)];
+            (0..=longest_window, select, prop::collection::vec((step, 5..60i64), 1..3))
+                .prop_map(|(stabilization_seconds, select, policies)| Rules { stabilization_seconds, select, policies })
+        }
+
+        /// A behavior, bounds, a starting size within them, and syncs: (seconds since the last, recommendation).
+        fn scenario() -> impl Strategy<Value = (Behavior, i32, i32, i32, Vec<(i64, i32)>)> {
+            (rules(60), rules(120), 1..4i32, 0..40i32, 0..40i32, prop::collection::vec((1..30i64, 0..45i32), 1..40)).prop_map(
+                |(up, down, min, span, start, syncs)| {
+                    let max = min + span;
+                    (Behavior { up, down }, min, max, min + start % (span + 1), syncs)
+                },
+            )
+        }
+
+        /// Whether a policy allows reaching `replicas` given the scale events (time, change) within its period, this
+        /// one included: a Pods step bounds the net change over any period, a Percent step the size against the size
+        /// at the period's start.
+        fn allows(step: Step, period: i64, now: i64, replicas: i32, events: &[(i64, i32)], up: bool) -> bool {
+            let net: i32 = events.iter().filter(|(time, _)| now - time < period).map(|(_, change)| change).sum();
+            let start = f64::from(replicas - net);
+            match (step, up) {
+                (Step::Pods(pods), true) => net <= pods,
+                (Step::Pods(pods), false) => -net <= pods,
+                (Step::Percent(percent), true) => f64::from(replicas) <= (start * (1.0 + f64::from(percent) / 100.0)).ceil(),
+                (Step::Percent(percent), false) => f64::from(replicas) >= (start * (1.0 - f64::from(percent) / 100.0)).floor(),
+            }
+        }
+
+        /// HPA behavior as a property: whatever a policy recommends, sync after sync, the size stays within
+        /// `[min, max]`, moves only towards the recommendation, never in a disabled direction, never past a
+        /// recommendation its stabilization window holds, and never faster than its rules allow (Max: some policy
+        /// allows the move; Min: every policy does), counted from the sizes reached, not from the host's history.
+        #[test]
+        fn no_sequence_of_recommendations_moves_replicas_faster_than_the_behavior_allows() {
+            let config = Config { cases: 512, failure_persistence: None, ..Config::default() };
+            let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[11; 32]));
+            runner
+                .run(&scenario(), |(behavior, min, max, start, syncs)| {
+                    let mut history = History::default();
+                    let (mut now, mut current) = (0i64, start);
+                    let mut events: Vec<(i64, i32)> = Vec::new();
+                    let mut recommended_at: Vec<(i64, i32)> = Vec::new();
+                    for (elapsed, recommended) in syncs {
+                        now += elapsed;
+                        let replicas = normalize(&behavior, &mut history, at(now), current, recommended, min, max).replicas;
+                        recommended_at.push((now, recommended));
+                        let sync = format!("at {now}s: {current} -> {replicas}, recommended {recommended}, bounds [{min}, {max}], {behavior:?}, events {events:?}");
+                        prop_assert!((min..=max).contains(&replicas), "out of bounds {sync}");
+                        let goal = recommended.clamp(min, max);
+                        prop_assert!(replicas.min(current) >= goal.min(current) && replicas.max(current) <= goal.max(current), "not towards the recommendation {sync}");
+                        if replicas != current {
+                            let up = replicas > current;
+                            let rules = if up { &behavior.up } else { &behavior.down };
+                            prop_assert!(rules.select != Select::Disabled, "moved in a disabled direction {sync}");
+                            let window = recommended_at.iter().filter(|(time, _)| now - time < rules.stabilization_seconds || *time == now);
+                            let held = window.map(|(_, held)| *held);
+                            let past_held = if up { held.min().is_some_and(|lowest| replicas > lowest) } else { held.max().is_some_and(|highest| replicas < highest) };
+                            prop_assert!(!past_held, "past a recommendation the stabilization window holds {sync}");
+                            events.push((now, replicas - current));
+                            let mut verdicts = rules.policies.iter().map(|(step, period)| allows(*step, *period, now, replicas, &events, up));
+                            let allowed = match rules.select {
+                                Select::Min => verdicts.all(|allowed| allowed),
+                                Select::Max | Select::Disabled => verdicts.any(|allowed| allowed),
+                            };
+                            prop_assert!(allowed, "faster than the rules allow {sync}");
+                            history.record_scale(replicas - current, at(now));
+                        }
+                        current = replicas;
+                    }
+                    Ok(())
+                })
+                .unwrap();
+        }
+    }
 }

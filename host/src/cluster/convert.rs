@@ -18,7 +18,7 @@ use wasp_sdk::quantity;
 /// The address a host port binds when the pod names none: every address of the node.
 const ANY_IP: &str = "0.0.0.0";
 /// kubectl's copy of the whole object: large, and never what a policy wants to read.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// kube-scheduler's default when a node does not report `pods` in its allocatable resources.
 const DEFAULT_MAX_PODS: u32 = 110;

@@ -381,7 +381,7 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
             }
         }
         None if !pod.terminating && !finished => {
-            let too_many = super::selected::too_many_keys(&pod, cluster.read().selected_keys());
+            let too_many = super::selected::too_many_keys(&pod, cluster.read().selected_keys()).or_else(|| too_costly_to_wait(source));
             if let Some(error) = too_many {
                 if let Some(waited) = waited {
                     cluster.stopped_waiting(&uid);
@@ -407,6 +407,43 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
         changes.insert(0, ClusterEvent::PendingGone { uid });
     }
     changes
+}
+
+/// At most this much of a waiting pod's labels, annotations (less kubectl's last-applied copy, which the host
+/// drops) and scheduling constraints (affinity, tolerations, topology spread, node selector), as JSON: what the
+/// host keeps of a waiting pod (its pending record, its queue entry, each policy call for it) grows with them.
+/// Ordinary pods hold a few KiB; 200 valid pods of 1000 anti-affinity terms each took the host from 66 to 425 MB.
+pub const MAX_WAITING_POD_BYTES: usize = 128 * 1024;
+
+/// Why the host does not keep `pod` waiting, when its labels, annotations and constraints exceed
+/// [`MAX_WAITING_POD_BYTES`]. Measured by writing them out, stopping at the bound: a huge pod costs no more.
+fn too_costly_to_wait(pod: &KubePod) -> Option<String> {
+    /// Counts bytes written, and refuses once past the bound.
+    struct Bounded(usize);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            match self.0 > MAX_WAITING_POD_BYTES {
+                true => Err(std::io::Error::other("over the bound")),
+                false => Ok(bytes.len()),
+            }
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let metadata = &pod.metadata;
+    let texts = metadata.labels.iter().flatten().chain(metadata.annotations.iter().flatten().filter(|(key, _)| *key != convert::LAST_APPLIED));
+    let mut written = Bounded(texts.map(|(key, value)| key.len() + value.len()).sum());
+    let spec = pod.spec.as_ref();
+    let constraints = spec.map(|spec| (&spec.affinity, &spec.tolerations, &spec.topology_spread_constraints, &spec.node_selector));
+    let within = written.0 <= MAX_WAITING_POD_BYTES && serde_json::to_writer(&mut written, &constraints).is_ok();
+    (!within).then(|| {
+        format!(
+            "its labels, annotations and scheduling constraints (affinity, tolerations, topology spread, node selector) take more than {} KiB; the host keeps at most that much of a waiting pod",
+            MAX_WAITING_POD_BYTES / 1024
+        )
+    })
 }
 
 fn with_attachments(cluster: &SharedCluster, mut pod: crate::contract::types::Pod) -> crate::contract::types::Pod {

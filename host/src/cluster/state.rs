@@ -358,6 +358,11 @@ impl ClusterState {
         self.pods.get(uid).map(|bound| (&bound.pod, bound.node.as_str()))
     }
 
+    /// The id a bound pod has in views and answers.
+    pub fn pod_id(&self, uid: &str) -> Option<PodId> {
+        self.pods.get(uid).map(|bound| bound.id)
+    }
+
     /// What the host knows of a bound pod beyond its record.
     pub fn pod_meta(&self, uid: &str) -> Option<&PodMeta> {
         self.pods.get(uid).map(|bound| &bound.meta)

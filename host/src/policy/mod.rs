@@ -508,7 +508,7 @@ impl LoadedPolicy {
                 FailureMode::FailOpen => FilterResult { verdicts: vec![0; candidates.len()], rejections: Vec::new() },
                 FailureMode::FailClosed => FilterResult {
                     verdicts: vec![1; candidates.len()],
-                    rejections: vec![vec![format!("policy {} failed", self.name)]],
+                    rejections: vec![vec![failure_reason(&self.name)]],
                 },
             }
         })
@@ -583,6 +583,16 @@ fn checked_proposals(evictions: Vec<Eviction>, cluster: &ClusterState, context: 
         }
     }
     Ok(evictions)
+}
+
+/// The rejection a fail-closed policy's failure mode gives every node: the policy failed rather than judged.
+pub fn failure_reason(policy: &str) -> String {
+    format!("policy {policy} failed")
+}
+
+/// Whether a rejection is a failure mode's ([`failure_reason`]) rather than a policy's judgement.
+pub fn is_failure_reason(reason: &str) -> bool {
+    reason.strip_prefix("policy ").and_then(|rest| rest.strip_suffix(" failed")).is_some_and(|name| !name.is_empty() && !name.contains(' '))
 }
 
 /// A guest's text in a message, at most 64 characters of it.

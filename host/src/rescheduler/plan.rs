@@ -2,7 +2,10 @@
 //! order, passes the safety envelope (protections, PodDisruptionBudget retries, backoff, pacing, limits,
 //! budgets) and the fit check: on the copy without the pods planned so far, the pod's own scheduler profile
 //! must place it on another node. A planned pod moves to that node in the copy, so later candidates see the
-//! room it takes (cascades count). Pure logic over a [`ClusterState`]; the caller evicts.
+//! room it takes (cascades count). Then each strategy that planned a move is asked again on the copy after the
+//! moves, with every moved pod in the form of its replacement: a move it would propose again does not settle
+//! what the strategy measures (a duplicate moved onto a node that now holds too many), so it is left out and the
+//! plan is made again without it. The caller evicts.
 
 use super::budgets::Budgets;
 use super::envelope::Envelope;
@@ -295,11 +298,27 @@ fn pods_by_workload(cluster: &ClusterState) -> HashMap<Workload, Vec<(String, bo
     workloads
 }
 
+/// How many times at most a plan is checked, each time without the moves its strategies would make again.
+const SETTLING_ROUNDS: usize = 3;
+
 /// What every strategy proposed on one moment of the cluster, with a what-if copy of that moment.
-pub struct Proposals {
+pub struct Proposals<'a> {
+    /// The strategies, asked again once the plan's moves are known.
+    policies: &'a [Arc<LoadedPolicy>],
+    /// Whether the strategies' instances stay between runs (else those made for a call are dropped after it).
+    keep_warm: bool,
     whatif: ClusterState,
     context: EvictContext,
     answers: Vec<(String, Duration, Result<Vec<Eviction>, String>)>,
+}
+
+impl Proposals<'static> {
+    /// Proposals made without asking a strategy here (a property test's, say), by strategy name, on `whatif`:
+    /// the plan asks no strategy again.
+    pub fn given(whatif: ClusterState, context: EvictContext, answers: Vec<(String, Vec<Eviction>)>) -> Proposals<'static> {
+        let answers = answers.into_iter().map(|(policy, evictions)| (policy, Duration::ZERO, Ok(evictions))).collect();
+        Proposals { policies: &[], keep_warm: false, whatif, context, answers }
+    }
 }
 
 /// Forks `live` while holding it, then lets go of it (the informers write on meanwhile) and asks each strategy.
@@ -313,7 +332,7 @@ pub fn propose<'a, State: Deref<Target = ClusterState>>(
     live: State,
     context: EvictContext,
     keep_warm: bool,
-) -> Proposals {
+) -> Proposals<'a> {
     let scheduling = fit_check.scheduling_policies();
     for policy in &scheduling {
         policy.warm(&live, crate::scheduler::cycle::threads_for(policy.as_ref()));
@@ -344,14 +363,14 @@ pub fn propose<'a, State: Deref<Target = ClusterState>>(
         // with three strategies that keep pods); collected in the strategies' order, which the plan reads them in.
         None => policies.par_iter().with_max_len(1).map(|policy| call(prepare(policy, &whatif))).collect(),
     };
-    Proposals { whatif, context, answers }
+    Proposals { policies, keep_warm, whatif, context, answers }
 }
 
 /// Builds the plan of one run: the proposals, checked in order on their what-if copy, which the checks change as
-/// they go.
-pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
+/// they go; then made again without the moves that would not settle ([`unsettled`]).
+pub fn plan(inputs: Inputs<'_>, proposals: Proposals<'_>) -> Plan {
     let Inputs { section, plans, memory, budgets, now, wall, volumes, host_namespaces } = inputs;
-    let Proposals { mut whatif, context, answers } = proposals;
+    let Proposals { policies, keep_warm, whatif, context, answers } = proposals;
     let mut plan = Plan { dry_run: section.dry_run, ..Plan::default() };
     let mut proposed = HashSet::new();
     for (policy, took, answer) in answers {
@@ -390,14 +409,16 @@ pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
         }
     }
     let started = Instant::now();
-    let mut checker = Checker {
+    let workloads = pods_by_workload(&whatif);
+    let pending: HashMap<String, Pod> = context.pending.iter().map(|pending| (pending.pod.uid.clone(), pending.pod.clone())).collect();
+    let checker = || Checker {
         section,
         plans,
         memory,
         envelope: Envelope::new(&section.protections, host_namespaces),
-        workloads: pods_by_workload(&whatif),
-        pending: context.pending.iter().map(|pending| (pending.pod.uid.clone(), pending.pod.clone())).collect(),
-        budgets,
+        workloads: workloads.clone(),
+        pending: pending.clone(),
+        budgets: budgets.clone(),
         counts: Counts::default(),
         workload_verdicts: HashMap::new(),
         rooms: HashMap::new(),
@@ -405,41 +426,131 @@ pub fn plan(inputs: Inputs<'_>, proposals: Proposals) -> Plan {
         wall,
         volumes,
     };
-    let mut decided = vec![false; plan.entries.len()];
-    for index in 0..plan.entries.len() {
+    // The copy as proposed, for a round without the unsettled moves; none is needed when nothing was proposed.
+    let proposed_state = (!plan.entries.is_empty()).then(|| whatif.fork());
+    let mut whatif = whatif;
+    let mut unsettled_moves: HashMap<String, String> = HashMap::new();
+    for round in 1..=SETTLING_ROUNDS {
+        check(&mut plan.entries, &mut whatif, checker(), &unsettled_moves);
+        // The last round's moves stand as checked: leaving one out without a round of its own could overfill a
+        // node another move was checked to fit on; pacing and maxPerWorkload bound what they cost.
+        if round == SETTLING_ROUNDS {
+            break;
+        }
+        let again = unsettled(policies, keep_warm, plans, &plan.entries, &mut whatif, &context);
+        let Some(proposed) = proposed_state.as_ref().filter(|_| !again.is_empty()) else { break };
+        tracing::info!(round, moves = again.len(), "rescheduling plan: moves a strategy would make again are left out");
+        unsettled_moves.extend(again);
+        whatif = proposed.fork();
+    }
+    plan.checks = started.elapsed();
+    plan
+}
+
+/// One round of checks over every candidate, in order, on `whatif`, which the planned moves change as they go.
+/// The moves in `unsettled` are not made: each stays, with its reason.
+fn check(entries: &mut [PlanEntry], whatif: &mut ClusterState, mut checker: Checker<'_>, unsettled: &HashMap<String, String>) {
+    let mut decided = vec![false; entries.len()];
+    for index in 0..entries.len() {
         if decided[index] {
+            continue;
+        }
+        if let Some(reason) = unsettled.get(&entries[index].uid).filter(|_| entries[index].room_for.is_none()) {
+            decided[index] = true;
+            entries[index].decision = Decision::Skip(Skip::NoFit(reason.clone()));
+            entries[index].siblings = Arc::default();
             continue;
         }
         // Victims for one pending pod on one node are one group; a policy may offer several nodes for a pod, in
         // its order of preference, and the first group the checks allow is taken.
-        let group: Vec<usize> = match &plan.entries[index].room_for {
+        let group: Vec<usize> = match &entries[index].room_for {
             None => vec![index],
             Some(uid) => {
-                let node = &plan.entries[index].node;
+                let node = &entries[index].node;
                 let same = |other: &PlanEntry| other.room_for.as_ref() == Some(uid) && &other.node == node;
-                (index..plan.entries.len()).filter(|other| same(&plan.entries[*other])).collect()
+                (index..entries.len()).filter(|other| same(&entries[*other])).collect()
             }
         };
-        let decisions = match &plan.entries[index].room_for {
-            None if whatif.failed_pod(&plan.entries[index].uid).is_some() => vec![checker.clearing(&plan.entries[index], &whatif)],
-            None => vec![checker.moving(&plan.entries[index], &mut whatif)],
+        let decisions = match &entries[index].room_for {
+            None if whatif.failed_pod(&entries[index].uid).is_some() => vec![checker.clearing(&entries[index], whatif)],
+            None => vec![checker.moving(&entries[index], whatif)],
             Some(uid) => {
-                let victims: Vec<&PlanEntry> = group.iter().map(|member| &plan.entries[*member]).collect();
-                checker.making_room(uid, &victims, &mut whatif)
+                let victims: Vec<&PlanEntry> = group.iter().map(|member| &entries[*member]).collect();
+                checker.making_room(uid, &victims, whatif)
             }
         };
         for (member, decision) in group.into_iter().zip(decisions) {
             decided[member] = true;
-            let entry = &mut plan.entries[member];
-            if !matches!(decision, Decision::Skip(_)) {
-                let siblings = entry.workload.as_ref().and_then(|workload| checker.workloads.get(workload)).into_iter().flatten();
-                entry.siblings = Arc::new(siblings.map(|(uid, _)| uid.clone()).collect());
-            }
+            let entry = &mut entries[member];
+            entry.siblings = match decision {
+                Decision::Skip(_) => Arc::default(),
+                _ => {
+                    let siblings = entry.workload.as_ref().and_then(|workload| checker.workloads.get(workload)).into_iter().flatten();
+                    Arc::new(siblings.map(|(uid, _)| uid.clone()).collect())
+                }
+            };
             entry.decision = decision;
         }
     }
-    plan.checks = started.elapsed();
-    plan
+}
+
+/// The planned moves that would not settle, by uid, with why: each strategy that planned a move is asked again on
+/// `whatif` after every move, with each moved pod in the form of its replacement ([`as_replacement`]); a moved
+/// pod proposed again would be moved again, so the move does not better what the strategy measures. A strategy
+/// that fails this call leaves its moves as checked. Instances made for the call are dropped after it, as in
+/// [`propose`], unless strategies stay warm or the scheduler uses the policy too.
+fn unsettled(
+    policies: &[Arc<LoadedPolicy>],
+    keep_warm: bool,
+    plans: &Plans,
+    entries: &[PlanEntry],
+    whatif: &mut ClusterState,
+    context: &EvictContext,
+) -> HashMap<String, String> {
+    let moved: Vec<&PlanEntry> = entries.iter().filter(|entry| entry.target().is_some()).collect();
+    for entry in &moved {
+        let (Some((pod, node)), Some(meta)) = (whatif.pod(&entry.uid), whatif.pod_meta(&entry.uid)) else { continue };
+        let (replacement, node, meta) = (as_replacement(pod, context.now), node.to_string(), meta.clone());
+        whatif.upsert_pod_with(replacement, &node, meta);
+    }
+    let moved_uids: HashSet<&str> = moved.iter().map(|entry| entry.uid.as_str()).collect();
+    let mut again = HashMap::new();
+    for policy in policies.iter().filter(|policy| moved.iter().any(|entry| entry.policy == policy.name())) {
+        let answer = policy.prepare(whatif).and_then(|prepared| prepared.propose(whatif, context));
+        if !keep_warm && !plans.scheduling_policies().iter().any(|other| other.name() == policy.name()) {
+            policy.release_idle();
+        }
+        let proposals = match answer {
+            Ok(proposals) => proposals,
+            Err(error) => {
+                tracing::warn!(policy = policy.name(), %error, "could not ask the strategy again after the plan's moves; its moves stand as checked");
+                continue;
+            }
+        };
+        for eviction in proposals {
+            let Some((pod, node)) = whatif.pod_by_id(eviction.pod).filter(|(pod, _)| moved_uids.contains(pod.uid.as_str())) else { continue };
+            again.entry(pod.uid.clone()).or_insert_with(|| {
+                format!("{} would propose its replacement again on node {node} ({}), so the move does not settle it", policy.name(), eviction.reason)
+            });
+        }
+    }
+    again
+}
+
+/// A moved pod as its replacement would be on its new node: just created, running and ready, never restarted.
+/// Asked about the pod itself, a strategy would see its age and restarts, which its replacement does not have.
+fn as_replacement(pod: &Pod, now: i64) -> Pod {
+    let mut replacement = pod.clone();
+    replacement.created_at = now;
+    replacement.phase = crate::contract::types::PodPhase::Running;
+    replacement.ready = true;
+    replacement.terminating = false;
+    replacement.status_reason = String::new();
+    replacement.nominated_node = None;
+    for container in replacement.containers.iter_mut().chain(replacement.init_containers.iter_mut()) {
+        container.restart_count = 0;
+    }
+    replacement
 }
 
 /// The envelope, limits, budgets and fit check over one plan's candidates.

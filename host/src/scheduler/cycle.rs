@@ -38,10 +38,15 @@ const NODE_FIXED_REASONS: [&str; 6] = [
 
 impl Rejections {
     /// Which changes may let a pod rejected for these reasons fit: a bound pod when a policy that sees pods
-    /// rejected it, a removed pod unless every reason is the node's own.
+    /// rejected it, a removed pod unless every reason is the node's own; a policy that failed rather than judged
+    /// (its failure mode rejected) may answer on the next try, whatever changes.
     pub fn helped_by(&self) -> HelpedBy {
         let fixed_by_node = |reason: &String| NODE_FIXED_REASONS.iter().any(|fixed| reason.starts_with(fixed));
-        HelpedBy { pods_added: self.by_policy_seeing_pods, pods_removed: !self.reasons.keys().all(fixed_by_node) }
+        HelpedBy {
+            pods_added: self.by_policy_seeing_pods,
+            pods_removed: !self.reasons.keys().all(fixed_by_node),
+            retry_soon: self.reasons.keys().any(|reason| crate::policy::is_failure_reason(reason)),
+        }
     }
 
     fn merge(&mut self, other: Rejections) {
@@ -364,6 +369,15 @@ pub fn best_index(totals: &[u64], among: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_modes_rejection_asks_for_a_retry_soon_and_a_judgement_does_not() {
+        let rejected = |reason: &str| Rejections { reasons: BTreeMap::from([(reason.to_string(), 3)]), by_policy_seeing_pods: false }.helped_by();
+        assert!(rejected(&crate::policy::failure_reason("misbehaving")).retry_soon);
+        assert!(!rejected("node(s) had untolerated taint {maintenance: true}").retry_soon);
+        assert!(!rejected("Insufficient cpu").retry_soon);
+        assert!(!rejected("policy says the pod failed its checks").retry_soon, "a policy's own words are a judgement");
+    }
 
     #[test]
     fn feasible_node_counts_follow_kube_scheduler() {

@@ -122,9 +122,14 @@ impl Scheduler {
         names
     }
 
+    /// Pods waiting in each of the queue's parts.
+    pub fn queue_sizes(&self) -> queue::QueueSizes {
+        self.queue.sizes()
+    }
+
     /// Brings scrape-time gauges up to date.
     pub fn update_metrics(&self) {
-        self.metrics.queue_sizes(self.queue.sizes());
+        self.metrics.queue_sizes(self.queue_sizes());
     }
 
     /// Queues the pending pods of our profiles, and drops queued pods that no longer wait (bound or deleted while

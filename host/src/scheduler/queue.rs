@@ -1,6 +1,8 @@
 //! The scheduling queue, as kube-scheduler's: pods wait in activeQ (priority, then age), in backoff after an
 //! error (1 s doubling to 10 s), or among the unschedulable until a cluster change (or at most 5 minutes) makes
-//! another attempt worthwhile. Pods deleted or bound by someone else leave the queue.
+//! another attempt worthwhile. Pods deleted or bound by someone else leave the queue. Unlike kube-scheduler's,
+//! activeQ gives namespaces turns among pods of equal priority ([`ActiveQueue`]), so a burst in one namespace
+//! does not make every other namespace wait for all of it.
 
 use crate::contract::types::Pod;
 use std::cmp::{Ordering, Reverse};
@@ -37,6 +39,10 @@ pub struct HelpedBy {
     /// A pod gone from a node: for pods rejected for room, ports, anti-affinity or any reason not fixed by the
     /// node itself (taints, node affinity, a cordon stay as they are when a pod leaves).
     pub pods_removed: bool,
+    /// Nothing needs to change: a policy failed rather than judged (a timeout, a trap, an open circuit breaker),
+    /// and may answer next time. kube-scheduler's Error status: the pod is tried again after its backoff (1 s
+    /// doubling to 10 s) instead of waiting for a cluster change or five minutes.
+    pub retry_soon: bool,
 }
 
 impl HelpedBy {
@@ -121,9 +127,58 @@ enum Place {
     InFlight,
 }
 
+/// activeQ: each namespace's pods in order (priority, then age). The next pod is the highest priority's; among
+/// namespaces whose next pods have that priority, the namespace served longest ago goes first (one that had
+/// nothing waiting counts as never served), so namespaces of equal priority alternate.
+#[derive(Default)]
+struct ActiveQueue {
+    by_namespace: HashMap<String, BinaryHeap<Active>>,
+    /// When each namespace with pods here last had one taken, as a count of pods taken.
+    last_served: HashMap<String, u64>,
+    taken: u64,
+}
+
+impl ActiveQueue {
+    fn push(&mut self, pod: &Pod) {
+        self.by_namespace.entry(pod.namespace.clone()).or_default().push(Active::of(pod));
+    }
+
+    /// The namespace whose next pod goes first.
+    fn next_namespace(&self) -> Option<String> {
+        let served = |namespace: &str| self.last_served.get(namespace).copied().unwrap_or(0);
+        let heads = self.by_namespace.iter().filter_map(|(namespace, pods)| Some((namespace, pods.peek()?)));
+        let first = heads.max_by(|(namespace, head), (other_namespace, other_head)| {
+            head.priority.cmp(&other_head.priority).then_with(|| served(other_namespace).cmp(&served(namespace))).then_with(|| head.cmp(other_head))
+        });
+        first.map(|(namespace, _)| namespace.clone())
+    }
+
+    /// The uid of the next pod `current` accepts; entries it refuses (pods that left or moved since they were
+    /// pushed) are dropped.
+    fn pop(&mut self, mut current: impl FnMut(&str) -> bool) -> Option<String> {
+        loop {
+            let namespace = self.next_namespace()?;
+            let pods = self.by_namespace.get_mut(&namespace)?;
+            let entry = pods.pop();
+            let emptied = pods.is_empty();
+            pods.shrink_when_sparse();
+            if emptied {
+                self.by_namespace.remove(&namespace);
+                self.last_served.remove(&namespace);
+            }
+            let Some(entry) = entry.filter(|entry| current(&entry.uid)) else { continue };
+            if !emptied {
+                self.taken += 1;
+                self.last_served.insert(namespace, self.taken);
+            }
+            return Some(entry.uid);
+        }
+    }
+}
+
 #[derive(Default)]
 struct Inner {
-    active: BinaryHeap<Active>,
+    active: ActiveQueue,
     places: HashMap<String, (Place, QueuedPod)>,
     /// When a pod in backoff is due, or an unschedulable one has waited the longest allowed. Entries go stale
     /// when a pod moves on; they are checked against `places` when they come due.
@@ -163,8 +218,7 @@ impl Inner {
             };
             if due {
                 self.place(&uid, Place::Active);
-                let entry = Active::of(&self.places[&uid].1.pod);
-                self.active.push(entry);
+                self.active.push(&self.places[&uid].1.pod);
             }
         }
     }
@@ -211,7 +265,7 @@ impl SchedulingQueue {
             }
             return;
         }
-        inner.active.push(Active::of(&pod));
+        inner.active.push(&pod);
         let queued = QueuedPod { pod, attempts: 0, first_queued: Instant::now(), helped_by: HelpedBy::default(), changes_at_pop: ChangeCounts::default() };
         inner.places.insert(queued.pod.uid.clone(), (Place::Active, queued));
         drop(inner);
@@ -263,20 +317,12 @@ impl SchedulingQueue {
         let mut inner = self.lock();
         inner.release_due(Instant::now());
         let changes = inner.changes;
-        while let Some(candidate) = inner.active.pop() {
-            // Entries of pods that left or moved since they were pushed are stale.
-            let Some((place, latest)) = inner.places.get_mut(&candidate.uid) else { continue };
-            if *place != Place::Active {
-                continue;
-            }
-            *place = Place::InFlight;
-            latest.changes_at_pop = changes;
-            let popped = latest.clone();
-            inner.active.shrink_when_sparse();
-            return Some(popped);
-        }
-        inner.active.shrink_when_sparse();
-        None
+        let Inner { active, places, .. } = &mut *inner;
+        let uid = active.pop(|uid| places.get(uid).is_some_and(|(place, _)| *place == Place::Active))?;
+        let (place, latest) = places.get_mut(&uid)?;
+        *place = Place::InFlight;
+        latest.changes_at_pop = changes;
+        Some(latest.clone())
     }
 
     /// The attempt failed for a transient reason (bind error, API error): retry after the backoff.
@@ -306,7 +352,7 @@ impl SchedulingQueue {
         // An update of the pod during its attempt (a toleration added, say) may be what it needed.
         let updated = entry.1.pod != queued.pod;
         std::mem::swap(&mut queued.pod, &mut entry.1.pod);
-        let missed = updated || inner.changes.helped_since(queued.changes_at_pop, queued.helped_by);
+        let missed = updated || queued.helped_by.retry_soon || inner.changes.helped_since(queued.changes_at_pop, queued.helped_by);
         let place = if missed { Place::Backoff(Instant::now() + backoff_for(queued.attempts)) } else { Place::Unschedulable(Instant::now()) };
         if let Some(entry) = inner.places.get_mut(&uid) {
             entry.1 = queued;
@@ -373,6 +419,24 @@ mod tests {
         assert_eq!(order, ["high", "old-low", "young-low"]);
     }
 
+    #[tokio::test]
+    async fn namespaces_of_equal_priority_take_turns_and_priority_still_goes_first() {
+        let queue = SchedulingQueue::default();
+        let namespaced = |name: &str, namespace: &str, priority: i32, created: &str| Pod { namespace: namespace.into(), ..pod(name, priority, created) };
+        // A burst of five in one namespace, then two pods in another, then a higher priority pod in the first.
+        for index in 0..5 {
+            queue.upsert(namespaced(&format!("noisy-{index}"), "noisy", 0, &format!("2026-01-01T00:00:0{index}Z")));
+        }
+        queue.upsert(namespaced("quiet-0", "quiet", 0, "2026-01-01T00:01:00Z"));
+        queue.upsert(namespaced("quiet-1", "quiet", 0, "2026-01-01T00:01:01Z"));
+        queue.upsert(namespaced("urgent", "noisy", 10, "2026-01-01T00:02:00Z"));
+        let mut order = Vec::new();
+        while let Some(popped) = queue.try_pop() {
+            order.push(popped.pod.name);
+        }
+        assert_eq!(order, ["urgent", "quiet-0", "noisy-0", "quiet-1", "noisy-1", "noisy-2", "noisy-3", "noisy-4"]);
+    }
+
     #[test]
     fn backoff_doubles_to_ten_seconds() {
         let delays: Vec<u64> = (1..=6).map(|attempts| backoff_for(attempts).as_secs()).collect();
@@ -407,7 +471,7 @@ mod tests {
         let needs_room = queue.pop().await;
         // Rejected only by the nodes' own taints: no pod leaving changes that.
         queue.unschedulable(QueuedPod { helped_by: HelpedBy::default(), ..tainted_out });
-        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: false, pods_removed: true }, ..needs_room });
+        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: false, pods_removed: true, retry_soon: false }, ..needs_room });
         queue.cluster_changed(Change::PodRemoved);
         assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 1 });
         assert_eq!(tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap().pod.name, "needs-room");
@@ -446,8 +510,21 @@ mod tests {
         queue.cluster_changed(Change::NodeChanged);
         let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
         queue.cluster_changed(Change::PodAdded);
-        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: true, pods_removed: true }, ..again });
+        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: true, pods_removed: true, retry_soon: false }, ..again });
         assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 0 }, "a pod waiting for other pods");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_a_policy_failed_on_is_tried_again_after_its_backoff_without_any_change() {
+        let queue = SchedulingQueue::default();
+        queue.upsert(pod("failed-on", 0, "2026-01-01T00:00:00Z"));
+        let failed_on = queue.pop().await;
+        queue.unschedulable(QueuedPod { helped_by: HelpedBy { retry_soon: true, ..HelpedBy::default() }, ..failed_on });
+        assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 0 });
+        let started = Instant::now();
+        let again = tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap();
+        assert_eq!(again.pod.name, "failed-on");
+        assert!(started.elapsed() >= INITIAL_BACKOFF && started.elapsed() < MAX_BACKOFF, "{:?}", started.elapsed());
     }
 
     #[tokio::test(start_paused = true)]
@@ -457,8 +534,8 @@ mod tests {
         queue.upsert(pod("needs-spread", 0, "2026-01-01T00:00:01Z"));
         let needs_room = queue.pop().await;
         let needs_spread = queue.pop().await;
-        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: false, pods_removed: true }, ..needs_room });
-        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: true, pods_removed: true }, ..needs_spread });
+        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: false, pods_removed: true, retry_soon: false }, ..needs_room });
+        queue.unschedulable(QueuedPod { helped_by: HelpedBy { pods_added: true, pods_removed: true, retry_soon: false }, ..needs_spread });
         queue.cluster_changed(Change::PodAdded);
         assert_eq!(queue.sizes(), QueueSizes { active: 0, backoff: 1, unschedulable: 1 });
         assert_eq!(tokio::time::timeout(Duration::from_secs(5), queue.pop()).await.unwrap().pod.name, "needs-spread");
