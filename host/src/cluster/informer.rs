@@ -412,8 +412,9 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
 /// At most this much of a waiting pod's labels, annotations (less kubectl's last-applied copy, which the host
 /// drops) and scheduling constraints (affinity, tolerations, topology spread, node selector), as JSON: what the
 /// host keeps of a waiting pod (its pending record, its queue entry, each policy call for it) grows with them.
-/// Ordinary pods hold a few KiB; 200 valid pods of 1000 anti-affinity terms each took the host from 66 to 425 MB.
-pub const MAX_WAITING_POD_BYTES: usize = 128 * 1024;
+/// Ordinary pods hold a few KiB; 200 valid pods of 1000 anti-affinity terms each (about 92 KiB of them) took the
+/// host from 66 to 425 MB.
+pub const MAX_WAITING_POD_BYTES: usize = 64 * 1024;
 
 /// Why the host does not keep `pod` waiting, when its labels, annotations and constraints exceed
 /// [`MAX_WAITING_POD_BYTES`]. Measured by writing them out, stopping at the bound: a huge pod costs no more.

@@ -11,7 +11,7 @@ use super::budgets::Budgets;
 use super::envelope::Envelope;
 use super::memory::{Memory, Workload};
 use crate::cluster::{ClusterState, PodMeta};
-use crate::contract::types::{Eviction, NodeId, Placement, Pod};
+use crate::contract::types::{ContainerState, Eviction, NodeId, Placement, Pod};
 use crate::contract::EvictContext;
 use crate::policy::{LoadedPolicy, Prepared};
 use crate::runtime::CallError;
@@ -41,6 +41,8 @@ pub enum Skip {
     NoFit(String),
     /// Evicting it would not make the room a policy asked for (preemption's rules).
     Preemption(String),
+    /// Its strategy would propose its replacement again: the move does not settle what the strategy measures.
+    Unsettled(String),
 }
 
 impl Skip {
@@ -49,7 +51,7 @@ impl Skip {
         match self {
             Skip::Budget(_) | Skip::NoFit(_) => true,
             Skip::Protected(detail) => detail.contains("is neither never nor allow"),
-            Skip::Backoff(_) | Skip::Pacing(_) | Skip::Limit(_) | Skip::WorkloadLimit(_) | Skip::Preemption(_) => false,
+            Skip::Backoff(_) | Skip::Pacing(_) | Skip::Limit(_) | Skip::WorkloadLimit(_) | Skip::Preemption(_) | Skip::Unsettled(_) => false,
         }
     }
 
@@ -74,6 +76,7 @@ impl Skip {
             Skip::Limit(_) | Skip::WorkloadLimit(_) => "limit",
             Skip::NoFit(_) => "no-fit",
             Skip::Preemption(_) => "preemption",
+            Skip::Unsettled(_) => "unsettled",
         }
     }
 
@@ -91,7 +94,8 @@ impl Skip {
             | Skip::Limit(detail)
             | Skip::WorkloadLimit(detail)
             | Skip::NoFit(detail)
-            | Skip::Preemption(detail) => detail,
+            | Skip::Preemption(detail)
+            | Skip::Unsettled(detail) => detail,
         }
     }
 }
@@ -457,7 +461,7 @@ fn check(entries: &mut [PlanEntry], whatif: &mut ClusterState, mut checker: Chec
         }
         if let Some(reason) = unsettled.get(&entries[index].uid).filter(|_| entries[index].room_for.is_none()) {
             decided[index] = true;
-            entries[index].decision = Decision::Skip(Skip::NoFit(reason.clone()));
+            entries[index].decision = Decision::Skip(Skip::Unsettled(reason.clone()));
             entries[index].siblings = Arc::default();
             continue;
         }
@@ -514,30 +518,42 @@ fn unsettled(
         whatif.upsert_pod_with(replacement, &node, meta);
     }
     let moved_uids: HashSet<&str> = moved.iter().map(|entry| entry.uid.as_str()).collect();
+    let scheduling = plans.scheduling_policies();
+    let whatif = &*whatif;
+    let asked: Vec<&Arc<LoadedPolicy>> = policies.iter().filter(|policy| moved.iter().any(|entry| entry.policy == policy.name())).collect();
+    // On every core at once, one strategy per task, as `propose` asks them.
+    let answers: Vec<(&str, Result<Vec<Eviction>, CallError>)> = asked
+        .par_iter()
+        .with_max_len(1)
+        .map(|policy| {
+            let answer = policy.prepare(whatif).and_then(|prepared| prepared.propose(whatif, context));
+            if !keep_warm && !scheduling.iter().any(|other| other.name() == policy.name()) {
+                policy.release_idle();
+            }
+            (policy.name(), answer)
+        })
+        .collect();
     let mut again = HashMap::new();
-    for policy in policies.iter().filter(|policy| moved.iter().any(|entry| entry.policy == policy.name())) {
-        let answer = policy.prepare(whatif).and_then(|prepared| prepared.propose(whatif, context));
-        if !keep_warm && !plans.scheduling_policies().iter().any(|other| other.name() == policy.name()) {
-            policy.release_idle();
-        }
+    for (policy, answer) in answers {
         let proposals = match answer {
             Ok(proposals) => proposals,
             Err(error) => {
-                tracing::warn!(policy = policy.name(), %error, "could not ask the strategy again after the plan's moves; its moves stand as checked");
+                tracing::warn!(%policy, %error, "could not ask the strategy again after the plan's moves; its moves stand as checked");
                 continue;
             }
         };
         for eviction in proposals {
             let Some((pod, node)) = whatif.pod_by_id(eviction.pod).filter(|(pod, _)| moved_uids.contains(pod.uid.as_str())) else { continue };
             again.entry(pod.uid.clone()).or_insert_with(|| {
-                format!("{} would propose its replacement again on node {node} ({}), so the move does not settle it", policy.name(), eviction.reason)
+                format!("{policy} would propose its replacement again on node {node} ({}), so the move does not settle it", eviction.reason)
             });
         }
     }
     again
 }
 
-/// A moved pod as its replacement would be on its new node: just created, running and ready, never restarted.
+/// A moved pod as its replacement would be on its new node: just created, running and ready, its containers
+/// running and never restarted.
 /// Asked about the pod itself, a strategy would see its age and restarts, which its replacement does not have.
 fn as_replacement(pod: &Pod, now: i64) -> Pod {
     let mut replacement = pod.clone();
@@ -547,7 +563,10 @@ fn as_replacement(pod: &Pod, now: i64) -> Pod {
     replacement.terminating = false;
     replacement.status_reason = String::new();
     replacement.nominated_node = None;
-    for container in replacement.containers.iter_mut().chain(replacement.init_containers.iter_mut()) {
+    for container in replacement.containers.iter_mut() {
+        (container.restart_count, container.state) = (0, ContainerState::Running);
+    }
+    for container in replacement.init_containers.iter_mut() {
         container.restart_count = 0;
     }
     replacement
