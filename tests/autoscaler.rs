@@ -376,6 +376,26 @@ async fn predictive_meets_a_ramp_earlier_than_the_hpa_rule() {
     assert!(predictive_at + Duration::from_secs(2) <= hpa_at, "predictive at {predictive_at:?}, hpa at {hpa_at:?}");
 }
 
+/// Listing HorizontalPodAutoscalers fails (500 on every list): unknown is not "none", as both controllers could
+/// scale the workload, so the host sends no scale update and says why; once the list works again it scales.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_is_not_scaled_while_horizontal_pod_autoscalers_cannot_be_listed() {
+    let failing = "faults: {seed: 7, rules: [{verbs: [list], resources: [horizontalpodautoscalers.autoscaling], errorRate: 1.0, status: 500}]}\n";
+    let harness = start(&format!("{failing}{}", scenario(2)), config()).await;
+    harness.set_load(web_load(20.0));
+    harness.autoscale(&cpu_autoscaler("web", "hpa", "")).await;
+    harness.passes(3).await;
+    assert!(harness.simulator.state.faults.counts(0).1 >= 3, "the lists failed");
+    assert_eq!(harness.scale_requests(), 0, "no scale update while a conflict cannot be ruled out");
+    assert_eq!(harness.replicas().await, 2);
+    let status = harness.status("web").await;
+    let able = status["conditions"].as_array().unwrap().iter().find(|condition| condition["type"] == "AbleToScale").unwrap().clone();
+    assert_eq!((able["status"].as_str(), able["reason"].as_str()), (Some("False"), Some("FailedListHorizontalPodAutoscalers")), "{status}");
+    assert!(able["message"].as_str().unwrap().contains("could not list HorizontalPodAutoscalers"), "{status}");
+    harness.simulator.state.faults.replace(wasp_sim::faults::FaultSpec::default());
+    harness.wait_for_replicas(5, Duration::from_secs(20)).await;
+}
+
 /// Someone else scales the Deployment between the host's read of its scale and the host's write: the API server
 /// refuses the write made on the resourceVersion read (409), and the next sync starts from the other writer's
 /// replicas. A host that dropped the resourceVersion would overwrite them (its write would succeed, from 2).
