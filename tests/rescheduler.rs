@@ -399,7 +399,8 @@ fn an_answer_naming_unknown_pods_twice_or_too_many_is_malformed_and_a_trap_is_a_
     for (mode, expected) in [
         ("unknown-id", "malformed answer from propose: pod id 4294967295 is not a pod of the cluster"),
         ("duplicate", "malformed answer from propose: pod id 0 is proposed twice"),
-        ("huge", "malformed answer from propose: 1000000 evictions proposed for a cluster of 2 pods"),
+        // A million evictions for two pods: refused by its size before it is copied into the host.
+        ("huge", "malformed answer from propose: an answer of more than"),
         ("trap", "propose trapped"),
     ] {
         let options = wasp::policy::PolicyOptions { settings: format!(r#"{{"evict": "{mode}"}}"#), ..Default::default() };

@@ -124,7 +124,7 @@ impl Prepared<'_> {
     pub fn propose(self, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
         let policy = self.slot.policy;
         let started = Instant::now();
-        let result = self.call(|instance| checked_proposals(instance.propose(context)?, cluster, context));
+        let result = self.call(|instance| checked_proposals(instance.propose(context, proposable_pods(cluster, context))?, cluster, context));
         if let Some(metrics) = policy.metrics.get() {
             metrics.observe(&policy.name, "propose", started.elapsed(), result.is_err());
         }
@@ -528,7 +528,7 @@ impl LoadedPolicy {
 
     /// Evictions the policy proposes on `cluster` (see [`checked_proposals`] for what is refused).
     pub fn propose(&self, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
-        self.with_instance(cluster, "propose", None, |instance| checked_proposals(instance.propose(context)?, cluster, context))
+        self.with_instance(cluster, "propose", None, |instance| checked_proposals(instance.propose(context, proposable_pods(cluster, context))?, cluster, context))
     }
 
     pub fn recommend(&self, cluster: &ClusterState, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
@@ -559,9 +559,14 @@ impl LoadedPolicy {
 /// An evict answer, checked against the state it was proposed on: naming a pod the cluster does not have,
 /// naming one twice, longer than the cluster's pods, making room for a pod that is not pending, or placing a
 /// replacement on a node the cluster does not have is malformed, and nothing of it is used.
+/// The pods a `propose` answer may name: the cluster's, and the failed pods the context carries.
+fn proposable_pods(cluster: &ClusterState, context: &EvictContext) -> usize {
+    cluster.pod_count() + context.failed.len()
+}
+
 fn checked_proposals(evictions: Vec<Eviction>, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
     let malformed = |message: String| Err(CallError::Malformed { operation: "propose", message });
-    let pods = cluster.pod_count() + context.failed.len();
+    let pods = proposable_pods(cluster, context);
     if evictions.len() > pods {
         return malformed(format!("{} evictions proposed for a cluster of {pods} pods", evictions.len()));
     }

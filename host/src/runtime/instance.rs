@@ -204,36 +204,45 @@ impl PolicyInstance {
         self.poisoned
     }
 
+    /// Calls into the guest within the operation's deadline, letting wasmtime copy at most `answer_bytes` of the
+    /// answer into the host (see [`answer_bytes`]).
     fn call<R>(
         &mut self,
         operation: &'static str,
+        answer_bytes: usize,
         body: impl FnOnce(&PolicyComponent, &mut Store<InstanceState>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         if self.poisoned {
             return Err(CallError::Trap { operation, message: "instance was poisoned by an earlier failure".into() });
         }
         self.store.set_epoch_deadline(Runtime::deadline_ticks(self.limits.deadline_of(operation)));
+        self.store.set_hostcall_fuel(answer_bytes);
         body(&self.bindings, &mut self.store).map_err(|error| {
+            // Also when the answer was too large to lift: the guest's post-return (which frees the answer) did
+            // not run, so the instance cannot be called again.
             self.poisoned = true;
+            if answer_bytes::exhausted(&error) {
+                return CallError::Malformed { operation, message: format!("an answer of more than {answer_bytes} bytes, refused before it was copied") };
+            }
             classify(operation, &self.limits, self.store.data().budget.exhausted, error)
         })
     }
 
     pub fn describe(&mut self) -> Result<Descriptor, CallError> {
-        self.call("describe", |bindings, store| bindings.wasp_policy_policy().call_describe(store))
+        self.call("describe", answer_bytes::SMALL, |bindings, store| bindings.wasp_policy_policy().call_describe(store))
     }
 
     /// Answers the label keys the settings name (kept by views with `selected` labels).
     pub fn configure(&mut self, settings: &str) -> Result<Vec<String>, CallError> {
         let keys = self
-            .call("configure", |bindings, store| bindings.wasp_policy_policy().call_configure(store, settings))?
+            .call("configure", answer_bytes::SMALL, |bindings, store| bindings.wasp_policy_policy().call_configure(store, settings))?
             .map_err(guest_error)?;
         check_label_keys(&keys)?;
         Ok(keys)
     }
 
     pub fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError> {
-        self.call("apply", |bindings, store| bindings.wasp_policy_policy().call_apply(store, deltas))
+        self.call("apply", answer_bytes::SMALL, |bindings, store| bindings.wasp_policy_policy().call_apply(store, deltas))
     }
 
     /// Sends the pod the next filter or score call decides for.
@@ -244,7 +253,7 @@ impl PolicyInstance {
     pub fn filter(&mut self, pod: &Pod, candidates: &[u32]) -> Result<FilterResult, CallError> {
         self.send_subject(pod)?;
         let result = self
-            .call("filter", |bindings, store| bindings.wasp_policy_filter().call_filter(store, candidates))?
+            .call("filter", answer_bytes::filter(candidates.len()), |bindings, store| bindings.wasp_policy_filter().call_filter(store, candidates))?
             .map_err(guest_error)?;
         validate_filter_result(&result, candidates.len())?;
         Ok(result)
@@ -253,26 +262,27 @@ impl PolicyInstance {
     pub fn score(&mut self, pod: &Pod, candidates: &[u32]) -> Result<Vec<u32>, CallError> {
         self.send_subject(pod)?;
         let scores = self
-            .call("score", |bindings, store| bindings.wasp_policy_score().call_score(store, candidates))?
+            .call("score", answer_bytes::score(candidates.len()), |bindings, store| bindings.wasp_policy_score().call_score(store, candidates))?
             .map_err(guest_error)?;
         validate_scores(&scores, candidates.len())?;
         Ok(scores)
     }
 
-    pub fn propose(&mut self, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
+    /// Evictions proposed among `pods` pods (those the instance follows, and the context's failed ones).
+    pub fn propose(&mut self, context: &EvictContext, pods: usize) -> Result<Vec<Eviction>, CallError> {
         // Pending pods may be many: in chunks, each call well inside the deadline.
         for chunk in context.deltas().chunks(PODS_PER_APPLY) {
             self.apply(chunk)?;
         }
         let call = types::EvictContext { now: context.now };
-        let evictions = self.call("propose", |bindings, store| bindings.wasp_policy_evict().call_propose(store, call))?
+        let evictions = self.call("propose", answer_bytes::propose(pods), |bindings, store| bindings.wasp_policy_evict().call_propose(store, call))?
             .map_err(guest_error)?;
         check_texts("propose", MAX_PROPOSAL_TEXT_BYTES, evictions.iter().map(|eviction| eviction.reason.as_str()))?;
         Ok(evictions)
     }
 
     pub fn recommend(&mut self, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
-        let decision = self.call("recommend", |bindings, store| bindings.wasp_policy_scale().call_recommend(store, request))?
+        let decision = self.call("recommend", answer_bytes::recommend(request.metrics.len()), |bindings, store| bindings.wasp_policy_scale().call_recommend(store, request))?
             .map_err(guest_error)?;
         if decision.proposals.len() > request.metrics.len() {
             let message = format!("{} metric proposals for {} metrics", decision.proposals.len(), request.metrics.len());
@@ -325,6 +335,47 @@ fn truncate(mut text: String, limit: usize) -> String {
         text.push_str(&format!("… ({total} bytes, truncated)"));
     }
     text
+}
+
+/// How much of an answer wasmtime may copy into the host while lifting it. Wasmtime charges its "hostcall fuel"
+/// for every list element and every string byte before copying them, so an answer past the bound is refused
+/// having cost the host at most the bound: 127 entries naming one 1 MiB string of the guest's memory would
+/// otherwise become 127 MiB in the host before the checks below refused them. Each bound is what those checks
+/// accept after the copy (answer texts, one entry per candidate or pod), plus room for an error message.
+pub mod answer_bytes {
+    use super::{MAX_ANSWER_TEXT_BYTES, MAX_PROPOSAL_TEXT_BYTES};
+    use crate::contract::types::{Eviction, MetricProposal};
+
+    /// Answers without lists that grow with the cluster (`describe`, `configure`, `apply`), and the room each
+    /// bound leaves for the policy's own error message.
+    pub const SMALL: usize = 1 << 20;
+    /// A node name, a pod uid: what a placement or a `room-for` names.
+    const NAME: usize = 256;
+
+    /// A verdict and a rejection per candidate, and the rejections' reasons.
+    pub fn filter(candidates: usize) -> usize {
+        candidates.saturating_mul(1 + size_of::<Vec<String>>() + size_of::<String>()).saturating_add(MAX_ANSWER_TEXT_BYTES + SMALL)
+    }
+
+    pub fn score(candidates: usize) -> usize {
+        candidates.saturating_mul(size_of::<u32>()).saturating_add(SMALL)
+    }
+
+    /// At most one eviction per pod, each with a placement and a `room-for` naming something, and the reasons.
+    pub fn propose(pods: usize) -> usize {
+        pods.saturating_mul(size_of::<Eviction>() + 2 * NAME).saturating_add(MAX_PROPOSAL_TEXT_BYTES + SMALL)
+    }
+
+    /// At most one proposal per metric.
+    pub fn recommend(metrics: usize) -> usize {
+        metrics.saturating_mul(size_of::<MetricProposal>() + NAME).saturating_add(MAX_ANSWER_TEXT_BYTES + SMALL)
+    }
+
+    /// Whether a call failed because its answer was past its bound. Wasmtime's error type for it is private;
+    /// its message is pinned by a test of the sandbox.
+    pub(super) fn exhausted(error: &wasmtime::Error) -> bool {
+        format!("{error:#}").contains("fuel allocated for hostcalls has been exhausted")
+    }
 }
 
 /// Reasons must be short enough for events and conditions, and all of them together bounded.
