@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::wait_for;
+
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Pod};
@@ -212,24 +214,6 @@ fn the_install_is_consistent() {
 // ---------------------------------------------------------------------------------------------------------------
 
 const ACCOUNT: &str = "system:serviceaccount:wasp-system:wasp";
-
-/// Polls `check` until it answers `Ok`, failing the test with `what` and the last answer once `patience` is
-/// spent. The 50 ms sleep is the poll interval of this deadline-bounded wait, never a wait of its own.
-async fn wait_for<T, F, Fut>(what: &str, patience: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + patience;
-    loop {
-        match check().await {
-            Ok(value) => return value,
-            Err(state) if Instant::now() >= deadline => panic!("timed out after {patience:?} waiting for {what}: {state}"),
-            // The poll interval of this deadline-bounded condition wait.
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-}
 
 /// The host's logs, captured (the process-wide subscriber, so every host of this binary writes to it).
 #[derive(Clone, Default)]

@@ -1204,32 +1204,44 @@ async fn a_burst_in_one_namespace_does_not_make_another_namespace_wait_for_all_o
     assert!(burst_bound_before < 150, "it waited for {burst_bound_before} of the burst's 200 pods");
 }
 
-/// A policy of one profile that spins until its deadline on some pods: after five failures in a row its circuit
-/// breaker answers for it with its failure mode, so thirty such pods cost a few deadlines, not thirty (15 s), and
-/// the other profile's pods are placed meanwhile.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spinning_policy_is_taken_out_of_calls_and_the_pods_go_on() {
+/// Two profiles: `wasp` (resources-fit) and `adv`, whose first filter is the misbehaving fixture with `options`;
+/// the policy directory lives as long as it is kept.
+async fn start_with_an_adv_profile(options: &str) -> (Harness, tempfile::TempDir) {
     let directory = tempfile::tempdir().unwrap();
     std::fs::write(directory.path().join("resources-fit.wasm"), policy_wasm("resources-fit").1).unwrap();
     std::fs::write(directory.path().join("misbehaving.wasm"), fixture_wasm("misbehaving").1).unwrap();
     let config = HostConfig::parse(&format!(
         "policyDir: {}\nscheduler: {{profiles: [{{schedulerName: wasp, filters: [resources-fit]}}, {{schedulerName: adv, filters: [misbehaving, resources-fit]}}]}}\n\
-         policies: {{misbehaving: {{settings: {{filter: loop, only-with-label: noisy}}, failureMode: fail-open, deadline: 500ms}}}}",
+         policies: {{misbehaving: {{{options}}}}}",
         directory.path().display()
     ))
     .unwrap();
     let harness = start(TWO_PODS, config).await;
     harness.placements("app=app", 2).await;
-    let started = std::time::Instant::now();
-    let pods: Api<Pod> = harness.pods();
-    for index in 0..30 {
-        let noisy: Pod = serde_json::from_value(json!({
-            "metadata": {"name": format!("noisy-{index}"), "labels": {"noisy": "yes"}},
+    (harness, directory)
+}
+
+/// `count` pods of profile `adv` named and labelled `label` (`label-0` with `label=yes`, ...).
+async fn create_adv_pods(pods: &Api<Pod>, label: &str, count: usize) {
+    for index in 0..count {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("{label}-{index}"), "labels": {label: "yes"}},
             "spec": {"schedulerName": "adv", "containers": [{"name": "a", "resources": {"requests": {"cpu": "10m"}}}]}
         }))
         .unwrap();
-        pods.create(&PostParams::default(), &noisy).await.unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
     }
+}
+
+/// A policy of one profile that spins until its deadline on some pods: after five failures in a row its circuit
+/// breaker answers for it with its failure mode, so thirty such pods cost a few deadlines, not thirty (15 s), and
+/// the other profile's pods are placed meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_policy_is_taken_out_of_calls_and_the_pods_go_on() {
+    let (harness, _policies) = start_with_an_adv_profile("settings: {filter: loop, only-with-label: noisy}, failureMode: fail-open, deadline: 500ms").await;
+    let started = std::time::Instant::now();
+    let pods: Api<Pod> = harness.pods();
+    create_adv_pods(&pods, "noisy", 30).await;
     create_pods(&harness.client, "plain", 5).await;
     harness.placements("noisy=yes", 30).await;
     harness.placements("batch=plain", 5).await;
@@ -1239,4 +1251,34 @@ async fn a_spinning_policy_is_taken_out_of_calls_and_the_pods_go_on() {
     let status = harness.host.endpoints.policies_document();
     let misbehaving = status["policies"].as_array().unwrap().iter().find(|policy| policy["name"] == "misbehaving").unwrap().clone();
     assert!(misbehaving["breaker"]["trips"].as_u64() >= Some(1), "{misbehaving}");
+}
+
+/// A profile whose policy is slow but answers (no failure, no breaker) takes turns by the time its decisions
+/// take: pods of another profile created while thirty of its pods wait are placed after a few of them, not after
+/// all thirty, though those are older.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_with_a_slow_policy_does_not_make_another_profiles_pods_wait_behind_its_own() {
+    let (harness, _policies) = start_with_an_adv_profile("settings: {filter: busy, busy-iterations: 60000000, only-with-label: slow}, deadline: 10s").await;
+    let pods: Api<Pod> = harness.pods();
+    create_adv_pods(&pods, "slow", 30).await;
+    let bound = |label: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let listed = pods.list(&ListParams::default().labels(label)).await.unwrap().items;
+            listed.iter().filter(|pod| pod.spec.as_ref().is_some_and(|spec| spec.node_name.is_some())).count()
+        }
+    };
+    let slow_before = common::wait_for("a first slow pod bound", Duration::from_secs(30), || async {
+        match bound("slow=yes").await {
+            0 => Err("none bound".to_string()),
+            some => Ok(some),
+        }
+    })
+    .await;
+    create_pods(&harness.client, "plain", 5).await;
+    harness.placements("batch=plain", 5).await;
+    let slow_after = bound("slow=yes").await;
+    println!("the other profile's five pods were bound while {} of the slow profile's were ({slow_before} to {slow_after})", slow_after - slow_before);
+    assert!(slow_after < 30, "the other profile's pods waited for all 30 of the slow profile's");
+    assert!(slow_after - slow_before <= 6, "the other profile's pods waited for {} of the slow profile's", slow_after - slow_before);
 }

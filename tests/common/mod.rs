@@ -115,6 +115,24 @@ pub async fn eventually_within(what: &str, patience: std::time::Duration, mut co
     }
 }
 
+/// Polls `check` until it answers `Ok`, failing the test with `what` and the last answer once `patience` is
+/// spent. The 50 ms sleep is the poll interval of this deadline-bounded wait, never a wait of its own.
+pub async fn wait_for<T, F, Fut>(what: &str, patience: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(state) if std::time::Instant::now() >= deadline => panic!("timed out after {patience:?} waiting for {what}: {state}"),
+            // The poll interval of this deadline-bounded condition wait.
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    }
+}
+
 /// A counter's value once it has reached `expected` (or after 10 s): the API shows a binding a moment before
 /// the scheduler counts it. Callers that must see no excess compare the counter with what the server received.
 pub async fn settled(counter: &std::sync::atomic::AtomicU64, expected: u64) -> u64 {

@@ -188,7 +188,9 @@ impl Scheduler {
                 queued = self.queue.pop() => queued,
             };
             self.heartbeat.beat();
+            let (profile, started) = (queued.pod.scheduler_name.clone(), std::time::Instant::now());
             self.schedule_one(queued, &mut cursor);
+            self.queue.charge(&profile, started.elapsed());
             self.heartbeat.beat();
             // The queue is never empty during a burst: without a turn given now and then, this task would not
             // see that it was aborted (the Lease lost) until the burst ends.

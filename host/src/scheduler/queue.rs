@@ -1,8 +1,10 @@
 //! The scheduling queue, as kube-scheduler's: pods wait in activeQ (priority, then age), in backoff after an
 //! error (1 s doubling to 10 s), or among the unschedulable until a cluster change (or at most 5 minutes) makes
 //! another attempt worthwhile. Pods deleted or bound by someone else leave the queue. Unlike kube-scheduler's,
-//! activeQ gives namespaces turns among pods of equal priority ([`ActiveQueue`]), so a burst in one namespace
-//! does not make every other namespace wait for all of it.
+//! activeQ gives profiles and namespaces turns among pods of equal priority ([`ActiveQueue`]): profiles by the
+//! time their decisions take, so one profile's slow policy does not make every other profile's pods wait behind
+//! its own; namespaces by pods, so a burst in one namespace does not make every other namespace wait for all of
+//! it.
 
 use crate::contract::types::Pod;
 use std::cmp::{Ordering, Reverse};
@@ -127,37 +129,112 @@ enum Place {
     InFlight,
 }
 
-/// activeQ: each namespace's pods in order (priority, then age). The next pod is the highest priority's; among
-/// namespaces whose next pods have that priority, the namespace served longest ago goes first (one that had
-/// nothing waiting counts as never served), so namespaces of equal priority alternate.
+/// activeQ. The next pod is the highest priority's. Among profiles whose next pods have that priority, the
+/// profile whose decisions have taken the least time goes first ([`ProfileTurns`]); within a profile, the
+/// namespace served longest ago ([`NamespaceTurns`]).
 #[derive(Default)]
 struct ActiveQueue {
-    by_namespace: HashMap<String, BinaryHeap<Active>>,
-    /// When each namespace with pods here last had one taken, as a count of pods taken.
-    last_served: HashMap<String, u64>,
-    taken: u64,
+    by_profile: HashMap<String, NamespaceTurns>,
+    turns: ProfileTurns,
 }
 
 impl ActiveQueue {
     fn push(&mut self, pod: &Pod) {
-        self.by_namespace.entry(pod.namespace.clone()).or_default().push(Active::of(pod));
+        if !self.by_profile.contains_key(&pod.scheduler_name) {
+            self.turns.joined(&pod.scheduler_name, self.by_profile.keys());
+        }
+        self.by_profile.entry(pod.scheduler_name.clone()).or_default().push(pod);
     }
 
-    /// The namespace whose next pod goes first.
-    fn next_namespace(&self) -> Option<String> {
-        let served = |namespace: &str| self.last_served.get(namespace).copied().unwrap_or(0);
-        let heads = self.by_namespace.iter().filter_map(|(namespace, pods)| Some((namespace, pods.peek()?)));
-        let first = heads.max_by(|(namespace, head), (other_namespace, other_head)| {
-            head.priority.cmp(&other_head.priority).then_with(|| served(other_namespace).cmp(&served(namespace))).then_with(|| head.cmp(other_head))
+    /// The profile whose next pod goes first.
+    fn next_profile(&self) -> Option<String> {
+        let heads = self.by_profile.iter().filter_map(|(profile, namespaces)| Some((profile, namespaces.head()?.1)));
+        let first = heads.max_by(|(profile, head), (other_profile, other_head)| {
+            head.priority
+                .cmp(&other_head.priority)
+                .then_with(|| self.turns.used(other_profile).cmp(&self.turns.used(profile)))
+                .then_with(|| head.cmp(other_head))
         });
-        first.map(|(namespace, _)| namespace.clone())
+        first.map(|(profile, _)| profile.clone())
     }
 
     /// The uid of the next pod `current` accepts; entries it refuses (pods that left or moved since they were
     /// pushed) are dropped.
     fn pop(&mut self, mut current: impl FnMut(&str) -> bool) -> Option<String> {
         loop {
-            let namespace = self.next_namespace()?;
+            let profile = self.next_profile()?;
+            let namespaces = self.by_profile.get_mut(&profile)?;
+            let uid = namespaces.pop(&mut current);
+            if namespaces.is_empty() {
+                self.by_profile.remove(&profile);
+            }
+            if uid.is_some() {
+                return uid;
+            }
+        }
+    }
+}
+
+/// How long each profile's decisions have taken, so a profile whose policies are slow (one that spins until its
+/// deadline on every pod) takes turns by time, not by pod, and does not make the other profiles' pods wait
+/// behind each of its own (a weighted fair queue with equal weights). Kept while the host runs: profiles are few.
+#[derive(Default)]
+struct ProfileTurns {
+    used: HashMap<String, Duration>,
+}
+
+impl ProfileTurns {
+    fn used(&self, profile: &str) -> Duration {
+        self.used.get(profile).copied().unwrap_or_default()
+    }
+
+    /// A profile that had nothing waiting has pods again: it starts no earlier than the profiles waiting now
+    /// (`waiting`), so time it did not use while idle is not a credit to spend ahead of them.
+    fn joined<'a>(&mut self, profile: &str, waiting: impl Iterator<Item = &'a String>) {
+        let floor = waiting.map(|other| self.used(other)).min().unwrap_or_default();
+        let used = self.used.entry(profile.to_string()).or_default();
+        *used = (*used).max(floor);
+    }
+
+    fn charge(&mut self, profile: &str, spent: Duration) {
+        let used = self.used.entry(profile.to_string()).or_default();
+        *used = used.saturating_add(spent);
+    }
+}
+
+/// One profile's pods in activeQ: each namespace's in order (priority, then age). The next pod is the highest
+/// priority's; among namespaces whose next pods have that priority, the namespace served longest ago goes first
+/// (one that had nothing waiting counts as never served), so namespaces of equal priority alternate.
+#[derive(Default)]
+struct NamespaceTurns {
+    by_namespace: HashMap<String, BinaryHeap<Active>>,
+    /// When each namespace with pods here last had one taken, as a count of pods taken.
+    last_served: HashMap<String, u64>,
+    taken: u64,
+}
+
+impl NamespaceTurns {
+    fn push(&mut self, pod: &Pod) {
+        self.by_namespace.entry(pod.namespace.clone()).or_default().push(Active::of(pod));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_namespace.is_empty()
+    }
+
+    /// The namespace whose next pod goes first, and that pod.
+    fn head(&self) -> Option<(&String, &Active)> {
+        let served = |namespace: &str| self.last_served.get(namespace).copied().unwrap_or(0);
+        let heads = self.by_namespace.iter().filter_map(|(namespace, pods)| Some((namespace, pods.peek()?)));
+        heads.max_by(|(namespace, head), (other_namespace, other_head)| {
+            head.priority.cmp(&other_head.priority).then_with(|| served(other_namespace).cmp(&served(namespace))).then_with(|| head.cmp(other_head))
+        })
+    }
+
+    /// As [`ActiveQueue::pop`], within the profile; None once it has nothing `current` accepts.
+    fn pop(&mut self, current: &mut impl FnMut(&str) -> bool) -> Option<String> {
+        loop {
+            let namespace = self.head()?.0.clone();
             let pods = self.by_namespace.get_mut(&namespace)?;
             let entry = pods.pop();
             let emptied = pods.is_empty();
@@ -382,6 +459,11 @@ impl SchedulingQueue {
         }
     }
 
+    /// A decision for a pod of `profile` took `spent`: what the profile's turns count.
+    pub fn charge(&self, profile: &str, spent: Duration) {
+        self.lock().active.turns.charge(profile, spent);
+    }
+
     pub fn sizes(&self) -> QueueSizes {
         let inner = self.lock();
         let mut sizes = QueueSizes::default();
@@ -435,6 +517,35 @@ mod tests {
             order.push(popped.pod.name);
         }
         assert_eq!(order, ["urgent", "quiet-0", "noisy-0", "quiet-1", "noisy-1", "noisy-2", "noisy-3", "noisy-4"]);
+    }
+
+    #[tokio::test]
+    async fn profiles_take_turns_by_the_time_their_decisions_take() {
+        let queue = SchedulingQueue::default();
+        let of_profile = |name: &str, profile: &str, second: u32| Pod { scheduler_name: profile.into(), ..pod(name, 0, &format!("2026-01-01T00:00:{second:02}Z")) };
+        // The slow profile's pods are older: by age alone, all of them would go first.
+        for index in 0..4 {
+            queue.upsert(of_profile(&format!("slow-{index}"), "slow", index));
+        }
+        for index in 0..6 {
+            queue.upsert(of_profile(&format!("fast-{index}"), "fast", 10 + index));
+        }
+        let mut order = Vec::new();
+        while let Some(popped) = queue.try_pop() {
+            // A slow decision takes 100 ms, a fast one 10 ms.
+            let spent = if popped.pod.scheduler_name == "slow" { 100 } else { 10 };
+            queue.charge(&popped.pod.scheduler_name, Duration::from_millis(spent));
+            order.push(popped.pod.name);
+        }
+        assert_eq!(order, ["slow-0", "fast-0", "fast-1", "fast-2", "fast-3", "fast-4", "fast-5", "slow-1", "slow-2", "slow-3"]);
+        // A profile that had nothing waiting starts where the waiting ones stand, not with the time it did not use.
+        queue.upsert(of_profile("slow-4", "slow", 20));
+        queue.upsert(of_profile("slow-5", "slow", 21));
+        queue.upsert(of_profile("idle-0", "idle", 30));
+        queue.upsert(of_profile("idle-1", "idle", 31));
+        queue.charge("idle", Duration::from_millis(10));
+        let next: Vec<String> = (0..2).filter_map(|_| queue.try_pop()).map(|popped| popped.pod.name).collect();
+        assert_eq!(next, ["slow-4", "slow-5"], "idle joined at slow's time and was charged since");
     }
 
     #[test]
