@@ -29,6 +29,8 @@ pub struct ServerState {
     pub bookmark_interval: Duration,
     /// Refuse requests without a token (401); by default they are allowed, as the admin.
     pub require_auth: bool,
+    /// Where every answered request to a resource is recorded, when asked for.
+    pub audit: Option<crate::audit::AuditLog>,
 }
 
 pub fn router(state: Arc<ServerState>) -> Router {
@@ -116,13 +118,40 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match route(&state, &method, &uri, &query, &headers, body).await {
+    let response = match route(&state, &method, &uri, &query, &headers, body).await {
         Ok(response) => response,
         Err(error) => {
             tracing::debug!(%method, %uri, code = error.code, reason = error.reason, "request failed");
             error.into_response()
         }
+    };
+    if let Some(audit) = &state.audit {
+        audit_request(&state, audit, &method, &uri, &query, &headers, response.status());
     }
+    response
+}
+
+/// Records a request to a resource (not discovery, health or OpenAPI) with the answer's status.
+fn audit_request(state: &ServerState, audit: &crate::audit::AuditLog, method: &Method, uri: &Uri, query: &HashMap<String, String>, headers: &HeaderMap, status: StatusCode) {
+    let Ok(target) = parse_path(uri.path()) else { return };
+    let (Target::Collection { resource, namespace } | Target::Object { resource, namespace, .. } | Target::Subresource { resource, namespace, .. }) = &target else { return };
+    let (name, subresource) = match &target {
+        Target::Object { name, .. } => (name.clone(), String::new()),
+        Target::Subresource { name, sub, .. } => (name.clone(), sub.clone()),
+        _ => (String::new(), String::new()),
+    };
+    let authorization = headers.get("authorization").and_then(|value| value.to_str().ok());
+    let user = crate::auth::authenticate(&state.store, authorization, false).map_or_else(|_| "system:anonymous".to_string(), |user| user.username());
+    audit.record(crate::audit::AuditEntry {
+        at_ms: 0,
+        user,
+        verb: verb(method, &target, query).to_string(),
+        resource: resource.id(),
+        subresource,
+        namespace: namespace.clone().unwrap_or_default(),
+        name,
+        code: status.as_u16(),
+    });
 }
 
 fn verb(method: &Method, target: &Target, query: &HashMap<String, String>) -> &'static str {

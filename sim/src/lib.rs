@@ -11,9 +11,11 @@
 //! - [`openapi`]: `/openapi/v3` for kubectl's validation and `explain`; [`tables`]: server-side printing;
 //!   [`events`]: the events.k8s.io/v1 view of core/v1 events.
 //! - [`webhooks`]: admission webhooks (mutating, then validating) called on create.
+//! - [`audit`]: a log of every answered request, as kube-apiserver's audit log.
 //! - [`server`]: running it all on a loopback port, with a kubeconfig.
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod controllers;
 mod defaults;

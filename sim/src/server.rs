@@ -20,11 +20,13 @@ pub struct SimulatorOptions {
     pub bookmark_interval: Duration,
     /// Refuse requests without a bearer token (401). Off by default: tools that send no token act as the admin.
     pub require_auth: bool,
+    /// Append every answered request to a resource to this file ([`crate::audit`]).
+    pub audit_log: Option<std::path::PathBuf>,
 }
 
 impl Default for SimulatorOptions {
     fn default() -> Self {
-        SimulatorOptions { history: crate::store::DEFAULT_HISTORY, bookmark_interval: Duration::from_secs(5), require_auth: false }
+        SimulatorOptions { history: crate::store::DEFAULT_HISTORY, bookmark_interval: Duration::from_secs(5), require_auth: false, audit_log: None }
     }
 }
 
@@ -54,6 +56,10 @@ impl Simulator {
             load: load.clone(),
             bookmark_interval: options.bookmark_interval,
             require_auth: options.require_auth,
+            audit: match &options.audit_log {
+                Some(path) => Some(crate::audit::AuditLog::open(path).with_context(|| format!("opening the audit log {}", path.display()))?),
+                None => None,
+            },
         });
         let background = vec![
             crate::controllers::spawn(store.clone(), scenario.kubelet.clone()).abort_handle(),

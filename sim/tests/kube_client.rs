@@ -24,8 +24,11 @@ workloads:
 const QUIET: &str = "nodeGroups: [{name: worker, count: 3, cpu: '4', memory: 16Gi}]\n";
 
 async fn start(scenario: &str) -> (Simulator, Client) {
+    start_with(scenario, SimulatorOptions { history: 1000, ..Default::default() }).await
+}
+
+async fn start_with(scenario: &str, options: SimulatorOptions) -> (Simulator, Client) {
     let scenario = Scenario::parse(scenario).unwrap();
-    let options = SimulatorOptions { history: 1000, ..Default::default() };
     let simulator = Simulator::start_with(&scenario, "127.0.0.1:0".parse().unwrap(), options).await.unwrap();
     let mut config = kube::Config::new(simulator.url().parse().unwrap());
     // kube-rs retries 429/503/504 for minutes by default; these tests want to see each answer.
@@ -113,6 +116,32 @@ async fn crud_selectors_and_conflicts() {
         Err(kube::Error::Api(status)) => assert_eq!(status.reason, "AlreadyExists"),
         other => panic!("expected already exists, got {other:?}"),
     }
+}
+
+/// The audit log holds what the server was asked and how it answered: a second binding shows as a 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_records_each_request_to_a_resource_with_its_answer() {
+    let directory = tempfile::tempdir().unwrap();
+    let path = directory.path().join("audit.log");
+    let (_simulator, client) = start_with(QUIET, SimulatorOptions { audit_log: Some(path.clone()), ..Default::default() }).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("audited")).await.unwrap();
+    let binding = |node: &str| serde_json::json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "audited"}, "target": {"kind": "Node", "name": node}});
+    for node in ["worker-0", "worker-1"] {
+        let request = http::Request::post("/api/v1/namespaces/default/pods/audited/binding").header("content-type", "application/json").body(serde_json::to_vec(&binding(node)).unwrap()).unwrap();
+        let _ = client.request::<serde_json::Value>(request).await;
+    }
+    assert!(pods.get("missing").await.is_err());
+    let recorded: Vec<(String, String, String, String, u16)> = wasp_sim::audit::AuditLog::read(&path)
+        .unwrap()
+        .into_iter()
+        .map(|entry| (entry.verb, entry.resource, entry.subresource, entry.name, entry.code))
+        .collect();
+    let expected = |verb: &str, subresource: &str, name: &str, code| (verb.to_string(), "pods".to_string(), subresource.to_string(), name.to_string(), code);
+    assert_eq!(
+        recorded,
+        [expected("create", "", "", 201), expected("create", "binding", "audited", 201), expected("create", "binding", "audited", 409), expected("get", "", "missing", 404)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

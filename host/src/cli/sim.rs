@@ -3,7 +3,7 @@
 use clap::Subcommand;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use wasp_sim::{Scenario, Simulator};
+use wasp_sim::{Scenario, Simulator, SimulatorOptions};
 
 #[derive(Subcommand)]
 pub enum SimCommand {
@@ -17,15 +17,20 @@ pub enum SimCommand {
         /// Where to write the kubeconfig that points at the simulator.
         #[arg(long, default_value = "wasp-sim.kubeconfig")]
         kubeconfig: PathBuf,
+        /// Append one JSON line per answered request to a resource to this file (who, verb, resource, name,
+        /// status code), as kube-apiserver's audit log does.
+        #[arg(long)]
+        audit_log: Option<PathBuf>,
     },
 }
 
 pub fn run(command: SimCommand) -> anyhow::Result<()> {
-    let SimCommand::Serve { scenario, address, kubeconfig } = command;
+    let SimCommand::Serve { scenario, address, kubeconfig, audit_log } = command;
     let scenario = Scenario::load(&scenario)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let simulator = Simulator::start(&scenario, address).await?;
+        let options = SimulatorOptions { audit_log, ..Default::default() };
+        let simulator = Simulator::start_with(&scenario, address, options).await?;
         simulator.write_kubeconfig(&kubeconfig)?;
         println!("simulated cluster {:?} serving on {}", scenario.name, simulator.url());
         println!("export KUBECONFIG={}", std::fs::canonicalize(&kubeconfig)?.display());

@@ -556,15 +556,15 @@ impl LoadedPolicy {
     }
 }
 
-/// An evict answer, checked against the state it was proposed on: naming a pod the cluster does not have,
-/// naming one twice, longer than the cluster's pods, making room for a pod that is not pending, or placing a
-/// replacement on a node the cluster does not have is malformed, and nothing of it is used.
 /// The pods a `propose` answer may name: the cluster's, and the failed pods the context carries.
 fn proposable_pods(cluster: &ClusterState, context: &EvictContext) -> usize {
     cluster.pod_count() + context.failed.len()
 }
 
-fn checked_proposals(evictions: Vec<Eviction>, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
+/// An evict answer, checked against the state it was proposed on: naming a pod the cluster does not have,
+/// naming one twice, longer than the cluster's pods, making room for a pod that is not pending, or placing a
+/// replacement on a node the cluster does not have is malformed, and nothing of it is used.
+pub fn checked_proposals(evictions: Vec<Eviction>, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
     let malformed = |message: String| Err(CallError::Malformed { operation: "propose", message });
     let pods = proposable_pods(cluster, context);
     if evictions.len() > pods {

@@ -2,6 +2,7 @@
 //! memory and on disk, and [`PolicyInstance`]s that each run under a deadline and a memory cap with an empty WASI
 //! context (no files, network, environment or sockets); all instances together within one [`GuestMemory`] budget.
 
+pub mod answers;
 mod cache;
 mod compiler;
 mod engine;
