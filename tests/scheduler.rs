@@ -1158,6 +1158,61 @@ async fn a_pod_of_a_thousand_affinity_terms_is_told_why_and_not_kept() {
     assert!(!harness.host.cluster.is_pending(heavy.metadata.uid.as_deref().unwrap()), "the host does not keep it waiting");
 }
 
+/// A namespace's waiting pods together are bounded too (here at 1 MiB): forty pods of 50 KiB each, waiting on
+/// cordoned nodes, fill it; those past it are told why (the API server holds their `SchedulerError` condition)
+/// and not kept, while another namespace's pods are. Once the nodes open, the kept pods are bound, and the
+/// deferred ones are fetched again as room frees and bound in turn: all forty end up bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespaces_waiting_pods_are_bounded_together_and_the_deferred_ones_scheduled_as_room_frees() {
+    let scenario = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 2, cpu: '64', memory: 256Gi, unschedulable: true}]\n";
+    let mut config = default_config();
+    config.scheduler.waiting_pods_mib_per_namespace = 1;
+    let harness = start(scenario, config).await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(harness.client.clone());
+    namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "noisy"}})).unwrap()).await.unwrap();
+    let noisy: Api<Pod> = Api::namespaced(harness.client.clone(), "noisy");
+    let padding = "x".repeat(50 << 10);
+    for index in 0..40 {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("big-{index}"), "labels": {"app": "big"}, "annotations": {"padding": padding}},
+            "spec": {"schedulerName": "wasp", "containers": [{"name": "a", "resources": {"requests": {"cpu": "10m"}}}]}
+        }))
+        .unwrap();
+        noisy.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    create_pods(&harness.client, "plain", 3).await;
+    let deferred = common::wait_for("pods past the namespace's budget told why", Duration::from_secs(30), || async {
+        let pods = noisy.list(&ListParams::default()).await.map_err(|error| error.to_string())?.items;
+        let told = pods
+            .iter()
+            .filter(|pod| {
+                let conditions = pod.status.as_ref().and_then(|status| status.conditions.as_ref());
+                conditions.is_some_and(|conditions| conditions.iter().any(|condition| condition.reason.as_deref() == Some("SchedulerError") && condition.message.as_deref().is_some_and(|message| message.contains("the waiting pods of namespace noisy hold the 1024 KiB"))))
+            })
+            .count();
+        let (held, deferred) = harness.host.cluster.waiting_budget.usage("noisy");
+        match told > 0 && told == deferred && held <= 1 << 20 && deferred + held / (50 << 10) >= 39 {
+            true => Ok(deferred),
+            false => Err(format!("{told} told, {deferred} deferred, {held} bytes held")),
+        }
+    })
+    .await;
+    assert!((15..=25).contains(&deferred), "{deferred} of 40 pods of 50 KiB deferred past 1 MiB");
+    let nodes: Api<Node> = Api::all(harness.client.clone());
+    for node in nodes.list(&ListParams::default()).await.unwrap().items {
+        nodes.patch(node.metadata.name.as_deref().unwrap(), &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": false}}))).await.unwrap();
+    }
+    harness.placements("batch=plain", 3).await;
+    let bound = common::wait_for("every pod of the namespace bound", Duration::from_secs(60), || async {
+        let pods = noisy.list(&ListParams::default()).await.map_err(|error| error.to_string())?.items;
+        let bound = pods.iter().filter(|pod| pod.spec.as_ref().is_some_and(|spec| spec.node_name.is_some())).count();
+        if bound == 40 { Ok(bound) } else { Err(format!("{bound} of 40 bound")) }
+    })
+    .await;
+    assert_eq!(bound, 40);
+    assert_eq!(harness.host.cluster.waiting_budget.usage("noisy"), (0, 0), "nothing held or deferred once all are bound");
+}
+
 /// Namespaces take turns at equal priority: two hundred pods of one namespace wait together (the nodes were
 /// cordoned), then a pod of another namespace comes; it is bound after a few of the burst's, not after all of them
 /// as by age alone (kube-scheduler's order, and wasp's before). Counted from the bindings the API server holds.

@@ -86,6 +86,7 @@ impl Host {
     pub fn new(api: ApiClient, policies: Arc<PolicyRegistry>, identity: HostIdentity) -> Arc<Host> {
         let identity = Arc::new(identity);
         let cluster = Arc::new(SharedCluster::default());
+        cluster.waiting_budget.set_limit(policies.current().config.scheduler.waiting_bytes_per_namespace());
         policies.canary_on(cluster.clone());
         let events = EventRecorder::new(api.clone(), COMPONENT, identity.clone());
         let mut endpoints = Endpoints::new(policies.clone());
@@ -252,6 +253,7 @@ impl Host {
         PolicyWatcher::spawn(self.policies.clone(), options, move |report| {
             let Some(host) = host.upgrade() else { return };
             if report.config_swapped {
+                host.cluster.waiting_budget.set_limit(host.policies.current().config.scheduler.waiting_bytes_per_namespace());
                 host.scheduler.admit_pending();
             }
             if report.config_swapped || !report.swapped.is_empty() {

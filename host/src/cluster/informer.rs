@@ -54,12 +54,22 @@ async fn follow<K>(
 ) where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    let api: Api<K> = Api::all(client);
+    let api: Api<K> = Api::all(client.clone());
     let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
     let mut relisted = HashSet::new();
     let mut failing = false;
     loop {
-        let event = match stream.try_next().await {
+        let next = tokio::select! {
+            next = stream.try_next() => next,
+            // Deferred pods are fetched and applied here, between the watch's events, never beside them.
+            () = cluster.waiting_budget.readmissions_ready(), if kind == "pods" => {
+                for change in readmit_deferred(&client, &cluster).await {
+                    cluster.publish(change);
+                }
+                continue;
+            }
+        };
+        let event = match next {
             Ok(Some(event)) => event,
             Ok(None) => return,
             Err(error) => {
@@ -381,14 +391,22 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
             }
         }
         None if !pod.terminating && !finished => {
-            let too_many = super::selected::too_many_keys(&pod, cluster.read().selected_keys()).or_else(|| too_costly_to_wait(source));
-            if let Some(error) = too_many {
+            let cost = match super::selected::too_many_keys(&pod, cluster.read().selected_keys()) {
+                Some(error) => Err((error, None)),
+                None => waiting_cost(source).map_err(|error| (error, None)),
+            };
+            let admitted = cost.and_then(|bytes| cluster.waiting_budget.admit(&pod.namespace, &uid, bytes).map_err(|error| (error, Some(bytes))));
+            if let Err((error, deferred_bytes)) = admitted {
                 if let Some(waited) = waited {
                     cluster.stopped_waiting(&uid);
                     cluster.unselect_pending(&waited);
                     changes.push(ClusterEvent::PendingGone { uid: uid.clone() });
                 }
                 changes.extend(unreadable(cluster, source, error));
+                // Past its namespace's budget only: fetched again when the namespace has room.
+                if let Some(bytes) = deferred_bytes {
+                    cluster.waiting_budget.defer(&pod.namespace, &pod.name, &uid, bytes);
+                }
                 return changes;
             }
             let never_preempts = source.spec.as_ref().and_then(|spec| spec.preemption_policy.as_deref()) == Some("Never");
@@ -416,9 +434,28 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
 /// host from 66 to 425 MB.
 pub const MAX_WAITING_POD_BYTES: usize = 64 * 1024;
 
-/// Why the host does not keep `pod` waiting, when its labels, annotations and constraints exceed
-/// [`MAX_WAITING_POD_BYTES`]. Measured by writing them out, stopping at the bound: a huge pod costs no more.
-fn too_costly_to_wait(pod: &KubePod) -> Option<String> {
+/// Pods a namespace's budget deferred whose namespace has room now, fetched again and observed as if the watch
+/// had brought them. One that cannot be fetched (the API server failing) is deferred again, to be tried at the
+/// next room; one gone or replaced (another uid) is forgotten.
+async fn readmit_deferred(client: &Client, cluster: &SharedCluster) -> Vec<ClusterEvent> {
+    let mut changes = Vec::new();
+    for (namespace, name, uid) in cluster.waiting_budget.take_readmissions() {
+        match Api::<KubePod>::namespaced(client.clone(), &namespace).get_opt(&name).await {
+            Ok(Some(pod)) if pod.metadata.uid.as_deref() == Some(uid.as_str()) => changes.extend(observe_pod(cluster, &pod)),
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(pod = %format!("{namespace}/{name}"), %error, "cannot fetch a deferred pod; it is tried again when its namespace has room");
+                cluster.waiting_budget.defer(&namespace, &name, &uid, 0);
+            }
+        }
+    }
+    changes
+}
+
+/// What the host keeps of `pod` while it waits, in bytes of its labels, annotations and constraints as JSON; Err
+/// with the reason past [`MAX_WAITING_POD_BYTES`]. Measured by writing them out, stopping at the bound: a huge pod
+/// costs no more.
+fn waiting_cost(pod: &KubePod) -> Result<usize, String> {
     /// Counts bytes written, and refuses once past the bound.
     struct Bounded(usize);
     impl std::io::Write for Bounded {
@@ -439,12 +476,13 @@ fn too_costly_to_wait(pod: &KubePod) -> Option<String> {
     let spec = pod.spec.as_ref();
     let constraints = spec.map(|spec| (&spec.affinity, &spec.tolerations, &spec.topology_spread_constraints, &spec.node_selector));
     let within = written.0 <= MAX_WAITING_POD_BYTES && serde_json::to_writer(&mut written, &constraints).is_ok();
-    (!within).then(|| {
-        format!(
+    match within {
+        true => Ok(written.0),
+        false => Err(format!(
             "its labels, annotations and scheduling constraints (affinity, tolerations, topology spread, node selector) take more than {} KiB; the host keeps at most that much of a waiting pod",
             MAX_WAITING_POD_BYTES / 1024
-        )
-    })
+        )),
+    }
 }
 
 fn with_attachments(cluster: &SharedCluster, mut pod: crate::contract::types::Pod) -> crate::contract::types::Pod {

@@ -2,7 +2,8 @@
 //! ([`convert`]); nodes and bound pods with usage totals and the delta log that keeps every policy instance's
 //! own view current ([`ClusterState`], with what-if forks); the informers that keep it current ([`informer`]);
 //! the shared handle loops read and subscribe to ([`SharedCluster`]) with what the loops note about waiting pods
-//! ([`waiting`]: reasons, conditions, nominations); the placement hints the rescheduler leaves
+//! ([`waiting`]: reasons, conditions, nominations) and what each namespace's waiting pods may hold
+//! ([`waiting_budget`]); the placement hints the rescheduler leaves
 //! for the scheduler ([`hints`]); what each policy's view receives of it ([`View`], [`SelectedKeys`]); and the
 //! claims, volumes and storage classes a pod's volumes resolve against ([`volumes`]); every pod as the
 //! autoscaler reads it ([`scaled_pods`]).
@@ -17,6 +18,7 @@ mod state;
 mod view;
 pub mod volumes;
 mod waiting;
+pub mod waiting_budget;
 
 pub use selected::{named_keys, SelectedKeys};
 pub use hints::{PlacementHints, Workload};

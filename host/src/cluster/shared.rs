@@ -115,6 +115,8 @@ pub struct SharedCluster {
     pub volumes: super::volumes::VolumeObjects,
     /// Every live pod as the autoscaler reads it, by namespace.
     pub scaled_pods: super::scaled_pods::ScaledPods,
+    /// What each namespace's waiting pods hold, and the pods deferred past it.
+    pub waiting_budget: super::waiting_budget::WaitingBudget,
     /// The last error of each informer's watch, by resource, until it lists or watches again (a 403 for a
     /// missing RBAC rule, say): readiness says why the host waits.
     watch_errors: Mutex<std::collections::BTreeMap<&'static str, String>>,
@@ -132,6 +134,7 @@ impl Default for SharedCluster {
             hints: super::PlacementHints::default(),
             volumes: Default::default(),
             scaled_pods: Default::default(),
+            waiting_budget: Default::default(),
             watch_errors: Mutex::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
             synced: watch::channel(Synced::default()).0,
@@ -333,6 +336,7 @@ impl SharedCluster {
     /// no longer waits: the notes hold waiting pods only.
     pub(super) fn stopped_waiting(&self, uid: &str) {
         self.notes.forget(uid);
+        self.waiting_budget.release(uid);
     }
 
     /// The pod no longer waits (deleted, finished); false when it did not.

@@ -57,6 +57,19 @@ pub struct SchedulerSection {
     /// Share of nodes to find feasible before scoring, 0 for kube-scheduler's adaptive rule.
     #[serde(default)]
     pub percentage_of_nodes_to_score: u32,
+    /// What one namespace's waiting pods may hold in the host together (see `cluster::waiting_budget`).
+    #[serde(default = "default_waiting_mib_per_namespace")]
+    pub waiting_pods_mib_per_namespace: u32,
+}
+
+impl SchedulerSection {
+    pub fn waiting_bytes_per_namespace(&self) -> usize {
+        (self.waiting_pods_mib_per_namespace as usize) << 20
+    }
+}
+
+fn default_waiting_mib_per_namespace() -> u32 {
+    (crate::cluster::waiting_budget::MAX_NAMESPACE_WAITING_BYTES >> 20) as u32
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -219,6 +232,9 @@ impl HostConfig {
         }
         if scheduler.percentage_of_nodes_to_score > 100 {
             bail!("scheduler.percentageOfNodesToScore: {} is more than 100", scheduler.percentage_of_nodes_to_score);
+        }
+        if !(1..=4096).contains(&scheduler.waiting_pods_mib_per_namespace) {
+            bail!("scheduler.waitingPodsMibPerNamespace: {} is outside 1..=4096", scheduler.waiting_pods_mib_per_namespace);
         }
         for (index, profile) in scheduler.profiles.iter().enumerate() {
             let field = format!("scheduler.profiles[{index}]");
