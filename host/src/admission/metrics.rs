@@ -53,6 +53,12 @@ impl AdmissionMetrics {
             metrics.reviews.clone(),
         );
         registry.register("wasp_admission_review_duration_seconds", "Time to answer one AdmissionReview, by webhook", metrics.duration.clone());
+        // Every review series exists from the start, at 0: a rate or an increase then counts the first of each.
+        for webhook in ["validate", "mutate"] {
+            for result in ["allowed", "denied", "warned", "mutated", "malformed"] {
+                let _ = metrics.reviews.get_or_create(&ReviewLabels { webhook: webhook.into(), result: result.into() });
+            }
+        }
         registry.register(
             "wasp_stray_pods",
             "Pending pods that name a scheduler nobody runs (created while the webhook was down or warned only), by the name",

@@ -30,6 +30,9 @@ struct ApiLabels {
     api: String,
 }
 
+/// The APIs metrics are read from.
+pub const METRIC_APIS: [&str; 3] = ["metrics.k8s.io", "custom.metrics.k8s.io", "external.metrics.k8s.io"];
+
 #[derive(Clone)]
 pub struct AutoscalerMetrics {
     recommendations: Family<RecommendationLabels, Counter>,
@@ -61,7 +64,25 @@ impl AutoscalerMetrics {
         registry.register("wasp_autoscaler_metric_errors", "Metric reads that failed, by API", metrics.metric_errors.clone());
         registry.register("wasp_autoscaler_pass_duration_seconds", "Time of one pass over every Autoscaler", metrics.pass.clone());
         registry.register("wasp_autoscaler_autoscalers", "Autoscalers seen in the last pass", metrics.autoscalers.clone());
+        // Every series of a known label set exists from the start, at 0: a rate or an increase then counts the
+        // first scale or failure.
+        for direction in ["up", "down"] {
+            for result in ["ok", "conflict", "error"] {
+                let _ = metrics.scales.get_or_create(&ScaleLabels { direction: direction.into(), result: result.into() });
+            }
+        }
+        for api in METRIC_APIS {
+            let _ = metrics.metric_errors.get_or_create(&ApiLabels { api: api.into() });
+        }
         metrics
+    }
+
+    /// A scale policy serves: its recommendation series exist from then on, at 0, so a rate or an increase
+    /// counts its first call and failure.
+    pub fn policy(&self, policy: &str) {
+        for result in ["ok", "error"] {
+            let _ = self.recommendations.get_or_create(&RecommendationLabels { policy: policy.into(), result: result.into() });
+        }
     }
 
     pub fn recommended(&self, policy: &str, ok: bool) {
@@ -78,6 +99,7 @@ impl AutoscalerMetrics {
         self.limited.get_or_create(&RuleLabels { rule: rule.into() }).inc();
     }
 
+    /// A read of `api` (one of [`METRIC_APIS`]) failed.
     pub fn metric_error(&self, api: &str) {
         self.metric_errors.get_or_create(&ApiLabels { api: api.into() }).inc();
     }

@@ -257,6 +257,9 @@ impl AutoscalerLoop {
     pub async fn pass(&self) -> Option<PassSummary> {
         let generation = self.policies.current();
         let section = generation.config.autoscaler.clone()?;
+        for policy in generation.plans.scaling.keys() {
+            self.metrics.policy(policy);
+        }
         let _busy = self.heartbeat.busy();
         let started = Instant::now();
         let policy_nanos_before = self.stats.policy_nanos.load(Ordering::Relaxed);
@@ -564,10 +567,11 @@ impl AutoscalerLoop {
         let uid = run.autoscaler.metadata.uid.clone().unwrap_or_default();
         self.remember_readings(&uid, &mut reading.metrics, current, run.now);
         for metric in reading.metrics.iter().filter(|metric| metric.error.is_some()) {
+            let [resource, custom, external] = metrics::METRIC_APIS;
             self.metrics.metric_error(match metric.source {
-                crate::contract::types::MetricSource::Resource => "metrics.k8s.io",
-                crate::contract::types::MetricSource::External => "external.metrics.k8s.io",
-                _ => "custom.metrics.k8s.io",
+                crate::contract::types::MetricSource::Resource => resource,
+                crate::contract::types::MetricSource::External => external,
+                _ => custom,
             });
         }
         let failed: Vec<&str> = reading.metrics.iter().filter_map(|metric| metric.error.as_deref()).collect();

@@ -106,8 +106,10 @@ impl PolicyMetrics {
     pub fn observe(&self, policy: &str, operation: &str, elapsed: Duration, failed: bool) {
         let labels = CallLabels { policy: policy.to_string(), operation: operation.to_string() };
         self.calls.get_or_create(&labels).observe(elapsed.as_secs_f64());
+        // The error series exists from the first call, at 0: a rate or an increase then counts the first failure.
+        let errors = self.errors.get_or_create(&labels);
         if failed {
-            self.errors.get_or_create(&labels).inc();
+            errors.inc();
         }
     }
 }

@@ -30,6 +30,7 @@ pub struct ReloadMetrics {
     reloads: Family<ResultLabels, Counter>,
     directory_reads: Counter,
     last_reload: Gauge<f64, AtomicU64>,
+    last_refused: Gauge<f64, AtomicU64>,
     duration: Histogram,
     generation: Gauge,
 }
@@ -41,6 +42,7 @@ impl Default for ReloadMetrics {
             reloads: Family::default(),
             directory_reads: Counter::default(),
             last_reload: Gauge::default(),
+            last_refused: Gauge::default(),
             // 1 ms to ~16 s.
             duration: Histogram::new(exponential_buckets(1e-3, 2.0, 15)),
             generation: Gauge::default(),
@@ -51,6 +53,8 @@ impl Default for ReloadMetrics {
 impl ReloadMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register("wasp_policy_info", "The policy versions serving now (value 1)", self.info.clone());
+        // Successes carry no reason: their series exists from the start, at 0, so a rate counts the first reload.
+        let _ = self.reloads.get_or_create(&ResultLabels { result: "success".into(), reason: String::new() });
         registry.register("wasp_policy_reloads", "Reloads of the policy directory or configuration, by result (success, failure) and, for failures, reason (once per kind of refusal)", self.reloads.clone());
         registry.register(
             "wasp_policy_directory_reads",
@@ -58,6 +62,11 @@ impl ReloadMetrics {
             self.directory_reads.clone(),
         );
         registry.register("wasp_policy_last_reload_timestamp_seconds", "When the last reload that found a change finished", self.last_reload.clone());
+        registry.register(
+            "wasp_policy_last_refused_reload_timestamp_seconds",
+            "When a reload was last refused (0: none since the host started); alert on its age, as a failure count starts at 1",
+            self.last_refused.clone(),
+        );
         registry.register("wasp_policy_reload_duration_seconds", "From reading the files to the new generation serving", self.duration.clone());
         registry.register("wasp_policy_generation", "Number of the policy generation serving now", self.generation.clone());
     }
@@ -88,5 +97,8 @@ impl ReloadMetrics {
         self.duration.observe(took.as_secs_f64());
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         self.last_reload.set(now.as_secs_f64());
+        if result == "failure" {
+            self.last_refused.set(now.as_secs_f64());
+        }
     }
 }

@@ -78,6 +78,14 @@ impl ReschedulerMetrics {
         metrics
     }
 
+    /// A strategy runs: its eviction series exist from then on, at 0, so a rate or an increase counts its first
+    /// eviction, refusal or error.
+    pub fn strategy(&self, policy: &str) {
+        for result in ["evicted", "refused-by-pdb", "error"] {
+            let _ = self.evictions.get_or_create(&EvictionLabels { policy: policy.into(), result: result.into() });
+        }
+    }
+
     pub fn eviction(&self, policy: &str, result: &str) {
         self.evictions.get_or_create(&EvictionLabels { policy: policy.into(), result: result.into() }).inc();
     }

@@ -171,6 +171,9 @@ impl Rescheduler {
         if policies.is_empty() {
             return None;
         }
+        for policy in &policies {
+            self.metrics.strategy(policy.name());
+        }
         let dry_run = force_dry_run || section.dry_run;
         let _busy = self.heartbeat.busy();
         let started = Instant::now();

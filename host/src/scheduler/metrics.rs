@@ -35,6 +35,8 @@ pub struct SchedulerMetrics {
     attempts: Family<AttemptLabels, Counter>,
     e2e: Family<ProfileLabels, Histogram, fn() -> Histogram>,
     pending: Family<QueueLabels, Gauge>,
+    longest_wait: Gauge<f64, std::sync::atomic::AtomicU64>,
+    leader: Gauge,
 }
 
 impl SchedulerMetrics {
@@ -43,10 +45,14 @@ impl SchedulerMetrics {
             attempts: Family::default(),
             e2e: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             pending: Family::default(),
+            longest_wait: Gauge::default(),
+            leader: Gauge::default(),
         };
         registry.register("wasp_schedule_attempts", "Scheduling attempts by profile and result (scheduled, unschedulable, error)", metrics.attempts.clone());
         registry.register("wasp_scheduling_e2e_duration_seconds", "From first queued to bound", metrics.e2e.clone());
         registry.register("wasp_pending_pods", "Pods waiting, by queue (active, backoff, unschedulable)", metrics.pending.clone());
+        registry.register("wasp_pending_pod_longest_wait_seconds", "How long the pod waiting longest has waited since it was first queued", metrics.longest_wait.clone());
+        registry.register("wasp_leader", "1 while this replica runs the loops (it holds the Lease, or runs without leader election)", metrics.leader.clone());
         metrics
     }
 
@@ -56,6 +62,12 @@ impl SchedulerMetrics {
 
     pub fn bound(&self, profile: &str, latency: Duration) {
         self.e2e.get_or_create(&ProfileLabels { profile: profile.into() }).observe(latency.as_secs_f64());
+    }
+
+    /// Scrape-time state: whether this replica leads, and the longest wait in its queue.
+    pub fn state(&self, leading: bool, longest_wait: Duration) {
+        self.leader.set(i64::from(leading));
+        self.longest_wait.set(longest_wait.as_secs_f64());
     }
 
     pub fn queue_sizes(&self, sizes: QueueSizes) {

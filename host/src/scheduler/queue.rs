@@ -464,6 +464,11 @@ impl SchedulingQueue {
         self.lock().active.turns.charge(profile, spent);
     }
 
+    /// How long the pod first queued longest ago has been in the queue (zero when none waits).
+    pub fn longest_wait(&self) -> Duration {
+        self.lock().places.values().map(|(_, queued)| queued.first_queued.elapsed()).max().unwrap_or_default()
+    }
+
     pub fn sizes(&self) -> QueueSizes {
         let inner = self.lock();
         let mut sizes = QueueSizes::default();
