@@ -82,7 +82,7 @@ fn summary(cluster: &ClusterState, per_node: &BTreeMap<String, Vec<String>>) -> 
 ", cpu / *nodes as f64));
     }
     let mut by_cpu: Vec<&NodeLoad> = loads.iter().collect();
-    by_cpu.sort_by(|a, b| a.cpu.total_cmp(&b.cpu).then(a.name.cmp(&b.name)));
+    by_cpu.sort_by(|a, b| a.cpu.total_cmp(&b.cpu).then_with(|| super::natural_order(&a.name, &b.name)));
     let line = |load: &NodeLoad| format!("  {:<16} {:>4} pods  cpu {:>5.1}%  memory {:>5.1}%
 ", load.name, load.pods, load.cpu, load.memory);
     out.push_str("
@@ -437,9 +437,11 @@ async fn report(client: &Client, host: &Host, profiles: &[String], elapsed: Dura
     println!();
     if full || per_node.len() <= LISTED_NODES {
         println!("{:<12} {:>4}  PODS", "NODE", "N");
-        for (node, names) in &per_node {
+        let mut rows: Vec<(&String, &Vec<String>)> = per_node.iter().collect();
+        rows.sort_by(|(a, _), (b, _)| super::natural_order(a, b));
+        for (node, names) in rows {
             let mut names = names.clone();
-            names.sort();
+            names.sort_by(|a, b| super::natural_order(a, b));
             println!("{node:<12} {:>4}  {}", names.len(), names.join(" "));
         }
     } else {
