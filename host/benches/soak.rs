@@ -5,9 +5,10 @@
 //! sent), that no pod was bound twice and no eviction left the envelope.
 //!
 //! `cargo bench -p wasp --bench soak` (after scripts/build-policies.sh). `SOAK_SECONDS` (default 600) sets the
-//! length, `SOAK_FAILOVER_SECONDS` (default 600) how often the leader is stopped (SIGTERM) and a new replica
+//! length, `SOAK_FAILOVER_SECONDS` (default 300) how often the leader is stopped (SIGTERM) and a new replica
 //! started. The load:
-//! - 40 bare pods a second for the `wasp` profile, the oldest deleted beyond about 400;
+//! - 40 bare pods a second for the `wasp` profile, the oldest deleted beyond about 400, and 5 bare pods that live
+//!   the whole run (past pod-lifetime's age: the rescheduler must leave them, bare pods are protected);
 //! - a Deployment of 60 replicas under a PodDisruptionBudget (maxUnavailable 2) whose pods `pod-lifetime` evicts
 //!   past 120 s, at most 4 a run every 15 s (so the rescheduler works at its limit all the time);
 //! - a new version of resources-fit written kubelet-style every 5 s;
@@ -145,7 +146,7 @@ async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let seconds = seconds_from_env("SOAK_SECONDS", 600);
-    let failover_every = Duration::from_secs(seconds_from_env("SOAK_FAILOVER_SECONDS", 600));
+    let failover_every = Duration::from_secs(seconds_from_env("SOAK_FAILOVER_SECONDS", 300));
     let root = tempfile::tempdir().unwrap();
 
     let scenario = root.path().join("scenario.yaml");
@@ -191,6 +192,15 @@ async fn main() {
     deployments.create(&PostParams::default(), &serde_json::from_value(deployment).unwrap()).await.unwrap();
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
     budgets.create(&PostParams::default(), &serde_json::from_value(budget).unwrap()).await.unwrap();
+
+    for index in 0..5 {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("bare-{index}"), "labels": {"app": "bare"}},
+            "spec": {"schedulerName": "wasp", "containers": [{"name": "a", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
 
     let mut replicas: Vec<Replica> = (0..2).map(|index| start_replica(root.path(), &config, &kubeconfig, index)).collect();
     let mut next_replica = 2;
@@ -292,7 +302,8 @@ fn check_bindings(audit: &[AuditEntry]) {
     assert!(twice.is_empty() && conflicts == 0, "pods bound twice: {twice:?}; {conflicts} bindings refused as already bound");
 }
 
-/// No eviction outside the envelope: no bare pod (`soak-*`, protected) evicted, and no more than the per-run
+/// No eviction outside the envelope: no bare pod (`soak-*`, `bare-*`: protected, and the `bare-*` ones old enough
+/// for pod-lifetime to propose them) evicted, and no more than the per-run
 /// limit accepted within any half interval, except around a failover (the stopped leader's last run and the new
 /// leader's first may fall within one).
 fn check_evictions(audit: &[AuditEntry], failovers: &[u64]) {
@@ -300,7 +311,7 @@ fn check_evictions(audit: &[AuditEntry], failovers: &[u64]) {
     let accepted: Vec<&AuditEntry> = evictions.iter().copied().filter(|entry| entry.code == 201).collect();
     let by_budget = evictions.iter().filter(|entry| entry.code == 429).count();
     let injected = evictions.iter().filter(|entry| entry.code == 503).count();
-    let protected = accepted.iter().filter(|entry| entry.name.starts_with("soak-") || entry.namespace != "default").count();
+    let protected = accepted.iter().filter(|entry| entry.name.starts_with("soak-") || entry.name.starts_with("bare-") || entry.namespace != "default").count();
     let half = RUN_INTERVAL.as_millis() as u64 / 2;
     let near_failover = |at: u64| failovers.iter().any(|failover| at + 30_000 >= *failover && at <= failover + 30_000);
     let busiest = accepted

@@ -55,7 +55,7 @@ impl AdmissionMetrics {
         registry.register("wasp_admission_review_duration_seconds", "Time to answer one AdmissionReview, by webhook", metrics.duration.clone());
         // Every review series exists from the start, at 0: a rate or an increase then counts the first of each.
         for webhook in ["validate", "mutate"] {
-            for result in ["allowed", "denied", "warned", "mutated", "malformed"] {
+            for result in ["allowed", "denied", "warned", "mutated", "malformed", "busy"] {
                 let _ = metrics.reviews.get_or_create(&ReviewLabels { webhook: webhook.into(), result: result.into() });
             }
         }

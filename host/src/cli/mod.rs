@@ -24,8 +24,6 @@ fn in_build_checkout(relative: &str) -> Option<PathBuf> {
     path.exists().then(|| path.canonicalize().unwrap_or(path))
 }
 
-/// The configuration in `path`, or the built-in one. The built-in one names `plugins/out`, relative to the
-/// working directory; outside a wasp checkout, the default policies of the checkout the binary was built in.
 /// Names in the order people read them: runs of digits compare as numbers, so `worker-2` comes before
 /// `worker-10`.
 fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
@@ -47,6 +45,8 @@ fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
     runs(a).map(key).cmp(runs(b).map(key)).then_with(|| a.cmp(b))
 }
 
+/// The configuration in `path`, or the built-in one. The built-in one names `plugins/out`, relative to the
+/// working directory; outside a wasp checkout, the default policies of the checkout the binary was built in.
 fn config_or_built_in(path: Option<&Path>) -> anyhow::Result<HostConfig> {
     let Some(path) = path else {
         let mut config = HostConfig::built_in();

@@ -313,20 +313,27 @@ fn unreadable(cluster: &SharedCluster, source: &KubePod, error: String) -> Vec<C
     tracing::warn!(pod = %convert::pod_key(source), %error, "cannot read pod");
     let uid = source.metadata.uid.clone().unwrap_or_default();
     let mut changes = forget_pod(cluster, &uid);
+    changes.extend(told_why(source, error));
+    changes
+}
+
+/// For a pod that waits for a scheduler and is not kept: the event that has its owner told why, unless its
+/// condition says so already.
+fn told_why(source: &KubePod, error: String) -> Option<ClusterEvent> {
+    let uid = source.metadata.uid.clone().unwrap_or_default();
     let spec = source.spec.as_ref();
     let waiting = spec.is_some_and(|spec| spec.node_name.as_deref().unwrap_or("").is_empty()) && source.metadata.deletion_timestamp.is_none();
     // Said once: the condition written for it comes back as an update of the same unreadable pod.
     let said = scheduled_condition(source).is_some_and(|condition| condition.status == "False" && condition.reason == "SchedulerError" && condition.message.ends_with(&error));
-    if waiting && !said {
-        changes.push(ClusterEvent::PodUnreadable(Arc::new(UnreadablePod {
+    (waiting && !said).then(|| {
+        ClusterEvent::PodUnreadable(Arc::new(UnreadablePod {
             namespace: source.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
             name: source.metadata.name.clone().unwrap_or_default(),
             uid,
             scheduler_name: spec.and_then(|spec| spec.scheduler_name.clone()).unwrap_or_else(|| "default-scheduler".into()),
             error,
-        })));
-    }
-    changes
+        }))
+    })
 }
 
 /// Uids of every pod the view holds, bound, failed or pending.
@@ -339,6 +346,7 @@ fn known_pods(cluster: &SharedCluster) -> Vec<String> {
 }
 
 fn forget_pod(cluster: &SharedCluster, uid: &str) -> Vec<ClusterEvent> {
+    cluster.waiting_budget.forget(uid);
     let mut changes = Vec::new();
     let mut state = cluster.write();
     state.forget_failed(uid);
@@ -361,6 +369,10 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
     let node = source.spec.as_ref().and_then(|spec| spec.node_name.clone()).filter(|node| !node.is_empty());
     let finished = matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed);
     let mut changes = Vec::new();
+    if node.is_some() || finished || pod.terminating {
+        // It will not wait (bound by anyone, finished, going): no longer deferred either.
+        cluster.waiting_budget.forget(&uid);
+    }
     let waited = cluster.take_pending(&uid);
     if waited.is_some() && node.is_some() && !finished {
         // Someone bound a pod that waited: its scheduler runs (a pod created with its node named proves nothing).
@@ -402,10 +414,14 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
                     cluster.unselect_pending(&waited);
                     changes.push(ClusterEvent::PendingGone { uid: uid.clone() });
                 }
-                changes.extend(unreadable(cluster, source, error));
-                // Past its namespace's budget only: fetched again when the namespace has room.
-                if let Some(bytes) = deferred_bytes {
-                    cluster.waiting_budget.defer(&pod.namespace, &pod.name, &uid, bytes);
+                match deferred_bytes {
+                    // Past its namespace's budget only: deferred, and fetched again when the namespace has room.
+                    Some(bytes) => {
+                        tracing::info!(pod = %convert::pod_key(source), "deferred: its namespace's waiting pods hold the host's budget for one namespace");
+                        cluster.waiting_budget.defer(&pod.namespace, &pod.name, &uid, bytes);
+                        changes.extend(told_why(source, error));
+                    }
+                    None => changes.extend(unreadable(cluster, source, error)),
                 }
                 return changes;
             }
@@ -434,20 +450,39 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
 /// host from 66 to 425 MB.
 pub const MAX_WAITING_POD_BYTES: usize = 64 * 1024;
 
-/// Pods a namespace's budget deferred whose namespace has room now, fetched again and observed as if the watch
-/// had brought them. One that cannot be fetched (the API server failing) is deferred again, to be tried at the
-/// next room; one gone or replaced (another uid) is forgotten.
-async fn readmit_deferred(client: &Client, cluster: &SharedCluster) -> Vec<ClusterEvent> {
+/// Deferred pods fetched again at a time: the watch's events wait meanwhile.
+const READMISSIONS_AT_ONCE: usize = 32;
+/// How long one fetch of a deferred pod may take.
+const READMISSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// When fetches failed, how long before the deferred pods are offered room again.
+const READMISSION_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Pods a namespace's budget deferred whose room is now reserved, fetched again (a few at a time, each within
+/// [`READMISSION_TIMEOUT`]) and observed as if the watch had brought them, in the pod informer's task so they
+/// never race its events. One that cannot be fetched goes back to its place and is offered room again after
+/// [`READMISSION_RETRY`]; one gone or replaced (another uid) is forgotten.
+async fn readmit_deferred(client: &Client, cluster: &Arc<SharedCluster>) -> Vec<ClusterEvent> {
     let mut changes = Vec::new();
-    for (namespace, name, uid) in cluster.waiting_budget.take_readmissions() {
-        match Api::<KubePod>::namespaced(client.clone(), &namespace).get_opt(&name).await {
-            Ok(Some(pod)) if pod.metadata.uid.as_deref() == Some(uid.as_str()) => changes.extend(observe_pod(cluster, &pod)),
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(pod = %format!("{namespace}/{name}"), %error, "cannot fetch a deferred pod; it is tried again when its namespace has room");
-                cluster.waiting_budget.defer(&namespace, &name, &uid, 0);
+    let mut failed = false;
+    for (namespace, name, uid) in cluster.waiting_budget.take_readmissions(READMISSIONS_AT_ONCE) {
+        let pods = Api::<KubePod>::namespaced(client.clone(), &namespace);
+        match tokio::time::timeout(READMISSION_TIMEOUT, pods.get_opt(&name)).await {
+            Ok(Ok(Some(pod))) if pod.metadata.uid.as_deref() == Some(uid.as_str()) => changes.extend(observe_pod(cluster, &pod)),
+            Ok(Ok(_)) => cluster.waiting_budget.forget(&uid),
+            outcome => {
+                let error = outcome.map_or_else(|_| "timed out".to_string(), |result| result.err().map(|error| error.to_string()).unwrap_or_default());
+                tracing::warn!(pod = %format!("{namespace}/{name}"), %error, "cannot fetch a deferred pod; it keeps its place");
+                cluster.waiting_budget.not_fetched(&uid);
+                failed = true;
             }
         }
+    }
+    if failed {
+        let cluster = cluster.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(READMISSION_RETRY).await;
+            cluster.waiting_budget.offer_room_everywhere();
+        });
     }
     changes
 }

@@ -37,7 +37,9 @@ fn truncate(mut text: String, limit: usize) -> String {
 /// for every list element and every string byte before copying them, so an answer past the bound is refused
 /// having cost the host at most the bound: 127 entries naming one 1 MiB string of the guest's memory would
 /// otherwise become 127 MiB in the host before the checks below refused them. Each bound is what those checks
-/// accept after the copy (answer texts, one entry per candidate or pod), plus room for an error message.
+/// accept after the copy (answer texts, one entry per candidate or pod), plus room for an error message. The same
+/// fuel bounds what a guest passes to the host's own imports during the call (WASI output, say), each import
+/// afresh; the host's output sink keeps far less of it.
 pub mod answer_bytes {
     use super::{MAX_ANSWER_TEXT_BYTES, MAX_PROPOSAL_TEXT_BYTES};
     use crate::contract::types::{Eviction, MetricProposal};
@@ -48,9 +50,11 @@ pub mod answer_bytes {
     /// A node name, a pod uid: what a placement or a `room-for` names.
     const NAME: usize = 256;
 
-    /// A verdict and a rejection per candidate, and the rejections' reasons.
+    /// A verdict and a rejection per candidate, and the rejections' reasons: each at least a byte (an empty one
+    /// is refused), so at most [`MAX_ANSWER_TEXT_BYTES`] of them, each an entry besides its text.
     pub fn filter(candidates: usize) -> usize {
-        candidates.saturating_mul(size_of::<u32>() + size_of::<Vec<String>>() + size_of::<String>()).saturating_add(MAX_ANSWER_TEXT_BYTES + SMALL)
+        let reasons = MAX_ANSWER_TEXT_BYTES * (1 + size_of::<String>());
+        candidates.saturating_mul(size_of::<u32>() + size_of::<Vec<String>>()).saturating_add(reasons + SMALL)
     }
 
     pub fn score(candidates: usize) -> usize {

@@ -37,6 +37,7 @@ pub struct SchedulerMetrics {
     pending: Family<QueueLabels, Gauge>,
     longest_wait: Gauge<f64, std::sync::atomic::AtomicU64>,
     leader: Gauge,
+    deferred: Gauge,
 }
 
 impl SchedulerMetrics {
@@ -47,12 +48,14 @@ impl SchedulerMetrics {
             pending: Family::default(),
             longest_wait: Gauge::default(),
             leader: Gauge::default(),
+            deferred: Gauge::default(),
         };
         registry.register("wasp_schedule_attempts", "Scheduling attempts by profile and result (scheduled, unschedulable, error)", metrics.attempts.clone());
         registry.register("wasp_scheduling_e2e_duration_seconds", "From first queued to bound", metrics.e2e.clone());
         registry.register("wasp_pending_pods", "Pods waiting, by queue (active, backoff, unschedulable)", metrics.pending.clone());
         registry.register("wasp_pending_pod_longest_wait_seconds", "How long the pod waiting longest has waited since it was first queued", metrics.longest_wait.clone());
-        registry.register("wasp_leader", "1 while this replica runs the loops (it holds the Lease, or runs without leader election)", metrics.leader.clone());
+        registry.register("wasp_leader", "1 while this replica runs the loops: it holds the Lease and its informers have synced (or it runs without leader election), until a stop begins", metrics.leader.clone());
+        registry.register("wasp_waiting_pods_deferred", "Pods not kept waiting because their namespace's waiting pods hold its budget (scheduler.waitingPodsMibPerNamespace)", metrics.deferred.clone());
         metrics
     }
 
@@ -64,10 +67,18 @@ impl SchedulerMetrics {
         self.e2e.get_or_create(&ProfileLabels { profile: profile.into() }).observe(latency.as_secs_f64());
     }
 
-    /// Scrape-time state: whether this replica leads, and the longest wait in its queue.
-    pub fn state(&self, leading: bool, longest_wait: Duration) {
+    /// Scrape-time state: whether this replica leads, the longest wait in its queue, the pods deferred by
+    /// namespace budgets; and each profile's attempt series, at 0 until its first attempt of each result (so a
+    /// rate counts the first error).
+    pub fn state(&self, leading: bool, longest_wait: Duration, deferred: usize, profiles: &[String]) {
         self.leader.set(i64::from(leading));
         self.longest_wait.set(longest_wait.as_secs_f64());
+        self.deferred.set(deferred as i64);
+        for profile in profiles {
+            for result in ["scheduled", "unschedulable", "error"] {
+                let _ = self.attempts.get_or_create(&AttemptLabels { profile: profile.clone(), result: result.into() });
+            }
+        }
     }
 
     pub fn queue_sizes(&self, sizes: QueueSizes) {

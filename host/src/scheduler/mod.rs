@@ -130,7 +130,7 @@ impl Scheduler {
     /// Brings scrape-time gauges up to date.
     pub fn update_metrics(&self) {
         self.metrics.queue_sizes(self.queue_sizes());
-        self.metrics.state(self.is_running(), self.queue.longest_wait());
+        self.metrics.state(self.is_running(), self.queue.longest_wait(), self.cluster.waiting_budget.deferred(), &self.profile_names());
     }
 
     /// Queues the pending pods of our profiles, and drops queued pods that no longer wait (bound or deleted while
