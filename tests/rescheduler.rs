@@ -639,6 +639,33 @@ async fn a_budgets_refusal_is_retried_later_with_backoff_never_in_a_loop() {
     assert!(table.contains("warning: PodDisruptionBudgets could not be read"), "{table}");
 }
 
+/// A run whose list of PodDisruptionBudgets fails plans with the last list (of the past five minutes): the
+/// taint's eviction, which the budget does not allow, is not sent. Before, such a run counted no budget and sent
+/// it, for the API server to refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_budget_list_fails_plans_with_the_last_list() {
+    let evictions_counted = "{verbs: [create], resources: [pods/eviction], errorRate: 0.0}";
+    let scenario = format!(
+        "faults: {{seed: 7, rules: [{evictions_counted}]}}\nkubelet: {{readyDelay: 10ms}}\nnodeGroups: [{{name: n, count: 2, cpu: '4', memory: 16Gi}}]\n\
+         workloads: [{{name: web, replicas: 2, schedulerName: wasp, cpu: 500m, pdb: {{minAvailable: 2}}}}]\n"
+    );
+    let harness = start(&scenario, config("strategies: [{policy: remove-pods-violating-node-taints}]\ninterval: 1s"), true).await;
+    let before = harness.ready_placements("app=web", 2, Duration::from_secs(20)).await;
+    let rescheduler = harness.host.rescheduler.clone();
+    let runs = rescheduler.stats.runs.load(Ordering::Relaxed);
+    common::eventually_within("two runs that listed the budgets", Duration::from_secs(30), || rescheduler.stats.runs.load(Ordering::Relaxed) >= runs + 2).await;
+    let failing: wasp_sim::faults::FaultSpec =
+        serde_yaml::from_str(&format!("{{seed: 7, rules: [{evictions_counted}, {{verbs: [list], resources: [poddisruptionbudgets.policy], errorRate: 1.0, status: 500}}]}}")).unwrap();
+    harness.simulator.state.faults.replace(failing);
+    harness.taint(before.values().next().unwrap()).await;
+    let runs = rescheduler.stats.runs.load(Ordering::Relaxed);
+    common::eventually_within("five runs after the taint", Duration::from_secs(30), || rescheduler.stats.runs.load(Ordering::Relaxed) >= runs + 5).await;
+    assert!(harness.simulator.state.faults.counts(1).1 >= 5, "the lists failed");
+    assert_eq!(harness.evictions_received(), 0, "the kept budget allows none: nothing sent");
+    let table = harness.host.rescheduler.run_once(true).await.unwrap().table();
+    assert!(table.contains("the plan counts them as listed"), "{table}");
+}
+
 /// Pods of `selector` by name with their node, as the API has them now.
 async fn nodes_of(harness: &Harness, selector: &str) -> BTreeMap<String, Option<String>> {
     let pods = harness.pods().list(&ListParams::default().labels(selector)).await.unwrap().items;

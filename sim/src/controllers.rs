@@ -272,7 +272,7 @@ async fn reconcile(store: &Store, dirty: Dirty) {
         }
         let pods = store.all_in(resources::pods(), &namespace);
         for pdb in budgets {
-            let budget = pdb::budget(&pdb, pods.iter().map(|pod| pod.as_ref()));
+            let budget = pdb::budget(&pdb, pods.iter().map(|pod| pod.as_ref()), |pod| pdb::controller_scale(store, pod));
             let status = pdb::status_of(&budget, &pdb.pointer("/metadata/generation").cloned().unwrap_or(json!(1)));
             let _ = store.mutate(pdbs(), Some(&namespace), name_of(&pdb), |pdb| {
                 pdb["status"] = status;

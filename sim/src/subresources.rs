@@ -180,7 +180,7 @@ fn evict_with_grace(store: &Store, namespace: Option<&str>, name: &str, grace: O
         // simulator's memory jump by ~500 MB for each eviction in a 50k-pod scenario.
         let selector = pdb.pointer("/spec/selector").unwrap_or(&Value::Null);
         let selected = store.list(resources::pods(), Some(namespace_name), 0, None, |candidate| crate::selectors_k8s::label_selector_matches(selector, candidate))?.items;
-        let budget = pdb::budget(pdb, selected.iter().map(|pod| pod.as_ref()));
+        let budget = pdb::budget(pdb, selected.iter().map(|pod| pod.as_ref()), |pod| pdb::controller_scale(store, pod));
         if budget.disruptions_allowed < 1 {
             let pdb_name = crate::store::name_of(pdb);
             return Err(ApiError::too_many_requests(

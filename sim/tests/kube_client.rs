@@ -250,6 +250,45 @@ async fn eviction_respects_disruption_budgets() {
     eventually("the evicted pod to be gone", async || pods.get_opt(&victim).await.unwrap().is_none().then_some(())).await;
 }
 
+/// With `maxUnavailable`, the pods a budget expects are what their controller wants, as the disruption
+/// controller counts them: an evicted pod still terminating beside its replacement is not counted twice, so
+/// `maxUnavailable: 2` allows two evictions in a row, as kube-apiserver does, and refuses the third.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_unavailable_counts_the_controllers_replicas_not_the_terminating_pods() {
+    let scenario = "kubelet: {readyDelay: 50ms, terminationDelay: 60s}\nnodeGroups: [{name: worker, count: 2, cpu: '4', memory: 16Gi}]\n\
+                    workloads: [{name: web, replicas: 4, schedulerName: wasp, cpu: 100m, memory: 64Mi, pdb: {maxUnavailable: 2}}]\n";
+    let (_simulator, client) = start(scenario).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let web = eventually("the deployment's pods", async || {
+        let list = pods.list(&ListParams::default().labels("app=web")).await.unwrap();
+        (list.items.len() == 4).then_some(list.items)
+    })
+    .await;
+    for pod in &web {
+        bind(&client, pod.metadata.name.as_deref().unwrap(), "worker-0").await;
+    }
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    eventually("the budget to count four healthy pods", async || (pdbs.get("web").await.unwrap().status?.current_healthy == 4).then_some(())).await;
+    let evict = |victim: String| {
+        let client = client.clone();
+        async move {
+            let eviction = Eviction { metadata: ObjectMeta { name: Some(victim.clone()), ..Default::default() }, ..Default::default() };
+            let request = http::Request::post(format!("/api/v1/namespaces/default/pods/{victim}/eviction"))
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&eviction).unwrap())
+                .unwrap();
+            client.request::<serde_json::Value>(request).await.map(drop).map_err(|error| error.to_string())
+        }
+    };
+    let name = |index: usize| web[index].metadata.name.clone().unwrap();
+    assert_eq!(evict(name(0)).await, Ok(()));
+    // The first one terminates (for a minute) beside its replacement, which is not Ready (nothing binds it).
+    eventually("the replacement", async || (pods.list(&ListParams::default().labels("app=web")).await.unwrap().items.len() == 5).then_some(())).await;
+    assert_eq!(evict(name(1)).await, Ok(()), "4 wanted, 2 healthy may go: the terminating pod is not expected twice");
+    let third = evict(name(2)).await.unwrap_err();
+    assert!(third.contains("TooManyRequests"), "two are gone, two must stay: {third}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployments_scale_through_the_scale_subresource() {
     let (_simulator, client) = start(SCENARIO).await;

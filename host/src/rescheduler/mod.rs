@@ -112,7 +112,12 @@ pub struct Rescheduler {
     restored: std::sync::atomic::AtomicBool,
     /// The host's own namespace (`POD_NAMESPACE`), protected from evictions with kube-system.
     host_namespace: Option<String>,
+    /// The last PodDisruptionBudgets listed, and when: a run whose list fails plans with them.
+    last_budgets: Mutex<Option<(Instant, Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>)>>,
 }
+
+/// How old the last list of PodDisruptionBudgets may be for a run whose own list failed to plan with it.
+const BUDGETS_KEPT_FOR: Duration = Duration::from_secs(300);
 
 fn wall_seconds() -> i64 {
     jiff::Timestamp::now().as_second()
@@ -138,7 +143,36 @@ impl Rescheduler {
             heartbeat: Heartbeat::default(),
             restored: std::sync::atomic::AtomicBool::new(false),
             host_namespace,
+            last_budgets: Mutex::new(None),
         })
+    }
+
+    /// The budgets a run plans with: listed now or, when the list fails, the last list of the past
+    /// [`BUDGETS_KEPT_FOR`] (a run that counted none sent evictions the Eviction API then refused: a tenth of
+    /// the refusals of the soak, where 2% of lists fail). With neither, the plan counts none and says so; the
+    /// Eviction API still enforces them.
+    async fn budgets(&self) -> (budgets::Budgets, Vec<String>) {
+        let last_budgets = || self.last_budgets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let error = match self.evictor.budgets().await {
+            Ok(objects) => {
+                let planned = budgets::Budgets::from_objects(&objects);
+                *last_budgets() = Some((Instant::now(), objects));
+                return planned;
+            }
+            Err(error) => error,
+        };
+        let kept = last_budgets().as_ref().filter(|(listed, _)| listed.elapsed() < BUDGETS_KEPT_FOR).map(|(listed, objects)| (listed.elapsed(), objects.clone()));
+        match kept {
+            Some((age, objects)) => {
+                let (planned, mut warnings) = budgets::Budgets::from_objects(&objects);
+                warnings.push(format!("PodDisruptionBudgets could not be read ({error}); the plan counts them as listed {} s ago", age.as_secs()));
+                (planned, warnings)
+            }
+            None => (
+                budgets::Budgets::default(),
+                vec![format!("PodDisruptionBudgets could not be read ({error}); the plan does not count them, the Eviction API still enforces them")],
+            ),
+        }
     }
 
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
@@ -177,13 +211,7 @@ impl Rescheduler {
         let dry_run = force_dry_run || section.dry_run;
         let _busy = self.heartbeat.busy();
         let started = Instant::now();
-        let (budgets, mut warnings) = match self.evictor.budgets().await {
-            Ok(objects) => budgets::Budgets::from_objects(&objects),
-            Err(error) => (
-                budgets::Budgets::default(),
-                vec![format!("PodDisruptionBudgets could not be read ({error}); the plan does not count them, the Eviction API still enforces them")],
-            ),
-        };
+        let (budgets, mut warnings) = self.budgets().await;
         let kept_in = generation.config.leader_election.lease_namespace.clone();
         if !self.restored.swap(true, Ordering::Relaxed) {
             match self.evictor.load_memory(&kept_in).await {
