@@ -445,7 +445,12 @@ async fn a_leader_told_to_stop_finishes_its_bindings_and_releases_the_lease_to_t
 
     // Stopped in the middle of a burst: what it decided is bound, the rest is the standby's.
     let harness_client = api_of(&simulator).client;
-    create_pods(&harness_client, "burst", 200).await;
+    // Created while the leader binds: it is stopped at its first binding, with most of the burst still to come
+    // (created first and then waited on, the burst was sometimes all bound before the stop).
+    let creating = tokio::spawn({
+        let client = harness_client.clone();
+        async move { create_pods(&client, "burst", 200).await }
+    });
     common::eventually("the leader's first binding", || first.scheduler.stats.bind_requests.load(Ordering::Relaxed) > 0).await;
     first.stop();
     let stopped = tokio::time::timeout(Duration::from_secs(10), leader).await.expect("the leader stopped in time").unwrap();
@@ -461,11 +466,12 @@ async fn a_leader_told_to_stop_finishes_its_bindings_and_releases_the_lease_to_t
     // It watches the Lease: the release is seen at once, not at its next 2 s retry.
     let took_over = released.elapsed();
     assert!(took_over < Duration::from_millis(1000), "the standby led {took_over:?} after the release");
+    creating.await.unwrap();
     let pods: Api<Pod> = Api::namespaced(harness_client.clone(), "default");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let listed = pods.list(&ListParams::default().labels("batch=burst")).await.unwrap().items;
-        if listed.iter().all(|pod| pod.spec.as_ref().unwrap().node_name.is_some()) {
+        if listed.len() == 200 && listed.iter().all(|pod| pod.spec.as_ref().unwrap().node_name.is_some()) {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "the standby did not place the rest");
