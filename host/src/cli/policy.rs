@@ -1,11 +1,12 @@
-//! `wasp policy new|build|inspect|eval|test`: start a policy crate, build it, look inside a component, run it on
-//! Kubernetes YAML or on a simulated cluster.
+//! `wasp policy new|build|inspect|eval|test|sign|verify|generate-key-pair`: start a policy crate, build it, look
+//! inside a component, run it on Kubernetes YAML or on a simulated cluster, sign it and check its signature.
 
 use super::manifests;
 use crate::cluster::{convert, ClusterState};
 use crate::policy::{LoadedPolicy, PolicyOptions};
 use crate::contract::types::PolicyKind;
 use crate::contract::{EvictContext, PendingPod};
+use crate::registry::signature;
 use crate::runtime::Runtime;
 use anyhow::Context;
 use clap::Subcommand;
@@ -57,6 +58,35 @@ pub enum PolicyCommand {
         #[arg(long)]
         settings: Option<String>,
     },
+    /// Sign a component with cosign's private key file (as `cosign sign-blob --key`; the password from
+    /// COSIGN_PASSWORD). The uncompressed component is signed: the signature holds for NAME.wasm, NAME.wasm.zst and
+    /// the component in a bundle.
+    Sign {
+        file: PathBuf,
+        /// cosign's private key (`cosign generate-key-pair` or `wasp policy generate-key-pair`).
+        #[arg(long)]
+        key: PathBuf,
+        /// Where the signature goes (default: NAME.wasm.sig beside the component, where the host looks).
+        #[arg(long)]
+        output_signature: Option<PathBuf>,
+    },
+    /// Check a component's signature with a public key, as the host does before loading it (and as
+    /// `cosign verify-blob --key` does).
+    Verify {
+        file: PathBuf,
+        /// A public key (PEM), such as cosign.pub; repeat for several: one of them must have signed.
+        #[arg(long = "key", required = true)]
+        keys: Vec<PathBuf>,
+        /// The signature (default: NAME.wasm.sig beside the component).
+        #[arg(long)]
+        signature: Option<PathBuf>,
+    },
+    /// Write a new key pair in cosign's format (PREFIX.key encrypted with COSIGN_PASSWORD, PREFIX.pub), for teams
+    /// without cosign; cosign's own keys work the same.
+    GenerateKeyPair {
+        #[arg(long, default_value = "cosign")]
+        output_key_prefix: String,
+    },
     /// Try a component on a simulated cluster: `wasp simulate --policy FILE.wasm` with the scenario given.
     #[cfg(feature = "sim")]
     Test {
@@ -89,6 +119,9 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
         PolicyCommand::Eval { file, pod, nodes, pods, settings } => {
             eval(&file, &pod, &nodes, pods.as_deref(), settings.as_deref())
         }
+        PolicyCommand::Sign { file, key, output_signature } => sign(&file, &key, output_signature),
+        PolicyCommand::Verify { file, keys, signature } => verify(&file, &keys, signature),
+        PolicyCommand::GenerateKeyPair { output_key_prefix } => generate_key_pair(&output_key_prefix),
         #[cfg(feature = "sim")]
         PolicyCommand::Test { file, scenario, config } => super::simulate::run(super::simulate::SimulateArgs::trying(file, scenario, config)),
     }
@@ -132,6 +165,46 @@ fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
     for line in descriptor.settings_doc.lines() {
         println!("           {line}");
     }
+    Ok(())
+}
+
+/// `COSIGN_PASSWORD`, empty when unset (cosign would prompt; wasp runs where nobody can answer).
+fn password() -> Vec<u8> {
+    std::env::var_os(signature::PASSWORD_VARIABLE).map(|value| value.into_encoded_bytes()).unwrap_or_default()
+}
+
+fn sign(file: &Path, key: &Path, output: Option<PathBuf>) -> anyhow::Result<()> {
+    let component = crate::registry::bundle::read_component(file)?;
+    let signer = signature::SigningKey::read(key, &password()).map_err(anyhow::Error::msg)?;
+    let output = output.unwrap_or_else(|| signature::signature_path(file));
+    std::fs::write(&output, signer.sign(&component).map_err(anyhow::Error::msg)?).with_context(|| format!("writing {}", output.display()))?;
+    println!("signed {} (sha256 {}) into {}", file.display(), crate::registry::source::sha256_hex(&component), output.display());
+    Ok(())
+}
+
+fn verify(file: &Path, keys: &[PathBuf], signature_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let component = crate::registry::bundle::read_component(file)?;
+    let keys = keys.iter().map(|path| signature::PublicKey::read(path)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    let signature_file = signature_file.unwrap_or_else(|| signature::signature_path(file));
+    let text = crate::registry::source::read_regular(&signature_file, signature::MAX_SIGNATURE_BYTES).with_context(|| format!("reading the signature {}", signature_file.display()))?;
+    let key = signature::verify(&keys, &component, Some(&text)).map_err(|error| anyhow::anyhow!("{}: {error}", file.display()))?;
+    println!("verified {} (sha256 {}): signed by {}", file.display(), crate::registry::source::sha256_hex(&component), key.name);
+    Ok(())
+}
+
+fn generate_key_pair(prefix: &str) -> anyhow::Result<()> {
+    let (private, public) = signature::generate_key_pair(&password()).map_err(anyhow::Error::msg)?;
+    let (private_path, public_path) = (format!("{prefix}.key"), format!("{prefix}.pub"));
+    // Never over an existing key (a lost private key cannot be recovered), and readable by its owner only.
+    let write_new = |path: &str, text: &str, mode: u32| {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path).with_context(|| format!("writing {path} (an existing file is not overwritten)"))?;
+        file.write_all(text.as_bytes()).with_context(|| format!("writing {path}"))
+    };
+    write_new(&private_path, &private, 0o600)?;
+    write_new(&public_path, &public, 0o644)?;
+    println!("private key written to {private_path} (encrypted with {}), public key to {public_path}", signature::PASSWORD_VARIABLE);
     Ok(())
 }
 

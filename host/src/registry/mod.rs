@@ -15,6 +15,7 @@ pub mod bundle;
 mod canary;
 pub mod metrics;
 mod plans;
+pub mod signature;
 pub mod source;
 pub mod watch;
 
