@@ -3,7 +3,8 @@
 # kube-controller-manager, kwok, kube-scheduler) into target/controlplane/wasp-controlplane, and kube-scheduler's
 # own command from the same modules (the side-by-side benchmark's reference) into target/controlplane/kube-scheduler,
 # and the descheduler's (sigs.k8s.io/descheduler, the rescheduling side by side's reference) into
-# target/controlplane/descheduler.
+# target/controlplane/descheduler; and cosign (tools/cosign, its own module: tests/signatures.rs checks wasp's policy
+# signatures against cosign's) into target/tools/cosign.
 # Go keeps its module and build caches on the machine: the first build compiles Kubernetes (about 6-10 minutes on
 # 2 cores), later ones are incremental (seconds).
 set -euo pipefail
@@ -11,3 +12,5 @@ cd "$(dirname "$0")/../controlplane"
 go build -o ../target/controlplane/wasp-controlplane .
 go build -o ../target/controlplane/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 go build -o ../target/controlplane/descheduler sigs.k8s.io/descheduler/cmd/descheduler
+cd ../tools/cosign
+go build -o ../../target/tools/cosign github.com/sigstore/cosign/v2/cmd/cosign

@@ -187,7 +187,7 @@ fn verify(file: &Path, keys: &[PathBuf], signature_file: Option<PathBuf>) -> any
     let keys = keys.iter().map(|path| signature::PublicKey::read(path)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
     let signature_file = signature_file.unwrap_or_else(|| signature::signature_path(file));
     let text = crate::registry::source::read_regular(&signature_file, signature::MAX_SIGNATURE_BYTES).with_context(|| format!("reading the signature {}", signature_file.display()))?;
-    let key = signature::verify(&keys, &component, Some(&text)).map_err(|error| anyhow::anyhow!("{}: {error}", file.display()))?;
+    let key = signature::verify(&keys.iter().collect::<Vec<_>>(), &component, Some(&text)).map_err(|error| anyhow::anyhow!("{}: {error}", file.display()))?;
     println!("verified {} (sha256 {}): signed by {}", file.display(), crate::registry::source::sha256_hex(&component), key.name);
     Ok(())
 }

@@ -6,11 +6,13 @@ mod admission;
 mod autoscaler;
 mod policy;
 mod rescheduler;
+mod verification;
 
 pub use admission::{AdmissionMode, AdmissionSection};
 pub use autoscaler::AutoscalerSection;
 pub use policy::{OperationDeadlines, PolicyConfig};
 pub use rescheduler::{EvictionLimits, NamespaceFilter, Pacing, Protections, ReschedulerSection, Strategy, SYSTEM_CRITICAL_PRIORITY};
+pub use verification::Verification;
 
 use crate::contract::types::PolicyKind;
 use crate::kube::leader::LeaderElection;
@@ -35,6 +37,9 @@ pub struct HostConfig {
     /// Per-policy settings and limits; policies not listed run with their defaults.
     #[serde(default)]
     pub policies: BTreeMap<String, PolicyConfig>,
+    /// The keys that must have signed every policy (unless the policy has its own `verification`).
+    #[serde(default)]
+    pub verification: Verification,
     pub scheduler: SchedulerSection,
     /// Present: the rescheduler's evict policies are loaded and kept current.
     #[serde(default)]
@@ -171,15 +176,32 @@ impl HostConfig {
         Self::parse_at(&text, path).with_context(|| format!("configuration {}", path.display()))
     }
 
-    /// The configuration read from the file at `path`: a relative `policyDir` is relative to the file's folder,
-    /// as a user reading the file expects, not to wherever the host was started.
+    /// The configuration read from the file at `path`: a relative `policyDir` (or key file) is relative to the
+    /// file's folder, as a user reading the file expects, not to wherever the host was started.
     pub fn parse_at(text: &str, path: &Path) -> anyhow::Result<HostConfig> {
         let mut config = Self::parse(text)?;
+        let folder = path.parent().filter(|folder| !folder.as_os_str().is_empty()).unwrap_or(Path::new("."));
         if config.policy_dir.is_relative() {
-            let folder = path.parent().filter(|folder| !folder.as_os_str().is_empty()).unwrap_or(Path::new("."));
             config.policy_dir = folder.join(&config.policy_dir);
         }
+        config.verification.resolve_keys(folder);
+        for verification in config.policies.values_mut().filter_map(|policy| policy.verification.as_mut()) {
+            verification.resolve_keys(folder);
+        }
         Ok(config)
+    }
+
+    /// The keys that must have signed `policy`: its own `verification`, else the general one.
+    pub fn verification_for(&self, policy: &str) -> &Verification {
+        self.policies.get(policy).and_then(|config| config.verification.as_ref()).unwrap_or(&self.verification)
+    }
+
+    /// Every key file the policies in use are checked with, once.
+    pub fn key_files(&self) -> Vec<&Path> {
+        let mut files: Vec<&Path> = self.policy_names().iter().flat_map(|name| self.verification_for(name).keys.iter().map(PathBuf::as_path)).collect();
+        files.sort();
+        files.dedup();
+        files
     }
 
     /// The built-in configuration (the default policy set in `plugins/out`).
@@ -259,6 +281,7 @@ impl HostConfig {
         }
         let profiles: Vec<&str> = scheduler.profiles.iter().map(|profile| profile.scheduler_name.as_str()).collect();
         self.admission.validate(&profiles)?;
+        self.verification.validate("verification")?;
         for (name, policy) in &self.policies {
             policy.validate(&format!("policies.{name}"))?;
         }

@@ -1,4 +1,5 @@
-//! How one policy runs: its settings, sandbox limits (a deadline per operation, a memory cap) and failure mode.
+//! How one policy runs: its settings, sandbox limits (a deadline per operation, a memory cap), failure mode and
+//! the keys that must have signed it.
 
 use crate::policy::FailureMode;
 use crate::runtime::Limits;
@@ -29,6 +30,9 @@ pub struct PolicyConfig {
     /// fail-open passes them); scores, evictions and scaling take no action on failure in either mode.
     #[serde(default)]
     pub failure_mode: FailureMode,
+    /// The keys that must have signed this policy, instead of the general `verification`.
+    #[serde(default)]
+    pub verification: Option<super::Verification>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
@@ -65,6 +69,9 @@ impl PolicyConfig {
             }
         }
         check_deadline(&format!("{field}.deadline"), self.deadline)?;
+        if let Some(verification) = &self.verification {
+            verification.validate(&format!("{field}.verification"))?;
+        }
         let per_operation = &self.deadlines;
         for (name, deadline) in [("filter", per_operation.filter), ("score", per_operation.score), ("evict", per_operation.evict), ("scale", per_operation.scale)] {
             check_deadline(&format!("{field}.deadlines.{name}"), deadline)?;

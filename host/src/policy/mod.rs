@@ -56,6 +56,8 @@ pub struct LoadedPolicy {
     /// The label keys its settings name (its `configure` answer): views with `selected` labels keep them.
     pub settings_label_keys: Vec<String>,
     pub loaded_at: SystemTime,
+    /// The key that signed this component, when the registry checked (see `registry::signature`).
+    pub signed_by: Option<String>,
     name: Arc<str>,
     runtime: Arc<Runtime>,
     pre: PolicyComponentPre<crate::runtime::InstanceState>,
@@ -238,6 +240,7 @@ impl LoadedPolicy {
             options,
             settings_label_keys,
             loaded_at: SystemTime::now(),
+            signed_by: None,
             name,
             runtime: runtime.clone(),
             pre,

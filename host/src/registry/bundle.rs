@@ -4,13 +4,14 @@
 //! The components share most of their bytes (std, serde, the contract's glue): compressed one by one they keep
 //! ~32% of their size, but a zstd window that spans the whole archive finds what they share, and 31 components of
 //! 8.2 MB become a bundle of 436 KiB. A bundle is a plain tar of `NAME.wasm` files compressed with zstd:
-//! `wasp configmap --bundle` makes one, and so does `tar -c *.wasm | zstd -19 --long=27`. A single compressed
-//! component is what `zstd -19 NAME.wasm` (or `wasp policy build`) writes: for a policy of one's own next to the
+//! `wasp configmap --bundle` makes one, and so does `tar -c *.wasm | zstd -19 --long=27`. A bundle may carry each
+//! component's signature as `NAME.wasm.sig` (see [`super::signature`]). A single compressed component is what `zstd -19 NAME.wasm` (or `wasp policy build`) writes: for a policy of one's own next to the
 //! bundle, or in a ConfigMap of its own, at a third of the size.
 //!
 //! Unpacking is bounded (entries, each entry's size, the total, the decoder's window), so a compressed file cannot
 //! make the host read or allocate more than a directory of loose files could.
 
+use super::signature::{MAX_SIGNATURE_BYTES, SIGNATURE_SUFFIX};
 use super::source::MAX_POLICY_BYTES;
 use std::io::Read;
 
@@ -68,7 +69,8 @@ pub fn read_component(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// The `(file name, bytes)` of each component in a bundle, or why it is not one.
+/// The `(file name, bytes)` of each component (`NAME.wasm`) and signature (`NAME.wasm.sig`) in a bundle, or why
+/// it is not one.
 pub fn unpack(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
     let decoder = decoder(bytes, "a bundle is a tar of NAME.wasm files compressed with zstd")?;
     let mut archive = tar::Archive::new(decoder.take(MAX_UNPACKED_BYTES + 1));
@@ -82,12 +84,16 @@ pub fn unpack(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
         if kind.is_dir() && (path.is_empty() || path == ".") {
             continue;
         }
-        if !kind.is_file() || path.contains('/') || !path.ends_with(".wasm") {
-            return Err(format!("entry {path:?}: a bundle holds only NAME.wasm files at its top level"));
+        let signature = path.ends_with(SIGNATURE_SUFFIX);
+        if !kind.is_file() || path.contains('/') || !(path.ends_with(".wasm") || signature) {
+            return Err(format!("entry {path:?}: a bundle holds only NAME.wasm files and their NAME.wasm.sig signatures at its top level"));
         }
         let size = entry.size();
         if size > MAX_POLICY_BYTES {
             return Err(format!("entry {path}: {size} bytes is more than the {MAX_POLICY_BYTES} a policy may have"));
+        }
+        if signature && size > MAX_SIGNATURE_BYTES {
+            return Err(format!("entry {path}: {size} bytes is more than the {MAX_SIGNATURE_BYTES} a signature may have"));
         }
         if components.len() == MAX_ENTRIES {
             return Err(format!("more than {MAX_ENTRIES} entries"));
@@ -164,7 +170,7 @@ mod tests {
     fn only_top_level_components_and_bounded_sizes_are_accepted() {
         let compress = |tar: Vec<u8>| zstd::bulk::compress(&tar, 3).unwrap();
         let nested = compress(tar_of(&[("dir/a.wasm", b"x", tar::EntryType::Regular)]));
-        assert_eq!(unpack(&nested).unwrap_err(), r#"entry "dir/a.wasm": a bundle holds only NAME.wasm files at its top level"#);
+        assert_eq!(unpack(&nested).unwrap_err(), r#"entry "dir/a.wasm": a bundle holds only NAME.wasm files and their NAME.wasm.sig signatures at its top level"#);
         let other = compress(tar_of(&[("notes.txt", b"x", tar::EntryType::Regular)]));
         assert!(unpack(&other).unwrap_err().starts_with(r#"entry "notes.txt""#));
         let link = compress(tar_of(&[("a.wasm", b"", tar::EntryType::Symlink)]));

@@ -21,13 +21,14 @@ pub mod watch;
 
 pub use plans::{resolve, Plans, ProfilePolicies};
 
-use crate::config::{describe_users, HostConfig};
+use crate::config::{describe_users, HostConfig, Verification};
 use crate::policy::metrics::PolicyMetrics;
 use crate::policy::{LoadedPolicy, PolicyOptions};
 use crate::runtime::{off_async_worker, Runtime};
 use arc_swap::ArcSwap;
 use metrics::{PolicyInfoLabels, ReloadMetrics};
 use serde::Serialize;
+use signature::PublicKey;
 use source::{Fingerprint, PolicyFile, SourceSnapshot};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -58,6 +59,8 @@ pub enum RefusalReason {
     Kinds,
     /// A policy something uses has no file.
     Missing,
+    /// Its signature is missing where one is required, does not check, or a key cannot be read.
+    Signature,
     /// The configuration does not parse, is invalid, or names what cannot serve.
     Config,
 }
@@ -71,6 +74,7 @@ impl RefusalReason {
             RefusalReason::Canary => "canary",
             RefusalReason::Kinds => "kinds",
             RefusalReason::Missing => "missing",
+            RefusalReason::Signature => "signature",
             RefusalReason::Config => "config",
         }
     }
@@ -152,6 +156,9 @@ pub struct PolicyStatus {
     pub memory_bytes: u64,
     /// Why the last update of this policy was refused (its last good version serves).
     pub last_error: Option<String>,
+    /// The key whose signature was checked before the serving version was compiled; none when not checked or
+    /// unsigned (`verification.require` false).
+    pub signed_by: Option<String>,
     /// Its circuit breaker: open while its failure mode answers for it after failures in a row.
     pub breaker: crate::policy::breaker::BreakerStatus,
 }
@@ -198,6 +205,34 @@ fn options_for(config: &HostConfig, name: &str) -> PolicyOptions {
     PolicyOptions { settings: policy_config.settings_json(), limits: policy_config.limits(), failure_mode: policy_config.failure_mode }
 }
 
+/// The verification keys a configuration names, read (or why not) once per reload.
+type KeyRing = BTreeMap<PathBuf, Result<PublicKey, String>>;
+
+/// Which key signed `file`, checked as `verification` asks before anything of it is compiled: none when signatures
+/// are not checked, or when one is missing and not required; a refusal when one is missing and required, when it
+/// does not check with any of the keys, or when a key cannot be read.
+fn signer_of(file: &PolicyFile, verification: &Verification, keys: &KeyRing) -> Result<Option<String>, Refusal> {
+    if !verification.checks() {
+        return Ok(None);
+    }
+    let refuse = |why: &str| Refusal::new(RefusalReason::Signature, format!("policy {}: refused before it was compiled: {why}", file.path.display()));
+    let signature = match &file.signature {
+        None if !verification.require => return Ok(None),
+        None => None,
+        Some(Err(error)) => return Err(refuse(&format!("its signature cannot be read: {error}"))),
+        Some(Ok(bytes)) => Some(bytes.as_slice()),
+    };
+    let mut usable = Vec::new();
+    for path in &verification.keys {
+        match keys.get(path) {
+            Some(Ok(key)) => usable.push(key),
+            Some(Err(error)) => return Err(refuse(error)),
+            None => return Err(refuse(&format!("verification key {} was not read", path.display()))),
+        }
+    }
+    signature::verify(&usable, &file.bytes, signature).map(|key| Some(key.name.clone())).map_err(|why| refuse(&why))
+}
+
 /// Policies, the names that got a new version, and the refusals by policy name.
 type BuiltPolicies = (BTreeMap<String, Arc<LoadedPolicy>>, Vec<String>, Vec<(String, Refusal)>);
 
@@ -215,7 +250,7 @@ impl PolicyRegistry {
             tracing::warn!(%message, "a file of the policy directory is not used");
         }
         let registry = Self::serving(runtime, &config, config_path, Plans::default());
-        *registry.fingerprint.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = snapshot.fingerprint();
+        *registry.fingerprint.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = snapshot.fingerprint().with_files(&config.key_files());
         let (policies, _, errors) = registry.build_policies(&config, &snapshot, &registry.current.load());
         if let Some((_, refusal)) = errors.into_iter().next() {
             anyhow::bail!(refusal.message);
@@ -294,7 +329,7 @@ impl PolicyRegistry {
         let old = self.current();
         let mut snapshot = SourceSnapshot::read_packed(&old.config.policy_dir, self.config_path.as_deref());
         self.reload_metrics.directory_read();
-        let new_fingerprint = snapshot.fingerprint();
+        let new_fingerprint = snapshot.fingerprint().with_files(&old.config.key_files());
         if new_fingerprint == *fingerprint {
             return ReloadReport { generation: old.number, unchanged: true, ..Default::default() };
         }
@@ -424,11 +459,12 @@ impl PolicyRegistry {
         Ok((Generation { number: old.number + 1, config: config.clone(), policies, plans }, swapped))
     }
 
-    /// Every policy `config` names: the serving version when neither its file nor its options changed, else a
-    /// new load that passed the canary and serves its users' kinds, else (with the refusal) the serving
-    /// version if any.
+    /// Every policy `config` names: the serving version when neither its file, its options nor its signer changed,
+    /// else a new load whose signature checked (before anything of it is compiled) and that passed the canary and
+    /// serves its users' kinds, else (with the refusal) the serving version if any.
     fn build_policies(&self, config: &HostConfig, snapshot: &SourceSnapshot, old: &Generation) -> BuiltPolicies {
         let (mut policies, mut swapped, mut errors) = (BTreeMap::new(), Vec::new(), Vec::new());
+        let keys: KeyRing = config.key_files().into_iter().map(|path| (path.to_path_buf(), PublicKey::read(path))).collect();
         for (name, users) in config.policy_users() {
             let options = options_for(config, &name);
             let serving = old.policies.get(&name);
@@ -451,14 +487,20 @@ impl PolicyRegistry {
                 }
                 continue;
             };
-            if let Some(serving) = serving.filter(|serving| serving.digest == file.digest && serving.options == options) {
-                policies.insert(name, serving.clone());
-                continue;
-            }
-            match self.load_and_canary(&name, file, options, &users) {
+            let loaded = signer_of(file, config.verification_for(&name), &keys).and_then(|signed_by| {
+                let unchanged = |serving: &&Arc<LoadedPolicy>| serving.digest == file.digest && serving.options == options && serving.signed_by == signed_by;
+                match serving.filter(unchanged) {
+                    Some(serving) => Ok(serving.clone()),
+                    None => self.load_and_canary(&name, file, options.clone(), &users).map(|mut policy| {
+                        policy.signed_by = signed_by;
+                        swapped.push(name.clone());
+                        Arc::new(policy)
+                    }),
+                }
+            });
+            match loaded {
                 Ok(policy) => {
-                    swapped.push(name.clone());
-                    policies.insert(name, Arc::new(policy));
+                    policies.insert(name, policy);
                 }
                 Err(mut refusal) => {
                     if let Some(serving) = serving {
@@ -533,6 +575,7 @@ impl PolicyRegistry {
                     loaded_at: timestamp(policy.loaded_at),
                     memory_bytes: policy.memory_in_use(),
                     breaker: policy.breaker_status(),
+                    signed_by: policy.signed_by.clone(),
                     last_error: outcome.errors.get(&Subject::Policy(policy.name().to_string())).cloned(),
                 })
                 .collect(),

@@ -103,11 +103,11 @@ pub fn decode_signature(text: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 /// Which of `keys` signed `component`, or why none did. `signature` is the `.sig` file's contents, if there is one.
-pub fn verify<'a>(keys: &'a [PublicKey], component: &[u8], signature: Option<&[u8]>) -> Result<&'a PublicKey, String> {
+pub fn verify<'a>(keys: &[&'a PublicKey], component: &[u8], signature: Option<&[u8]>) -> Result<&'a PublicKey, String> {
     let names = || keys.iter().map(|key| key.name.as_str()).collect::<Vec<_>>().join(", ");
     let signature = signature.ok_or_else(|| format!("it is not signed (no {SIGNATURE_SUFFIX} file), and a signature by one of {} is required", names()))?;
     let signature = decode_signature(signature)?;
-    keys.iter().find(|key| key.signed(component, &signature)).ok_or_else(|| format!("its signature is not by any of the keys {} (or the component was changed after signing)", names()))
+    keys.iter().copied().find(|key| key.signed(component, &signature)).ok_or_else(|| format!("its signature is not by any of the keys {} (or the component was changed after signing)", names()))
 }
 
 /// cosign's encrypted private key: the JSON inside the PEM block (go-securesystemslib's `encrypted` format).
@@ -269,14 +269,15 @@ mod tests {
         let signer = SigningKey::decrypt("cosign.key", private.as_bytes(), b"secret").unwrap();
         let key = PublicKey::from_pem("cosign.pub", public.as_bytes()).unwrap();
         let signature = signer.sign(b"\0asm component").unwrap();
-        let keys = [key];
+        let keys = [&key];
         assert_eq!(verify(&keys, b"\0asm component", Some(signature.as_bytes())).unwrap().name, "cosign.pub");
         let tampered = verify(&keys, b"\0asm componenT", Some(signature.as_bytes())).unwrap_err();
         assert!(tampered.contains("not by any of the keys cosign.pub"), "{tampered}");
         let unsigned = verify(&keys, b"\0asm component", None).unwrap_err();
         assert!(unsigned.contains("not signed (no .wasm.sig file)"), "{unsigned}");
         let (_, other_public) = generate_key_pair(b"").unwrap();
-        let other = [PublicKey::from_pem("other.pub", other_public.as_bytes()).unwrap()];
+        let other = PublicKey::from_pem("other.pub", other_public.as_bytes()).unwrap();
+        let other = [&other];
         assert!(verify(&other, b"\0asm component", Some(signature.as_bytes())).is_err());
         assert!(verify(&keys, b"\0asm component", Some(b"not base64!")).unwrap_err().contains("base64"));
     }

@@ -4,9 +4,11 @@
 //! points `..data` at it and exposes each key as a symlink `name -> ..data/name`. Entries starting with `..` are
 //! the writer's own and are skipped; reading a visible name follows the symlinks to the current data. Policies
 //! are `NAME.wasm` files, `NAME.wasm.zst` files (one compressed component) or components of a bundle
-//! (`*.tar.zst`, see [`super::bundle`]).
+//! (`*.tar.zst`, see [`super::bundle`]). A component's signature is `NAME.wasm.sig` beside it or in its bundle
+//! (see [`super::signature`]).
 
 use super::bundle::{decompress, unpack, BUNDLE_SUFFIX, COMPRESSED_SUFFIX};
+use super::signature::{MAX_SIGNATURE_BYTES, SIGNATURE_SUFFIX};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -50,6 +52,15 @@ pub struct PolicyFile {
     pub bytes: Vec<u8>,
     /// sha256 of `bytes`, hex.
     pub digest: String,
+    /// Its `NAME.wasm.sig`, if there is one: loose beside it, else in its bundle; an error if it cannot be read.
+    pub signature: Option<Result<Vec<u8>, String>>,
+}
+
+impl PolicyFile {
+    fn new(path: PathBuf, bytes: Vec<u8>) -> PolicyFile {
+        let digest = sha256_hex(&bytes);
+        PolicyFile { path, bytes, digest, signature: None }
+    }
 }
 
 /// What the policy directory and configuration file hold at one moment.
@@ -65,6 +76,8 @@ pub struct SourceSnapshot {
     pub failed: BTreeMap<String, String>,
     /// Bundles read but not unpacked yet ([`Self::unpack_bundles`]).
     packed: Vec<(PathBuf, Vec<u8>)>,
+    /// Loose `NAME.wasm.sig` files by policy name, given to the components when the bundles are unpacked.
+    signatures: BTreeMap<String, Result<Vec<u8>, String>>,
     fingerprint: Fingerprint,
 }
 
@@ -75,6 +88,18 @@ pub struct SourceSnapshot {
 pub struct Fingerprint {
     files: BTreeMap<String, String>,
     config: Option<String>,
+}
+
+impl Fingerprint {
+    /// This fingerprint with the contents of `files` too: the verification keys, so that a key rotated in its
+    /// Secret is a change that checks every signature again.
+    pub fn with_files(mut self, files: &[&Path]) -> Fingerprint {
+        for path in files {
+            let state = read_regular(path, MAX_SIGNATURE_BYTES).map_or_else(|error| error.to_string(), |bytes| sha256_hex(&bytes));
+            self.files.insert(format!("key {}", path.display()), state);
+        }
+        self
+    }
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -98,6 +123,7 @@ impl SourceSnapshot {
             unreadable: Vec::new(),
             failed: BTreeMap::new(),
             packed: Vec::new(),
+            signatures: BTreeMap::new(),
             fingerprint: Fingerprint::default(),
         };
         let (mut compressed, mut bundles) = (Vec::new(), Vec::new());
@@ -108,6 +134,11 @@ impl SourceSnapshot {
                     if file_name.starts_with("..") {
                         continue;
                     }
+                    if let Some(name) = file_name.strip_suffix(SIGNATURE_SUFFIX) {
+                        let signature = read_regular(&entry.path(), MAX_SIGNATURE_BYTES).map_err(|error| format!("{}: {error}", entry.path().display()));
+                        snapshot.signatures.insert(name.to_string(), signature);
+                        continue;
+                    }
                     let bundle = file_name.ends_with(BUNDLE_SUFFIX);
                     let zst = file_name.strip_suffix(COMPRESSED_SUFFIX);
                     let Some(name) = file_name.strip_suffix(".wasm").or(zst).or(bundle.then_some(file_name.as_str())) else { continue };
@@ -116,8 +147,7 @@ impl SourceSnapshot {
                         Ok(bytes) if bundle => bundles.push((path, bytes)),
                         Ok(bytes) if zst.is_some() => compressed.push((name.to_string(), path, bytes)),
                         Ok(bytes) => {
-                            let digest = sha256_hex(&bytes);
-                            snapshot.policies.insert(name.to_string(), PolicyFile { path, bytes, digest });
+                            snapshot.policies.insert(name.to_string(), PolicyFile::new(path, bytes));
                         }
                         // A symlink left dangling for an instant by a writer: the next event rescans.
                         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -141,6 +171,10 @@ impl SourceSnapshot {
         let mut files: BTreeMap<String, String> = snapshot.policies.iter().map(|(name, file)| (name.clone(), file.digest.clone())).collect();
         files.extend(snapshot.failed.iter().map(|(name, error)| (name.clone(), error.clone())));
         files.extend(bundles.iter().map(|(path, bytes): &(PathBuf, Vec<u8>)| (path.display().to_string(), sha256_hex(bytes))));
+        files.extend(snapshot.signatures.iter().map(|(name, signature)| {
+            let state = signature.as_ref().map_or_else(Clone::clone, |bytes| sha256_hex(bytes));
+            (format!("{name}{SIGNATURE_SUFFIX}"), state)
+        }));
         let config = snapshot.config.as_ref().map(|text| match text {
             Ok(text) => sha256_hex(text.as_bytes()),
             Err(error) => error.clone(),
@@ -150,10 +184,19 @@ impl SourceSnapshot {
         snapshot
     }
 
-    /// Adds the bundles' components (see [`Self::add_bundles`]).
+    /// Adds the bundles' components (see [`Self::add_bundles`]), then gives each component its loose signature, which
+    /// takes precedence over its bundle's.
     pub fn unpack_bundles(&mut self) {
         let bundles = std::mem::take(&mut self.packed);
         self.add_bundles(bundles);
+        for (name, signature) in std::mem::take(&mut self.signatures) {
+            if let Err(message) = &signature {
+                self.unreadable.push(message.clone());
+            }
+            if let Some(file) = self.policies.get_mut(&name) {
+                file.signature = Some(signature);
+            }
+        }
     }
 
     /// Each `NAME.wasm.zst`, uncompressed, unless a `NAME.wasm` is there too (which is kept, with an error: one of
@@ -166,8 +209,7 @@ impl SourceSnapshot {
             }
             match decompress(&bytes) {
                 Ok(bytes) => {
-                    let digest = sha256_hex(&bytes);
-                    self.policies.insert(name, PolicyFile { path, bytes, digest });
+                    self.policies.insert(name, PolicyFile::new(path, bytes));
                 }
                 Err(error) => {
                     let message = format!("{}: {error}", path.display());
@@ -192,6 +234,9 @@ impl SourceSnapshot {
                     continue;
                 }
             };
+            let (signatures, components): (Vec<_>, Vec<_>) = components.into_iter().partition(|(file_name, _)| file_name.ends_with(SIGNATURE_SUFFIX));
+            let mut signatures: BTreeMap<String, Vec<u8>> =
+                signatures.into_iter().map(|(file_name, bytes)| (file_name.trim_end_matches(SIGNATURE_SUFFIX).to_string(), bytes)).collect();
             for (file_name, bytes) in components {
                 let name = file_name.trim_end_matches(".wasm").to_string();
                 if loose.contains(&name) {
@@ -202,8 +247,9 @@ impl SourceSnapshot {
                     self.unreadable.push(format!("{}: {name} is also in {}, which is kept", path.display(), first.path.display()));
                     continue;
                 }
-                let digest = sha256_hex(&bytes);
-                self.policies.insert(name, PolicyFile { path, bytes, digest });
+                let mut file = PolicyFile::new(path, bytes);
+                file.signature = signatures.remove(&name).map(Ok);
+                self.policies.insert(name, file);
             }
         }
     }
@@ -289,6 +335,29 @@ mod tests {
         let kept = format!("b.wasm.zst: b is also {}, which is kept", dir.path().join("b.wasm").display());
         assert!(errors[0].ends_with(&kept), "{}", errors[0]);
         assert!(errors[1].ends_with("c.wasm.zst: not zstd: a NAME.wasm.zst file is one component compressed with zstd"), "{}", errors[1]);
+    }
+
+    #[test]
+    fn a_signature_is_found_beside_its_component_or_in_its_bundle_and_the_loose_one_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = [("a.wasm", b"bundled a".as_slice()), ("a.wasm.sig", b"bundle's sig of a"), ("b.wasm", b"bundled b"), ("b.wasm.sig", b"bundle's sig of b")];
+        let bundle = super::super::bundle::pack(&entries.iter().map(|(name, bytes)| (name.to_string(), bytes.to_vec())).collect::<Vec<_>>()).unwrap();
+        std::fs::write(dir.path().join("set.tar.zst"), bundle).unwrap();
+        std::fs::write(dir.path().join("b.wasm.sig"), b"loose sig of b").unwrap();
+        std::fs::write(dir.path().join("c.wasm.zst"), super::super::bundle::compress(b"compressed c").unwrap()).unwrap();
+        std::fs::write(dir.path().join("c.wasm.sig"), b"loose sig of c").unwrap();
+        std::fs::write(dir.path().join("d.wasm"), b"unsigned d").unwrap();
+        let snapshot = SourceSnapshot::read(dir.path(), None);
+        let signature = |name: &str| snapshot.policies[name].signature.clone().map(|signature| String::from_utf8(signature.unwrap()).unwrap());
+        assert_eq!(signature("a").as_deref(), Some("bundle's sig of a"));
+        assert_eq!(signature("b").as_deref(), Some("loose sig of b"));
+        assert_eq!(signature("c").as_deref(), Some("loose sig of c"));
+        assert_eq!(signature("d"), None);
+        assert!(snapshot.unreadable.is_empty(), "{:?}", snapshot.unreadable);
+        // A new signature alone is a change: the reload checks it.
+        let before = snapshot.fingerprint();
+        std::fs::write(dir.path().join("d.wasm.sig"), b"sig of d").unwrap();
+        assert_ne!(SourceSnapshot::read(dir.path(), None).fingerprint(), before);
     }
 
     #[test]
