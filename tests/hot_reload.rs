@@ -18,6 +18,7 @@ use wasp::host::Host;
 use wasp::kube::{ApiClient, HostIdentity, ObjectRef};
 use wasp::registry::watch::{PolicyWatcher, WatchOptions};
 use wasp::registry::{PolicyRegistry, RefusalReason};
+use wasp::registry::signature::{self, SigningKey};
 use wasp::runtime::Runtime;
 use wasp_sim::{Scenario, Simulator};
 
@@ -43,7 +44,7 @@ fn sha256(bytes: &[u8]) -> String {
 
 /// A policy volume with resources-fit, least-allocated, misbehaving and the given zone-pin build.
 struct PolicyVolume {
-    _root: tempfile::TempDir,
+    root: tempfile::TempDir,
     policies: AtomicWriter,
     config: AtomicWriter,
     files: BTreeMap<String, Vec<u8>>,
@@ -69,7 +70,7 @@ impl PolicyVolume {
         files.insert("misbehaving.wasm".into(), fixture_wasm("misbehaving").1);
         files.insert("zone-pin.wasm".into(), zone_pin);
         policies.write(&files);
-        let volume = PolicyVolume { _root: root, policies, config, files };
+        let volume = PolicyVolume { root, policies, config, files };
         volume.write_config(CONFIG);
         volume
     }
@@ -583,4 +584,123 @@ async fn the_canary_runs_on_the_live_cluster_so_a_policy_cannot_tell_it_apart() 
     common::eventually("the configuration to be refused", || registry.status().config_error.is_some()).await;
     let error = registry.status().config_error.unwrap();
     assert!(error.contains("canary filter call failed: filter trapped"), "{error}");
+}
+
+/// A team's signing key, its public half written into the volume's folder (as a mounted Secret would be).
+struct TeamKey {
+    signer: SigningKey,
+    public_key: std::path::PathBuf,
+}
+
+impl TeamKey {
+    fn new(volume: &PolicyVolume, name: &str) -> TeamKey {
+        let (private, public) = signature::generate_key_pair(b"").unwrap();
+        let public_key = volume.root.path().join(format!("{name}.pub"));
+        std::fs::write(&public_key, public).unwrap();
+        TeamKey { signer: SigningKey::decrypt(name, private.as_bytes(), b"").unwrap(), public_key }
+    }
+
+    fn sign(&self, component: &[u8]) -> Vec<u8> {
+        self.signer.sign(component).unwrap().into_bytes()
+    }
+
+    /// Signs every component of the volume, and requires signatures by this key of every policy.
+    fn sign_volume(&self, volume: &mut PolicyVolume) {
+        let components: Vec<(String, Vec<u8>)> = volume.files.iter().filter(|(file, _)| file.ends_with(".wasm")).map(|(file, bytes)| (file.clone(), bytes.clone())).collect();
+        for (file, bytes) in components {
+            volume.files.insert(format!("{file}.sig"), self.sign(&bytes));
+        }
+        volume.policies.write(&volume.files);
+        volume.write_config(&format!("verification: {{keys: [{}], require: true}}\n{CONFIG}", self.public_key.display()));
+    }
+}
+
+fn signed_by(registry: &PolicyRegistry, policy: &str) -> Option<String> {
+    registry.status().policies.into_iter().find(|status| status.name == policy).and_then(|status| status.signed_by)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_signatures_required_an_unsigned_or_wrongly_signed_update_is_refused_and_the_signed_version_keeps_deciding() {
+    let mut volume = PolicyVolume::new(east());
+    let team = TeamKey::new(&volume, "team");
+    team.sign_volume(&mut volume);
+    let cluster = start_cluster(&volume).await;
+    let registry = cluster.host.policies.clone();
+    let key = team.public_key.display().to_string();
+    assert_eq!(signed_by(&registry, "zone-pin").as_deref(), Some(key.as_str()));
+
+    // West, still with east's signature beside it: the signature does not check.
+    volume.set("zone-pin.wasm", Some(west()));
+    common::eventually("the wrongly signed update to be refused", || last_error(&registry, "zone-pin").is_some()).await;
+    let error = last_error(&registry, "zone-pin").unwrap();
+    assert!(error.contains("zone-pin.wasm: refused before it was compiled: its signature is not by any of the keys"), "{error}");
+    assert!(error.contains(&key) && error.contains("keeps serving"), "{error}");
+    // Garbage with no signature: refused for the signature, never compiled (that would say "does not compile").
+    volume.set("zone-pin.wasm.sig", None);
+    volume.set("zone-pin.wasm", Some(b"\0asm\x0d\0\x01\0 not a component".to_vec()));
+    common::eventually("the unsigned update to be refused", || last_error(&registry, "zone-pin").is_some_and(|error| error.contains("it is not signed"))).await;
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&east()));
+    cluster.create_pods("while-refused", 10, "wasp").await;
+    assert!(cluster.bound(10).await.values().all(|node| node.starts_with("east")), "the signed version kept deciding");
+    assert!(counter(&registry, "wasp_policy_reloads_total{result=\"failure\",reason=\"signature\"}") >= 2.0);
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    common::wait_for("a PolicyReloadFailed event naming the signature", Duration::from_secs(10), || async {
+        let listed = events.list(&ListParams::default()).await.map_err(|error| error.to_string())?.items;
+        let reasons: Vec<(Option<String>, Option<String>)> = listed.into_iter().map(|event| (event.reason, event.message)).collect();
+        let found = reasons.iter().any(|(reason, message)| reason.as_deref() == Some("PolicyReloadFailed") && message.as_deref().unwrap_or("").contains("refused before it was compiled"));
+        if found { Ok(()) } else { Err(format!("{reasons:?}")) }
+    })
+    .await;
+
+    // West signed by the team: it serves.
+    volume.set("zone-pin.wasm.sig", Some(team.sign(&west())));
+    volume.set("zone-pin.wasm", Some(west()));
+    common::eventually("the signed update to serve", || serving_digest(&registry, "zone-pin") == sha256(&west())).await;
+    assert_eq!(last_error(&registry, "zone-pin"), None);
+    cluster.create_pods("after-signed", 10, "wasp").await;
+    let placed = cluster.bound(20).await;
+    assert!(placed.iter().filter(|(pod, _)| pod.starts_with("after-signed")).all(|(_, node)| node.starts_with("west")));
+}
+
+#[test]
+fn a_host_that_requires_signatures_does_not_start_with_an_unsigned_policy() {
+    let mut volume = PolicyVolume::new(east());
+    let team = TeamKey::new(&volume, "team");
+    team.sign_volume(&mut volume);
+    volume.set("zone-pin.wasm.sig", None);
+    let config = HostConfig::load(&volume.config_path()).unwrap();
+    let error = PolicyRegistry::new(&Runtime::new(None).unwrap(), config, Some(volume.config_path())).err().expect("refused");
+    let message = format!("{error:#}");
+    assert!(message.contains("zone-pin.wasm: refused before it was compiled: it is not signed (no .wasm.sig file)"), "{message}");
+}
+
+#[test]
+fn a_rotated_key_checks_every_signature_again_and_without_require_only_a_bad_signature_is_refused() {
+    let mut volume = PolicyVolume::new(east());
+    let team = TeamKey::new(&volume, "team");
+    team.sign_volume(&mut volume);
+    let registry = volume.registry();
+    // The Secret now holds another key: the signatures by the old one no longer check; what serves stays.
+    let (_, other_public) = signature::generate_key_pair(b"").unwrap();
+    std::fs::write(&team.public_key, other_public).unwrap();
+    let report = registry.reload();
+    assert!(!report.unchanged, "a changed key is a change");
+    assert_eq!(report.errors.len(), 3, "every policy the configuration names checked again: {report:?}");
+    assert!(report.errors.iter().all(|refusal| refusal.reason == RefusalReason::Signature), "{report:?}");
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&east()));
+
+    // Without require, an unsigned component is taken (shown unsigned); a signature that is there must check.
+    volume.write_config(&format!("verification: {{keys: [{}]}}\n{CONFIG}", team.public_key.display()));
+    volume.set("zone-pin.wasm.sig", None);
+    volume.set("zone-pin.wasm", Some(west()));
+    let report = registry.reload();
+    assert!(!report.config_swapped, "a configuration is taken as a whole, or not: {report:?}");
+    let by_old_key = report.errors.iter().find(|refusal| refusal.message.contains("resources-fit.wasm: refused before it was compiled: its signature is not by any of the keys"));
+    assert!(by_old_key.is_some(), "the policies signed by the old key are refused: {report:?}");
+    volume.set("resources-fit.wasm.sig", None);
+    volume.set("least-allocated.wasm.sig", None);
+    let report = registry.reload();
+    assert!(report.errors.is_empty() && report.config_swapped, "{report:?}");
+    assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&west()));
+    assert_eq!(signed_by(&registry, "zone-pin"), None, "served unsigned");
 }

@@ -131,3 +131,26 @@ fn a_key_pair_wasp_generates_is_one_cosign_signs_and_verifies_with() {
     let wrong = failed("verifying with cosign's other key", &wasp(path, &["policy", "verify", "least-allocated.wasm", "--key", "cosign.pub", "--signature", "by-cosign.sig"]));
     assert!(wrong.contains("not by any of the keys cosign.pub"), "{wrong}");
 }
+
+#[test]
+fn a_bundle_made_by_wasp_configmap_carries_the_signatures_and_the_host_checks_them() {
+    let dir = workspace();
+    let path = dir.path();
+    let signed = path.join("signed");
+    std::fs::create_dir(&signed).unwrap();
+    std::fs::copy(path.join("least-allocated.wasm"), signed.join("least-allocated.wasm")).unwrap();
+    succeeded("cosign sign-blob", &cosign(path, &["sign-blob", "--yes", "--key", "cosign.key", "--tlog-upload=false", "--output-signature", "signed/least-allocated.wasm.sig", "signed/least-allocated.wasm"]));
+    let output = wasp(path, &["configmap", "--from-dir", "signed", "--bundle"]);
+    let summary = succeeded("wasp configmap --bundle", &output);
+    assert!(summary.contains("1 policies (1 signed)"), "{summary}");
+    let config_map: k8s_openapi::api::core::v1::ConfigMap = serde_yaml::from_slice(&output.stdout).unwrap();
+    let bundle = &config_map.binary_data.unwrap()["policies.tar.zst"].0;
+    let policies = path.join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("policies.tar.zst"), bundle).unwrap();
+    let config_text = "policyDir: policies\nverification: {keys: [cosign.pub], require: true}\nscheduler: {profiles: [{schedulerName: wasp, scores: [{policy: least-allocated}]}]}\n";
+    std::fs::write(path.join("config.yaml"), config_text).unwrap();
+    let config = HostConfig::load(&path.join("config.yaml")).unwrap();
+    let registry = PolicyRegistry::new(&common::runtime(), config, Some(path.join("config.yaml"))).unwrap();
+    assert!(registry.status().policies[0].signed_by.as_deref().is_some_and(|key| key.ends_with("cosign.pub")));
+}

@@ -3,8 +3,10 @@
 //! With `--bundle`, one ConfigMap holding them all as one compressed bundle `policies.tar.zst` (the default set
 //! of ~6 MB takes ~0.35 MB: see `registry::bundle`). With `--split`, as many ConfigMaps `NAME-1`, `NAME-2`, ... as
 //! the loose files need, for a projected volume that mounts them as one directory (manifests/30-deployment.yaml).
+//! Signatures (`NAME.wasm.sig`, see `registry::signature`) go with their components, into the bundle or beside them.
 
 use crate::registry::bundle::{read_component, COMPRESSED_SUFFIX};
+use crate::registry::signature::SIGNATURE_SUFFIX;
 use anyhow::{bail, Context};
 use clap::Args;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -42,7 +44,9 @@ pub fn run(args: ConfigMapArgs) -> anyhow::Result<()> {
     for entry in entries {
         let path = entry?.path();
         let name = path.file_name().and_then(|name| name.to_str()).context("file name")?.to_string();
-        if name.ends_with(".wasm") || name.ends_with(COMPRESSED_SUFFIX) {
+        if name.ends_with(SIGNATURE_SUFFIX) {
+            files.insert(name, std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?);
+        } else if name.ends_with(".wasm") || name.ends_with(COMPRESSED_SUFFIX) {
             // A bundle holds components, which it compresses together.
             let (name, bytes) = match name.strip_suffix(".zst") {
                 Some(component) if args.bundle => (component.to_string(), read_component(&path)?),
@@ -56,7 +60,7 @@ pub fn run(args: ConfigMapArgs) -> anyhow::Result<()> {
             files.insert(name, bytes);
         }
     }
-    if files.is_empty() {
+    if policies.is_empty() {
         bail!("{}: no .wasm or .wasm.zst files", args.from_dir.display());
     }
     let total: usize = files.values().map(Vec::len).sum();
@@ -71,9 +75,10 @@ pub fn run(args: ConfigMapArgs) -> anyhow::Result<()> {
         let components: Vec<(String, Vec<u8>)> = files.into_iter().collect();
         let bundle = crate::registry::bundle::pack(&components)?;
         if bundle.len() > CONFIGMAP_LIMIT {
-            bail!("the bundle of {} policies takes {} KiB, more than a ConfigMap holds (1024 KiB): use --split", components.len(), bundle.len() / 1024);
+            bail!("the bundle of {} policies takes {} KiB, more than a ConfigMap holds (1024 KiB): use --split", policies.len(), bundle.len() / 1024);
         }
-        eprintln!("{} policies, {} KiB, bundled into {BUNDLE_FILE} of {} KiB", components.len(), total / 1024, bundle.len() / 1024);
+        let signed = components.len() - policies.len();
+        eprintln!("{} policies ({signed} signed), {} KiB, bundled into {BUNDLE_FILE} of {} KiB", policies.len(), total / 1024, bundle.len() / 1024);
         print!("{}", config_map(&args.name, &args.namespace, BTreeMap::from([(BUNDLE_FILE.to_string(), bundle)]))?);
         return Ok(());
     }
