@@ -21,7 +21,6 @@ use kube::{Api, Client};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -173,6 +172,13 @@ fn the_install_is_consistent() {
     for (flag, file) in [("--tls-cert-file", "tls.crt"), ("--tls-private-key-file", "tls.key")] {
         assert_eq!(args[args.iter().position(|arg| arg == flag).unwrap() + 1], format!("{}/{file}", mount_of("webhook-tls")));
     }
+    // Policy signing keys: an optional Secret (installing as shipped verifies nothing and needs no key), mounted
+    // where the README's "Signed policies" says.
+    let keys_volume = pod_spec.volumes.as_ref().unwrap().iter().find(|volume| volume.name == "policy-keys").unwrap();
+    let keys_secret = keys_volume.secret.as_ref().unwrap();
+    assert_eq!((keys_secret.secret_name.as_deref(), keys_secret.optional), (Some("wasp-policy-keys"), Some(true)));
+    assert_eq!(mount_of("policy-keys"), "/etc/wasp/keys");
+    assert!(!config.verification.checks(), "the shipped configuration verifies nothing until keys are given");
     for (kind, path) in [("ValidatingWebhookConfiguration", "/validate-pods"), ("MutatingWebhookConfiguration", "/mutate-pods")] {
         let configuration = &documents[kind][0];
         let webhook = &configuration["webhooks"][0];

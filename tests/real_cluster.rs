@@ -129,6 +129,17 @@ impl Installed {
         let config = installed["data"]["config.yaml"].as_str().unwrap();
         assert!(config.contains("policyDir: /etc/wasp/policies\n"), "{config}");
         let config = config.replace("policyDir: /etc/wasp/policies\n", &format!("policyDir: {}\n", policies.path().display()));
+        // The policy keys Secret, where the Deployment mounts it (/etc/wasp/keys), if there is one.
+        let keys = home.join("keys");
+        std::fs::create_dir_all(&keys).unwrap();
+        let secret = self.cluster.kubectl(&["get", "secret", "wasp-policy-keys", "-n", "wasp-system", "-o", "json"]);
+        if secret.ok {
+            let secret: Value = serde_json::from_str(&secret.stdout).unwrap();
+            for (file, data) in secret["data"].as_object().into_iter().flatten() {
+                std::fs::write(keys.join(file), base64::engine::general_purpose::STANDARD.decode(data.as_str().unwrap()).unwrap()).unwrap();
+            }
+        }
+        let config = config.replace("/etc/wasp/keys/", &format!("{}/", keys.display()));
         std::fs::write(home.join("config.yaml"), config).unwrap();
         let mut policies = Some(policies);
         for attempt in 1.. {
@@ -818,6 +829,67 @@ fn a_new_policy_version_in_the_configmap_is_served_without_a_restart() {
     assert!(placements(cluster, "default", "app=first").values().all(|node| zone_of(node) == "east"));
     let mut process = host;
     assert!(process.process.try_wait().unwrap().is_none(), "the host exited");
+}
+
+#[test]
+fn a_policy_signed_with_cosign_serves_from_the_configmap_and_an_update_it_did_not_sign_is_refused() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install();
+    let cluster = &installed.cluster;
+    let fixtures = common::repo_root().join("target/wasm-fixtures");
+    // The team's key pair and signature, made by cosign; the public key installed as the README says.
+    let signing = cluster.dir.path().join("signing");
+    std::fs::create_dir_all(&signing).unwrap();
+    common::cosign::generate_key_pair(&signing);
+    for zone in ["east", "west"] {
+        std::fs::copy(fixtures.join(format!("zone-pin-{zone}.wasm")), signing.join(format!("{zone}.wasm"))).unwrap();
+        common::cosign::sign(&signing, "cosign.key", &format!("{zone}.wasm"), &format!("{zone}.wasm.sig"));
+    }
+    cluster.must(&["create", "secret", "generic", "wasp-policy-keys", "-n", "wasp-system", &format!("--from-file=cosign.pub={}", signing.join("cosign.pub").display())]);
+    let put = |component: &str, signature: &str| installed.put_policies("wasp-policies-1", &[("zone-pin.wasm", signing.join(component)), ("zone-pin.wasm.sig", signing.join(signature))]);
+    put("east.wasm", "east.wasm.sig");
+    installed.edit_config(|config| {
+        assert!(config.contains("\npolicies:\n"), "{config}");
+        config
+            .replace("  profiles:\n", "  profiles:\n  - schedulerName: wasp-pinned\n    filters: [resources-fit, zone-pin]\n")
+            .replace("\npolicies:\n", "\npolicies:\n  zone-pin:\n    verification: {keys: [/etc/wasp/keys/cosign.pub], require: true}\n")
+    });
+    cluster.create_nodes("east", 2, &["east"], "8", "32Gi");
+    cluster.create_nodes("west", 2, &["west"], "8", "32Gi");
+    let host = installed.start_host("wasp-0");
+    let zone_of = |node: &str| if node.starts_with("east-") { "east" } else { "west" };
+    let pinned = |name: &str| deployment(name, 2, "100m").replace("schedulerName: wasp\n", "schedulerName: wasp-pinned\n");
+    let zone_pin = || {
+        let (_, body) = http_get(host.listen, "/policies").expect("/policies answers");
+        let status: Value = serde_json::from_str(&body).unwrap();
+        status["policies"].as_array().unwrap().iter().find(|policy| policy["name"] == "zone-pin").cloned().unwrap()
+    };
+    assert!(zone_pin()["signedBy"].as_str().is_some_and(|key| key.ends_with("keys/cosign.pub")), "{}", zone_pin());
+    create(cluster, &pinned("first"));
+    wait_available(cluster, "first", 2, Duration::from_secs(60));
+    assert!(placements(cluster, "default", "app=first").values().all(|node| zone_of(node) == "east"));
+
+    // West with east's signature: refused before it is compiled; the signed east keeps deciding.
+    put("west.wasm", "east.wasm.sig");
+    installed.project_policies(&host.policies);
+    wait_for("the update east did not sign refused", Duration::from_secs(60), || {
+        zone_pin()["lastError"].as_str().is_some_and(|error| error.contains("refused before it was compiled: its signature is not by any of the keys"))
+    });
+    let (_, metrics) = http_get(host.listen, "/metrics").unwrap();
+    assert!(metrics.lines().any(|line| line.starts_with("wasp_policy_reloads_total{result=\"failure\",reason=\"signature\"}")), "{metrics}");
+    create(cluster, &pinned("second"));
+    wait_available(cluster, "second", 2, Duration::from_secs(60));
+    assert!(placements(cluster, "default", "app=second").values().all(|node| zone_of(node) == "east"), "the last good version decided");
+
+    // West with its own signature: it serves, without a restart.
+    put("west.wasm", "west.wasm.sig");
+    installed.project_policies(&host.policies);
+    let west_digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(std::fs::read(signing.join("west.wasm")).unwrap()));
+    wait_for("the signed west serving", Duration::from_secs(60), || zone_pin()["sha256"] == west_digest.as_str());
+    assert_eq!(zone_pin()["lastError"], Value::Null);
+    create(cluster, &pinned("third"));
+    wait_available(cluster, "third", 2, Duration::from_secs(60));
+    assert!(placements(cluster, "default", "app=third").values().all(|node| zone_of(node) == "west"));
 }
 
 /// The pod's PodScheduled condition.

@@ -1,34 +1,14 @@
-//! Policy signatures against cosign itself (built from its Go module by scripts/build-controlplane.sh): cosign's keys
-//! and signatures are taken by `wasp policy verify` and by the host, wasp's are taken by `cosign verify-blob`, and a
-//! key pair wasp generates is one cosign signs with. Everything runs offline: cosign uploads nothing to a
-//! transparency log (`--tlog-upload=false`) and checks none (`--insecure-ignore-tlog`).
+//! Policy signatures against cosign itself (see `common::cosign`): cosign's keys and signatures are taken by
+//! `wasp policy verify` and by the host, wasp's are taken by `cosign verify-blob`, and a key pair wasp generates is
+//! one cosign signs with.
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::cosign::{self, PASSWORD};
+use std::path::Path;
 use std::process::{Command, Output};
 use wasp::config::HostConfig;
 use wasp::registry::PolicyRegistry;
-
-const PASSWORD: &str = "correct horse battery staple";
-
-fn cosign_binary() -> PathBuf {
-    let path = common::repo_root().join("target/tools/cosign");
-    assert!(path.exists(), "{} is missing: build it with scripts/build-controlplane.sh (scripts/test.sh does)", path.display());
-    path
-}
-
-/// Runs `cosign ARGS` in `dir` with the test's password and a TUF cache of its own; the output, whatever the outcome.
-fn cosign(dir: &Path, args: &[&str]) -> Output {
-    Command::new(cosign_binary())
-        .args(args)
-        .current_dir(dir)
-        .env("COSIGN_PASSWORD", PASSWORD)
-        .env("TUF_ROOT", dir.join("tuf"))
-        .env("HOME", dir)
-        .output()
-        .expect("cosign runs")
-}
 
 fn wasp(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_wasp")).args(args).current_dir(dir).env("COSIGN_PASSWORD", PASSWORD).output().expect("wasp runs")
@@ -52,19 +32,15 @@ fn workspace() -> tempfile::TempDir {
     let component = common::policy_wasm("least-allocated").1;
     std::fs::write(dir.path().join("least-allocated.wasm"), &component).unwrap();
     std::fs::write(dir.path().join("least-allocated.wasm.zst"), wasp::registry::bundle::compress(&component).unwrap()).unwrap();
-    succeeded("cosign generate-key-pair", &cosign(dir.path(), &["generate-key-pair"]));
+    cosign::generate_key_pair(dir.path());
     dir
-}
-
-fn cosign_verifies(dir: &Path, key: &str, signature: &str, file: &str) -> Output {
-    cosign(dir, &["verify-blob", "--key", key, "--signature", signature, "--insecure-ignore-tlog=true", file])
 }
 
 #[test]
 fn what_cosign_signs_wasp_verifies_and_the_host_serves_loose_or_compressed() {
     let dir = workspace();
     let path = dir.path();
-    succeeded("cosign sign-blob", &cosign(path, &["sign-blob", "--yes", "--key", "cosign.key", "--tlog-upload=false", "--output-signature", "least-allocated.wasm.sig", "least-allocated.wasm"]));
+    cosign::sign(path, "cosign.key", "least-allocated.wasm", "least-allocated.wasm.sig");
     let verified = succeeded("wasp policy verify", &wasp(path, &["policy", "verify", "least-allocated.wasm", "--key", "cosign.pub"]));
     assert!(verified.contains("signed by cosign.pub"), "{verified}");
     // The signature is over the component, so it holds for the compressed file too.
@@ -87,7 +63,7 @@ fn what_cosign_signs_wasp_verifies_and_the_host_serves_loose_or_compressed() {
     let middle = tampered.len() / 2;
     tampered[middle] ^= 1;
     std::fs::write(path.join("tampered.wasm"), tampered).unwrap();
-    failed("cosign verify-blob of a tampered component", &cosign_verifies(path, "cosign.pub", "least-allocated.wasm.sig", "tampered.wasm"));
+    failed("cosign verify-blob of a tampered component", &cosign::verify(path, "cosign.pub", "least-allocated.wasm.sig", "tampered.wasm"));
     let refused = failed(
         "wasp policy verify of a tampered component",
         &wasp(path, &["policy", "verify", "tampered.wasm", "--key", "cosign.pub", "--signature", "least-allocated.wasm.sig"]),
@@ -102,9 +78,9 @@ fn what_wasp_signs_with_a_cosign_key_cosign_verifies() {
     // From the compressed file: the signature is over the uncompressed component, which cosign checks.
     let signed = succeeded("wasp policy sign", &wasp(path, &["policy", "sign", "least-allocated.wasm.zst", "--key", "cosign.key"]));
     assert!(signed.contains("into least-allocated.wasm.sig"), "{signed}");
-    let checked = succeeded("cosign verify-blob", &cosign_verifies(path, "cosign.pub", "least-allocated.wasm.sig", "least-allocated.wasm"));
+    let checked = succeeded("cosign verify-blob", &cosign::verify(path, "cosign.pub", "least-allocated.wasm.sig", "least-allocated.wasm"));
     assert!(checked.contains("Verified OK"), "{checked}");
-    failed("cosign verify-blob of the compressed bytes", &cosign_verifies(path, "cosign.pub", "least-allocated.wasm.sig", "least-allocated.wasm.zst"));
+    failed("cosign verify-blob of the compressed bytes", &cosign::verify(path, "cosign.pub", "least-allocated.wasm.sig", "least-allocated.wasm.zst"));
     // A wrong password is named as such.
     let output = Command::new(env!("CARGO_BIN_EXE_wasp"))
         .args(["policy", "sign", "least-allocated.wasm", "--key", "cosign.key", "--output-signature", "other.sig"])
@@ -124,9 +100,9 @@ fn a_key_pair_wasp_generates_is_one_cosign_signs_and_verifies_with() {
     assert_eq!(mode & 0o777, 0o600, "the private key is its owner's alone");
     let again = failed("generating over an existing key", &wasp(path, &["policy", "generate-key-pair", "--output-key-prefix", "team"]));
     assert!(again.contains("an existing file is not overwritten"), "{again}");
-    succeeded("cosign sign-blob with wasp's key", &cosign(path, &["sign-blob", "--yes", "--key", "team.key", "--tlog-upload=false", "--output-signature", "by-cosign.sig", "least-allocated.wasm"]));
+    cosign::sign(path, "team.key", "least-allocated.wasm", "by-cosign.sig");
     succeeded("wasp policy verify", &wasp(path, &["policy", "verify", "least-allocated.wasm", "--key", "team.pub", "--signature", "by-cosign.sig"]));
-    succeeded("cosign verify-blob with wasp's public key", &cosign_verifies(path, "team.pub", "by-cosign.sig", "least-allocated.wasm"));
+    succeeded("cosign verify-blob with wasp's public key", &cosign::verify(path, "team.pub", "by-cosign.sig", "least-allocated.wasm"));
     // Signed by one key, checked against another: refused, naming the key it was checked with.
     let wrong = failed("verifying with cosign's other key", &wasp(path, &["policy", "verify", "least-allocated.wasm", "--key", "cosign.pub", "--signature", "by-cosign.sig"]));
     assert!(wrong.contains("not by any of the keys cosign.pub"), "{wrong}");
@@ -139,7 +115,7 @@ fn a_bundle_made_by_wasp_configmap_carries_the_signatures_and_the_host_checks_th
     let signed = path.join("signed");
     std::fs::create_dir(&signed).unwrap();
     std::fs::copy(path.join("least-allocated.wasm"), signed.join("least-allocated.wasm")).unwrap();
-    succeeded("cosign sign-blob", &cosign(path, &["sign-blob", "--yes", "--key", "cosign.key", "--tlog-upload=false", "--output-signature", "signed/least-allocated.wasm.sig", "signed/least-allocated.wasm"]));
+    cosign::sign(path, "cosign.key", "signed/least-allocated.wasm", "signed/least-allocated.wasm.sig");
     let output = wasp(path, &["configmap", "--from-dir", "signed", "--bundle"]);
     let summary = succeeded("wasp configmap --bundle", &output);
     assert!(summary.contains("1 policies (1 signed)"), "{summary}");

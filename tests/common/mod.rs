@@ -3,6 +3,7 @@
 
 pub mod atomic_writer;
 pub mod control_plane;
+pub mod cosign;
 
 use k8s_openapi::api::core::v1 as core;
 use std::path::PathBuf;
