@@ -8,6 +8,7 @@
 //! - [`cluster`]: the shared view of nodes and pods, its informers and events, and the deltas that keep every
 //!   policy instance current.
 //! - [`kube`]: the API client, identity, event recorders and leader election every loop shares.
+//! - [`oci`]: policies pushed to and pulled from OCI registries, with signatures attached as cosign attaches them.
 //! - [`serve`]: `/metrics`, `/healthz`, `/readyz`, `/policies`.
 //! - [`scheduler`]: named scheduler profiles driven by filter and score policies.
 //! - [`rescheduler`]: evict policies inside a safety envelope; evictions through the Eviction API.
@@ -25,6 +26,7 @@ pub mod config;
 pub mod contract;
 pub mod host;
 pub mod kube;
+pub mod oci;
 pub mod policy;
 pub mod registry;
 pub mod rescheduler;

@@ -16,12 +16,18 @@ fn binary() -> PathBuf {
 /// `cosign ARGS` in `dir` with the tests' password and a home and TUF cache of its own; the output, whatever the
 /// outcome.
 pub fn run(dir: &Path, args: &[&str]) -> Output {
+    run_with(dir, args, &[])
+}
+
+/// [`run`] with more environment (a registry's CA and credentials).
+pub fn run_with(dir: &Path, args: &[&str], environment: &[(&str, PathBuf)]) -> Output {
     Command::new(binary())
         .args(args)
         .current_dir(dir)
         .env("COSIGN_PASSWORD", PASSWORD)
         .env("TUF_ROOT", dir.join(".tuf"))
         .env("HOME", dir)
+        .envs(environment.iter().map(|(name, value)| (*name, value)))
         .output()
         .expect("cosign runs")
 }

@@ -87,6 +87,31 @@ pub enum PolicyCommand {
         #[arg(long, default_value = "cosign")]
         output_key_prefix: String,
     },
+    /// Push a component to an OCI registry (the CNCF wasm artifact layout), optionally signed as `cosign sign --key`
+    /// signs an image.
+    Push {
+        file: PathBuf,
+        /// oci://REGISTRY/REPOSITORY:TAG
+        reference: String,
+        /// cosign's private key: attach a signature of the pushed manifest (password from COSIGN_PASSWORD).
+        #[arg(long)]
+        sign_key: Option<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Pull a component from an OCI registry by tag or digest, checking its attached signature with --key.
+    Pull {
+        /// oci://REGISTRY/REPOSITORY:TAG or oci://REGISTRY/REPOSITORY@sha256:HEX
+        reference: String,
+        /// Where the component goes.
+        #[arg(long, short)]
+        output: PathBuf,
+        /// A public key (PEM, such as cosign.pub); repeat for several: one of them must have signed the manifest.
+        #[arg(long = "key")]
+        keys: Vec<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
     /// Try a component on a simulated cluster: `wasp simulate --policy FILE.wasm` with the scenario given.
     #[cfg(feature = "sim")]
     Test {
@@ -122,6 +147,8 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
         PolicyCommand::Sign { file, key, output_signature } => sign(&file, &key, output_signature),
         PolicyCommand::Verify { file, keys, signature } => verify(&file, &keys, signature),
         PolicyCommand::GenerateKeyPair { output_key_prefix } => generate_key_pair(&output_key_prefix),
+        PolicyCommand::Push { file, reference, sign_key, registry } => block_on(push(&file, &reference, sign_key.as_deref(), &registry.options())),
+        PolicyCommand::Pull { reference, output, keys, registry } => block_on(pull(&reference, &output, &keys, &registry.options())),
         #[cfg(feature = "sim")]
         PolicyCommand::Test { file, scenario, config } => super::simulate::run(super::simulate::SimulateArgs::trying(file, scenario, config)),
     }
@@ -205,6 +232,61 @@ fn generate_key_pair(prefix: &str) -> anyhow::Result<()> {
     write_new(&private_path, &private, 0o600)?;
     write_new(&public_path, &public, 0o644)?;
     println!("private key written to {private_path} (encrypted with {}), public key to {public_path}", signature::PASSWORD_VARIABLE);
+    Ok(())
+}
+
+/// How `push` and `pull` reach a registry.
+#[derive(clap::Args)]
+pub struct RegistryArgs {
+    /// A Docker config file with the registry's credentials (default: $DOCKER_CONFIG/config.json or
+    /// ~/.docker/config.json when there is one).
+    #[arg(long)]
+    registry_config: Option<PathBuf>,
+    /// CA certificates (PEM) to trust besides the system's, for a registry with a private CA.
+    #[arg(long)]
+    registry_ca: Option<PathBuf>,
+}
+
+impl RegistryArgs {
+    fn options(&self) -> crate::oci::RegistryOptions {
+        let docker_config = std::env::var_os("DOCKER_CONFIG").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".docker")));
+        let default = docker_config.map(|dir| dir.join("config.json")).filter(|file| file.exists());
+        crate::oci::RegistryOptions { credentials: self.registry_config.clone().or(default), ca_file: self.registry_ca.clone() }
+    }
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(future)
+}
+
+async fn push(file: &Path, reference: &str, sign_key: Option<&Path>, options: &crate::oci::RegistryOptions) -> anyhow::Result<()> {
+    let component = crate::registry::bundle::read_component(file)?;
+    // Refused before anything is pushed: a signing key that does not open, or a file that is not a component.
+    let signer = sign_key.map(|key| signature::SigningKey::read(key, &password())).transpose().map_err(anyhow::Error::msg)?;
+    crate::policy::check_binary_kind(&component).map_err(|error| anyhow::anyhow!("{}: {error}", file.display()))?;
+    let reference = crate::oci::parse_reference(reference)?;
+    let client = crate::oci::RegistryClient::new(options, &reference)?;
+    let digest = client.push(&reference, component).await?;
+    println!("pushed {} to {} ({digest})", file.display(), reference.whole());
+    println!("pinned: {}{}", crate::oci::SCHEME, reference.clone_with_digest(digest.clone()).whole());
+    if let Some(signer) = signer {
+        let signatures = client.attach_signature(&reference, &digest, &signer).await?;
+        println!("signature attached as {}", signatures.whole());
+    }
+    Ok(())
+}
+
+async fn pull(reference: &str, output: &Path, keys: &[PathBuf], options: &crate::oci::RegistryOptions) -> anyhow::Result<()> {
+    let keys = keys.iter().map(|path| signature::PublicKey::read(path)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    let reference = crate::oci::parse_reference(reference)?;
+    let client = crate::oci::RegistryClient::new(options, &reference)?;
+    let pulled = client.pull(&reference).await?;
+    if !keys.is_empty() {
+        let key = client.verify_attached(&reference, &pulled.digest, &keys.iter().collect::<Vec<_>>()).await?;
+        println!("verified {}: signed by {}", pulled.pinned.whole(), key.name);
+    }
+    std::fs::write(output, &pulled.component).with_context(|| format!("writing {}", output.display()))?;
+    println!("pulled {}{} into {} (sha256 {})", crate::oci::SCHEME, pulled.pinned.whole(), output.display(), crate::registry::source::sha256_hex(&pulled.component));
     Ok(())
 }
 

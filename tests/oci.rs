@@ -1,0 +1,136 @@
+//! Policies through a real OCI registry on loopback (`common::oci_registry`: the CNCF distribution registry with TLS
+//! and basic auth): `wasp policy push` and `pull` by tag and by digest in the wasm artifact layout, a tampered blob
+//! refused, and signatures attached as cosign attaches them, checked both ways against cosign itself.
+
+mod common;
+
+use common::oci_registry::Registry;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn wasp(dir: &Path, registry: &Registry, args: &[&str]) -> Output {
+    let registry_flags = ["--registry-config", registry.credentials.to_str().unwrap(), "--registry-ca", registry.ca_file.to_str().unwrap()];
+    Command::new(env!("CARGO_BIN_EXE_wasp"))
+        .args(args)
+        .args(registry_flags)
+        .current_dir(dir)
+        .env("COSIGN_PASSWORD", common::cosign::PASSWORD)
+        .output()
+        .expect("wasp runs")
+}
+
+fn text(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+fn succeeded(what: &str, output: &Output) -> String {
+    assert!(output.status.success(), "{what} failed: {}", text(output));
+    text(output)
+}
+
+fn failed(what: &str, output: &Output) -> String {
+    assert!(!output.status.success(), "{what} should have failed: {}", text(output));
+    text(output)
+}
+
+/// The `oci://...@sha256:...` a push printed as pinned.
+fn pinned(pushed: &str) -> String {
+    pushed.lines().find_map(|line| line.strip_prefix("pinned: ")).unwrap_or_else(|| panic!("no pinned reference in {pushed}")).to_string()
+}
+
+/// A folder with the component `least-allocated.wasm` and cosign's key pair.
+fn workspace() -> (tempfile::TempDir, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let component = common::policy_wasm("least-allocated").1;
+    std::fs::write(dir.path().join("least-allocated.wasm"), &component).unwrap();
+    common::cosign::generate_key_pair(dir.path());
+    (dir, component)
+}
+
+#[test]
+fn a_component_pushed_is_pulled_by_tag_and_by_digest_in_the_wasm_layout_and_a_tampered_blob_is_refused() {
+    let registry = Registry::start();
+    let (dir, component) = workspace();
+    let path = dir.path();
+    let reference = format!("{}:1.0", registry.reference("team/least-allocated"));
+    let pushed = succeeded("wasp policy push", &wasp(path, &registry, &["policy", "push", "least-allocated.wasm", &reference]));
+    let by_digest = pinned(&pushed);
+    for (what, source) in [("by tag", reference.as_str()), ("by digest", by_digest.as_str())] {
+        let output = path.join(format!("pulled-{}.wasm", what.replace(' ', "-")));
+        let pulled = succeeded(&format!("wasp policy pull {what}"), &wasp(path, &registry, &["policy", "pull", source, "--output", output.to_str().unwrap()]));
+        assert!(pulled.contains(&by_digest["oci://".len()..]), "{pulled}");
+        assert_eq!(std::fs::read(&output).unwrap(), component, "{what}");
+    }
+
+    // The layout the CNCF TAG Runtime's wasm artifact spec gives, as the registry stores it.
+    let digest = by_digest.rsplit_once('@').unwrap().1;
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(registry.blob_file(digest)).unwrap()).unwrap();
+    assert_eq!(manifest["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+    assert_eq!(manifest["config"]["mediaType"], "application/vnd.wasm.config.v0+json");
+    assert_eq!(manifest["layers"].as_array().unwrap().len(), 1);
+    assert_eq!(manifest["layers"][0]["mediaType"], "application/wasm");
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap().to_string();
+    assert_eq!(layer, format!("sha256:{}", wasp::registry::source::sha256_hex(&component)));
+    let config: serde_json::Value = serde_json::from_slice(&std::fs::read(registry.blob_file(manifest["config"]["digest"].as_str().unwrap())).unwrap()).unwrap();
+    assert_eq!((config["architecture"].as_str(), config["os"].as_str()), (Some("wasm"), Some("wasip2")));
+
+    // Without the credentials the registry refuses; with a wrong password too.
+    let anonymous = Command::new(env!("CARGO_BIN_EXE_wasp"))
+        .args(["policy", "pull", &reference, "--output", "x.wasm", "--registry-ca", registry.ca_file.to_str().unwrap()])
+        .current_dir(path)
+        .env("HOME", path)
+        .output()
+        .unwrap();
+    let refused = failed("an anonymous pull", &anonymous);
+    assert!(refused.contains("pulling"), "{refused}");
+
+    // One bit of the stored component flipped: the pull checks the digest and refuses it.
+    let blob = registry.blob_file(&layer);
+    let mut stored = std::fs::read(&blob).unwrap();
+    let middle = stored.len() / 2;
+    stored[middle] ^= 1;
+    std::fs::write(&blob, stored).unwrap();
+    let refused = failed("pulling a tampered blob", &wasp(path, &registry, &["policy", "pull", &by_digest, "--output", "tampered.wasm"]));
+    assert!(refused.to_lowercase().contains("digest"), "{refused}");
+    assert!(!path.join("tampered.wasm").exists(), "nothing is written from a refused pull");
+}
+
+#[test]
+fn signatures_attached_by_wasp_check_with_cosign_and_cosigns_with_wasp() {
+    let registry = Registry::start();
+    let (dir, _) = workspace();
+    let path = dir.path();
+    let environment = registry.cosign_environment();
+
+    // wasp pushes and signs; cosign verifies the image signature.
+    let reference = format!("{}:signed", registry.reference("team/least-allocated"));
+    let pushed = succeeded("wasp policy push --sign-key", &wasp(path, &registry, &["policy", "push", "least-allocated.wasm", &reference, "--sign-key", "cosign.key"]));
+    assert!(pushed.contains("signature attached as"), "{pushed}");
+    let by_digest = pinned(&pushed);
+    let bare = &by_digest["oci://".len()..];
+    let verified = common::cosign::run_with(path, &["verify", "--key", "cosign.pub", "--insecure-ignore-tlog=true", bare], &environment);
+    assert!(verified.status.success(), "cosign verify: {}", text(&verified));
+    let pulled = succeeded("wasp policy pull --key", &wasp(path, &registry, &["policy", "pull", &reference, "--output", "a.wasm", "--key", "cosign.pub"]));
+    assert!(pulled.contains("signed by cosign.pub"), "{pulled}");
+
+    // Another key did not sign it: refused, naming the key.
+    let generated = Command::new(env!("CARGO_BIN_EXE_wasp")).args(["policy", "generate-key-pair", "--output-key-prefix", "other"]).current_dir(path).output().unwrap();
+    succeeded("wasp policy generate-key-pair", &generated);
+    let refused = failed("pulling with another key", &wasp(path, &registry, &["policy", "pull", &reference, "--output", "b.wasm", "--key", "other.pub"]));
+    assert!(refused.contains("no signature attached to it is by any of the keys other.pub"), "{refused}");
+    assert!(!path.join("b.wasm").exists(), "nothing is written from a refused pull");
+
+    // An unsigned push: no signature attached.
+    let unsigned = format!("{}:unsigned", registry.reference("team/zone-pin"));
+    std::fs::write(path.join("zone-pin.wasm"), common::fixture_wasm("zone-pin-east").1).unwrap();
+    succeeded("an unsigned push", &wasp(path, &registry, &["policy", "push", "zone-pin.wasm", &unsigned]));
+    let refused = failed("pulling an unsigned component with --key", &wasp(path, &registry, &["policy", "pull", &unsigned, "--output", "c.wasm", "--key", "cosign.pub"]));
+    assert!(refused.contains("no signature is attached"), "{refused}");
+
+    // cosign signs what wasp pushed unsigned; wasp verifies cosign's signature.
+    let pushed = succeeded("the push cosign signs", &wasp(path, &registry, &["policy", "push", "zone-pin.wasm", &unsigned]));
+    let signed = common::cosign::run_with(path, &["sign", "--yes", "--key", "cosign.key", "--tlog-upload=false", &pinned(&pushed)["oci://".len()..]], &environment);
+    assert!(signed.status.success(), "cosign sign: {}", text(&signed));
+    let pulled = succeeded("wasp policy pull of cosign's signature", &wasp(path, &registry, &["policy", "pull", &unsigned, "--output", "d.wasm", "--key", "cosign.pub"]));
+    assert!(pulled.contains("signed by cosign.pub"), "{pulled}");
+}
