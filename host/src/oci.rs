@@ -91,13 +91,74 @@ pub struct RegistryClient {
     auth: RegistryAuth,
 }
 
-/// A component pulled: its bytes, checked against the manifest's layer digest, and the manifest's digest.
-pub struct Pulled {
-    pub component: Vec<u8>,
-    /// The manifest's digest, `sha256:HEX`: what a pinned reference names and what a signature covers.
+/// A component pulled with what proves where it came from: the manifest (whose digest a pinned reference names and a
+/// signature covers) and the signatures attached to it, so it can be checked again offline, from the store.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Artifact {
+    /// The manifest's digest, `sha256:HEX`.
     pub digest: String,
-    /// The reference pinned to that digest.
-    pub pinned: Reference,
+    #[serde(with = "base64_bytes")]
+    pub manifest: Vec<u8>,
+    #[serde(skip)]
+    pub component: Vec<u8>,
+    /// The simple signing payloads attached (as cosign attaches them) and their signatures, unchecked.
+    pub signatures: Vec<AttachedSignature>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttachedSignature {
+    #[serde(with = "base64_bytes")]
+    pub payload: Vec<u8>,
+    /// Base64, as in the annotation.
+    pub signature: String,
+}
+
+mod base64_bytes {
+    use base64::Engine;
+    pub fn serialize<S: serde::Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text: String = serde::Deserialize::deserialize(deserializer)?;
+        base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Artifact {
+    /// Whether the parts hold together: the manifest is the digest's, in the wasm layout, and names the component
+    /// as its one layer. Checked after a pull and again when the store is read.
+    pub fn check(&self) -> Result<(), String> {
+        let manifest_digest = format!("sha256:{}", crate::registry::source::sha256_hex(&self.manifest));
+        if manifest_digest != self.digest {
+            return Err(format!("the manifest's digest is {manifest_digest}, not {}", self.digest));
+        }
+        let manifest: OciImageManifest = serde_json::from_slice(&self.manifest).map_err(|error| format!("not an OCI image manifest: {error}"))?;
+        if manifest.config.media_type != oci_wasm::WASM_MANIFEST_CONFIG_MEDIA_TYPE {
+            return Err(format!("its config is {:?}, not a wasm artifact's ({})", manifest.config.media_type, oci_wasm::WASM_MANIFEST_CONFIG_MEDIA_TYPE));
+        }
+        let [layer] = manifest.layers.as_slice() else {
+            return Err(format!("a wasm artifact has one layer, this one {}", manifest.layers.len()));
+        };
+        let component_digest = format!("sha256:{}", crate::registry::source::sha256_hex(&self.component));
+        if layer.media_type != oci_wasm::WASM_LAYER_MEDIA_TYPE || layer.digest != component_digest {
+            return Err(format!("its layer is {} of {:?}, the component {component_digest}", layer.digest, layer.media_type));
+        }
+        Ok(())
+    }
+
+    /// Which of `keys` signed this manifest, by the signatures attached to it, or why none did.
+    pub fn signer<'a>(&self, keys: &[&'a PublicKey]) -> Result<&'a PublicKey, String> {
+        let names = keys.iter().map(|key| key.name.as_str()).collect::<Vec<_>>().join(", ");
+        if self.signatures.is_empty() {
+            return Err(format!("no signature is attached to {} (cosign's sha256-HEX.sig), and one by {names} is required", self.digest));
+        }
+        let signs_this = |payload: &[u8]| serde_json::from_slice::<SimpleSigning>(payload).is_ok_and(|claim| claim.critical.kind == SIGNATURE_TYPE && claim.critical.image.digest == self.digest);
+        self.signatures
+            .iter()
+            .filter(|attached| signs_this(&attached.payload))
+            .find_map(|attached| signature::verify(keys, &attached.payload, Some(attached.signature.as_bytes())).ok())
+            .ok_or_else(|| format!("no signature attached to {} is by any of the keys {names}", self.digest))
+    }
 }
 
 impl RegistryClient {
@@ -124,18 +185,42 @@ impl RegistryClient {
         Ok(digest)
     }
 
-    /// Pulls the component `reference` names (by tag or digest); a pull by digest gets exactly that manifest.
-    pub async fn pull(&self, reference: &Reference) -> anyhow::Result<Pulled> {
-        let (manifest, _, digest) = self.client.pull_manifest_and_config(reference, &self.auth).await.with_context(|| format!("pulling {}", reference.whole()))?;
+    /// Pulls the component `reference` names (by tag or digest; by digest, exactly that manifest), with the
+    /// signatures attached to it. Every blob is checked against its digest.
+    pub async fn fetch(&self, reference: &Reference) -> anyhow::Result<Artifact> {
+        let accepted = [oci_wasm::WASM_MANIFEST_MEDIA_TYPE];
+        let (manifest, _) = self.client.pull_manifest_raw(reference, &self.auth, &accepted).await.with_context(|| format!("pulling {}", reference.whole()))?;
+        let digest = format!("sha256:{}", crate::registry::source::sha256_hex(&manifest));
         if let Some(pinned) = reference.digest() {
             if pinned != digest {
                 bail!("{}: the registry answered a manifest of digest {digest}", reference.whole());
             }
         }
+        let parsed: OciImageManifest = serde_json::from_slice(&manifest).with_context(|| format!("{}: not an OCI image manifest", reference.whole()))?;
+        let layer = parsed.layers.first().with_context(|| format!("{}: a manifest without layers", reference.whole()))?;
+        if layer.size > crate::registry::source::MAX_POLICY_BYTES as i64 {
+            bail!("{}: a layer of {} bytes, more than a policy may have", reference.whole(), layer.size);
+        }
         let mut component = Vec::new();
-        self.client.pull_blob(reference, &manifest.layers[0], &mut component).await.with_context(|| format!("pulling the component layer of {}", reference.whole()))?;
-        let pinned = reference.clone_with_digest(digest.clone());
-        Ok(Pulled { component, digest, pinned })
+        self.client.pull_blob(reference, layer, &mut component).await.with_context(|| format!("pulling the component layer of {}", reference.whole()))?;
+        let signatures = self.attached_signatures(reference, &digest).await?;
+        let artifact = Artifact { digest, manifest: manifest.to_vec(), component, signatures };
+        artifact.check().map_err(|error| anyhow::anyhow!("{}: {error}", reference.whole()))?;
+        Ok(artifact)
+    }
+
+    /// The signatures cosign's way attaches to manifest `digest`: none when there is no `sha256-HEX.sig`.
+    async fn attached_signatures(&self, reference: &Reference, digest: &str) -> anyhow::Result<Vec<AttachedSignature>> {
+        let signatures = signature_reference(reference, digest)?;
+        let Ok((manifest, _)) = self.client.pull_image_manifest(&signatures, &self.auth).await else { return Ok(Vec::new()) };
+        let mut attached = Vec::new();
+        for layer in manifest.layers.iter().filter(|layer| layer.media_type == SIMPLE_SIGNING_MEDIA_TYPE && layer.size <= MAX_PAYLOAD_BYTES).take(MAX_SIGNATURES) {
+            let Some(signature) = layer.annotations.as_ref().and_then(|annotations| annotations.get(SIGNATURE_ANNOTATION)) else { continue };
+            let mut payload = Vec::new();
+            self.client.pull_blob(&signatures, layer, &mut payload).await.with_context(|| format!("pulling a signature payload of {}", signatures.whole()))?;
+            attached.push(AttachedSignature { payload, signature: signature.clone() });
+        }
+        Ok(attached)
     }
 
     /// Attaches a signature of the manifest `digest` of `reference`'s repository by `key`, as `cosign sign --key`
@@ -166,34 +251,6 @@ impl RegistryClient {
         };
         self.client.push_manifest(&signatures, &OciManifest::Image(manifest)).await.with_context(|| format!("pushing the signature {}", signatures.whole()))?;
         Ok(signatures)
-    }
-
-    /// Which of `keys` signed the manifest `digest` of `reference`'s repository, by the signatures attached to it,
-    /// or why none did.
-    pub async fn verify_attached<'a>(&self, reference: &Reference, digest: &str, keys: &[&'a PublicKey]) -> anyhow::Result<&'a PublicKey> {
-        let names = keys.iter().map(|key| key.name.as_str()).collect::<Vec<_>>().join(", ");
-        let signatures = signature_reference(reference, digest)?;
-        let (manifest, _) = self
-            .client
-            .pull_image_manifest(&signatures, &self.auth)
-            .await
-            .map_err(|error| anyhow::anyhow!("{}@{digest}: no signature is attached ({}: {error})", reference.repository(), signatures.whole()))?;
-        for layer in manifest.layers.iter().filter(|layer| layer.media_type == SIMPLE_SIGNING_MEDIA_TYPE).take(MAX_SIGNATURES) {
-            let Some(signature) = layer.annotations.as_ref().and_then(|annotations| annotations.get(SIGNATURE_ANNOTATION)) else { continue };
-            if layer.size > MAX_PAYLOAD_BYTES {
-                continue;
-            }
-            let mut payload = Vec::new();
-            self.client.pull_blob(&signatures, layer, &mut payload).await.context("pulling a signature payload")?;
-            let signs_this = serde_json::from_slice::<SimpleSigning>(&payload).is_ok_and(|claim| claim.critical.kind == SIGNATURE_TYPE && claim.critical.image.digest == digest);
-            if !signs_this {
-                continue;
-            }
-            if let Ok(key) = signature::verify(keys, &payload, Some(signature.as_bytes())) {
-                return Ok(key);
-            }
-        }
-        bail!("{}@{digest}: no signature attached to it is by any of the keys {names}", reference.repository())
     }
 }
 

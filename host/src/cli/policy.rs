@@ -280,13 +280,14 @@ async fn pull(reference: &str, output: &Path, keys: &[PathBuf], options: &crate:
     let keys = keys.iter().map(|path| signature::PublicKey::read(path)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
     let reference = crate::oci::parse_reference(reference)?;
     let client = crate::oci::RegistryClient::new(options, &reference)?;
-    let pulled = client.pull(&reference).await?;
+    let pulled = client.fetch(&reference).await?;
+    let pinned = reference.clone_with_digest(pulled.digest.clone());
     if !keys.is_empty() {
-        let key = client.verify_attached(&reference, &pulled.digest, &keys.iter().collect::<Vec<_>>()).await?;
-        println!("verified {}: signed by {}", pulled.pinned.whole(), key.name);
+        let key = pulled.signer(&keys.iter().collect::<Vec<_>>()).map_err(|error| anyhow::anyhow!("{}: {error}", reference.whole()))?;
+        println!("verified {}: signed by {}", pinned.whole(), key.name);
     }
     std::fs::write(output, &pulled.component).with_context(|| format!("writing {}", output.display()))?;
-    println!("pulled {}{} into {} (sha256 {})", crate::oci::SCHEME, pulled.pinned.whole(), output.display(), crate::registry::source::sha256_hex(&pulled.component));
+    println!("pulled {}{} into {} (sha256 {})", crate::oci::SCHEME, pinned.whole(), output.display(), crate::registry::source::sha256_hex(&pulled.component));
     Ok(())
 }
 
