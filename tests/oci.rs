@@ -134,3 +134,104 @@ fn signatures_attached_by_wasp_check_with_cosign_and_cosigns_with_wasp() {
     let pulled = succeeded("wasp policy pull of cosign's signature", &wasp(path, &registry, &["policy", "pull", &unsigned, "--output", "d.wasm", "--key", "cosign.pub"]));
     assert!(pulled.contains("signed by cosign.pub"), "{pulled}");
 }
+
+/// A host's policy directory and configuration taking `zone-pin` from `source`, signed by cosign.pub.
+struct HostFiles {
+    dir: tempfile::TempDir,
+    cache: std::path::PathBuf,
+}
+
+impl HostFiles {
+    fn new(workspace: &Path, registry: &Registry) -> HostFiles {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("policies")).unwrap();
+        for name in ["resources-fit", "least-allocated"] {
+            std::fs::write(dir.path().join(format!("policies/{name}.wasm")), common::policy_wasm(name).1).unwrap();
+        }
+        std::fs::copy(workspace.join("cosign.pub"), dir.path().join("cosign.pub")).unwrap();
+        std::fs::copy(&registry.credentials, dir.path().join("dockerconfig.json")).unwrap();
+        std::fs::copy(&registry.ca_file, dir.path().join("registry-ca.crt")).unwrap();
+        let cache = dir.path().join("cache");
+        HostFiles { dir, cache }
+    }
+
+    fn configure(&self, source: &str) {
+        let config = format!(
+            "policyDir: policies\nregistries: {{credentials: dockerconfig.json, caFile: registry-ca.crt}}\n\
+             scheduler: {{profiles: [{{schedulerName: wasp, filters: [resources-fit, zone-pin], scores: [{{policy: least-allocated}}]}}]}}\n\
+             policies:\n  zone-pin:\n    source: {source}\n    verification: {{keys: [cosign.pub], require: true}}\n"
+        );
+        std::fs::write(self.dir.path().join("config.yaml"), config).unwrap();
+    }
+
+    /// A host's policy registry, as `wasp run --cache-dir` starts it.
+    fn start(&self) -> anyhow::Result<wasp::registry::PolicyRegistry> {
+        let config_path = self.dir.path().join("config.yaml");
+        let config = wasp::config::HostConfig::load(&config_path)?;
+        let runtime = wasp::runtime::Runtime::new(Some(self.cache.clone()))?;
+        wasp::registry::PolicyRegistry::new(&runtime, config, Some(config_path))
+    }
+}
+
+fn zone_pin(registry: &wasp::registry::PolicyRegistry) -> wasp::registry::PolicyStatus {
+    registry.status().policies.into_iter().find(|policy| policy.name == "zone-pin").unwrap()
+}
+
+#[test]
+fn a_policy_from_a_registry_is_pulled_verified_and_served_and_a_registry_down_never_stops_what_was_pulled() {
+    let mut registry = Registry::start();
+    let (dir, _) = workspace();
+    let path = dir.path();
+    let east = common::fixture_wasm("zone-pin-east").1;
+    let west = common::fixture_wasm("zone-pin-west").1;
+    std::fs::write(path.join("east.wasm"), &east).unwrap();
+    std::fs::write(path.join("west.wasm"), &west).unwrap();
+    let repository = registry.reference("team/zone-pin");
+    let push = |file: &str, tag: &str, sign: bool| {
+        let mut args = vec!["policy", "push", file, tag];
+        if sign {
+            args.extend(["--sign-key", "cosign.key"]);
+        }
+        pinned(&succeeded("wasp policy push", &wasp(path, &registry, &args)))
+    };
+    let east_pinned = push("east.wasm", &format!("{repository}:east"), true);
+    push("west.wasm", &format!("{repository}:west-unsigned"), false);
+    let west_pinned = push("west.wasm", &format!("{repository}:west"), true);
+    let sha256 = |bytes: &[u8]| wasp::registry::source::sha256_hex(bytes);
+
+    let host = HostFiles::new(path, &registry);
+    host.configure(&east_pinned);
+    let serving = host.start().unwrap();
+    let status = zone_pin(&serving);
+    assert_eq!((status.sha256.as_str(), status.source.as_str()), (sha256(&east).as_str(), east_pinned.as_str()));
+    assert!(status.signed_by.as_deref().is_some_and(|key| key.ends_with("cosign.pub")), "{status:?}");
+
+    // A tag whose manifest nobody signed: resolved, pulled, refused for its signature; east keeps serving.
+    host.configure(&format!("{repository}:west-unsigned"));
+    let report = serving.reload();
+    assert!(!report.config_swapped, "{report:?}");
+    assert!(report.error_messages().contains("refused before it was compiled: no signature is attached"), "{report:?}");
+    assert_eq!(zone_pin(&serving).sha256, sha256(&east));
+
+    // The registry is down: a new digest cannot be pulled; the reason says so and east keeps serving.
+    registry.stop();
+    host.configure(&west_pinned);
+    let report = serving.reload();
+    assert!(report.errors.iter().any(|refusal| refusal.reason == wasp::registry::RefusalReason::Registry && refusal.message.contains("pulling")), "{report:?}");
+    assert_eq!(zone_pin(&serving).sha256, sha256(&east));
+    // Back up: the next rescan pulls it, though no file changed.
+    registry.restart();
+    let report = serving.reload();
+    assert!(!report.unchanged && report.config_swapped, "{report:?}");
+    assert_eq!(zone_pin(&serving).sha256, sha256(&west));
+
+    // A tag is resolved once and reported; a restart while the registry is down serves from the store.
+    host.configure(&format!("{repository}:west"));
+    serving.reload();
+    assert_eq!(zone_pin(&serving).source, format!("{repository}:west@{}", west_pinned.rsplit_once('@').unwrap().1));
+    registry.stop();
+    drop(serving);
+    let restarted = host.start().expect("a restart needs no registry for what it pulled before");
+    assert_eq!(zone_pin(&restarted).sha256, sha256(&west));
+    assert!(zone_pin(&restarted).signed_by.is_some(), "verified again from the store, offline");
+}

@@ -97,7 +97,7 @@ pub struct RegistryClient {
 pub struct Artifact {
     /// The manifest's digest, `sha256:HEX`.
     pub digest: String,
-    #[serde(with = "base64_bytes")]
+    #[serde(with = "crate::registry::signature::base64_bytes")]
     pub manifest: Vec<u8>,
     #[serde(skip)]
     pub component: Vec<u8>,
@@ -107,21 +107,10 @@ pub struct Artifact {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AttachedSignature {
-    #[serde(with = "base64_bytes")]
+    #[serde(with = "crate::registry::signature::base64_bytes")]
     pub payload: Vec<u8>,
     /// Base64, as in the annotation.
     pub signature: String,
-}
-
-mod base64_bytes {
-    use base64::Engine;
-    pub fn serialize<S: serde::Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
-    }
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
-        let text: String = serde::Deserialize::deserialize(deserializer)?;
-        base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)
-    }
 }
 
 impl Artifact {

@@ -5,6 +5,7 @@
 mod admission;
 mod autoscaler;
 mod policy;
+mod registries;
 mod rescheduler;
 mod verification;
 
@@ -12,6 +13,7 @@ pub use admission::{AdmissionMode, AdmissionSection};
 pub use autoscaler::AutoscalerSection;
 pub use policy::{OperationDeadlines, PolicyConfig};
 pub use rescheduler::{EvictionLimits, NamespaceFilter, Pacing, Protections, ReschedulerSection, Strategy, SYSTEM_CRITICAL_PRIORITY};
+pub use registries::Registries;
 pub use verification::Verification;
 
 use crate::contract::types::PolicyKind;
@@ -40,6 +42,9 @@ pub struct HostConfig {
     /// The keys that must have signed every policy (unless the policy has its own `verification`).
     #[serde(default)]
     pub verification: Verification,
+    /// How the registries of policies with an OCI `source` are reached.
+    #[serde(default)]
+    pub registries: Registries,
     pub scheduler: SchedulerSection,
     /// Present: the rescheduler's evict policies are loaded and kept current.
     #[serde(default)]
@@ -185,6 +190,7 @@ impl HostConfig {
             config.policy_dir = folder.join(&config.policy_dir);
         }
         config.verification.resolve_keys(folder);
+        config.registries.resolve_paths(folder);
         for verification in config.policies.values_mut().filter_map(|policy| policy.verification.as_mut()) {
             verification.resolve_keys(folder);
         }

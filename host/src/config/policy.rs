@@ -33,6 +33,10 @@ pub struct PolicyConfig {
     /// The keys that must have signed this policy, instead of the general `verification`.
     #[serde(default)]
     pub verification: Option<super::Verification>,
+    /// Where the component comes from instead of the policy directory: `oci://REGISTRY/REPOSITORY@sha256:HEX`
+    /// (or `:TAG`, resolved once and reported), pulled into the store under the cache directory.
+    #[serde(default)]
+    pub source: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
@@ -71,6 +75,12 @@ impl PolicyConfig {
         check_deadline(&format!("{field}.deadline"), self.deadline)?;
         if let Some(verification) = &self.verification {
             verification.validate(&format!("{field}.verification"))?;
+        }
+        if let Some(source) = &self.source {
+            if !source.starts_with(crate::oci::SCHEME) {
+                bail!("{field}.source: {source:?} is not an OCI reference (oci://REGISTRY/REPOSITORY@sha256:HEX)");
+            }
+            crate::oci::parse_reference(source).map_err(|error| anyhow::anyhow!("{field}.source: {error:#}"))?;
         }
         let per_operation = &self.deadlines;
         for (name, deadline) in [("filter", per_operation.filter), ("score", per_operation.score), ("evict", per_operation.evict), ("scale", per_operation.scale)] {

@@ -15,6 +15,7 @@ pub mod bundle;
 mod canary;
 pub mod metrics;
 mod plans;
+pub mod remote;
 pub mod signature;
 pub mod source;
 pub mod watch;
@@ -61,6 +62,9 @@ pub enum RefusalReason {
     Missing,
     /// Its signature is missing where one is required, does not check, or a key cannot be read.
     Signature,
+    /// Its OCI source could not be pulled (the registry is down, refuses the credentials, or answers a bad
+    /// artifact) and the store does not hold it.
+    Registry,
     /// The configuration does not parse, is invalid, or names what cannot serve.
     Config,
 }
@@ -75,6 +79,7 @@ impl RefusalReason {
             RefusalReason::Kinds => "kinds",
             RefusalReason::Missing => "missing",
             RefusalReason::Signature => "signature",
+            RefusalReason::Registry => "registry",
             RefusalReason::Config => "config",
         }
     }
@@ -197,6 +202,8 @@ pub struct PolicyRegistry {
     call_metrics: Arc<PolicyMetrics>,
     /// The cluster canaries sample, once the host has one.
     live: std::sync::OnceLock<Arc<crate::cluster::SharedCluster>>,
+    /// Policies pulled from OCI registries, kept by digest.
+    remote: remote::RemoteSources,
 }
 
 /// How the configuration runs the policy called `name`.
@@ -216,20 +223,24 @@ fn signer_of(file: &PolicyFile, verification: &Verification, keys: &KeyRing) -> 
         return Ok(None);
     }
     let refuse = |why: &str| Refusal::new(RefusalReason::Signature, format!("policy {}: refused before it was compiled: {why}", file.path.display()));
+    let usable = verification.keys.iter().map(|path| match keys.get(path) {
+        Some(Ok(key)) => Ok(key),
+        Some(Err(error)) => Err(refuse(error)),
+        None => Err(refuse(&format!("verification key {} was not read", path.display()))),
+    });
+    let usable = usable.collect::<Result<Vec<_>, _>>()?;
+    if let Some(artifact) = &file.artifact {
+        if artifact.signatures.is_empty() && !verification.require {
+            return Ok(None);
+        }
+        return artifact.signer(&usable).map(|key| Some(key.name.clone())).map_err(|why| refuse(&why));
+    }
     let signature = match &file.signature {
         None if !verification.require => return Ok(None),
         None => None,
         Some(Err(error)) => return Err(refuse(&format!("its signature cannot be read: {error}"))),
         Some(Ok(bytes)) => Some(bytes.as_slice()),
     };
-    let mut usable = Vec::new();
-    for path in &verification.keys {
-        match keys.get(path) {
-            Some(Ok(key)) => usable.push(key),
-            Some(Err(error)) => return Err(refuse(error)),
-            None => return Err(refuse(&format!("verification key {} was not read", path.display()))),
-        }
-    }
     signature::verify(&usable, &file.bytes, signature).map(|key| Some(key.name.clone())).map_err(|why| refuse(&why))
 }
 
@@ -278,6 +289,7 @@ impl PolicyRegistry {
             reload_metrics: ReloadMetrics::default(),
             call_metrics: Arc::new(PolicyMetrics::default()),
             live: std::sync::OnceLock::new(),
+            remote: remote::RemoteSources::new(runtime.cache_directory().map(std::path::Path::to_path_buf)),
         }
     }
 
@@ -330,9 +342,11 @@ impl PolicyRegistry {
         let mut snapshot = SourceSnapshot::read_packed(&old.config.policy_dir, self.config_path.as_deref());
         self.reload_metrics.directory_read();
         let new_fingerprint = snapshot.fingerprint().with_files(&old.config.key_files());
-        if new_fingerprint == *fingerprint {
+        // A source that could not be pulled is tried again at every rescan, though no file changed.
+        if new_fingerprint == *fingerprint && !self.remote.failing() {
             return ReloadReport { generation: old.number, unchanged: true, ..Default::default() };
         }
+        self.remote.failed(false);
         *fingerprint = new_fingerprint;
         snapshot.unpack_bundles();
         let mut outcome = Outcome::clone(&self.outcome.load());
@@ -469,7 +483,31 @@ impl PolicyRegistry {
             let options = options_for(config, &name);
             let serving = old.policies.get(&name);
             let used_by = describe_users(&users);
-            let Some(file) = snapshot.policies.get(&name) else {
+            let pulled;
+            let file = match config.policies.get(&name).and_then(|policy| policy.source.as_deref()) {
+                Some(source) => match self.remote.get(source, &config.registries.options()) {
+                    Ok((artifact, reported)) => {
+                        let mut file = PolicyFile::new(PathBuf::from(reported), artifact.component.clone());
+                        file.artifact = Some(artifact);
+                        pulled = file;
+                        Some(&pulled)
+                    }
+                    Err(error) => {
+                        self.remote.failed(true);
+                        let message = match serving {
+                            Some(serving) => format!("policy {name}: {error}; version {} ({}) keeps serving", serving.descriptor.version, &serving.digest[..12]),
+                            None => format!("policy {name}: {error} (used by {used_by})"),
+                        };
+                        errors.push((name.clone(), Refusal::new(RefusalReason::Registry, message)));
+                        if let Some(serving) = serving {
+                            policies.insert(name, serving.clone());
+                        }
+                        continue;
+                    }
+                },
+                None => snapshot.policies.get(&name),
+            };
+            let Some(file) = file else {
                 let path = config.policy_dir.join(format!("{name}.wasm"));
                 // A file that is there but damaged is said as such, not as a removal.
                 let (reason, what) = match snapshot.failed.get(&name) {
@@ -488,7 +526,12 @@ impl PolicyRegistry {
                 continue;
             };
             let loaded = signer_of(file, config.verification_for(&name), &keys).and_then(|signed_by| {
-                let unchanged = |serving: &&Arc<LoadedPolicy>| serving.digest == file.digest && serving.options == options && serving.signed_by == signed_by;
+                // An OCI source too: a tag resolved to the digest that serves is reported as such. (A file moved
+                // into a bundle keeps serving as it was: same bytes, nothing to swap.)
+                let same_source = |serving: &LoadedPolicy| file.artifact.is_none() || serving.source == file.path.display().to_string();
+                let unchanged = |serving: &&Arc<LoadedPolicy>| {
+                    serving.digest == file.digest && serving.options == options && serving.signed_by == signed_by && same_source(serving)
+                };
                 match serving.filter(unchanged) {
                     Some(serving) => Ok(serving.clone()),
                     None => self.load_and_canary(&name, file, options.clone(), &users).map(|mut policy| {

@@ -142,8 +142,8 @@ struct Cipher {
     nonce: Vec<u8>,
 }
 
-/// Go's encoding/json writes `[]byte` as standard base64.
-mod base64_bytes {
+/// Go's encoding/json writes `[]byte` as standard base64 (cosign's key files; the OCI store's artifacts too).
+pub(crate) mod base64_bytes {
     use base64::Engine;
     pub fn serialize<S: serde::Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(&super::BASE64.encode(bytes))

@@ -54,12 +54,14 @@ pub struct PolicyFile {
     pub digest: String,
     /// Its `NAME.wasm.sig`, if there is one: loose beside it, else in its bundle; an error if it cannot be read.
     pub signature: Option<Result<Vec<u8>, String>>,
+    /// The OCI artifact it came from (`policies.NAME.source`), whose attached signatures stand for `signature`.
+    pub artifact: Option<std::sync::Arc<crate::oci::Artifact>>,
 }
 
 impl PolicyFile {
-    fn new(path: PathBuf, bytes: Vec<u8>) -> PolicyFile {
+    pub fn new(path: PathBuf, bytes: Vec<u8>) -> PolicyFile {
         let digest = sha256_hex(&bytes);
-        PolicyFile { path, bytes, digest, signature: None }
+        PolicyFile { path, bytes, digest, signature: None, artifact: None }
     }
 }
 

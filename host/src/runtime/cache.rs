@@ -60,6 +60,10 @@ impl ArtifactCache {
         }
     }
 
+    pub fn directory(&self) -> Option<&std::path::Path> {
+        self.directory.as_deref()
+    }
+
     /// The component of `digest`: from memory, from disk, or compiled with an engine of `config` (the serving
     /// `engine`'s own configuration).
     pub fn get_or_compile(

@@ -51,6 +51,11 @@ impl Runtime {
         &self.engine
     }
 
+    /// Where compiled artifacts persist, if anywhere (what else the host keeps across restarts goes beside them).
+    pub fn cache_directory(&self) -> Option<&std::path::Path> {
+        self.cache.directory()
+    }
+
     /// The budget of every instance's memory together (unbounded until set).
     pub fn guest_memory(&self) -> &Arc<GuestMemory> {
         &self.guest_memory
