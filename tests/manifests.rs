@@ -179,6 +179,10 @@ fn the_install_is_consistent() {
     assert_eq!((keys_secret.secret_name.as_deref(), keys_secret.optional), (Some("wasp-policy-keys"), Some(true)));
     assert_eq!(mount_of("policy-keys"), "/etc/wasp/keys");
     assert!(!config.verification.checks(), "the shipped configuration verifies nothing until keys are given");
+    let credentials_volume = pod_spec.volumes.as_ref().unwrap().iter().find(|volume| volume.name == "registry-credentials").unwrap();
+    let credentials_secret = credentials_volume.secret.as_ref().unwrap();
+    assert_eq!((credentials_secret.secret_name.as_deref(), credentials_secret.optional), (Some("wasp-registry-credentials"), Some(true)));
+    assert_eq!(mount_of("registry-credentials"), "/etc/wasp/registry");
     for (kind, path) in [("ValidatingWebhookConfiguration", "/validate-pods"), ("MutatingWebhookConfiguration", "/mutate-pods")] {
         let configuration = &documents[kind][0];
         let webhook = &configuration["webhooks"][0];
