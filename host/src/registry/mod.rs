@@ -572,6 +572,8 @@ impl PolicyRegistry {
     }
 
     fn publish(&self, generation: Generation) {
+        let pulled: Vec<&str> = generation.policies.values().filter_map(|policy| policy.source.strip_prefix(crate::oci::SCHEME)?.rsplit_once('@').map(|(_, digest)| digest)).collect();
+        self.remote.retain(&pulled);
         let versions = generation.policies.values().map(|policy| PolicyInfoLabels {
             policy: policy.name().to_string(),
             version: policy.descriptor.version.clone(),

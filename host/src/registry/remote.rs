@@ -15,6 +15,8 @@ use std::time::Duration;
 
 /// How long one pull may take before the reload gives up on it (and retries at the next rescan).
 const PULL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Artifacts kept in the store besides those serving: recent versions to go back to without the registry.
+const MAX_STORED_UNUSED: usize = 16;
 
 pub struct RemoteSources {
     directory: Option<PathBuf>,
@@ -70,6 +72,27 @@ impl RemoteSources {
         let artifact = Arc::new(artifact);
         self.lock_artifacts().insert(digest.clone(), artifact.clone());
         Ok((artifact, reported(source, &digest)))
+    }
+
+    /// Keeps in memory only the artifacts of `serving` (manifest digests), and in the store those and the
+    /// [`MAX_STORED_UNUSED`] most recent others.
+    pub fn retain(&self, serving: &[&str]) {
+        self.lock_artifacts().retain(|digest, _| serving.contains(&digest.as_str()));
+        let Some(directory) = &self.directory else { return };
+        let Ok(entries) = std::fs::read_dir(directory) else { return };
+        let mut unused: Vec<(std::time::SystemTime, PathBuf)> = entries
+            .flatten()
+            .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+            .filter(|entry| !serving.iter().any(|digest| entry.file_name().to_string_lossy() == digest.replace(':', "-")))
+            .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
+            .collect();
+        unused.sort();
+        let surplus = unused.len().saturating_sub(MAX_STORED_UNUSED);
+        for (_, folder) in unused.into_iter().take(surplus) {
+            if let Err(error) = std::fs::remove_dir_all(&folder) {
+                tracing::warn!(%error, folder = %folder.display(), "an unused stored policy artifact could not be removed");
+            }
+        }
     }
 
     fn lock_artifacts(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Artifact>>> {
@@ -148,4 +171,30 @@ fn pull(reference: &oci_client::Reference, options: &RegistryOptions) -> anyhow:
             .join()
             .unwrap_or_else(|_| Err(anyhow::anyhow!("pulling {} panicked", reference.whole())))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_keeps_what_serves_and_the_most_recent_others() {
+        let cache = tempfile::tempdir().unwrap();
+        let sources = RemoteSources::new(Some(cache.path().to_path_buf()));
+        let store = cache.path().join("oci");
+        let digests: Vec<String> = (0..20).map(|index| format!("sha256:{index:064}")).collect();
+        for (age, digest) in digests.iter().enumerate() {
+            let folder = store.join(digest.replace(':', "-"));
+            std::fs::create_dir_all(&folder).unwrap();
+            // The first is the oldest.
+            let when = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1000 + age as u64);
+            std::fs::File::open(&folder).unwrap().set_modified(when).unwrap();
+        }
+        sources.retain(&[digests[0].as_str()]);
+        let mut left: Vec<String> = std::fs::read_dir(&store).unwrap().map(|entry| entry.unwrap().file_name().to_string_lossy().replace('-', ":")).collect();
+        left.sort();
+        let mut expected: Vec<String> = std::iter::once(digests[0].clone()).chain(digests[4..].iter().cloned()).collect();
+        expected.sort();
+        assert_eq!(left, expected, "the serving one, old as it is, and the 16 most recent others");
+    }
 }
