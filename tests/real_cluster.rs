@@ -129,17 +129,20 @@ impl Installed {
         let config = installed["data"]["config.yaml"].as_str().unwrap();
         assert!(config.contains("policyDir: /etc/wasp/policies\n"), "{config}");
         let config = config.replace("policyDir: /etc/wasp/policies\n", &format!("policyDir: {}\n", policies.path().display()));
-        // The policy keys Secret, where the Deployment mounts it (/etc/wasp/keys), if there is one.
-        let keys = home.join("keys");
-        std::fs::create_dir_all(&keys).unwrap();
-        let secret = self.cluster.kubectl(&["get", "secret", "wasp-policy-keys", "-n", "wasp-system", "-o", "json"]);
-        if secret.ok {
-            let secret: Value = serde_json::from_str(&secret.stdout).unwrap();
-            for (file, data) in secret["data"].as_object().into_iter().flatten() {
-                std::fs::write(keys.join(file), base64::engine::general_purpose::STANDARD.decode(data.as_str().unwrap()).unwrap()).unwrap();
+        // The optional Secrets, where the Deployment mounts them, if they exist.
+        let mut config = config;
+        for (secret, mount, folder) in [("wasp-policy-keys", "/etc/wasp/keys/", "keys"), ("wasp-registry-credentials", "/etc/wasp/registry/", "registry")] {
+            let folder = home.join(folder);
+            std::fs::create_dir_all(&folder).unwrap();
+            let found = self.cluster.kubectl(&["get", "secret", secret, "-n", "wasp-system", "-o", "json"]);
+            if found.ok {
+                let found: Value = serde_json::from_str(&found.stdout).unwrap();
+                for (file, data) in found["data"].as_object().into_iter().flatten() {
+                    std::fs::write(folder.join(file), base64::engine::general_purpose::STANDARD.decode(data.as_str().unwrap()).unwrap()).unwrap();
+                }
             }
+            config = config.replace(mount, &format!("{}/", folder.display()));
         }
-        let config = config.replace("/etc/wasp/keys/", &format!("{}/", keys.display()));
         std::fs::write(home.join("config.yaml"), config).unwrap();
         let mut policies = Some(policies);
         for attempt in 1.. {
@@ -890,6 +893,57 @@ fn a_policy_signed_with_cosign_serves_from_the_configmap_and_an_update_it_did_no
     create(cluster, &pinned("third"));
     wait_available(cluster, "third", 2, Duration::from_secs(60));
     assert!(placements(cluster, "default", "app=third").values().all(|node| zone_of(node) == "west"));
+}
+
+#[test]
+fn a_policy_pulled_from_a_registry_places_pods_and_keeps_placing_them_with_the_registry_down() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut registry = common::oci_registry::Registry::start();
+    let installed = install();
+    let cluster = &installed.cluster;
+    let signing = cluster.dir.path().join("signing");
+    std::fs::create_dir_all(&signing).unwrap();
+    common::cosign::generate_key_pair(&signing);
+    std::fs::copy(common::repo_root().join("target/wasm-fixtures/zone-pin-east.wasm"), signing.join("east.wasm")).unwrap();
+    let pushed = Command::new(env!("CARGO_BIN_EXE_wasp"))
+        .args(["policy", "push", "east.wasm", &format!("{}:east", registry.reference("team/zone-pin")), "--sign-key", "cosign.key"])
+        .args(["--registry-config", registry.credentials.to_str().unwrap(), "--registry-ca", registry.ca_file.to_str().unwrap()])
+        .current_dir(&signing)
+        .env("COSIGN_PASSWORD", common::cosign::PASSWORD)
+        .output()
+        .unwrap();
+    assert!(pushed.status.success(), "{}", String::from_utf8_lossy(&pushed.stderr));
+    let source = String::from_utf8(pushed.stdout).unwrap().lines().find_map(|line| line.strip_prefix("pinned: ").map(str::to_string)).unwrap();
+    // The credentials as a dockerconfigjson Secret, the CA and the key beside them, as the README says.
+    cluster.must(&[
+        "create", "secret", "generic", "wasp-registry-credentials", "-n", "wasp-system", "--type=kubernetes.io/dockerconfigjson",
+        &format!("--from-file=.dockerconfigjson={}", registry.credentials.display()),
+        &format!("--from-file=ca.crt={}", registry.ca_file.display()),
+    ]);
+    cluster.must(&["create", "secret", "generic", "wasp-policy-keys", "-n", "wasp-system", &format!("--from-file=cosign.pub={}", signing.join("cosign.pub").display())]);
+    installed.edit_config(|config| {
+        config
+            .replace("  profiles:\n", "  profiles:\n  - schedulerName: wasp-pinned\n    filters: [resources-fit, zone-pin]\n")
+            .replace("\npolicies:\n", &format!("\nregistries: {{credentials: /etc/wasp/registry/.dockerconfigjson, caFile: /etc/wasp/registry/ca.crt}}\npolicies:\n  zone-pin:\n    source: {source}\n    verification: {{keys: [/etc/wasp/keys/cosign.pub], require: true}}\n"))
+    });
+    cluster.create_nodes("east", 2, &["east"], "8", "32Gi");
+    cluster.create_nodes("west", 2, &["west"], "8", "32Gi");
+    let pinned = |name: &str| deployment(name, 2, "100m").replace("schedulerName: wasp\n", "schedulerName: wasp-pinned\n");
+    let host = installed.start_host("wasp-0");
+    let (_, status) = http_get(host.listen, "/policies").unwrap();
+    assert!(status.contains(&source), "{status}");
+    create(cluster, &pinned("first"));
+    wait_available(cluster, "first", 2, Duration::from_secs(60));
+    assert!(placements(cluster, "default", "app=first").values().all(|node| node.starts_with("east-")));
+
+    // The registry goes away; the pulled policy keeps deciding, and a restarted host serves it from its store.
+    registry.stop();
+    drop(host);
+    let host = installed.start_host("wasp-0");
+    create(cluster, &pinned("second"));
+    wait_available(cluster, "second", 2, Duration::from_secs(60));
+    assert!(placements(cluster, "default", "app=second").values().all(|node| node.starts_with("east-")));
+    drop(host);
 }
 
 /// The pod's PodScheduled condition.
