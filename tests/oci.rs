@@ -114,7 +114,7 @@ fn signatures_attached_by_wasp_check_with_cosign_and_cosigns_with_wasp() {
     assert!(pulled.contains("signed by cosign.pub"), "{pulled}");
 
     // Another key did not sign it: refused, naming the key.
-    let generated = Command::new(env!("CARGO_BIN_EXE_wasp")).args(["policy", "generate-key-pair", "--output-key-prefix", "other"]).current_dir(path).output().unwrap();
+    let generated = Command::new(env!("CARGO_BIN_EXE_wasp")).args(["policy", "generate-key-pair", "--output-key-prefix", "other"]).current_dir(path).env("COSIGN_PASSWORD", "").output().unwrap();
     succeeded("wasp policy generate-key-pair", &generated);
     let refused = failed("pulling with another key", &wasp(path, &registry, &["policy", "pull", &reference, "--output", "b.wasm", "--key", "other.pub"]));
     assert!(refused.contains("is by any of the keys other.pub") && refused.contains("no signature attached to sha256:"), "{refused}");
@@ -195,7 +195,7 @@ fn a_policy_from_a_registry_is_pulled_verified_and_served_and_a_registry_down_ne
         pinned(&succeeded("wasp policy push", &wasp(path, &registry, &args)))
     };
     let east_pinned = push("east.wasm", &format!("{repository}:east"), true);
-    push("west.wasm", &format!("{repository}:west-unsigned"), false);
+    let unsigned_pinned = push("west.wasm", &format!("{repository}:west-unsigned"), false);
     let west_pinned = push("west.wasm", &format!("{repository}:west"), true);
     let sha256 = |bytes: &[u8]| wasp::registry::source::sha256_hex(bytes);
 
@@ -212,18 +212,25 @@ fn a_policy_from_a_registry_is_pulled_verified_and_served_and_a_registry_down_ne
     assert!(!report.config_swapped, "{report:?}");
     assert!(report.error_messages().contains("refused before it was compiled: no signature is attached"), "{report:?}");
     assert_eq!(zone_pin(&serving).sha256, sha256(&east));
+    // Signed after the pull (by cosign): the next rescan pulls it again, though no file changed, and takes it.
+    let signed = common::cosign::run_with(path, &["sign", "--yes", "--key", "cosign.key", "--tlog-upload=false", &unsigned_pinned["oci://".len()..]], &registry.cosign_environment());
+    assert!(signed.status.success(), "cosign sign: {}", text(&signed));
+    let report = serving.reload();
+    assert!(!report.unchanged && report.config_swapped, "{report:?}");
+    let status = zone_pin(&serving);
+    assert_eq!(status.source, format!("{repository}:west-unsigned@{}", unsigned_pinned.rsplit_once('@').unwrap().1));
 
-    // The registry is down: a new digest cannot be pulled; the reason says so and east keeps serving.
+    // The registry is down: a new digest cannot be pulled; the reason says so and what served keeps serving.
     registry.stop();
     host.configure(&west_pinned);
     let report = serving.reload();
     assert!(report.errors.iter().any(|refusal| refusal.reason == wasp::registry::RefusalReason::Registry && refusal.message.contains("pulling")), "{report:?}");
-    assert_eq!(zone_pin(&serving).sha256, sha256(&east));
+    assert_eq!(zone_pin(&serving).source, status.source);
     // Back up: the next rescan pulls it, though no file changed.
     registry.restart();
     let report = serving.reload();
     assert!(!report.unchanged && report.config_swapped, "{report:?}");
-    assert_eq!(zone_pin(&serving).sha256, sha256(&west));
+    assert_eq!((zone_pin(&serving).sha256, zone_pin(&serving).source), (sha256(&west), west_pinned.clone()));
 
     // A tag is resolved once and reported; a restart while the registry is down serves from the store.
     host.configure(&format!("{repository}:west"));

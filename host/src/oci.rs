@@ -27,8 +27,17 @@ const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 const SIGNATURE_TYPE: &str = "cosign container image signature";
 const IMAGE_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.image.config.v1+json";
 /// A simple signing payload is a few hundred bytes; a signature manifest's layers are bounded like its count.
-const MAX_PAYLOAD_BYTES: i64 = 64 << 10;
+const MAX_PAYLOAD_BYTES: u64 = 64 << 10;
 const MAX_SIGNATURES: usize = 64;
+/// How long a registry may take to accept a connection, and to send the next bytes: a registry that is down or
+/// blackholed costs a reload this much, not the whole pull's deadline.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// `sha256:HEX` of `bytes`, as OCI digests are written.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", crate::registry::source::sha256_hex(bytes))
+}
 
 /// Where a registry is reached and as whom.
 #[derive(Debug, Clone, Default)]
@@ -61,9 +70,15 @@ struct DockerAuth {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct DockerConfig {
     #[serde(default)]
     auths: BTreeMap<String, DockerAuth>,
+    /// Credential helpers (`docker-credential-*` programs): not run by wasp, which says so.
+    #[serde(default)]
+    creds_store: Option<String>,
+    #[serde(default)]
+    cred_helpers: BTreeMap<String, String>,
 }
 
 /// The credentials `file` holds for `registry` (its entry may be written `https://REGISTRY` or `REGISTRY/v1/`), or
@@ -74,6 +89,9 @@ fn credentials(file: Option<&Path>, registry: &str) -> anyhow::Result<RegistryAu
     let config: DockerConfig = serde_json::from_slice(&text).with_context(|| format!("{}: not a Docker config file ({{\"auths\": {{...}}}})", file.display()))?;
     let host = |key: &str| key.trim_start_matches("https://").trim_start_matches("http://").split('/').next().unwrap_or_default().to_string();
     let Some(entry) = config.auths.iter().find(|(key, _)| host(key) == registry).map(|(_, entry)| entry) else {
+        if config.creds_store.is_some() || config.cred_helpers.contains_key(registry) {
+            tracing::warn!(file = %file.display(), registry, "the credentials of this registry are in a credential helper, which wasp does not run; pulling anonymously (put them in auths)");
+        }
         return Ok(RegistryAuth::Anonymous);
     };
     if let (Some(username), Some(password)) = (&entry.username, &entry.password) {
@@ -117,7 +135,7 @@ impl Artifact {
     /// Whether the parts hold together: the manifest is the digest's, in the wasm layout, and names the component
     /// as its one layer. Checked after a pull and again when the store is read.
     pub fn check(&self) -> Result<(), String> {
-        let manifest_digest = format!("sha256:{}", crate::registry::source::sha256_hex(&self.manifest));
+        let manifest_digest = sha256_digest(&self.manifest);
         if manifest_digest != self.digest {
             return Err(format!("the manifest's digest is {manifest_digest}, not {}", self.digest));
         }
@@ -128,7 +146,7 @@ impl Artifact {
         let [layer] = manifest.layers.as_slice() else {
             return Err(format!("a wasm artifact has one layer, this one {}", manifest.layers.len()));
         };
-        let component_digest = format!("sha256:{}", crate::registry::source::sha256_hex(&self.component));
+        let component_digest = sha256_digest(&self.component);
         if layer.media_type != oci_wasm::WASM_LAYER_MEDIA_TYPE || layer.digest != component_digest {
             return Err(format!("its layer is {} of {:?}, the component {component_digest}", layer.digest, layer.media_type));
         }
@@ -137,7 +155,7 @@ impl Artifact {
 
     /// Which of `keys` signed this manifest, by the signatures attached to it, or why none did.
     pub fn signer<'a>(&self, keys: &[&'a PublicKey]) -> Result<&'a PublicKey, String> {
-        let names = keys.iter().map(|key| key.name.as_str()).collect::<Vec<_>>().join(", ");
+        let names = signature::key_names(keys);
         if self.signatures.is_empty() {
             return Err(format!("no signature is attached to {} (cosign's sha256-HEX.sig), and one by {names} is required", self.digest));
         }
@@ -162,15 +180,27 @@ impl RegistryClient {
         }
         // A wasm artifact has no platforms to choose between.
         config.platform_resolver = None;
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        config.read_timeout = Some(READ_TIMEOUT);
         let auth = credentials(options.credentials.as_deref(), reference.resolve_registry())?;
         Ok(RegistryClient { client: WasmClient::new(Client::new(config)), auth })
     }
 
-    /// Pushes `component` to `reference`; the manifest's digest.
+    /// Pushes `component` to `reference`; the manifest's digest, as the registry named it when it took the manifest
+    /// (not read back by tag, which another push may have moved), checked to name this component.
     pub async fn push(&self, reference: &Reference, component: Vec<u8>) -> anyhow::Result<String> {
+        let component_digest = sha256_digest(&component);
         let (config, layer) = WasmConfig::from_raw_component(component, None).context("reading the component for its OCI config")?;
-        self.client.push(reference, &self.auth, layer, config, None).await.with_context(|| format!("pushing to {}", reference.whole()))?;
-        let digest = self.client.fetch_manifest_digest(reference, &self.auth).await.with_context(|| format!("reading the digest of {}", reference.whole()))?;
+        let pushed = self.client.push(reference, &self.auth, layer, config, None).await.with_context(|| format!("pushing to {}", reference.whole()))?;
+        let digest = match pushed.manifest_url.rsplit('/').next().filter(|last| last.starts_with("sha256:")) {
+            Some(digest) => digest.to_string(),
+            None => bail!("{}: the registry did not name the pushed manifest by its digest ({})", reference.whole(), pushed.manifest_url),
+        };
+        let pinned = reference.clone_with_digest(digest.clone());
+        let (manifest, _) = self.client.pull_image_manifest(&pinned, &self.auth).await.with_context(|| format!("reading back {}", pinned.whole()))?;
+        if manifest.layers.iter().map(|layer| layer.digest.as_str()).ne([component_digest.as_str()]) {
+            bail!("{}: the manifest the registry named is not the one pushed (its layers are not the component {component_digest})", pinned.whole());
+        }
         Ok(digest)
     }
 
@@ -179,7 +209,7 @@ impl RegistryClient {
     pub async fn fetch(&self, reference: &Reference) -> anyhow::Result<Artifact> {
         let accepted = [oci_wasm::WASM_MANIFEST_MEDIA_TYPE];
         let (manifest, _) = self.client.pull_manifest_raw(reference, &self.auth, &accepted).await.with_context(|| format!("pulling {}", reference.whole()))?;
-        let digest = format!("sha256:{}", crate::registry::source::sha256_hex(&manifest));
+        let digest = sha256_digest(&manifest);
         if let Some(pinned) = reference.digest() {
             if pinned != digest {
                 bail!("{}: the registry answered a manifest of digest {digest}", reference.whole());
@@ -187,26 +217,54 @@ impl RegistryClient {
         }
         let parsed: OciImageManifest = serde_json::from_slice(&manifest).with_context(|| format!("{}: not an OCI image manifest", reference.whole()))?;
         let layer = parsed.layers.first().with_context(|| format!("{}: a manifest without layers", reference.whole()))?;
-        if layer.size > crate::registry::source::MAX_POLICY_BYTES as i64 {
-            bail!("{}: a layer of {} bytes, more than a policy may have", reference.whole(), layer.size);
-        }
-        let mut component = Vec::new();
-        self.client.pull_blob(reference, layer, &mut component).await.with_context(|| format!("pulling the component layer of {}", reference.whole()))?;
+        let component = self.pull_bounded(reference, layer, crate::registry::source::MAX_POLICY_BYTES).await.with_context(|| format!("pulling the component layer of {}", reference.whole()))?;
         let signatures = self.attached_signatures(reference, &digest).await?;
         let artifact = Artifact { digest, manifest: manifest.to_vec(), component, signatures };
         artifact.check().map_err(|error| anyhow::anyhow!("{}: {error}", reference.whole()))?;
         Ok(artifact)
     }
 
+    /// The blob `layer` describes, refused once it grows past `limit` bytes (whatever the manifest declares) and
+    /// checked against its digest.
+    async fn pull_bounded(&self, reference: &Reference, layer: &OciDescriptor, limit: u64) -> anyhow::Result<Vec<u8>> {
+        use futures::StreamExt;
+        if !(0..=limit as i64).contains(&layer.size) {
+            bail!("a blob of {} bytes declared, outside 0..={limit}", layer.size);
+        }
+        let mut stream = self.client.pull_blob_stream(reference, layer).await?;
+        let mut bytes = Vec::with_capacity(layer.size as usize);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            if (bytes.len() + chunk.len()) as u64 > limit {
+                bail!("the blob grew past {limit} bytes");
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        if sha256_digest(&bytes) != layer.digest {
+            bail!("the blob is not its digest {}", layer.digest);
+        }
+        Ok(bytes)
+    }
+
+    /// The manifest of the signatures attached to `digest` (cosign's `sha256-HEX.sig`), or none when the registry
+    /// says there is none; any other failure is an error (a registry that fails is not a registry without
+    /// signatures).
+    async fn signature_manifest(&self, signatures: &Reference) -> anyhow::Result<Option<OciImageManifest>> {
+        match self.client.pull_image_manifest(signatures, &self.auth).await {
+            Ok((manifest, _)) => Ok(Some(manifest)),
+            Err(error) if says_not_found(&error) => Ok(None),
+            Err(error) => Err(anyhow::Error::new(error).context(format!("reading the signatures {}", signatures.whole()))),
+        }
+    }
+
     /// The signatures cosign's way attaches to manifest `digest`: none when there is no `sha256-HEX.sig`.
     async fn attached_signatures(&self, reference: &Reference, digest: &str) -> anyhow::Result<Vec<AttachedSignature>> {
         let signatures = signature_reference(reference, digest)?;
-        let Ok((manifest, _)) = self.client.pull_image_manifest(&signatures, &self.auth).await else { return Ok(Vec::new()) };
+        let Some(manifest) = self.signature_manifest(&signatures).await? else { return Ok(Vec::new()) };
         let mut attached = Vec::new();
-        for layer in manifest.layers.iter().filter(|layer| layer.media_type == SIMPLE_SIGNING_MEDIA_TYPE && layer.size <= MAX_PAYLOAD_BYTES).take(MAX_SIGNATURES) {
+        for layer in manifest.layers.iter().filter(|layer| layer.media_type == SIMPLE_SIGNING_MEDIA_TYPE).take(MAX_SIGNATURES) {
             let Some(signature) = layer.annotations.as_ref().and_then(|annotations| annotations.get(SIGNATURE_ANNOTATION)) else { continue };
-            let mut payload = Vec::new();
-            self.client.pull_blob(&signatures, layer, &mut payload).await.with_context(|| format!("pulling a signature payload of {}", signatures.whole()))?;
+            let payload = self.pull_bounded(&signatures, layer, MAX_PAYLOAD_BYTES).await.with_context(|| format!("pulling a signature payload of {}", signatures.whole()))?;
             attached.push(AttachedSignature { payload, signature: signature.clone() });
         }
         Ok(attached)
@@ -218,18 +276,16 @@ impl RegistryClient {
         let payload = serde_json::to_vec(&SimpleSigning::of(reference, digest)).expect("a payload serializes");
         let signature = key.sign(&payload).map_err(anyhow::Error::msg)?;
         let signatures = signature_reference(reference, digest)?;
-        let mut layers = match self.client.pull_image_manifest(&signatures, &self.auth).await {
-            Ok((manifest, _)) => manifest.layers,
-            Err(_) => Vec::new(),
-        };
-        let payload_digest = format!("sha256:{}", crate::registry::source::sha256_hex(&payload));
+        // Beside the signatures there: refused rather than overwriting them when they cannot be read.
+        let mut layers = self.signature_manifest(&signatures).await?.map(|manifest| manifest.layers).unwrap_or_default();
+        let payload_digest = sha256_digest(&payload);
         self.client.push_blob(&signatures, payload.clone(), &payload_digest).await.context("pushing the signature payload")?;
         let annotations = BTreeMap::from([(SIGNATURE_ANNOTATION.to_string(), signature)]);
         layers.push(OciDescriptor { media_type: SIMPLE_SIGNING_MEDIA_TYPE.into(), digest: payload_digest.clone(), size: payload.len() as i64, urls: None, annotations: Some(annotations), artifact_type: None });
         let diff_ids: Vec<&str> = layers.iter().map(|layer| layer.digest.as_str()).collect();
         let config = serde_json::json!({"architecture": "", "os": "", "config": {}, "rootfs": {"type": "layers", "diff_ids": diff_ids}});
         let config = Config { data: serde_json::to_vec(&config)?.into(), media_type: IMAGE_CONFIG_MEDIA_TYPE.into(), annotations: None };
-        let config_digest = format!("sha256:{}", crate::registry::source::sha256_hex(&config.data));
+        let config_digest = sha256_digest(&config.data);
         self.client.push_blob(&signatures, config.data.clone(), &config_digest).await.context("pushing the signature config")?;
         let manifest = OciImageManifest {
             schema_version: 2,
@@ -240,6 +296,19 @@ impl RegistryClient {
         };
         self.client.push_manifest(&signatures, &OciManifest::Image(manifest)).await.with_context(|| format!("pushing the signature {}", signatures.whole()))?;
         Ok(signatures)
+    }
+}
+
+/// Whether the registry answered that the manifest does not exist (a 404, or the distribution API's
+/// `MANIFEST_UNKNOWN` or `NAME_UNKNOWN`), as opposed to failing.
+fn says_not_found(error: &oci_client::errors::OciDistributionError) -> bool {
+    use oci_client::errors::{OciDistributionError, OciErrorCode};
+    match error {
+        OciDistributionError::ImageManifestNotFoundError(_) => true,
+        OciDistributionError::RegistryError { envelope, .. } => {
+            envelope.errors.iter().any(|error| matches!(error.code, OciErrorCode::ManifestUnknown | OciErrorCode::NameUnknown))
+        }
+        _ => false,
     }
 }
 

@@ -77,7 +77,7 @@ pub fn run(args: ConfigMapArgs) -> anyhow::Result<()> {
         if bundle.len() > CONFIGMAP_LIMIT {
             bail!("the bundle of {} policies takes {} KiB, more than a ConfigMap holds (1024 KiB): use --split", policies.len(), bundle.len() / 1024);
         }
-        let signed = components.len() - policies.len();
+        let signed = components.iter().filter(|(name, _)| name.strip_suffix(SIGNATURE_SUFFIX).is_some_and(|policy| policies.contains(policy))).count();
         eprintln!("{} policies ({signed} signed), {} KiB, bundled into {BUNDLE_FILE} of {} KiB", policies.len(), total / 1024, bundle.len() / 1024);
         print!("{}", config_map(&args.name, &args.namespace, BTreeMap::from([(BUNDLE_FILE.to_string(), bundle)]))?);
         return Ok(());

@@ -220,6 +220,8 @@ fn verify(file: &Path, keys: &[PathBuf], signature_file: Option<PathBuf>) -> any
 }
 
 fn generate_key_pair(prefix: &str) -> anyhow::Result<()> {
+    // A key is never encrypted with an empty password by accident (set it empty to mean it).
+    anyhow::ensure!(std::env::var_os(signature::PASSWORD_VARIABLE).is_some(), "set {} to the password that encrypts the private key", signature::PASSWORD_VARIABLE);
     let (private, public) = signature::generate_key_pair(&password()).map_err(anyhow::Error::msg)?;
     let (private_path, public_path) = (format!("{prefix}.key"), format!("{prefix}.pub"));
     // Never over an existing key (a lost private key cannot be recovered), and readable by its owner only.
@@ -251,7 +253,7 @@ impl RegistryArgs {
     fn options(&self) -> crate::oci::RegistryOptions {
         let docker_config = std::env::var_os("DOCKER_CONFIG").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".docker")));
         let default = docker_config.map(|dir| dir.join("config.json")).filter(|file| file.exists());
-        crate::oci::RegistryOptions { credentials: self.registry_config.clone().or(default), ca_file: self.registry_ca.clone() }
+        crate::config::Registries { credentials: self.registry_config.clone().or(default), ca_file: self.registry_ca.clone() }.options()
     }
 }
 

@@ -525,7 +525,14 @@ impl PolicyRegistry {
                 }
                 continue;
             };
-            let loaded = signer_of(file, config.verification_for(&name), &keys).and_then(|signed_by| {
+            let checked = signer_of(file, config.verification_for(&name), &keys).inspect_err(|_| {
+                // An artifact whose signatures did not check is pulled again at the next rescan: a signature may be
+                // attached after the push, or with a new key.
+                if let (Some(artifact), Some(source)) = (&file.artifact, config.policies.get(&name).and_then(|policy| policy.source.as_deref())) {
+                    self.remote.forget(source, &artifact.digest);
+                }
+            });
+            let loaded = checked.and_then(|signed_by| {
                 // An OCI source too: a tag resolved to the digest that serves is reported as such. (A file moved
                 // into a bundle keeps serving as it was: same bytes, nothing to swap.)
                 let same_source = |serving: &LoadedPolicy| file.artifact.is_none() || serving.source == file.path.display().to_string();

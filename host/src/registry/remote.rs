@@ -15,8 +15,12 @@ use std::time::Duration;
 
 /// How long one pull may take before the reload gives up on it (and retries at the next rescan).
 const PULL_TIMEOUT: Duration = Duration::from_secs(60);
-/// Artifacts kept in the store besides those serving: recent versions to go back to without the registry.
+/// Artifacts kept in the store besides those serving: recent versions to go back to without the registry, within
+/// a byte budget that leaves the cache volume room for the compiled artifacts (manifests/30-deployment.yaml).
 const MAX_STORED_UNUSED: usize = 16;
+const MAX_STORED_UNUSED_BYTES: u64 = 64 << 20;
+/// An artifact's record: its manifest and signatures, a few KiB.
+const MAX_RECORD_BYTES: u64 = 1 << 20;
 
 pub struct RemoteSources {
     directory: Option<PathBuf>,
@@ -74,8 +78,21 @@ impl RemoteSources {
         Ok((artifact, reported(source, &digest)))
     }
 
-    /// Keeps in memory only the artifacts of `serving` (manifest digests), and in the store those and the
-    /// [`MAX_STORED_UNUSED`] most recent others.
+    /// Drops the artifact `source` resolved to (`digest`) from memory and the store, and the tag's resolution: its
+    /// signatures did not check, so the next rescan pulls it again with the signatures attached by then.
+    pub fn forget(&self, source: &str, digest: &str) {
+        self.lock_artifacts().remove(digest);
+        if let Some(folder) = self.stored_at(digest) {
+            let _ = std::fs::remove_dir_all(folder);
+        }
+        if self.lock_resolved().remove(source).is_some() {
+            self.store_tags();
+        }
+        self.failed(true);
+    }
+
+    /// Keeps in memory only the artifacts of `serving` (manifest digests), and in the store those and the most
+    /// recent others, at most [`MAX_STORED_UNUSED`] of [`MAX_STORED_UNUSED_BYTES`] together.
     pub fn retain(&self, serving: &[&str]) {
         self.lock_artifacts().retain(|digest, _| serving.contains(&digest.as_str()));
         let Some(directory) = &self.directory else { return };
@@ -86,9 +103,15 @@ impl RemoteSources {
             .filter(|entry| !serving.iter().any(|digest| entry.file_name().to_string_lossy() == digest.replace(':', "-")))
             .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
             .collect();
-        unused.sort();
-        let surplus = unused.len().saturating_sub(MAX_STORED_UNUSED);
-        for (_, folder) in unused.into_iter().take(surplus) {
+        // Newest first: kept while they fit.
+        unused.sort_by(|a, b| b.cmp(a));
+        let mut kept_bytes = 0u64;
+        let size = |folder: &PathBuf| std::fs::read_dir(folder).map(|files| files.flatten().filter_map(|file| file.metadata().ok()).map(|metadata| metadata.len()).sum()).unwrap_or(0);
+        for (index, (_, folder)) in unused.into_iter().enumerate() {
+            kept_bytes += size(&folder);
+            if index < MAX_STORED_UNUSED && kept_bytes <= MAX_STORED_UNUSED_BYTES {
+                continue;
+            }
             if let Err(error) = std::fs::remove_dir_all(&folder) {
                 tracing::warn!(%error, folder = %folder.display(), "an unused stored policy artifact could not be removed");
             }
@@ -110,7 +133,8 @@ impl RemoteSources {
     /// The artifact of `digest` from the store, if it is there and holds together.
     fn read_stored(&self, digest: &str) -> Option<Artifact> {
         let folder = self.stored_at(digest)?;
-        let mut artifact: Artifact = serde_json::from_slice(&std::fs::read(folder.join("artifact.json")).ok()?).ok()?;
+        let record = super::source::read_regular(&folder.join("artifact.json"), MAX_RECORD_BYTES).ok()?;
+        let mut artifact: Artifact = serde_json::from_slice(&record).ok()?;
         artifact.component = super::source::read_regular(&folder.join("component.wasm"), super::source::MAX_POLICY_BYTES).ok()?;
         match artifact.check() {
             Ok(()) if artifact.digest == digest => Some(artifact),

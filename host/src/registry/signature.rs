@@ -30,7 +30,7 @@ pub const SIGNATURE_SUFFIX: &str = ".wasm.sig";
 /// A signature is under 1 KiB even for RSA-8192 in base64; this bounds what a `.sig` file can make the host read.
 pub const MAX_SIGNATURE_BYTES: u64 = 16 << 10;
 /// A key file is a few hundred bytes; an RSA-8192 key in PEM is under 2 KiB.
-const MAX_KEY_BYTES: u64 = 64 << 10;
+pub const MAX_KEY_BYTES: u64 = 64 << 10;
 /// What cosign's password environment variable is called; wasp reads the same one.
 pub const PASSWORD_VARIABLE: &str = "COSIGN_PASSWORD";
 
@@ -44,9 +44,11 @@ const RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1
 const PRIVATE_KEY_LABELS: [&str; 2] = ["ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY"];
 /// The scrypt cost of the keys cosign v2.6 writes: N = 2^16, r = 8, p = 1.
 const SCRYPT_LOG_N: u8 = 16;
-/// A key file may ask for more work than cosign's default, up to N = 2^20 (1 GiB of memory at r = 8): beyond, a
-/// crafted key file would only exhaust the machine.
+/// A key file may ask for more work than cosign's default, up to scrypt's 128 x r x N bytes of 1 GiB (N = 2^20 at
+/// r = 8) and p = 4: beyond, a crafted key file would only exhaust the machine.
 const MAX_SCRYPT_LOG_N: u8 = 20;
+const MAX_SCRYPT_BYTES: u64 = 1 << 30;
+const MAX_SCRYPT_P: u32 = 4;
 
 /// A public key that may sign policies, named by the file it came from.
 pub struct PublicKey {
@@ -103,8 +105,13 @@ pub fn decode_signature(text: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 /// Which of `keys` signed `component`, or why none did. `signature` is the `.sig` file's contents, if there is one.
+/// The keys' names, for messages.
+pub fn key_names(keys: &[&PublicKey]) -> String {
+    keys.iter().map(|key| key.name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
 pub fn verify<'a>(keys: &[&'a PublicKey], component: &[u8], signature: Option<&[u8]>) -> Result<&'a PublicKey, String> {
-    let names = || keys.iter().map(|key| key.name.as_str()).collect::<Vec<_>>().join(", ");
+    let names = || key_names(keys);
     let signature = signature.ok_or_else(|| format!("it is not signed (no {SIGNATURE_SUFFIX} file), and a signature by one of {} is required", names()))?;
     let signature = decode_signature(signature)?;
     keys.iter().copied().find(|key| key.signed(component, &signature)).ok_or_else(|| format!("its signature is not by any of the keys {} (or the component was changed after signing)", names()))
@@ -162,8 +169,8 @@ fn derive(password: &[u8], kdf: &Kdf) -> Result<crypto_secretbox::Key, String> {
     let ScryptParams { n, r, p } = kdf.params;
     let log_n = n.checked_ilog2().filter(|log_n| n.is_power_of_two() && *log_n <= u32::from(MAX_SCRYPT_LOG_N));
     let log_n = log_n.ok_or_else(|| format!("scrypt's N = {n} is not a power of two up to 2^{MAX_SCRYPT_LOG_N}"))? as u8;
-    if r == 0 || r > 32 || p == 0 || p > 16 {
-        return Err(format!("scrypt's r = {r} and p = {p} are outside what a key file may ask (r 1..=32, p 1..=16)"));
+    if r == 0 || p == 0 || p > MAX_SCRYPT_P || 128 * u64::from(r) * n > MAX_SCRYPT_BYTES {
+        return Err(format!("scrypt's N = {n}, r = {r} and p = {p} ask more than a key file may (128 x r x N up to {MAX_SCRYPT_BYTES} bytes, p 1..={MAX_SCRYPT_P})"));
     }
     let params = scrypt::Params::new(log_n, r, p, 32).map_err(|error| format!("scrypt parameters: {error}"))?;
     let mut key = crypto_secretbox::Key::default();

@@ -97,7 +97,7 @@ impl Fingerprint {
     /// Secret is a change that checks every signature again.
     pub fn with_files(mut self, files: &[&Path]) -> Fingerprint {
         for path in files {
-            let state = read_regular(path, MAX_SIGNATURE_BYTES).map_or_else(|error| error.to_string(), |bytes| sha256_hex(&bytes));
+            let state = read_regular(path, super::signature::MAX_KEY_BYTES).map_or_else(|error| error.to_string(), |bytes| sha256_hex(&bytes));
             self.files.insert(format!("key {}", path.display()), state);
         }
         self
@@ -137,8 +137,13 @@ impl SourceSnapshot {
                         continue;
                     }
                     if let Some(name) = file_name.strip_suffix(SIGNATURE_SUFFIX) {
-                        let signature = read_regular(&entry.path(), MAX_SIGNATURE_BYTES).map_err(|error| format!("{}: {error}", entry.path().display()));
-                        snapshot.signatures.insert(name.to_string(), signature);
+                        match read_regular(&entry.path(), MAX_SIGNATURE_BYTES) {
+                            // Dangling for an instant while a writer swaps the directory: the next event rescans.
+                            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                            read => {
+                                snapshot.signatures.insert(name.to_string(), read.map_err(|error| format!("{}: {error}", entry.path().display())));
+                            }
+                        }
                         continue;
                     }
                     let bundle = file_name.ends_with(BUNDLE_SUFFIX);
@@ -238,9 +243,9 @@ impl SourceSnapshot {
             };
             let (signatures, components): (Vec<_>, Vec<_>) = components.into_iter().partition(|(file_name, _)| file_name.ends_with(SIGNATURE_SUFFIX));
             let mut signatures: BTreeMap<String, Vec<u8>> =
-                signatures.into_iter().map(|(file_name, bytes)| (file_name.trim_end_matches(SIGNATURE_SUFFIX).to_string(), bytes)).collect();
+                signatures.into_iter().filter_map(|(file_name, bytes)| Some((file_name.strip_suffix(SIGNATURE_SUFFIX)?.to_string(), bytes))).collect();
             for (file_name, bytes) in components {
-                let name = file_name.trim_end_matches(".wasm").to_string();
+                let name = file_name.strip_suffix(".wasm").unwrap_or(&file_name).to_string();
                 if loose.contains(&name) {
                     continue;
                 }
