@@ -564,7 +564,7 @@ fn a_node_labelled_for_maintenance_is_drained_one_pod_at_a_time_within_a_real_bu
         config.replace("  interval: 5m\n  strategies:\n", "  interval: 1h\n  strategies:\n")
     });
     cluster.create_nodes("worker", 3, &["zone-a"], "4", "16Gi");
-    let _host = installed.start_host("wasp-0");
+    let host = installed.start_host("wasp-0");
     create(cluster, &deployment("web", 6, "500m"));
     // The budget would allow two web pods down at once; its status is the real disruption controller's.
     create(cluster, "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\nspec:\n  maxUnavailable: 2\n  selector: {matchLabels: {app: web}}\n");
@@ -604,6 +604,16 @@ fn a_node_labelled_for_maintenance_is_drained_one_pod_at_a_time_within_a_real_bu
     // The budget allowed two at once; wasp waited for each replacement to be Ready before the next.
     assert_eq!(fewest_ready.fewest(), 5, "never more than one web pod down at a time");
     assert!(!audit.iter().any(|event| event.user() == WASP_USER && event.code() == 403), "a request of wasp refused by RBAC");
+    // What `wasp explain eviction` reads for each of them: the drain proposed it, every check passed, evicted.
+    for pod in &were_there {
+        let (status, body) = http_get(host.listen, &format!("/explain/evictions/default/{pod}")).unwrap();
+        assert_eq!(status, 200, "{body}");
+        let record: Value = serde_json::from_str(&body).unwrap();
+        let said = (record["policy"].as_str(), record["decision"].as_str(), record["outcome"].as_str(), record["node"].as_str());
+        assert_eq!(said, (Some("drain-for-maintenance"), Some("evict"), Some("evicted"), Some(marked.as_str())), "{record}");
+        assert!(record["checks"].as_array().unwrap().iter().all(|check| check["verdict"] == "passed"), "{record}");
+        assert_ne!(record["target"].as_str(), Some(marked.as_str()), "{record}");
+    }
 }
 
 #[test]
@@ -1178,7 +1188,7 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     let installed = install();
     let cluster = &installed.cluster;
     cluster.create_nodes("worker", 4, &["zone-a"], "8", "32Gi");
-    let _host = installed.start_host("wasp-0");
+    let host = installed.start_host("wasp-0");
     create(cluster, &deployment("web", 2, "200m"));
     wait_available(cluster, "web", 2, Duration::from_secs(60));
     // Each web pod uses 400m of its 200m request: 200% against a 50% target, so 2 replicas want 8 (capped at 6).
@@ -1198,6 +1208,17 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     assert!(!scales.is_empty() && scales.iter().all(|event| event.subresource() == "scale" && event.code() == 200), "{:?}", scales.iter().map(|event| event.uri()).collect::<Vec<_>>());
     let autoscaler = cluster.get_json(&["get", "autoscaler", "web", "-n", "default"]);
     assert_eq!(autoscaler["status"]["desiredReplicas"], 6, "{autoscaler}");
+    // What `wasp explain autoscaler` reads: the metric as read, the policy's answer above the maximum, held to it.
+    wait_for("a sync at 6 replicas recorded", Duration::from_secs(60), || {
+        let (_, body) = http_get(host.listen, "/explain/autoscalers/default/web").unwrap();
+        serde_json::from_str::<Value>(&body).is_ok_and(|record| record["current"] == 6)
+    });
+    let (_, body) = http_get(host.listen, "/explain/autoscalers/default/web").unwrap();
+    let record: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((record["metrics"][0]["metric"].as_str(), record["metrics"][0]["source"].as_str()), (Some("cpu"), Some("Resource")), "{record}");
+    assert!(record["metrics"][0]["reading"].as_str().unwrap().starts_with("200%/50%"), "{record}");
+    assert!(record["recommended"].as_i64().unwrap() > 6 && record["desired"] == 6 && record["outcome"] == "unchanged", "{record}");
+    assert!(!record["limitedBy"].as_array().unwrap().is_empty(), "{record}");
     // The pods come from the host's pod informer (one cluster-wide list and watch), not a list per pass.
     let pod_lists: Vec<&str> = audit.iter().filter(by_wasp).filter(|event| event.verb() == "list" && event.uri().starts_with("/api/v1/namespaces/") && event.resource() == "pods").map(|event| event.uri()).collect();
     assert!(pod_lists.is_empty(), "the autoscaler listed pods per namespace: {pod_lists:?}");
@@ -1264,6 +1285,8 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
         .map(|event| event.user().to_string())
         .collect();
     assert!(!api_scales.is_empty() && api_scales.iter().all(|user| user != WASP_USER), "scale writes of api: {api_scales:?}");
+    let (_, body) = http_get(host.listen, "/explain/autoscalers/default/api").unwrap();
+    assert!(serde_json::from_str::<Value>(&body).unwrap()["outcome"].as_str().unwrap().starts_with("not scaled: ConflictingHorizontalPodAutoscaler: HorizontalPodAutoscaler api also scales"), "{body}");
 
     // A custom resource whose scale subresource has no labelSelectorPath: its scale reports no selector, which
     // would select every pod of the namespace. Refused as the HPA refuses it; its scale is read, never written.
@@ -1365,4 +1388,91 @@ fn node_metrics_are_listed_by_label_selector_with_idle_nodes_at_zero() {
         let shares: Vec<&Value> = answer["items"].as_array().unwrap().iter().map(|pod| &pod["containers"][0]["usage"]["cpu"]).collect();
         shares.len() == 3 && shares.iter().all(|cpu| *cpu == "300m")
     });
+}
+
+/// `wasp explain` (and `kubectl wasp explain`, the same binary as kubectl's plugin) as an on-call engineer runs it:
+/// a ServiceAccount granted the shipped `wasp-explain-reader` roles, the leader found through the real Lease, its
+/// certificate pinned from it. What it prints is checked against what the API server recorded.
+#[test]
+fn wasp_explain_says_why_a_pod_is_pending_and_why_another_went_where_it_did() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install();
+    let cluster = &installed.cluster;
+    cluster.create_nodes("worker", 3, &["zone-a", "zone-b"], "4", "16Gi");
+    cluster.must(&["taint", "node", "worker-2", "dedicated=gpu:NoSchedule"]);
+    let host = installed.start_host("wasp-0");
+    let pod = |name: &str, cpu: &str| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  schedulerName: wasp\n  containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: '{cpu}'}}}}}}]\n");
+    create(cluster, &pod("big", "5"));
+    create(cluster, &pod("small", "100m"));
+    wait_for("big's PodScheduled=False", Duration::from_secs(60), || scheduled_condition(cluster, "default", "big").is_some_and(|condition| condition["status"] == "False"));
+    wait_for("small bound", Duration::from_secs(60), || !cluster.get_json(&["get", "pod", "small", "-n", "default"])["spec"]["nodeName"].is_null());
+    let small_node = cluster.get_json(&["get", "pod", "small", "-n", "default"])["spec"]["nodeName"].as_str().unwrap().to_string();
+
+    // The on-call engineer: the shipped roles, bound to a ServiceAccount whose token the kubeconfig holds.
+    create(
+        cluster,
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: oncall, namespace: default}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: oncall-explain}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: wasp-explain-reader}\nsubjects: [{kind: ServiceAccount, name: oncall, namespace: default}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: oncall-explain, namespace: wasp-system}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: wasp-explain-reader}\nsubjects: [{kind: ServiceAccount, name: oncall, namespace: default}]\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: nosy, namespace: default}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: nosy-lease, namespace: wasp-system}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: wasp-explain-reader}\nsubjects: [{kind: ServiceAccount, name: nosy, namespace: default}]\n",
+    );
+    let oncall = cluster.service_account_kubeconfig("default", "oncall");
+    let explain = |kubeconfig: &Path, args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_wasp")).arg("explain").args(args).env("KUBECONFIG", kubeconfig).output().unwrap();
+        (output.status.success(), String::from_utf8(output.stdout).unwrap(), String::from_utf8(output.stderr).unwrap())
+    };
+
+    let (ok, json, stderr) = explain(&oncall, &["pod", "default/big", "-o", "json"]);
+    assert!(ok, "{stderr}");
+    let record: Value = serde_json::from_str(&json).unwrap();
+    assert!(record["node"].is_null(), "{record}");
+    let condition = scheduled_condition(cluster, "default", "big").unwrap();
+    assert_eq!(record["message"], condition["message"], "the record says what the pod's condition says");
+    assert_eq!(record["nodes"], 3);
+    let step = |policy: &str| record["filters"].as_array().unwrap().iter().find(|step| step["policy"] == policy).cloned().unwrap_or_else(|| panic!("no {policy} in {record}"));
+    assert_eq!((step("taint-toleration")["evaluated"].as_u64(), step("taint-toleration")["rejected"].as_u64()), (Some(3), Some(1)), "{record}");
+    assert_eq!(step("taint-toleration")["reasons"][0]["reason"], "node(s) had untolerated taint {dedicated: gpu}");
+    assert_eq!((step("resources-fit")["evaluated"].as_u64(), step("resources-fit")["rejected"].as_u64()), (Some(2), Some(2)), "{record}");
+    assert_eq!(step("resources-fit")["reasons"], serde_json::json!([{"reason": "Insufficient cpu", "nodes": 2}]));
+    assert_eq!(step("pod-topology-spread")["evaluated"], 0, "after every node was rejected, no filter is asked");
+
+    // The pod that was placed: the chosen node is the one the API server bound it to, first among the scores.
+    let (ok, table, stderr) = explain(&oncall, &["pod", "small", "-n", "default"]);
+    assert!(ok, "{stderr}");
+    assert!(table.contains(&format!("Result:  placed on {small_node} (the highest score of 2 feasible nodes")), "{table}");
+    let chosen_row = table.lines().find(|line| line.starts_with(&format!("{small_node} *"))).unwrap_or_else(|| panic!("{table}"));
+    let header = table.lines().find(|line| line.starts_with("NODE")).unwrap();
+    assert!(header.contains("least-allocated (x1)") && header.contains("taint-toleration (x3)"), "{header}");
+    assert!(!chosen_row.is_empty());
+
+    // kubectl's plugin: the same binary as kubectl-wasp on the PATH.
+    let plugins = cluster.dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_wasp"), plugins.join("kubectl-wasp")).unwrap();
+    let path = format!("{}:{}", plugins.display(), std::env::var("PATH").unwrap_or_default());
+    let plugin = Command::new("kubectl").args(["wasp", "explain", "pod", "default/big"]).env("KUBECONFIG", &oncall).env("PATH", path).output().unwrap();
+    let plugin_out = String::from_utf8_lossy(&plugin.stdout);
+    assert!(plugin.status.success(), "{}", String::from_utf8_lossy(&plugin.stderr));
+    assert!(plugin_out.contains("Result:  unschedulable: 0/3 nodes are available: 2 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}."), "{plugin_out}");
+    assert!(plugin_out.contains("resources-fit") && plugin_out.contains("2 Insufficient cpu"), "{plugin_out}");
+
+    // Who may read the Lease but was not granted /explain/*: the host refuses, after asking the API server.
+    let nosy = cluster.service_account_kubeconfig("default", "nosy");
+    let (ok, _, stderr) = explain(&nosy, &["pod", "default/big"]);
+    assert!(!ok);
+    assert!(stderr.contains("refused /explain/pods/default/big (403)") && stderr.contains("nonResourceURLs"), "{stderr}");
+    let reviews = cluster.audit().iter().filter(|event| event.user() == WASP_USER && event.resource() == "subjectaccessreviews").count();
+    assert!(reviews >= 2, "each user's access was decided by the API server: {reviews} SubjectAccessReviews");
+    // A pod nobody asked wasp to place: said so, not an empty record.
+    let (ok, _, stderr) = explain(&oncall, &["pod", "default/nobody"]);
+    assert!(!ok && stderr.contains("no pod record for default/nobody here"), "{stderr}");
+
+    // Answered from the record, not by scheduling again: fast whatever the cluster's size.
+    let mut took: Vec<Duration> = (0..5)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            let (status, _) = http_get(host.listen, "/explain/pods/default/big").unwrap();
+            assert_eq!(status, 200);
+            started.elapsed()
+        })
+        .collect();
+    took.sort();
+    assert!(took[2] < Duration::from_millis(100), "median {:?}", took[2]);
 }

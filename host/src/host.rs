@@ -18,6 +18,7 @@ use crate::autoscaler::metrics::AutoscalerMetrics;
 use crate::autoscaler::AutoscalerLoop;
 use crate::cluster::{informer, SharedCluster};
 use crate::config::HostConfig;
+use crate::explain::DecisionRecords;
 use crate::kube::leader::{Candidate, LeaderElection};
 use crate::kube::{ApiClient, EventRecorder, HostIdentity};
 use crate::registry::watch::{PolicyWatcher, WatchOptions};
@@ -45,6 +46,9 @@ const SCHEDULER_WEDGED_AFTER: std::time::Duration = std::time::Duration::from_se
 /// and 50k pods; every request has a timeout).
 const LOOP_WEDGED_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// How often the records of objects that are gone are dropped.
+const RECORDS_PRUNED_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A liveness check that fails when a loop's `unit` of work (a run, a pass) has been under way too long.
 fn wedged_when_busy(unit: &'static str, limit: std::time::Duration, busy_for: impl Fn() -> Option<std::time::Duration> + Send + Sync + 'static) -> crate::serve::ReadinessCheck {
     Box::new(move || {
@@ -67,6 +71,10 @@ pub struct Host {
     pub autoscaler: Arc<AutoscalerLoop>,
     pub stray_pods: Arc<StrayPods>,
     pub endpoints: Arc<Endpoints>,
+    /// The loops' decision records (`/explain`).
+    pub records: Arc<DecisionRecords>,
+    /// What the Lease says of this host while it leads: where `wasp explain` reaches it.
+    advertised: Arc<Mutex<Option<Advertised>>>,
     admission_metrics: AdmissionMetrics,
     webhooks: Arc<AtomicU8>,
     informers: Mutex<Option<informer::Informers>>,
@@ -89,22 +97,23 @@ impl Host {
         cluster.waiting_budget.set_limit(policies.current().config.scheduler.waiting_bytes_per_namespace());
         policies.canary_on(cluster.clone());
         let events = EventRecorder::new(api.clone(), COMPONENT, identity.clone());
-        let mut endpoints = Endpoints::new(policies.clone());
+        let records = Arc::new(DecisionRecords::default());
+        let mut endpoints = Endpoints::new(policies.clone(), records.clone());
         let scheduler_metrics = SchedulerMetrics::register(&mut endpoints.metrics);
         // Each loop sends through a request budget of its own (see `kube::client`).
         let scheduler_api = api.with_own_budget(crate::kube::client::SCHEDULER_IN_FLIGHT);
         let scheduler_events = events.sending_through(api.with_own_budget(crate::kube::client::SCHEDULER_EVENTS_IN_FLIGHT));
         let binder = Binder::new(scheduler_api, scheduler_events, cluster.clone());
-        let scheduler = Scheduler::new(policies.clone(), cluster.clone(), binder, scheduler_metrics);
+        let scheduler = Scheduler::new(policies.clone(), cluster.clone(), binder, scheduler_metrics, records.clone());
         let rescheduler_metrics = ReschedulerMetrics::register(&mut endpoints.metrics);
         let rescheduler_api = api.with_own_budget(crate::kube::client::LOOP_IN_FLIGHT);
         let host_namespace = std::env::var("POD_NAMESPACE").ok().filter(|namespace| !namespace.is_empty());
-        let rescheduler = Rescheduler::new(policies.clone(), cluster.clone(), rescheduler_api.clone(), &events.sending_through(rescheduler_api), rescheduler_metrics, host_namespace);
+        let rescheduler = Rescheduler::new(policies.clone(), cluster.clone(), rescheduler_api.clone(), &events.sending_through(rescheduler_api), rescheduler_metrics, host_namespace, records.clone());
         let reported = rescheduler.clone();
         endpoints.status_section("rescheduler", Box::new(move || serde_json::json!({"lastRun": reported.last_run()})));
         let autoscaler_metrics = AutoscalerMetrics::register(&mut endpoints.metrics);
         let autoscaler_api = api.with_own_budget(crate::kube::client::LOOP_IN_FLIGHT);
-        let autoscaler = AutoscalerLoop::new(policies.clone(), cluster.clone(), autoscaler_api.clone(), &events.sending_through(autoscaler_api), autoscaler_metrics);
+        let autoscaler = AutoscalerLoop::new(policies.clone(), cluster.clone(), autoscaler_api.clone(), &events.sending_through(autoscaler_api), autoscaler_metrics, records.clone());
         let reported = autoscaler.clone();
         endpoints.status_section("autoscaler", Box::new(move || serde_json::json!({"lastPass": reported.last_pass()})));
         let admission_metrics = AdmissionMetrics::register(&mut endpoints.metrics);
@@ -171,7 +180,8 @@ impl Host {
         endpoints.readiness_check("shutdown", Box::new(move || shutting_down.is_cancelled().then(|| Err("shutting down".to_string()))));
         let endpoints = Arc::new(endpoints);
         let informers = Mutex::new(None);
-        Arc::new(Host { api, identity, cluster, policies, events, scheduler, rescheduler, autoscaler, stray_pods, endpoints, admission_metrics, webhooks, informers, stopping, servers: TaskTracker::new() })
+        let advertised = Arc::new(Mutex::new(None));
+        Arc::new(Host { api, identity, cluster, policies, events, scheduler, rescheduler, autoscaler, stray_pods, endpoints, records, advertised, admission_metrics, webhooks, informers, stopping, servers: TaskTracker::new() })
     }
 
     /// A host on `api` with `config` (policy files still reload when watched, the configuration does not).
@@ -197,7 +207,10 @@ impl Host {
     /// its secure port: the probes open, the rest for users the API server authenticates and authorizes. The
     /// certificate comes from `certificate` (re-read every 10 s), else one is made at start. Returns the bound
     /// address.
-    pub async fn serve_secure(&self, address: SocketAddr, certificate: Option<crate::admission::tls::CertificateFiles>) -> anyhow::Result<SocketAddr> {
+    ///
+    /// While this host leads, its Lease carries `advertised_address` (default: the Pod's IP from `POD_IP`, else the
+    /// bound address) and the certificate's SHA-256, for `wasp explain` to reach it and pin the certificate.
+    pub async fn serve_secure(&self, address: SocketAddr, certificate: Option<crate::admission::tls::CertificateFiles>, advertised_address: Option<&str>) -> anyhow::Result<SocketAddr> {
         let certificate = match certificate {
             Some(files) => {
                 let loaded = ReloadingCertificate::load(files)?;
@@ -216,6 +229,8 @@ impl Host {
         let auth = Arc::new(crate::serve::auth::Delegated::new(self.api.client.clone()));
         let router = crate::serve::router(self.endpoints.clone(), Some(auth));
         self.servers.spawn(listener.serve(router, self.stopping.clone()));
+        let endpoint = advertised_address.map_or_else(|| default_advertised(bound), str::to_string);
+        *self.advertised.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Advertised { endpoint: format!("https://{endpoint}"), certificate });
         Ok(bound)
     }
 
@@ -292,6 +307,7 @@ impl Host {
         loops.spawn(self.autoscaler.clone().run(self.stopping.clone()));
         loops.spawn(self.stray_pods.clone().run(self.stopping.clone()));
         loops.spawn(self.clone().report_breaker_trips(self.stopping.clone()));
+        loops.spawn(self.clone().prune_records(self.stopping.clone()));
         // Dropping the set (when the Lease is lost) stops every loop. A loop that panics takes the process down,
         // as it did when they shared a task: a replica that holds the Lease but no longer schedules must restart.
         while let Some(ended) = loops.join_next().await {
@@ -329,6 +345,19 @@ impl Host {
         }
     }
 
+    /// Every minute, drops the decision records of pods that are gone and of evictions past their age (the
+    /// autoscaler drops those of deleted Autoscalers at each pass).
+    async fn prune_records(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(RECORDS_PRUNED_EVERY) => {}
+                _ = stop.cancelled() => return,
+            }
+            self.records.placements.retain(|uid| self.cluster.knows_pod(uid));
+            self.records.evictions.retain(|_| true);
+        }
+    }
+
     /// Syncs the informers, then runs the loops only while holding the Lease. Returns [`Leadership::Lost`] when
     /// the Lease is lost (the caller should exit, as kube-scheduler does, so a restart begins from a clean state),
     /// or [`Leadership::Released`] after [`stop`](Self::stop): the loops finished what they had in flight, still
@@ -339,7 +368,9 @@ impl Host {
             _ = self.cluster.wait_until_ready() => {}
             _ = self.stopping.cancelled() => return Leadership::Released,
         }
-        let mut candidate = Candidate::new(self.api.client.clone(), settings, &self.identity.instance);
+        let advertised = self.advertised.clone();
+        let annotations = move || advertised.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).as_ref().map(Advertised::annotations).unwrap_or_default();
+        let mut candidate = Candidate::new(self.api.client.clone(), settings, &self.identity.instance).advertising(Box::new(annotations));
         tokio::select! {
             _ = candidate.acquire() => {}
             _ = self.stopping.cancelled() => {
@@ -355,6 +386,32 @@ impl Host {
         candidate.release().await;
         Leadership::Released
     }
+}
+
+/// Where the leader's secure port is reached, as its Lease says it.
+struct Advertised {
+    /// `https://HOST:PORT`.
+    endpoint: String,
+    certificate: Arc<ReloadingCertificate>,
+}
+
+impl Advertised {
+    fn annotations(&self) -> std::collections::BTreeMap<String, String> {
+        use crate::explain::client::{CERTIFICATE_ANNOTATION, ENDPOINT_ANNOTATION};
+        [(ENDPOINT_ANNOTATION.to_string(), self.endpoint.clone()), (CERTIFICATE_ANNOTATION.to_string(), self.certificate.fingerprint())].into()
+    }
+}
+
+/// The address others reach `bound` at: the Pod's IP (`POD_IP`, from the downward API) on its port, else the
+/// bound address itself, `127.0.0.1` for an unspecified one.
+fn default_advertised(bound: SocketAddr) -> String {
+    let pod_ip = std::env::var("POD_IP").ok().and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
+    let ip = match (pod_ip, bound.ip()) {
+        (Some(ip), _) => ip,
+        (None, ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        (None, ip) => ip,
+    };
+    SocketAddr::new(ip, bound.port()).to_string()
 }
 
 /// How [`Host::run_as_leader`] ended.

@@ -9,7 +9,8 @@
 //!   policy instance current.
 //! - [`kube`]: the API client, identity, event recorders and leader election every loop shares.
 //! - [`oci`]: policies pushed to and pulled from OCI registries, with signatures attached as cosign attaches them.
-//! - [`serve`]: `/metrics`, `/healthz`, `/readyz`, `/policies`.
+//! - [`serve`]: `/metrics`, `/healthz`, `/readyz`, `/policies`, `/explain`.
+//! - [`explain`]: the loops' decision records, bounded, and how `wasp explain` reads and prints them.
 //! - [`scheduler`]: named scheduler profiles driven by filter and score policies.
 //! - [`rescheduler`]: evict policies inside a safety envelope; evictions through the Eviction API.
 //! - [`admission`]: webhooks that refuse pods naming a scheduler nobody runs and give pods their namespace's
@@ -24,6 +25,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod contract;
+pub mod explain;
 pub mod host;
 pub mod kube;
 pub mod oci;

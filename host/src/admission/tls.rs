@@ -70,6 +70,12 @@ impl ReloadingCertificate {
         Ok(Arc::new(ReloadingCertificate { files, current: ArcSwap::from_pointee(certified), loaded_from: Mutex::new(loaded_from) }))
     }
 
+    /// The SHA-256 (hex) of the certificate serving now (the chain's first): what a client pins.
+    pub fn fingerprint(&self) -> String {
+        use sha2::Digest;
+        self.current.load().cert.first().map(|certificate| hex::encode(sha2::Sha256::digest(certificate.as_ref()))).unwrap_or_default()
+    }
+
     /// Re-reads the files: Ok(true) when a new certificate now serves, Ok(false) when they did not change. On
     /// error (a rotation half written, a wrong key), the previous certificate keeps serving.
     pub fn reload(&self) -> anyhow::Result<bool> {

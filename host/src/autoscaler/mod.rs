@@ -20,6 +20,7 @@ pub mod resource;
 use crate::cluster::{ScaledPod, SharedCluster};
 use crate::config::AutoscalerSection;
 use crate::contract::types::{MetricSample, Recommendation, ScaleDecision, ScaleRequest};
+use crate::explain::{DecisionRecords, MetricLine, ScaleRecord};
 use crate::kube::{ApiClient, EventRecorder, ObjectRef};
 use crate::policy::LoadedPolicy;
 use crate::registry::{Generation, PolicyRegistry};
@@ -106,6 +107,8 @@ pub struct AutoscalerLoop {
     /// Busy while a pass is under way (`/healthz`).
     pub heartbeat: Heartbeat,
     pub stats: Stats,
+    /// Each Autoscaler's last sync, for `wasp explain autoscaler`.
+    records: Arc<DecisionRecords>,
 }
 
 /// Sets `kind` to (status, reason, message), keeping the transition time when the status did not change.
@@ -182,6 +185,8 @@ struct Reconciliation<'a> {
     name: String,
     status: AutoscalerStatus,
     now: Timestamp,
+    /// What `wasp explain autoscaler` will show of this sync, filled in as it goes.
+    record: ScaleRecord,
 }
 
 impl Reconciliation<'_> {
@@ -212,7 +217,7 @@ impl Reconciliation<'_> {
 }
 
 impl AutoscalerLoop {
-    pub fn new(policies: Arc<PolicyRegistry>, cluster: Arc<SharedCluster>, api: ApiClient, events: &EventRecorder, metrics: metrics::AutoscalerMetrics) -> Arc<Self> {
+    pub fn new(policies: Arc<PolicyRegistry>, cluster: Arc<SharedCluster>, api: ApiClient, events: &EventRecorder, metrics: metrics::AutoscalerMetrics, records: Arc<DecisionRecords>) -> Arc<Self> {
         Arc::new(AutoscalerLoop {
             policies,
             cluster,
@@ -225,6 +230,7 @@ impl AutoscalerLoop {
             last_pass: Mutex::new(None),
             heartbeat: Heartbeat::default(),
             stats: Stats::default(),
+            records,
         })
     }
 
@@ -292,6 +298,7 @@ impl AutoscalerLoop {
         let live: HashSet<&str> = autoscalers.iter().filter_map(|autoscaler| autoscaler.metadata.uid.as_deref()).collect();
         self.samples.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).retain(|(uid, _), _| live.contains(uid.as_str()));
         self.histories.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).retain(|uid, _| live.contains(uid.as_str()));
+        self.records.scales.retain(|uid| live.contains(uid));
         let took = started.elapsed();
         self.metrics.passed(took, autoscalers.len());
         self.stats.passes.fetch_add(1, Ordering::Relaxed);
@@ -343,19 +350,41 @@ impl AutoscalerLoop {
     }
 
     async fn reconcile(&self, autoscaler: &Autoscaler, generation: &Generation, section: &AutoscalerSection, owners: &TargetOwners, reads: &HashMap<String, NamespaceReads>) -> Outcome {
-        let mut run = Reconciliation {
-            autoscaler,
-            namespace: autoscaler.metadata.namespace.clone().unwrap_or_default(),
-            name: autoscaler.metadata.name.clone().unwrap_or_default(),
-            status: autoscaler.status.clone().unwrap_or_default(),
-            now: Timestamp::now(),
+        let (namespace, name) = (autoscaler.metadata.namespace.clone().unwrap_or_default(), autoscaler.metadata.name.clone().unwrap_or_default());
+        let spec = &autoscaler.spec;
+        let record = ScaleRecord {
+            autoscaler: format!("{namespace}/{name}"),
+            uid: autoscaler.metadata.uid.clone().unwrap_or_default(),
+            at: crate::explain::now(),
+            target: format!("{}/{}", spec.scale_target_ref.kind, spec.scale_target_ref.name),
+            policy: spec.policy.clone().unwrap_or_else(|| DEFAULT_POLICY.into()),
+            current: 0,
+            min: spec.min_replicas.unwrap_or(1),
+            max: spec.max_replicas,
+            metrics: Vec::new(),
+            recommended: None,
+            reason: String::new(),
+            limited_by: Vec::new(),
+            desired: 0,
+            outcome: String::new(),
         };
+        let mut run = Reconciliation { autoscaler, namespace, name, status: autoscaler.status.clone().unwrap_or_default(), now: Timestamp::now(), record };
         let namespace_reads = reads.get(&run.namespace);
         let outcome = self.decide(&mut run, generation, section, owners, namespace_reads).await;
         // The HPA's rule: a status is written when it changed.
         if autoscaler.status.as_ref() != Some(&run.status) {
             self.write_status(&run).await;
         }
+        if run.record.outcome.is_empty() {
+            run.record.outcome = match outcome {
+                Outcome::Scaled => format!("scaled from {} to {}", run.record.current, run.record.desired),
+                Outcome::Unchanged if section.dry_run && run.record.desired != run.record.current => format!("dry run: would scale from {} to {}", run.record.current, run.record.desired),
+                Outcome::Unchanged => "unchanged".into(),
+                Outcome::Failed => "the scale write failed (see the Autoscaler's events)".into(),
+            };
+        }
+        let key = run.record.autoscaler.clone();
+        self.records.scales.put(&key, &run.record.uid.clone(), run.record);
         outcome
     }
 
@@ -413,10 +442,12 @@ impl AutoscalerLoop {
         };
         let current = scale.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(0);
         run.status.current_replicas = current;
+        run.record.current = current;
         run.condition("AbleToScale", true, "SucceededGetScale", "the autoscaler was able to get the target's current scale");
         if current == 0 && min != 0 {
             run.status.desired_replicas = 0;
             run.condition("ScalingActive", false, "ScalingDisabled", "scaling is disabled since the replica count of the target is zero");
+            run.record.outcome = "not scaled: ScalingDisabled: the target has zero replicas".into();
             return Outcome::Unchanged;
         }
         let (desired, reason, normalize) = if current > max {
@@ -453,10 +484,12 @@ impl AutoscalerLoop {
             if able_reason != "ReadyForNewScale" {
                 self.metrics.limited(able_reason);
                 limit_note = format!("; {able_reason} (the policy wanted {desired})");
+                run.record.limited_by.push(format!("{able_reason}: {able_message}"));
             }
             if limited {
                 self.metrics.limited(limit_reason);
                 limit_note.push_str(&format!("; limited by {limit_reason}"));
+                run.record.limited_by.push(format!("{limit_reason}: {limit_message}"));
             }
             normalized.replicas
         } else {
@@ -464,6 +497,10 @@ impl AutoscalerLoop {
             desired
         };
         run.status.desired_replicas = desired;
+        run.record.desired = desired;
+        if !normalize {
+            run.record.limited_by.push(reason.clone());
+        }
         let outcome = if desired != current && !section.dry_run {
             let why = format!("policy {policy_name}: {}{limit_note}", truncated(&reason, MAX_REASON_BYTES));
             self.scale(run, &scales, &scale, current, desired, &why, &mut history).await
@@ -509,6 +546,7 @@ impl AutoscalerLoop {
 
     /// Records a condition that stops this reconciliation, and a warning event with the same words.
     async fn refuse(&self, run: &mut Reconciliation<'_>, condition: &str, reason: &str, message: &str) -> Outcome {
+        run.record.outcome = format!("not scaled: {reason}: {message}");
         let known = run.status.conditions.iter().any(|existing| existing.type_ == condition && existing.status == "False" && existing.reason.as_deref() == Some(reason));
         run.condition(condition, false, reason, message);
         let autoscaler = format!("{}/{}", run.namespace, run.name);
@@ -562,6 +600,18 @@ impl AutoscalerLoop {
         let readiness = Readiness { cpu_initialization_period: section.cpu_initialization_period, initial_readiness_delay: section.initial_readiness_delay };
         let reader = MetricsReader { api: &self.api, namespace: &run.namespace, selector, pods: &pods, readiness, now: run.now, namespace_usage };
         let mut reading = reader.read(&spec.metrics, current).await;
+        run.record.metrics = reading
+            .metrics
+            .iter()
+            .zip(&reading.targets)
+            .map(|(metric, target)| MetricLine {
+                metric: metric.name.clone(),
+                source: source_name(metric.source).to_string(),
+                reading: Some(target.strip_prefix(&format!("{}: ", metric.name)).unwrap_or(target).to_string()).filter(|_| metric.error.is_none()),
+                error: metric.error.clone(),
+                proposal: None,
+            })
+            .collect();
         run.status.current_metrics = std::mem::take(&mut reading.statuses);
         run.status.targets = Some(reading.targets.join(", "));
         let uid = run.autoscaler.metadata.uid.clone().unwrap_or_default();
@@ -628,6 +678,13 @@ impl AutoscalerLoop {
         self.metrics.recommended(policy.name(), answer.is_ok());
         match answer {
             Ok(ScaleDecision { desired_replicas, reason, proposals }) => {
+                run.record.recommended = Some(i32::try_from(desired_replicas).unwrap_or(i32::MAX));
+                run.record.reason = reason.clone();
+                for proposal in &proposals {
+                    if let Some(line) = run.record.metrics.iter_mut().find(|line| line.metric == proposal.metric) {
+                        line.proposal = Some(proposal.replicas);
+                    }
+                }
                 match conflicting_metrics(current, desired_replicas, &proposals) {
                     // Holding because metrics pull both ways looks like "the size is right" unless it is said.
                     Some(message) => {
@@ -728,6 +785,17 @@ impl AutoscalerLoop {
 
 fn metric_source_reading(metric: &crate::contract::types::Metric, replicas: i32) -> Option<(f64, u32)> {
     metric.error.is_none().then(|| metrics_source::current_reading(metric, replicas)).flatten().filter(|(value, _)| value.is_finite())
+}
+
+/// The metric's type as the Autoscaler's spec names it.
+fn source_name(source: crate::contract::types::MetricSource) -> &'static str {
+    use crate::contract::types::MetricSource;
+    match source {
+        MetricSource::Resource => "Resource",
+        MetricSource::Pods => "Pods",
+        MetricSource::Object => "Object",
+        MetricSource::External => "External",
+    }
 }
 
 fn describe_error(error: &kube::Error) -> String {

@@ -2,6 +2,7 @@
 
 mod certs;
 mod configmap;
+mod explain;
 mod manifests;
 mod policy;
 mod reschedule;
@@ -84,6 +85,9 @@ enum Command {
     Reschedule(reschedule::RescheduleArgs),
     /// Make a CA and a webhook serving certificate; print the Secret (and the caBundle on stderr).
     Certs(certs::CertsArgs),
+    /// Why the leading host decided what it did: a pod's placement, an eviction, an Autoscaler's sync (also
+    /// `kubectl wasp explain` with this binary installed as `kubectl-wasp`).
+    Explain(explain::ExplainArgs),
     /// Print the Autoscaler CustomResourceDefinition (generated from the Rust type) for kubectl apply.
     Crd,
     /// Schedule a scenario's workloads on a simulated cluster with the policies, and report what happened.
@@ -117,6 +121,7 @@ pub fn main() -> ExitCode {
         Command::Configmap(_) => "warn",
         Command::Crd => "warn",
         Command::Certs(_) => "warn",
+        Command::Explain(_) => "warn",
         Command::CompilePolicy { .. } => unreachable!("handled above"),
     };
     init_logging(default_level);
@@ -130,6 +135,7 @@ pub fn main() -> ExitCode {
         Command::Reschedule(args) => reschedule::run(args),
         Command::Configmap(args) => configmap::run(args),
         Command::Certs(args) => certs::run(args),
+        Command::Explain(args) => explain::run(args),
         Command::Crd => {
             print!("{}", crate::autoscaler::resource::crd_yaml());
             Ok(())

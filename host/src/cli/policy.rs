@@ -8,6 +8,7 @@ use crate::contract::types::PolicyKind;
 use crate::contract::{EvictContext, PendingPod};
 use crate::registry::signature;
 use crate::runtime::Runtime;
+use crate::scheduler::cycle;
 use anyhow::Context;
 use clap::Subcommand;
 use k8s_openapi::api::core::v1 as core;
@@ -302,7 +303,7 @@ fn read_settings(settings: Option<&str>) -> anyhow::Result<String> {
 }
 
 fn eval(file: &Path, pod_file: &Path, nodes_file: &Path, pods_file: Option<&Path>, settings: Option<&str>) -> anyhow::Result<()> {
-    let policy = load(file, read_settings(settings)?)?;
+    let policy = std::sync::Arc::new(load(file, read_settings(settings)?)?);
     let mut cluster = ClusterState::new();
     for node in manifests::read_objects::<core::Node>(nodes_file, "Node")? {
         cluster.upsert_node(convert::node(&node).with_context(|| nodes_file.display().to_string())?);
@@ -368,5 +369,16 @@ fn eval(file: &Path, pod_file: &Path, nodes_file: &Path, pods_file: Option<&Path
         };
         println!("{name:<width$}  {filter:<7}  {score:>5}  {reasons}");
     }
+    // The record `wasp explain pod` shows in a cluster, with this policy as the whole profile.
+    let alone: std::sync::Arc<dyn crate::policy::SchedulingPolicy> = policy.clone();
+    let profile = crate::registry::ProfilePolicies {
+        scheduler_name: format!("{} alone", policy.name()),
+        filters: if policy.implements(PolicyKind::Filter) { vec![alone.clone()] } else { Vec::new() },
+        scores: if policy.implements(PolicyKind::Score) { vec![(alone, 1)] } else { Vec::new() },
+    };
+    let started = std::time::Instant::now();
+    let (decision, trace) = cycle::schedule(&profile, &cluster, &pod, None, &mut cycle::Cursor::default(), 100, &Default::default());
+    println!();
+    print!("{}", crate::explain::render::placement(&crate::scheduler::placement_record(&pod, &profile, &decision, trace, started.elapsed())));
     Ok(())
 }

@@ -26,6 +26,10 @@ pub struct RunArgs {
     /// one made at start.
     #[arg(long, default_value = "0.0.0.0:10259")]
     listen: SocketAddr,
+    /// Where others reach --listen (HOST:PORT), written on the Lease while this replica leads so `wasp explain`
+    /// finds it. Default: the Pod's IP (POD_IP) and the bound port, else the bound address.
+    #[arg(long)]
+    advertise_address: Option<String>,
     /// Also serve every endpoint over plain HTTP, to anyone, here (a local try; keep it on 127.0.0.1).
     #[arg(long)]
     insecure_listen: Option<SocketAddr>,
@@ -92,7 +96,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         host.start_informers();
         let files = args.tls_cert_file.clone().zip(args.tls_private_key_file.clone()).map(|(certificate, private_key)| CertificateFiles { certificate, private_key });
-        let address = host.serve_secure(args.listen, files).await?;
+        let address = host.serve_secure(args.listen, files, args.advertise_address.as_deref()).await?;
         tracing::info!(%address, instance = %host.identity.instance, profiles = ?host.scheduler.profile_names(), "serving /metrics, /healthz, /readyz, /policies over HTTPS (metrics and policies for authorized users)");
         if let Some(insecure) = args.insecure_listen {
             if !insecure.ip().is_loopback() {

@@ -132,6 +132,9 @@ impl SimulateArgs {
 /// The cluster `wasp simulate` runs when given no scenario, wherever it is run from.
 const DEFAULT_SCENARIO: &str = include_str!("../../../sim/scenarios/small.yaml");
 
+/// Unschedulable pods whose decision record the report shows.
+const EXPLAINED_FAILURES: usize = 3;
+
 /// Above this many nodes, the report summarizes instead of listing every node.
 const LISTED_NODES: usize = 20;
 
@@ -467,6 +470,16 @@ async fn report(client: &Client, host: &Host, profiles: &[String], elapsed: Dura
         println!("unschedulable:");
         for (pod, message) in &failures {
             println!("  {pod}: {message}");
+        }
+        // What `wasp explain pod` would show in a cluster, for the first few.
+        for key in failures.keys().take(EXPLAINED_FAILURES) {
+            if let Some(record) = host.records.placements.get(key) {
+                println!();
+                print!("{}", crate::explain::render::placement(&record));
+            }
+        }
+        if failures.len() > EXPLAINED_FAILURES {
+            println!("({} more unschedulable pods; their records read the same)", failures.len() - EXPLAINED_FAILURES);
         }
     }
     let mut latencies = details.latencies;

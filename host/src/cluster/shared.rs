@@ -206,6 +206,11 @@ impl SharedCluster {
         waiting && self.read().pod(uid).is_none()
     }
 
+    /// Whether the pod exists as far as the informers know: pending, or bound (or assumed) on a node.
+    pub fn knows_pod(&self, uid: &str) -> bool {
+        self.pending().contains_key(uid) || self.read().pod(uid).is_some()
+    }
+
     pub fn pending_pods(&self) -> Vec<Pod> {
         self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).values().cloned().collect()
     }

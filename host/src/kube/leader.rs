@@ -18,6 +18,7 @@ use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Below this, candidates would write the Lease many times a second.
@@ -91,11 +92,15 @@ impl LeaderElection {
     }
 }
 
+/// Annotations the holder keeps on the Lease (where its endpoints are), read at every write.
+pub type Advertise = Box<dyn Fn() -> BTreeMap<String, String> + Send + Sync>;
+
 /// A candidate for the lease.
 pub struct Candidate {
     api: Api<Lease>,
     settings: LeaderElection,
     identity: String,
+    advertise: Advertise,
     /// The record as last seen, and when this process saw it change.
     observed: Option<(LeaseSpec, Instant)>,
 }
@@ -111,7 +116,13 @@ enum Attempt {
 
 impl Candidate {
     pub fn new(client: Client, settings: LeaderElection, identity: &str) -> Self {
-        Candidate { api: Api::namespaced(client, &settings.lease_namespace), settings, identity: identity.to_string(), observed: None }
+        Candidate { api: Api::namespaced(client, &settings.lease_namespace), settings, identity: identity.to_string(), advertise: Box::new(BTreeMap::new), observed: None }
+    }
+
+    /// Writes `advertise`'s annotations on the Lease whenever this candidate takes or renews it.
+    pub fn advertising(mut self, advertise: Advertise) -> Self {
+        self.advertise = advertise;
+        self
     }
 
     pub fn identity(&self) -> &str {
@@ -148,8 +159,9 @@ impl Candidate {
         let name = &self.settings.lease_name.clone();
         match self.api.get_opt(name).await? {
             None => {
+                let annotations = Some((self.advertise)()).filter(|annotations| !annotations.is_empty());
                 let lease = Lease {
-                    metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
+                    metadata: ObjectMeta { name: Some(name.clone()), annotations, ..Default::default() },
                     spec: Some(self.spec(None)),
                 };
                 self.api.create(&PostParams::default(), &lease).await?;
@@ -164,6 +176,10 @@ impl Candidate {
                 }
                 // The resourceVersion in `lease` makes this a compare-and-swap.
                 lease.spec = Some(self.spec(Some(&spec)));
+                let advertised = (self.advertise)();
+                if !advertised.is_empty() {
+                    lease.metadata.annotations.get_or_insert_default().extend(advertised);
+                }
                 self.api.replace(name, &PostParams::default(), &lease).await?;
                 Ok(Attempt::Won)
             }

@@ -26,6 +26,7 @@ pub mod plan;
 
 use crate::cluster::{ClusterEvent, SharedCluster};
 use crate::contract::{EvictContext, PendingPod};
+use crate::explain::DecisionRecords;
 use crate::kube::{ApiClient, EventRecorder};
 use crate::registry::PolicyRegistry;
 use crate::serve::Heartbeat;
@@ -114,6 +115,8 @@ pub struct Rescheduler {
     host_namespace: Option<String>,
     /// The last PodDisruptionBudgets listed, and when: a run whose list fails plans with them.
     last_budgets: Mutex<Option<(Instant, Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>)>>,
+    /// Every candidate's last verdict, for `wasp explain eviction`.
+    records: Arc<DecisionRecords>,
 }
 
 /// How old the last list of PodDisruptionBudgets may be for a run whose own list failed to plan with it.
@@ -131,6 +134,7 @@ impl Rescheduler {
         events: &EventRecorder,
         metrics: metrics::ReschedulerMetrics,
         host_namespace: Option<String>,
+        records: Arc<DecisionRecords>,
     ) -> Arc<Rescheduler> {
         Arc::new(Rescheduler {
             policies,
@@ -144,6 +148,7 @@ impl Rescheduler {
             restored: std::sync::atomic::AtomicBool::new(false),
             host_namespace,
             last_budgets: Mutex::new(None),
+            records,
         })
     }
 
@@ -324,6 +329,10 @@ impl Rescheduler {
             }
             self.metrics.eviction(&entry.policy, outcome.label());
             entry.outcome = Some(outcome);
+        }
+        let at = crate::explain::now();
+        for entry in &plan.entries {
+            self.records.evictions.put(&entry.key(), &entry.uid, entry.record(&at));
         }
         if plan.entries.iter().any(|entry| entry.outcome == Some(Outcome::Evicted) && entry.decision != Decision::Clear) {
             let record = self.memory().to_record(Instant::now(), wall_seconds());

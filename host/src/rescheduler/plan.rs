@@ -13,6 +13,7 @@ use super::memory::{Memory, Workload};
 use crate::cluster::{ClusterState, PodMeta};
 use crate::contract::types::{ContainerState, Eviction, NodeId, Placement, Pod};
 use crate::contract::EvictContext;
+use crate::explain::{CheckStep, EvictionRecord};
 use crate::policy::{LoadedPolicy, Prepared};
 use crate::runtime::CallError;
 use rayon::prelude::*;
@@ -169,6 +170,71 @@ impl PlanEntry {
         match &self.decision {
             Decision::Evict { target } => Some(target),
             Decision::Preempt { .. } | Decision::Clear | Decision::Skip(_) => None,
+        }
+    }
+
+    /// What `wasp explain eviction` shows of this entry: the envelope's checks in the order the checker runs them,
+    /// the one that left the pod (if one did), and what the Eviction API said.
+    pub fn record(&self, at: &str) -> EvictionRecord {
+        // The order of `Checker::held`, then the fit check (for preemption, the room made), then the settling.
+        const CHECKS: [(&str, &[&str]); 7] = [
+            ("protection", &["protected"]),
+            ("disruption budget", &["pdb"]),
+            ("backoff", &["backoff"]),
+            ("pacing", &["pacing"]),
+            ("limits", &["limit"]),
+            ("fit elsewhere", &["no-fit", "preemption"]),
+            ("settles", &["unsettled"]),
+        ];
+        let refused = match &self.decision {
+            Decision::Skip(skip) => Some((skip.kind(), skip.detail())),
+            _ => None,
+        };
+        // maxPerRun is looked at before anything else: reached, it is the only check made.
+        let run_full = refused.is_some_and(|(kind, detail)| kind == "limit" && detail.starts_with("maxPerRun"));
+        let mut reached = true;
+        let checks = CHECKS
+            .iter()
+            .map(|(check, kinds)| {
+                let (verdict, detail) = match refused.filter(|(kind, _)| kinds.contains(kind)) {
+                    Some((_, detail)) => {
+                        reached = false;
+                        ("refused", Some(detail.to_string()))
+                    }
+                    None if !reached || run_full => ("not reached", None),
+                    None => ("passed", None),
+                };
+                CheckStep { check: check.to_string(), verdict: verdict.to_string(), detail }
+            })
+            .collect();
+        let (decision, room_for) = match &self.decision {
+            Decision::Evict { .. } => ("evict", None),
+            Decision::Preempt { beneficiary, node } => ("preempt", Some(format!("{beneficiary} on {node}"))),
+            Decision::Clear => ("clear", None),
+            Decision::Skip(_) => ("skip", None),
+        };
+        let outcome = match (&self.outcome, &self.decision) {
+            (_, Decision::Skip(_)) => None,
+            (None, _) => Some("not sent: the host was stopping".to_string()),
+            (Some(Outcome::Evicted), _) => Some("evicted".to_string()),
+            (Some(Outcome::NotSent), _) => Some("dry run: nothing sent".to_string()),
+            (Some(Outcome::RefusedByBudget { retry }), _) => Some(format!("refused by a PodDisruptionBudget; tried again in {}", humantime::format_duration(*retry))),
+            (Some(Outcome::Gone), _) => Some("already gone".to_string()),
+            (Some(Outcome::Failed(error)), _) => Some(format!("failed: {error}")),
+        };
+        EvictionRecord {
+            pod: self.key(),
+            uid: self.uid.clone(),
+            node: self.node.clone(),
+            at: at.to_string(),
+            policy: self.policy.clone(),
+            reason: self.reason.clone(),
+            workload: self.workload.as_ref().map(|workload| workload.to_string()),
+            decision: decision.to_string(),
+            target: self.target().map(str::to_string),
+            room_for,
+            checks,
+            outcome,
         }
     }
 }
@@ -851,5 +917,52 @@ mod tests {
         let run = counts.limit_reached(&section, "d", "third", None).unwrap();
         assert_eq!(run, Skip::Limit("maxPerRun 4 reached".into()));
         assert!(!run.waits_for_replacement());
+    }
+
+    fn entry(decision: Decision, outcome: Option<Outcome>) -> PlanEntry {
+        PlanEntry {
+            namespace: "shop".into(),
+            name: "web-1".into(),
+            uid: "u".into(),
+            node: "a".into(),
+            workload: Some(workload("web")),
+            policy: "remove-duplicates".into(),
+            reason: "a duplicate of web on node a".into(),
+            decision,
+            outcome,
+            room_for: None,
+            placement: None,
+            siblings: Arc::default(),
+        }
+    }
+
+    fn verdicts(record: &EvictionRecord) -> Vec<(&str, &str)> {
+        record.checks.iter().map(|step| (step.check.as_str(), step.verdict.as_str())).collect()
+    }
+
+    #[test]
+    fn an_eviction_record_names_the_check_that_decided_and_what_the_eviction_api_said() {
+        let evicted = entry(Decision::Evict { target: "b".into() }, Some(Outcome::Evicted)).record("t");
+        assert!(evicted.checks.iter().all(|step| step.verdict == "passed"));
+        assert_eq!((evicted.target.as_deref(), evicted.outcome.as_deref(), evicted.workload.as_deref()), (Some("b"), Some("evicted"), Some("ReplicaSet shop/web")));
+
+        let budget = entry(Decision::Skip(Skip::Budget("PodDisruptionBudget web allows no disruption".into())), None).record("t");
+        assert_eq!(
+            verdicts(&budget),
+            [("protection", "passed"), ("disruption budget", "refused"), ("backoff", "not reached"), ("pacing", "not reached"), ("limits", "not reached"), ("fit elsewhere", "not reached"), ("settles", "not reached")]
+        );
+        assert_eq!(budget.checks[1].detail.as_deref(), Some("PodDisruptionBudget web allows no disruption"));
+        assert_eq!((budget.decision.as_str(), budget.outcome.as_deref()), ("skip", None));
+
+        let no_fit = entry(Decision::Skip(Skip::NoFit("no other node fits it".into())), None).record("t");
+        assert_eq!(verdicts(&no_fit)[4..6], [("limits", "passed"), ("fit elsewhere", "refused")]);
+
+        // maxPerRun is looked at first: nothing else was.
+        let full = entry(Decision::Skip(Skip::Limit("maxPerRun 5 reached".into())), None).record("t");
+        assert_eq!(verdicts(&full).iter().filter(|(_, verdict)| *verdict == "refused").count(), 1);
+        assert_eq!(verdicts(&full)[0], ("protection", "not reached"));
+
+        let refused = entry(Decision::Evict { target: "b".into() }, Some(Outcome::RefusedByBudget { retry: Duration::from_secs(20) })).record("t");
+        assert_eq!(refused.outcome.as_deref(), Some("refused by a PodDisruptionBudget; tried again in 20s"));
     }
 }

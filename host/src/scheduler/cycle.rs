@@ -4,6 +4,7 @@
 
 use crate::cluster::{ClusterState, Nomination};
 use crate::contract::types::{FilterResult, NodeId, Placement, Pod, ViewScope};
+use crate::explain::{ScoredNode, TOP_NODES};
 use crate::policy::SchedulingPolicy;
 use crate::registry::ProfilePolicies;
 use super::queue::HelpedBy;
@@ -23,6 +24,27 @@ pub enum Decision {
 pub struct Rejections {
     pub reasons: BTreeMap<String, usize>,
     pub by_policy_seeing_pods: bool,
+    /// Each filter policy's part, for the decision record.
+    pub by_policy: Vec<FilterTally>,
+}
+
+/// What one filter policy did over a decision's calls.
+#[derive(Debug, Default, Clone)]
+pub struct FilterTally {
+    pub policy: String,
+    pub evaluated: usize,
+    pub rejected: usize,
+    pub reasons: BTreeMap<String, usize>,
+}
+
+impl FilterTally {
+    fn add(&mut self, other: FilterTally) {
+        self.evaluated += other.evaluated;
+        self.rejected += other.rejected;
+        for (reason, count) in other.reasons {
+            *self.reasons.entry(reason).or_default() += count;
+        }
+    }
 }
 
 /// Rejections a pod leaving a node does not change: the node's own taints, labels and cordon. A reason not listed
@@ -54,6 +76,38 @@ impl Rejections {
             *self.reasons.entry(reason).or_default() += count;
         }
         self.by_policy_seeing_pods |= other.by_policy_seeing_pods;
+        for tally in other.by_policy {
+            let index = self.tally_index(&tally.policy);
+            self.by_policy[index].add(tally);
+        }
+    }
+
+    /// Where `policy`'s tally is, added at the end the first time (the chain's order, as calls come in order).
+    fn tally_index(&mut self, policy: &str) -> usize {
+        match self.by_policy.iter().position(|tally| tally.policy == policy) {
+            Some(index) => index,
+            None => {
+                self.by_policy.push(FilterTally { policy: policy.to_string(), ..FilterTally::default() });
+                self.by_policy.len() - 1
+            }
+        }
+    }
+
+    /// One filter call's verdicts: `per_code[i]` nodes were rejected with reason set `i`.
+    fn count(&mut self, policy: &dyn SchedulingPolicy, evaluated: usize, per_code: &[usize], reason_sets: &[Vec<String>]) {
+        let rejected: usize = per_code.iter().sum();
+        let index = self.tally_index(policy.name());
+        let Rejections { reasons: all, by_policy, .. } = self;
+        let tally = &mut by_policy[index];
+        tally.evaluated += evaluated;
+        tally.rejected += rejected;
+        for (count, reasons) in per_code.iter().zip(reason_sets).filter(|(count, _)| **count > 0) {
+            for reason in reasons {
+                *tally.reasons.entry(reason.clone()).or_default() += count;
+                *all.entry(reason.clone()).or_default() += count;
+            }
+        }
+        self.by_policy_seeing_pods |= rejected > 0 && policy.view() == ViewScope::NodesAndPods;
     }
 }
 
@@ -180,17 +234,17 @@ fn filter_chain(
             break;
         }
         let FilterResult { verdicts, rejections: reason_sets } = policy.filter_or_failure_mode(cluster, pod, &candidates);
-        let mut survivors = Vec::with_capacity(candidates.len());
+        let evaluated = candidates.len();
+        let mut survivors = Vec::with_capacity(evaluated);
+        // Counted per reason set, then per reason: a reason's text is copied once per call, not per node.
+        let mut per_code = vec![0usize; reason_sets.len()];
         for (id, code) in candidates.into_iter().zip(verdicts) {
-            if code == 0 {
-                survivors.push(id);
-            } else {
-                for reason in &reason_sets[code as usize - 1] {
-                    *rejections.reasons.entry(reason.clone()).or_default() += 1;
-                }
-                rejections.by_policy_seeing_pods |= policy.view() == ViewScope::NodesAndPods;
+            match code {
+                0 => survivors.push(id),
+                code => per_code[code as usize - 1] += 1,
             }
         }
+        rejections.count(policy.as_ref(), evaluated, &per_code, &reason_sets);
         candidates = survivors;
     }
     candidates
@@ -225,8 +279,21 @@ pub fn fits_on(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, id:
     }
 }
 
-/// One decision for `pod`. `hint` is the rescheduler's placement for the pod's workload: a required node is the
-/// only candidate; a preferred node, like a node nominated by preemption, is tried first.
+/// What a decision saw, for its record ([`crate::explain::PlacementRecord`]): each filter's part, the best nodes'
+/// scores, and how the node was chosen.
+#[derive(Debug, Default)]
+pub struct Trace {
+    /// Nodes in the cluster, nodes filtered, nodes that passed.
+    pub nodes: usize,
+    pub evaluated: usize,
+    pub feasible: usize,
+    pub filters: Vec<FilterTally>,
+    pub top_nodes: Vec<ScoredNode>,
+    pub chosen_by: Option<String>,
+}
+
+/// One decision for `pod`, and what it saw. `hint` is the rescheduler's placement for the pod's workload: a
+/// required node is the only candidate; a preferred node, like a node nominated by preemption, is tried first.
 ///
 /// `nominations` is the room preemption made for pending pods: a node where the pods nominated to it with a
 /// priority at least `pod`'s would no longer fit next to `pod` is rejected, as kube-scheduler's filters reject it
@@ -239,42 +306,47 @@ pub fn schedule(
     cursor: &mut Cursor,
     percentage: u32,
     nominations: &HashMap<String, Vec<Nomination>>,
-) -> Decision {
+) -> (Decision, Trace) {
     // The filters, then the room nominated pods keep.
     let fits_here = |id: NodeId| {
         fits_on(profile, cluster, pod, id).and_then(|()| match room_held_for_others(cluster, pod, id, nominations) {
             None => Ok(()),
-            Some(reason) => Err(Rejections { reasons: BTreeMap::from([(reason, 1)]), by_policy_seeing_pods: false }),
+            Some(reason) => Err(Rejections { reasons: BTreeMap::from([(reason, 1)]), ..Rejections::default() }),
         })
     };
     let nodes = cluster.node_ids();
     if nodes.is_empty() {
         let message = "0/0 nodes are available: no nodes available to schedule pods.".into();
-        return Decision::Unschedulable { message, helped_by: HelpedBy::default() };
+        return (Decision::Unschedulable { message, helped_by: HelpedBy::default() }, Trace::default());
     }
-    let bind_on = |id: NodeId| Decision::Bind { node: cluster.node_name(id).unwrap_or_default().to_string(), feasible: 1, evaluated: 1 };
+    let bind_on = |id: NodeId, chosen_by: &str| {
+        let decision = Decision::Bind { node: cluster.node_name(id).unwrap_or_default().to_string(), feasible: 1, evaluated: 1 };
+        (decision, Trace { nodes: nodes.len(), evaluated: 1, feasible: 1, chosen_by: Some(chosen_by.to_string()), ..Trace::default() })
+    };
     if let Some(Placement::RequiredNode(name)) = hint {
         if let Some(id) = cluster.node_id(name) {
             return match fits_here(id) {
-                Ok(()) => bind_on(id),
-                Err(rejections) => Decision::Unschedulable {
-                    message: format!(
+                Ok(()) => bind_on(id, "the rescheduler's placement hint requires it"),
+                Err(rejections) => {
+                    let message = format!(
                         "{} (the rescheduler's placement hint requires node {name})",
                         unschedulable_message(1, &rejections.reasons).trim_end_matches('.')
-                    ),
-                    helped_by: rejections.helped_by(),
-                },
+                    );
+                    let helped_by = rejections.helped_by();
+                    (Decision::Unschedulable { message, helped_by }, Trace { nodes: nodes.len(), evaluated: 1, filters: rejections.by_policy, ..Trace::default() })
+                }
             };
         }
     }
     // A node the rescheduler prefers, or one nominated earlier (by preemption), is tried first.
     let preferred = match hint {
-        Some(Placement::PreferredNode(name)) => Some(name.as_str()),
+        Some(Placement::PreferredNode(name)) => Some((name.as_str(), "the rescheduler's placement hint prefers it")),
         _ => None,
     };
-    for name in preferred.into_iter().chain(pod.nominated_node.as_deref()) {
+    let nominated = pod.nominated_node.as_deref().map(|name| (name, "nominated for it by preemption"));
+    for (name, chosen_by) in preferred.into_iter().chain(nominated) {
         if let Some(id) = cluster.node_id(name).filter(|id| fits_here(*id).is_ok()) {
-            return bind_on(id);
+            return bind_on(id, chosen_by);
         }
     }
     let wanted = feasible_nodes_to_find(nodes.len(), percentage);
@@ -305,11 +377,48 @@ pub fn schedule(
             }
         });
     }
-    let Some(chosen) = best_node(profile, cluster, pod, &feasible) else {
-        let message = unschedulable_message(nodes.len(), &rejections.reasons);
-        return Decision::Unschedulable { message, helped_by: rejections.helped_by() };
+    let helped_by = rejections.helped_by();
+    let filters = std::mem::take(&mut rejections.by_policy);
+    let mut trace = Trace { nodes: nodes.len(), evaluated, feasible: feasible.len(), filters, ..Trace::default() };
+    let chosen = match feasible.as_slice() {
+        [] => {
+            let message = unschedulable_message(nodes.len(), &rejections.reasons);
+            return (Decision::Unschedulable { message, helped_by }, trace);
+        }
+        [only] => {
+            trace.chosen_by = Some("the only feasible node; not scored".into());
+            *only
+        }
+        _ => {
+            let scores = scores(profile, cluster, pod, &feasible);
+            let index = best_index(&scores.totals, feasible.len());
+            let ties = scores.totals.iter().filter(|total| **total == scores.totals[index]).count();
+            trace.chosen_by = Some(match ties {
+                1 => format!("the highest score of {} feasible nodes", feasible.len()),
+                ties => format!("the highest score of {} feasible nodes, drawn among {ties} with it", feasible.len()),
+            });
+            trace.top_nodes = top_nodes(cluster, &feasible, &scores, index);
+            feasible[index]
+        }
     };
-    Decision::Bind { node: cluster.node_name(chosen).unwrap_or_default().to_string(), feasible: feasible.len(), evaluated }
+    (Decision::Bind { node: cluster.node_name(chosen).unwrap_or_default().to_string(), feasible: feasible.len(), evaluated }, trace)
+}
+
+/// The best [`TOP_NODES`] of `feasible` by total, best first, with the chosen one (`chosen`, an index) among them.
+fn top_nodes(cluster: &ClusterState, feasible: &[NodeId], scores: &Scores, chosen: usize) -> Vec<ScoredNode> {
+    let mut order: Vec<usize> = (0..feasible.len()).collect();
+    // The chosen node first among its equals, so it is kept.
+    order.sort_by_key(|index| (std::cmp::Reverse(scores.totals[*index]), *index != chosen));
+    order.truncate(TOP_NODES);
+    order
+        .into_iter()
+        .map(|index| ScoredNode {
+            node: cluster.node_name(feasible[index]).unwrap_or_default().to_string(),
+            scores: scores.by_policy.iter().map(|column| column.get(index).copied().unwrap_or(0)).collect(),
+            total: scores.totals[index],
+            chosen: index == chosen,
+        })
+        .collect()
 }
 
 /// Why `pod` may not take node `id`: the room there is kept for pending pods nominated to it with at least its
@@ -347,15 +456,29 @@ fn best_scored(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, fea
     feasible[best_index(&totals, feasible.len())]
 }
 
+/// Each score policy's normalized scores of the feasible nodes (in the profile's order, each in the nodes'
+/// order), and their weighted totals.
+pub struct Scores {
+    pub by_policy: Vec<Vec<u32>>,
+    pub totals: Vec<u64>,
+}
+
+pub fn scores(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, feasible: &[NodeId]) -> Scores {
+    let mut totals = vec![0u64; feasible.len()];
+    let mut by_policy = Vec::with_capacity(profile.scores.len());
+    for (policy, weight) in &profile.scores {
+        let scores = policy.score_or_failure_mode(cluster, pod, feasible);
+        for (total, score) in totals.iter_mut().zip(&scores) {
+            *total += *score as u64 * *weight as u64;
+        }
+        by_policy.push(scores);
+    }
+    Scores { by_policy, totals }
+}
+
 /// `pod`'s weighted score total on each feasible node, in their order.
 pub fn score_totals(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, feasible: &[NodeId]) -> Vec<u64> {
-    let mut totals = vec![0u64; feasible.len()];
-    for (policy, weight) in &profile.scores {
-        for (total, score) in totals.iter_mut().zip(policy.score_or_failure_mode(cluster, pod, feasible)) {
-            *total += score as u64 * *weight as u64;
-        }
-    }
-    totals
+    scores(profile, cluster, pod, feasible).totals
 }
 
 /// The index of a highest total among the first `among` (random among equals, as kube-scheduler's `selectHost`).
@@ -372,7 +495,7 @@ mod tests {
 
     #[test]
     fn a_failure_modes_rejection_asks_for_a_retry_soon_and_a_judgement_does_not() {
-        let rejected = |reason: &str| Rejections { reasons: BTreeMap::from([(reason.to_string(), 3)]), by_policy_seeing_pods: false }.helped_by();
+        let rejected = |reason: &str| Rejections { reasons: BTreeMap::from([(reason.to_string(), 3)]), ..Rejections::default() }.helped_by();
         assert!(rejected(&crate::policy::failure_reason("misbehaving")).retry_soon);
         assert!(!rejected("node(s) had untolerated taint {maintenance: true}").retry_soon);
         assert!(!rejected("Insufficient cpu").retry_soon);
@@ -468,6 +591,55 @@ mod tests {
         // Three pod slots: the running pod, the nominated pod and one more.
         cluster.upsert_pod(pod("tiny", 0, "10m"), "n");
         assert_eq!(room_held_for_others(&cluster, &pod("small", 0, "10m"), id, &nominations).as_deref(), Some("Too many pods"));
+    }
+
+    /// Scores a node by its name's number.
+    struct NumberScore;
+
+    impl SchedulingPolicy for NumberScore {
+        fn name(&self) -> &str {
+            "by-number"
+        }
+        fn view(&self) -> ViewScope {
+            ViewScope::Nodes
+        }
+        fn filter_or_failure_mode(&self, _: &ClusterState, _: &Pod, candidates: &[NodeId]) -> FilterResult {
+            FilterResult { verdicts: vec![0; candidates.len()], rejections: Vec::new() }
+        }
+        fn score_or_failure_mode(&self, cluster: &ClusterState, _: &Pod, candidates: &[NodeId]) -> Vec<u32> {
+            candidates.iter().map(|id| cluster.node_name(*id).unwrap()[1..].parse().unwrap()).collect()
+        }
+    }
+
+    #[test]
+    fn a_decision_traces_each_filters_part_and_the_best_nodes_scores() {
+        let mut cluster = ClusterState::new();
+        for number in 0..10 {
+            let node = serde_json::json!({"metadata": {"name": format!("n{number}")}, "status": {"allocatable": {"cpu": "4"}}});
+            cluster.upsert_node(crate::cluster::convert::node(&serde_json::from_value(node).unwrap()).unwrap());
+        }
+        let filter = |view, reason, rejects| Arc::new(NumberFilter { view, reason, rejects, calls: Default::default() });
+        let profile = ProfilePolicies {
+            scheduler_name: "test".into(),
+            filters: vec![filter(ViewScope::Nodes, "odd", |number| number % 2 == 1), filter(ViewScope::Nodes, "big", |number| number > 6)],
+            scores: vec![(Arc::new(NumberScore), 2)],
+        };
+        let (decision, trace) = schedule(&profile, &cluster, &pod("p", 0, "1"), None, &mut Cursor::default(), 100, &HashMap::new());
+        assert_eq!(decision, Decision::Bind { node: "n6".into(), feasible: 4, evaluated: 10 });
+        let tallies: Vec<(&str, usize, usize)> = trace.filters.iter().map(|tally| (tally.policy.as_str(), tally.evaluated, tally.rejected)).collect();
+        assert_eq!(tallies, [("odd", 10, 5), ("big", 5, 1)], "the second filter sees what the first let through");
+        assert_eq!(trace.filters[1].reasons, BTreeMap::from([("big".to_string(), 1)]));
+        let top: Vec<(&str, &[u32], u64, bool)> = trace.top_nodes.iter().map(|node| (node.node.as_str(), node.scores.as_slice(), node.total, node.chosen)).collect();
+        assert_eq!(top, [("n6", &[6][..], 12, true), ("n4", &[4][..], 8, false), ("n2", &[2][..], 4, false)]);
+        assert_eq!(trace.chosen_by.as_deref(), Some("the highest score of 4 feasible nodes"));
+        assert_eq!((trace.nodes, trace.evaluated, trace.feasible), (10, 10, 4));
+
+        // Nothing fits: the filters' parts say why, the later filter was not asked about rejected nodes.
+        let none = ProfilePolicies { scheduler_name: "test".into(), filters: vec![filter(ViewScope::Nodes, "all", |_| true)], scores: vec![] };
+        let (decision, trace) = schedule(&none, &cluster, &pod("p", 0, "1"), None, &mut Cursor::default(), 100, &HashMap::new());
+        assert!(matches!(decision, Decision::Unschedulable { .. }));
+        assert_eq!((trace.filters[0].evaluated, trace.filters[0].rejected, trace.feasible), (10, 10, 0));
+        assert!(trace.top_nodes.is_empty());
     }
 
     #[test]

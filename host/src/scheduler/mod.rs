@@ -20,10 +20,12 @@ pub mod queue;
 
 use crate::cluster::{volumes, ClusterEvent, SharedCluster};
 use crate::contract::types::Pod;
+use crate::explain::{DecisionRecords, FilterStep, PlacementRecord, ScorePolicy};
+use crate::registry::ProfilePolicies;
 use crate::registry::PolicyRegistry;
 use crate::serve::Heartbeat;
 use binder::Binder;
-use cycle::{Cursor, Decision};
+use cycle::{Cursor, Decision, Trace};
 use queue::{Change, HelpedBy, QueuedPod, SchedulingQueue};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -85,6 +87,8 @@ pub struct Scheduler {
     pub heartbeat: Heartbeat,
     /// The current run's stop: a binding that waits for its claims to be provisioned gives up when it comes.
     stop: Mutex<CancellationToken>,
+    /// The last decision per pod, for `wasp explain pod`.
+    records: Arc<DecisionRecords>,
 }
 
 fn key_of(pod: &Pod) -> String {
@@ -92,7 +96,7 @@ fn key_of(pod: &Pod) -> String {
 }
 
 impl Scheduler {
-    pub fn new(policies: Arc<PolicyRegistry>, cluster: Arc<SharedCluster>, binder: Binder, metrics: metrics::SchedulerMetrics) -> Arc<Scheduler> {
+    pub fn new(policies: Arc<PolicyRegistry>, cluster: Arc<SharedCluster>, binder: Binder, metrics: metrics::SchedulerMetrics, records: Arc<DecisionRecords>) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             policies,
             cluster,
@@ -104,6 +108,7 @@ impl Scheduler {
             writes: TaskTracker::new(),
             heartbeat: Heartbeat::default(),
             stop: Mutex::new(CancellationToken::new()),
+            records,
         })
     }
 
@@ -223,20 +228,24 @@ impl Scheduler {
         let nominations = self.cluster.nominations();
         // The pod's claims as its volumes and their classes stand now (pods without claims are not copied); a
         // claim no node can satisfy is kube-scheduler's PreFilter rejection, said once for the pod.
-        let (resolved, decision) = match self.cluster.volumes.resolved(&queued.pod) {
+        let started = std::time::Instant::now();
+        let (resolved, (decision, trace)) = match self.cluster.volumes.resolved(&queued.pod) {
             Ok(resolved) => {
                 let pod = resolved.as_ref().unwrap_or(&queued.pod);
-                let decision = crate::runtime::off_async_worker(|| {
+                let decided = crate::runtime::off_async_worker(|| {
                     let cluster = self.cluster.read();
                     cycle::schedule(&profile, &cluster, pod, hint.as_ref(), cursor, percentage, &nominations)
                 });
-                (resolved, decision)
+                (resolved, decided)
             }
             Err(reason) => {
-                let message = format!("0/{} nodes are available: {reason}.", self.cluster.read().node_names().count());
-                (None, Decision::Unschedulable { message, helped_by: HelpedBy::default() })
+                let nodes = self.cluster.read().node_names().count();
+                let message = format!("0/{nodes} nodes are available: {reason}.");
+                (None, (Decision::Unschedulable { message, helped_by: HelpedBy::default() }, Trace { nodes, ..Trace::default() }))
             }
         };
+        let record = placement_record(&queued.pod, &profile, &decision, trace, started.elapsed());
+        self.records.placements.put(&key_of(&queued.pod), &queued.pod.uid, record);
         match decision {
             Decision::Bind { node, feasible, evaluated } => {
                 tracing::debug!(pod = %key_of(&queued.pod), %node, feasible, evaluated, "decided");
@@ -423,6 +432,42 @@ impl Scheduler {
                 }
             }
         }
+    }
+}
+
+/// The record of one decision: every filter of the profile in order (those not reached with nothing
+/// evaluated), the score policies, and the best nodes' scores.
+pub fn placement_record(pod: &Pod, profile: &ProfilePolicies, decision: &Decision, mut trace: Trace, took: Duration) -> PlacementRecord {
+    let filters = profile
+        .filters
+        .iter()
+        .map(|policy| match trace.filters.iter().position(|tally| tally.policy == policy.name()) {
+            Some(index) => {
+                let tally = trace.filters.swap_remove(index);
+                FilterStep::new(&tally.policy, tally.evaluated, tally.rejected, tally.reasons)
+            }
+            None => FilterStep::new(policy.name(), 0, 0, []),
+        })
+        .collect();
+    let (node, message) = match decision {
+        Decision::Bind { node, .. } => (Some(node.clone()), None),
+        Decision::Unschedulable { message, .. } => (None, Some(message.clone())),
+    };
+    PlacementRecord {
+        pod: key_of(pod),
+        uid: pod.uid.clone(),
+        profile: profile.scheduler_name.clone(),
+        at: crate::explain::now(),
+        duration_micros: took.as_micros() as u64,
+        nodes: trace.nodes,
+        evaluated: trace.evaluated,
+        feasible: trace.feasible,
+        node,
+        chosen_by: trace.chosen_by,
+        message,
+        filters,
+        score_policies: profile.scores.iter().map(|(policy, weight)| ScorePolicy { policy: policy.name().to_string(), weight: *weight }).collect(),
+        top_nodes: trace.top_nodes,
     }
 }
 

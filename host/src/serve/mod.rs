@@ -1,12 +1,14 @@
 //! The host's HTTP endpoints, shared by every loop: Prometheus `/metrics` (one registry; each loop registers
 //! its families), `/healthz` (liveness: `ok`, or the loops that are wedged), `/readyz` with a named check per part
-//! of the host (kube-apiserver's format: `[+]informers ok`), and `/policies` (what the policy registry serves, with digests and last errors, and each loop's section: the
-//! rescheduler's last run).
+//! of the host (kube-apiserver's format: `[+]informers ok`), `/policies` (what the policy registry serves, with digests and last errors, and each loop's section: the
+//! rescheduler's last run), and `/explain/{pods,evictions,autoscalers}/NAMESPACE/NAME` (the loops' last decision
+//! record for the object, see [`crate::explain`]).
 
 pub mod auth;
 
+use crate::explain::{DecisionRecords, Kind};
 use crate::registry::PolicyRegistry;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -31,15 +33,16 @@ pub struct Endpoints {
     liveness: Vec<(String, ReadinessCheck)>,
     sections: Vec<(String, StatusSection)>,
     policies: Arc<PolicyRegistry>,
+    records: Arc<DecisionRecords>,
 }
 
 impl Endpoints {
-    pub fn new(policies: Arc<PolicyRegistry>) -> Endpoints {
+    pub fn new(policies: Arc<PolicyRegistry>, records: Arc<DecisionRecords>) -> Endpoints {
         let mut metrics = Registry::default();
         policies.register_metrics(&mut metrics);
         let serving = policies.clone();
         let memory: ScrapeHook = Box::new(move || serving.refresh_gauges());
-        Endpoints { metrics, scrape_hooks: vec![memory], checks: Vec::new(), liveness: Vec::new(), sections: Vec::new(), policies }
+        Endpoints { metrics, scrape_hooks: vec![memory], checks: Vec::new(), liveness: Vec::new(), sections: Vec::new(), policies, records }
     }
 
     pub fn on_scrape(&mut self, hook: ScrapeHook) {
@@ -182,11 +185,24 @@ async fn policies(State(endpoints): State<Arc<Endpoints>>) -> impl IntoResponse 
     axum::Json(endpoints.policies_document())
 }
 
-/// The endpoints' routes: the probes always open; `/metrics` and `/policies` (which shows the configuration) only
-/// for who `auth` lets in, when given.
+/// The last decision record of a pod, an eviction or an Autoscaler: 200 with the record as JSON, 404 saying why
+/// there is none.
+async fn explain(State(endpoints): State<Arc<Endpoints>>, Path((kind, namespace, name)): Path<(String, String, String)>) -> axum::response::Response {
+    let Some(kind) = Kind::from_path(&kind) else {
+        return (StatusCode::NOT_FOUND, format!("{kind:?} is not a kind of record: pods, evictions or autoscalers")).into_response();
+    };
+    match endpoints.records.lookup(kind, &format!("{namespace}/{name}")) {
+        Some(record) => axum::Json(record).into_response(),
+        None => (StatusCode::NOT_FOUND, format!("no {} record for {namespace}/{name} here: {}", kind.path().trim_end_matches('s'), kind.why_none())).into_response(),
+    }
+}
+
+/// The endpoints' routes: the probes always open; `/metrics`, `/policies` (which shows the configuration) and
+/// `/explain` only for who `auth` lets in, when given (the path is what is authorized: `/explain/*` in a
+/// ClusterRole's `nonResourceURLs` grants every record).
 pub fn router(endpoints: Arc<Endpoints>, auth: Option<Arc<auth::Delegated>>) -> Router {
     let open = Router::new().route("/healthz", get(healthy)).route("/readyz", get(ready));
-    let mut protected = Router::new().route("/metrics", get(metrics)).route("/policies", get(policies));
+    let mut protected = Router::new().route("/metrics", get(metrics)).route("/policies", get(policies)).route("/explain/{kind}/{namespace}/{name}", get(explain));
     if let Some(auth) = auth {
         protected = protected.route_layer(axum::middleware::from_fn_with_state(auth, require_access));
     }
