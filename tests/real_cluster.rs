@@ -1450,7 +1450,7 @@ fn wasp_explain_says_why_a_pod_is_pending_and_why_another_went_where_it_did() {
     let plugin = Command::new("kubectl").args(["wasp", "explain", "pod", "default/big"]).env("KUBECONFIG", &oncall).env("PATH", path).output().unwrap();
     let plugin_out = String::from_utf8_lossy(&plugin.stdout);
     assert!(plugin.status.success(), "{}", String::from_utf8_lossy(&plugin.stderr));
-    assert!(plugin_out.contains("Result:  unschedulable: 0/3 nodes are available: 2 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}."), "{plugin_out}");
+    assert!(plugin_out.contains("Result:  unschedulable: 0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 2 Insufficient cpu."), "{plugin_out}");
     assert!(plugin_out.contains("resources-fit") && plugin_out.contains("2 Insufficient cpu"), "{plugin_out}");
 
     // Who may read the Lease but was not granted /explain/*: the host refuses, after asking the API server.
