@@ -46,17 +46,22 @@ fn eval_prints_a_verdict_per_node() {
     let args = ["--pod", "examples/eval/pod.yaml", "--nodes", "examples/eval/nodes.yaml", "--pods", "examples/eval/bound-pods.yaml"];
     let (ok, stdout, stderr) = wasp(&[&["policy", "eval", "plugins/out/resources-fit.wasm"][..], &args].concat());
     assert!(ok, "{stderr}");
-    let rows: Vec<Vec<&str>> = stdout.lines().skip(2).map(|line| line.split_whitespace().collect()).collect();
+    let rows: Vec<Vec<&str>> = stdout.lines().skip(2).take_while(|line| !line.is_empty()).map(|line| line.split_whitespace().collect()).collect();
     assert_eq!(rows[0], ["small", "reject", "-", "Insufficient", "cpu"]);
     assert_eq!(rows[1], ["large", "pass", "-"], "16 CPUs minus 12 requested leave room for 3");
+    // Then the record `wasp explain pod` would show, with the policy as the whole profile.
+    assert!(stdout.contains("\nFILTER         EVALUATED  REJECTED  REASONS\nresources-fit  3          1         1 Insufficient cpu\n"), "{stdout}");
+    assert!(stdout.contains("drawn among 2 feasible nodes: the profile has no score policy"), "{stdout}");
 
     let settings = r#"{"resources": [{"name": "cpu", "weight": 1}]}"#;
     let (ok, stdout, stderr) =
         wasp(&[&["policy", "eval", "plugins/out/least-allocated.wasm", "--settings", settings][..], &args].concat());
     assert!(ok, "{stderr}");
     // cpu only: small (2-3 overcommitted) 0, large (16-15)/16 = 6, gpu (8-3)/8 = 62.
-    let scores: Vec<&str> = stdout.lines().skip(2).map(|line| line.split_whitespace().nth(2).unwrap()).collect();
+    let scores: Vec<&str> = stdout.lines().skip(2).take_while(|line| !line.is_empty()).map(|line| line.split_whitespace().nth(2).unwrap()).collect();
     assert_eq!(scores, ["0", "6", "62"]);
+    assert!(stdout.contains("Result:  placed on gpu (the highest score of 3 feasible nodes)\n"), "{stdout}");
+    assert!(stdout.contains("\ngpu *  62 (62)               62\n"), "{stdout}");
 }
 
 #[test]

@@ -566,7 +566,7 @@ fn large_clusters_are_filtered_in_parallel_with_the_same_verdicts() {
         cluster.upsert_node(common::simple_node(&format!("n{index}"), cpu, "16Gi", ""));
     }
     let pod = common::simple_pod("p", "2", "");
-    match schedule(profile, &cluster, &pod, None, &mut Cursor::default(), 100, &Default::default()) {
+    match schedule(profile, &cluster, &pod, None, &mut Cursor::default(), 100, &Default::default()).0 {
         Decision::Bind { node, feasible, evaluated } => {
             assert_eq!((feasible, evaluated), (200, 600), "all nodes evaluated at 100%");
             assert_eq!(node.trim_start_matches('n').parse::<usize>().unwrap() % 3, 0, "{node} has room");
@@ -582,7 +582,7 @@ fn large_clusters_are_filtered_in_parallel_with_the_same_verdicts() {
     assert!(elsewhere.contains(&best));
     let huge = common::simple_pod("huge", "64", "");
     assert_eq!(
-        schedule(profile, &cluster, &huge, None, &mut Cursor::default(), 0, &Default::default()),
+        schedule(profile, &cluster, &huge, None, &mut Cursor::default(), 0, &Default::default()).0,
         Decision::Unschedulable { message: "0/600 nodes are available: 600 Insufficient cpu.".into(), helped_by: wasp::scheduler::queue::HelpedBy { pods_added: false, pods_removed: true, retry_soon: false } }
     );
 }

@@ -394,6 +394,7 @@ pub fn schedule(
             let index = best_index(&scores.totals, feasible.len());
             let ties = scores.totals.iter().filter(|total| **total == scores.totals[index]).count();
             trace.chosen_by = Some(match ties {
+                _ if profile.scores.is_empty() => format!("drawn among {} feasible nodes: the profile has no score policy", feasible.len()),
                 1 => format!("the highest score of {} feasible nodes", feasible.len()),
                 ties => format!("the highest score of {} feasible nodes, drawn among {ties} with it", feasible.len()),
             });
