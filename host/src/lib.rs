@@ -36,3 +36,4 @@ pub mod runtime;
 pub mod scheduler;
 pub mod serve;
 pub mod shrink;
+pub mod text;

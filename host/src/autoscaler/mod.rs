@@ -25,6 +25,7 @@ use crate::kube::{ApiClient, EventRecorder, ObjectRef};
 use crate::policy::LoadedPolicy;
 use crate::registry::{Generation, PolicyRegistry};
 use crate::serve::Heartbeat;
+use crate::text::truncated;
 use behavior::{Behavior, History};
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -127,16 +128,6 @@ fn set_condition(conditions: &mut Vec<HorizontalPodAutoscalerCondition>, kind: &
     conditions.sort_by_key(|condition| order(&condition.type_));
 }
 
-fn truncated(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_string();
-    }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
-}
 
 /// Why the policy holds at `current` replicas while its metrics pull both ways (one proposes more, another fewer),
 /// if it does.

@@ -24,7 +24,7 @@ const SCALE_BOUNDS: Bounds = Bounds { count: 5_000, bytes: 8 << 20, age: None };
 /// The nodes a placement record keeps scores for: the best few, and the chosen one.
 pub const TOP_NODES: usize = 3;
 /// Reasons kept per filter, the most frequent first.
-const MAX_REASONS: usize = 8;
+pub const MAX_REASONS: usize = 8;
 
 /// Every loop's records.
 pub struct DecisionRecords {

@@ -435,6 +435,9 @@ impl Scheduler {
     }
 }
 
+/// An unschedulable message is kept in a decision record up to this size.
+const MAX_RECORDED_MESSAGE_BYTES: usize = 1024;
+
 /// The record of one decision: every filter of the profile in order (those not reached with nothing
 /// evaluated), the score policies, and the best nodes' scores.
 pub fn placement_record(pod: &Pod, profile: &ProfilePolicies, decision: &Decision, mut trace: Trace, took: Duration) -> PlacementRecord {
@@ -451,7 +454,8 @@ pub fn placement_record(pod: &Pod, profile: &ProfilePolicies, decision: &Decisio
         .collect();
     let (node, message) = match decision {
         Decision::Bind { node, .. } => (Some(node.clone()), None),
-        Decision::Unschedulable { message, .. } => (None, Some(message.clone())),
+        // The whole message is on the pod's condition; over thousands of nodes it may name thousands of reasons.
+        Decision::Unschedulable { message, .. } => (None, Some(crate::text::truncated(message, MAX_RECORDED_MESSAGE_BYTES))),
     };
     PlacementRecord {
         pod: key_of(pod),
@@ -497,6 +501,47 @@ fn requeue_hint(event: &ClusterEvent) -> Option<Change> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::ClusterState;
+    use crate::contract::types::{FilterResult, NodeId, ViewScope};
+    use crate::explain::store::Weighed;
+    use crate::policy::SchedulingPolicy;
+
+    /// Rejects every node with a reason of its own: the worst case for a record's size.
+    struct EachNodeItsReason;
+
+    impl SchedulingPolicy for EachNodeItsReason {
+        fn name(&self) -> &str {
+            "each-node-its-reason"
+        }
+        fn view(&self) -> ViewScope {
+            ViewScope::Nodes
+        }
+        fn filter_or_failure_mode(&self, cluster: &ClusterState, _: &Pod, candidates: &[NodeId]) -> FilterResult {
+            let rejections = candidates.iter().map(|id| vec![format!("node {} is not the one", cluster.node_name(*id).unwrap())]).collect();
+            FilterResult { verdicts: (1..=candidates.len() as u32).collect(), rejections }
+        }
+        fn score_or_failure_mode(&self, _: &ClusterState, _: &Pod, candidates: &[NodeId]) -> Vec<u32> {
+            vec![0; candidates.len()]
+        }
+    }
+
+    #[test]
+    fn a_placement_record_stays_small_however_many_nodes_and_reasons() {
+        let mut cluster = ClusterState::new();
+        for number in 0..5000 {
+            let node = serde_json::json!({"metadata": {"name": format!("n{number}")}, "status": {"allocatable": {"cpu": "4"}}});
+            cluster.upsert_node(crate::cluster::convert::node(&serde_json::from_value(node).unwrap()).unwrap());
+        }
+        let source = serde_json::json!({"metadata": {"name": "p", "namespace": "d", "uid": "u"}, "spec": {"containers": [{"name": "a"}]}});
+        let pod = crate::cluster::convert::pod(&serde_json::from_value(source).unwrap()).unwrap();
+        let profile = ProfilePolicies { scheduler_name: "test".into(), filters: vec![Arc::new(EachNodeItsReason)], scores: vec![] };
+        let (decision, trace) = cycle::schedule(&profile, &cluster, &pod, None, &mut Cursor::default(), 100, &Default::default());
+        let record = placement_record(&pod, &profile, &decision, trace, Duration::from_millis(1));
+        assert_eq!((record.evaluated, record.filters[0].rejected), (5000, 5000));
+        assert_eq!(record.filters[0].reasons.len(), crate::explain::MAX_REASONS, "the most frequent few, not 5000");
+        let json = serde_json::to_vec(&record).unwrap();
+        assert!(json.len() < 4096 && record.weight() < 4096, "{} bytes as JSON, weighs {}", json.len(), record.weight());
+    }
 
     #[test]
     fn status_updates_of_running_pods_requeue_nothing() {
