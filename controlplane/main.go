@@ -122,6 +122,7 @@ func run(opts options) error {
 		return err
 	}
 	defer etcd.Close()
+	progress(started, "etcd serving; starting kube-apiserver")
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -150,6 +151,7 @@ func run(opts options) error {
 	if err != nil {
 		return err
 	}
+	progress(started, "kube-apiserver ready; starting the metrics adapter, kube-controller-manager and kwok")
 	factory := informers.NewSharedInformerFactory(admin, 0)
 	services := factory.Core().V1().Services().Lister()
 	factory.Start(ctx.Done())
@@ -176,6 +178,7 @@ func run(opts options) error {
 		schedulerKubeconfig := filepath.Join(opts.dataDir, "kube-scheduler.kubeconfig")
 		components.start("kube-scheduler", func(ctx context.Context) error { return runScheduler(ctx, schedulerArgs(schedulerKubeconfig)) })
 	}
+	progress(started, "waiting for the default ServiceAccount (kube-controller-manager's first sync)")
 	if err := waitForDefaultServiceAccount(ctx, components, admin); err != nil {
 		return err
 	}
@@ -191,6 +194,12 @@ func run(opts options) error {
 	fmt.Println("stopping")
 	components.wait(30 * time.Second)
 	return failed
+}
+
+// progress says on stderr how far the start-up is, so a slow start on a busy machine shows where it waits (stdout
+// carries the lines callers read).
+func progress(started time.Time, stage string) {
+	fmt.Fprintf(os.Stderr, "wasp-controlplane: %5.1fs %s\n", time.Since(started).Seconds(), stage)
 }
 
 // group runs the components, each on the shared context; the first to fail stops the rest.

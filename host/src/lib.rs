@@ -7,6 +7,7 @@
 //! - [`registry`]: which policy versions and plans serve every loop now; reloads and swaps them when files change.
 //! - [`cluster`]: the shared view of nodes and pods, its informers and events, and the deltas that keep every
 //!   policy instance current.
+//! - [`clock`]: the wall clock, the simulated cluster's under `wasp simulate`.
 //! - [`kube`]: the API client, identity, event recorders and leader election every loop shares.
 //! - [`oci`]: policies pushed to and pulled from OCI registries, with signatures attached as cosign attaches them.
 //! - [`serve`]: `/metrics`, `/healthz`, `/readyz`, `/policies`, `/explain`.
@@ -22,6 +23,7 @@
 pub mod admission;
 pub mod autoscaler;
 pub mod cli;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod contract;

@@ -757,10 +757,13 @@ fn watch(
             return Ok(response.body(Body::from_stream(stream)).expect("valid response"));
         }
     };
-    let store = state.store.clone();
     let bookmark_interval = state.bookmark_interval;
     tokio::spawn(async move {
         let mut queue: VecDeque<Queued> = backlog.iter().filter_map(|event| filter.view(event).map(|kind| view.queued(kind, event))).collect();
+        // The newest revision this watch has taken in (queued or passed over): a bookmark says every event up to
+        // its version was sent, so it carries this, never the store's revision, which may be ahead of events
+        // still on their way here (a client resuming from such a bookmark would never see them).
+        let mut seen = backlog.iter().map(|event| event.revision).max().unwrap_or(0).max(since.unwrap_or(0));
         drop(backlog);
         let deadline = tokio::time::sleep(lifetime);
         tokio::pin!(deadline);
@@ -772,6 +775,7 @@ fn watch(
                 _ = sender.closed() => return,
                 received = live.recv() => match received {
                     Ok(event) if std::ptr::eq(event.resource, stored) => {
+                        seen = seen.max(event.revision);
                         if let Some(kind) = filter.view(&event) {
                             if queue.len() >= WATCH_QUEUE_LIMIT {
                                 return;
@@ -779,7 +783,7 @@ fn watch(
                             queue.push_back(view.queued(kind, &event));
                         }
                     }
-                    Ok(_) => {}
+                    Ok(event) => seen = seen.max(event.revision),
                     // A watcher that fell this far behind is cut off; it resumes or relists, as with etcd.
                     Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return,
                 },
@@ -788,7 +792,7 @@ fn watch(
                     permit.send(view.event_line(queue.pop_front().expect("not empty")));
                 }
                 _ = bookmark.tick(), if bookmarks && queue.is_empty() => {
-                    let marker = json!({"kind": resource.kind, "apiVersion": resource.api_version(), "metadata": {"resourceVersion": store.revision().to_string()}});
+                    let marker = json!({"kind": resource.kind, "apiVersion": resource.api_version(), "metadata": {"resourceVersion": seen.to_string()}});
                     if sender.send(watch_line("BOOKMARK", &marker)).await.is_err() {
                         return;
                     }

@@ -12,11 +12,13 @@
 //!   [`events`]: the events.k8s.io/v1 view of core/v1 events.
 //! - [`webhooks`]: admission webhooks (mutating, then validating) called on create.
 //! - [`audit`]: a log of every answered request, as kube-apiserver's audit log.
+//! - [`clock`]: the wall clock, tokio's (simulated time when paused).
 //! - [`server`]: running it all on a loopback port, with a kubeconfig.
 
 pub mod api;
 pub mod audit;
 pub mod auth;
+pub mod clock;
 pub mod controllers;
 mod defaults;
 pub mod error;

@@ -13,7 +13,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::RwLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock: the load curves follow simulated time under `wasp simulate` (see `crate::clock`).
+use tokio::time::Instant;
 
 /// Pods carry their workload's name in this label; the load model looks curves up by it.
 pub const WORKLOAD_LABEL: &str = "sim.wasp.dev/workload";

@@ -205,6 +205,24 @@ pub enum Action {
     LoadSpike { workload: String, factor: f64, #[serde(with = "humantime_serde")] duration: Duration },
 }
 
+/// As a timeline reads it: `drain worker-0`, `scale default/api to 12`.
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Cordon { node } => write!(f, "cordon {node}"),
+            Action::Uncordon { node } => write!(f, "uncordon {node}"),
+            Action::Taint { node, key, value, effect } if value.is_empty() => write!(f, "taint {node} {key}:{effect}"),
+            Action::Taint { node, key, value, effect } => write!(f, "taint {node} {key}={value}:{effect}"),
+            Action::Untaint { node, key } => write!(f, "untaint {node} {key}"),
+            Action::Drain { node } => write!(f, "drain {node}"),
+            Action::FailNode { node } => write!(f, "fail-node {node}"),
+            Action::RecoverNode { node } => write!(f, "recover-node {node}"),
+            Action::Scale { workload, namespace, replicas } => write!(f, "scale {namespace}/{workload} to {replicas}"),
+            Action::LoadSpike { workload, factor, duration } => write!(f, "load-spike {workload} x{factor} for {}", humantime_serde::re::humantime::format_duration(*duration)),
+        }
+    }
+}
+
 impl Scenario {
     /// Reads and validates a scenario; errors name the file, the field and the line.
     pub fn load(path: &Path) -> anyhow::Result<Scenario> {

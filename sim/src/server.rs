@@ -69,6 +69,12 @@ impl Simulator {
         let address = listener.local_addr()?;
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = router(state.clone());
+        // Watch events are small writes: without TCP_NODELAY, Nagle's algorithm holds one back until the last is
+        // acknowledged (real API servers, in Go, set it on every connection). Under `wasp simulate`'s paused clock
+        // each such real wait lets simulated time jump ahead: seconds of it before a new pod was seen.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |stream: &mut tokio::net::TcpStream| {
+            let _ = stream.set_nodelay(true);
+        });
         tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async {
                 let _ = stopped.await;

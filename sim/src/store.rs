@@ -213,7 +213,7 @@ pub struct Page {
 }
 
 pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    crate::clock::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// The value at `path` (`["metadata", "name"]`): what `Value::pointer` finds, without parsing and unescaping a

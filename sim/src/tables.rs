@@ -253,7 +253,7 @@ pub fn human_duration(seconds: i64) -> String {
 fn since(timestamp: Option<&Value>) -> String {
     let parsed = timestamp.and_then(Value::as_str).and_then(|text| text.parse::<jiff::Timestamp>().ok());
     match parsed {
-        Some(at) => human_duration(jiff::Timestamp::now().as_second() - at.as_second()),
+        Some(at) => human_duration(crate::clock::now().as_second() - at.as_second()),
         None => "<unknown>".into(),
     }
 }

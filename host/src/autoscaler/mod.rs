@@ -294,7 +294,7 @@ impl AutoscalerLoop {
         self.metrics.passed(took, autoscalers.len());
         self.stats.passes.fetch_add(1, Ordering::Relaxed);
         let summary = PassSummary {
-            finished_at: Timestamp::now().to_string(),
+            finished_at: crate::clock::now().to_string(),
             autoscalers: autoscalers.len(),
             scaled: outcomes.iter().filter(|outcome| **outcome == Outcome::Scaled).count(),
             failed: outcomes.iter().filter(|outcome| **outcome == Outcome::Failed).count(),
@@ -359,7 +359,7 @@ impl AutoscalerLoop {
             desired: 0,
             outcome: String::new(),
         };
-        let mut run = Reconciliation { autoscaler, namespace, name, status: autoscaler.status.clone().unwrap_or_default(), now: Timestamp::now(), record };
+        let mut run = Reconciliation { autoscaler, namespace, name, status: autoscaler.status.clone().unwrap_or_default(), now: crate::clock::now(), record };
         let namespace_reads = reads.get(&run.namespace);
         let outcome = self.decide(&mut run, generation, section, owners, namespace_reads).await;
         // The HPA's rule: a status is written when it changed.

@@ -114,8 +114,10 @@ pub fn main() -> ExitCode {
         Command::Policy(_) => "warn",
         #[cfg(feature = "sim")]
         Command::Sim(_) => "info",
+        // The report is the output (and progress on stderr): logs only when RUST_LOG asks for them. Errors the
+        // scenario injects on purpose would otherwise read as the host's.
         #[cfg(feature = "sim")]
-        Command::Simulate(_) => "warn",
+        Command::Simulate(_) => "off",
         Command::Run(_) => "info",
         Command::Reschedule(_) => "warn",
         Command::Configmap(_) => "warn",
@@ -157,7 +159,9 @@ fn init_logging(default_level: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     // Locked for the whole line, so that a cut line and its note are not split by another thread's.
     let writer = || BoundedLines(std::io::stderr().lock());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).init();
+    // Colours only for a terminal: a log captured to a file or a pipe reads without escape codes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi).init();
 }
 
 /// A log line is cut past this many bytes: kube's client logs the whole body of a response it cannot decode (a

@@ -5,7 +5,9 @@
 use crate::contract::types::{Placement, Pod};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock: pacing and backoff follow simulated time under `wasp simulate` (see `crate::clock`).
+use tokio::time::Instant;
 
 /// How long a hint waits for its workload's next pod.
 pub const HINT_TTL: Duration = Duration::from_secs(300);

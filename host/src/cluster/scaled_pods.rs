@@ -159,7 +159,7 @@ mod tests {
         assert!(ScaledPod::of(&pod("a", "d", "Failed")).is_none());
         assert!(ScaledPod::of(&pod("a", "d", "Succeeded")).is_some(), "upstream counts it (it has no metrics: a missing pod)");
         let mut deleted = pod("a", "d", "Running");
-        deleted.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+        deleted.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(crate::clock::now()));
         assert!(ScaledPod::of(&deleted).is_none());
         let mut no_request = pod("a", "d", "Running");
         no_request.spec.as_mut().unwrap().containers.push(Container { name: "bare".into(), ..Default::default() });

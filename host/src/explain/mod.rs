@@ -270,5 +270,6 @@ impl Weighed for ScaleRecord {
 
 /// Now, as records say it.
 pub fn now() -> String {
-    jiff::Timestamp::now().round(jiff::Unit::Millisecond).unwrap_or_else(|_| jiff::Timestamp::now()).to_string()
+    let now = crate::clock::now();
+    now.round(jiff::Unit::Millisecond).unwrap_or(now).to_string()
 }

@@ -96,10 +96,6 @@ pub struct EventRecorder {
     recent: Arc<Mutex<RecentEvents>>,
 }
 
-fn now() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
 impl EventRecorder {
     pub fn new(api: ApiClient, component: &str, identity: Arc<HostIdentity>) -> EventRecorder {
         EventRecorder { api, component: Arc::from(component), identity, recent: Arc::default() }
@@ -144,7 +140,7 @@ impl EventRecorder {
         let _permit = self.api.permit().await;
         let result = match previous {
             Some((name, count, _)) => {
-                let patch = json!({"count": count + 1, "lastTimestamp": now()});
+                let patch = json!({"count": count + 1, "lastTimestamp": crate::clock::now_rfc3339()});
                 events.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map(|_| (name, count + 1))
             }
             None => {
@@ -153,7 +149,7 @@ impl EventRecorder {
                     "metadata": {"name": name, "namespace": object.events_namespace()},
                     "involvedObject": {"apiVersion": object.api_version, "kind": object.kind, "namespace": object.namespace, "name": object.name, "uid": object.uid},
                     "reason": reason, "message": message, "type": kind, "count": 1,
-                    "firstTimestamp": now(), "lastTimestamp": now(),
+                    "firstTimestamp": crate::clock::now_rfc3339(), "lastTimestamp": crate::clock::now_rfc3339(),
                     "source": {"component": &*self.component},
                     "reportingComponent": &*self.component, "reportingInstance": self.identity.instance,
                 });

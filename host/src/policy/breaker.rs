@@ -6,7 +6,9 @@
 //! breaker and forgets the trips, a failure opens it again for twice as long.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock, read through `crate::clock::instant`: cooldowns follow simulated time under `wasp simulate`.
+use tokio::time::Instant;
 
 /// Failures in a row that open the breaker.
 pub const TRIP_AFTER: u32 = 5;

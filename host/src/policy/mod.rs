@@ -276,11 +276,12 @@ impl LoadedPolicy {
         body: impl FnOnce(&mut PolicyInstance) -> Result<R, CallError>,
     ) -> Result<R, CallError> {
         let started = Instant::now();
-        if let Err(open) = self.breaker.admit(started) {
+        let now = crate::clock::instant();
+        if let Err(open) = self.breaker.admit(now) {
             if let Some(metrics) = self.metrics.get() {
                 metrics.short_circuited(&self.name, operation);
             }
-            let failures = self.breaker.status(started).failures_in_a_row;
+            let failures = self.breaker.status(now).failures_in_a_row;
             return Err(CallError::CircuitOpen { operation, failures, retry_in_seconds: open.remaining.as_secs() });
         }
         let unselected = subject.map(|pod| self.unselected_keys(cluster, pod)).unwrap_or_default();
@@ -294,13 +295,13 @@ impl LoadedPolicy {
 
     /// Tells the breaker how a call it let through ended; a trip is logged and reported.
     fn note_outcome(&self, operation: &str, error: Option<&CallError>) {
-        match self.breaker.record(error.is_none(), Instant::now()) {
+        match self.breaker.record(error.is_none(), crate::clock::instant()) {
             breaker::Change::Tripped(cooldown) => {
                 let error = error.map(ToString::to_string).unwrap_or_default();
                 let message = format!(
                     "policy {} failed {} calls in a row (the last: {operation}: {error}); its failure mode ({:?}) answers for it for {} without calling it, then one call tries",
                     self.name,
-                    self.breaker.status(Instant::now()).failures_in_a_row,
+                    self.breaker.status(crate::clock::instant()).failures_in_a_row,
                     self.options.failure_mode,
                     humantime::format_duration(cooldown)
                 );
@@ -316,11 +317,11 @@ impl LoadedPolicy {
 
     /// Where its circuit breaker stands.
     pub fn breaker_status(&self) -> breaker::BreakerStatus {
-        self.breaker.status(Instant::now())
+        self.breaker.status(crate::clock::instant())
     }
 
     pub fn circuit_open(&self) -> bool {
-        self.breaker.is_open(Instant::now())
+        self.breaker.is_open(crate::clock::instant())
     }
 
     /// Brings up to `count` pooled instances to `cluster`'s head without a call: a fork taken right after can

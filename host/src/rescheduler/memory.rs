@@ -11,7 +11,9 @@ pub use crate::cluster::Workload;
 use crate::config::Pacing;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock: pacing and backoff follow simulated time under `wasp simulate` (see `crate::clock`).
+use tokio::time::Instant;
 
 /// One eviction of a workload: when, by which policy (empty when restored from a [`Record`]), and the workload's
 /// pods at that moment (a pod not among them is a replacement; creation times, in whole seconds, cannot tell a

@@ -38,7 +38,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock: pacing and backoff follow simulated time under `wasp simulate` (see `crate::clock`).
+use tokio::time::Instant;
 use tokio::sync::broadcast::error::RecvError;
 
 /// A burst of changes (a node drained label by label) makes one run: wait this long after the first.
@@ -123,7 +125,7 @@ pub struct Rescheduler {
 const BUDGETS_KEPT_FOR: Duration = Duration::from_secs(300);
 
 fn wall_seconds() -> i64 {
-    jiff::Timestamp::now().as_second()
+    crate::clock::now().as_second()
 }
 
 impl Rescheduler {
@@ -547,7 +549,7 @@ fn summarize(plan: &Plan, took: Duration) -> RunSummary {
         })
         .collect();
     RunSummary {
-        finished_at: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        finished_at: crate::clock::now_rfc3339(),
         dry_run: plan.dry_run,
         candidates: plan.entries.len(),
         evicted: plan.entries.iter().filter(|entry| entry.outcome == Some(Outcome::Evicted)).count(),

@@ -24,7 +24,9 @@ use crate::registry::Plans;
 use crate::scheduler::cycle::{best_index, best_node, feasible_nodes, fits_on, score_totals, unschedulable_message};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock: pacing and backoff follow simulated time under `wasp simulate` (see `crate::clock`).
+use tokio::time::Instant;
 
 /// Why a candidate stays where it is.
 #[derive(Debug, Clone, PartialEq)]

@@ -25,7 +25,10 @@ pub use limits::Limits;
 pub fn off_async_worker<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     match tokio::runtime::Handle::try_current().map(|handle| handle.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        Ok(_) => std::thread::scope(|scope| scope.spawn(work).join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
+        Ok(_) => {
+            let now = tokio::time::Instant::now();
+            std::thread::scope(|scope| scope.spawn(move || crate::clock::standing_at(now, work)).join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        }
         Err(_) => work(),
     }
 }

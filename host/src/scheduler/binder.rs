@@ -18,10 +18,6 @@ pub struct Binder {
     cluster: Arc<SharedCluster>,
 }
 
-fn now() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
 fn object_of(pod: &Pod) -> ObjectRef {
     ObjectRef::pod(&pod.namespace, &pod.name, &pod.uid)
 }
@@ -93,8 +89,8 @@ impl Binder {
     async fn set_not_scheduled(&self, pod: &ObjectRef, reason: &str, message: &str) {
         let since = match self.cluster.scheduled_condition(&pod.uid) {
             Some(seen) if seen.status == "False" && seen.reason == reason && seen.message == message => return,
-            Some(seen) if seen.status == "False" => seen.last_transition_time.unwrap_or_else(now),
-            _ => now(),
+            Some(seen) if seen.status == "False" => seen.last_transition_time.unwrap_or_else(crate::clock::now_rfc3339),
+            _ => crate::clock::now_rfc3339(),
         };
         let pods: Api<KubePod> = Api::namespaced(self.api.client.clone(), &pod.namespace);
         let _permit = self.api.permit().await;

@@ -54,8 +54,10 @@ pub struct Stats {
 /// What `wasp simulate` prints at the end of a run.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
-    /// From first queued to bound, per pod.
+    /// From first queued to bound, per pod (on tokio's clock: simulated time under `wasp simulate`).
     pub latencies: Vec<Duration>,
+    /// How long each decision took to compute, in real time.
+    pub decisions: Vec<Duration>,
     /// The last unschedulable message per pod (`namespace/name`), while the pod still waits.
     pub last_failure: BTreeMap<String, String>,
 }
@@ -244,7 +246,9 @@ impl Scheduler {
                 (None, (Decision::Unschedulable { message, helped_by: HelpedBy::default() }, Trace { nodes, ..Trace::default() }))
             }
         };
-        let record = placement_record(&queued.pod, &profile, &decision, trace, started.elapsed());
+        let took = started.elapsed();
+        self.stats.with_report(|report| report.decisions.push(took));
+        let record = placement_record(&queued.pod, &profile, &decision, trace, took);
         self.records.placements.put(&key_of(&queued.pod), &queued.pod.uid, record);
         match decision {
             Decision::Bind { node, feasible, evaluated } => {
