@@ -16,7 +16,8 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+// The plan reads tokio's clock (simulated time under `wasp simulate`).
+use tokio::time::Instant;
 use wasp::cluster::volumes::VolumeObjects;
 use wasp::cluster::{convert, ClusterState};
 use wasp::config::{HostConfig, ReschedulerSection};

@@ -872,7 +872,7 @@ nodeGroups:
 
 /// The store revision at which `pick` first holds for the object `name` of `resource` since revision `since`.
 fn revision_when(simulator: &Simulator, resource: &'static wasp_sim::resources::ResourceType, since: u64, name: &str, pick: impl Fn(&serde_json::Value) -> bool) -> Option<u64> {
-    let (changes, _) = simulator.store.watch(resource, Some(since)).unwrap();
+    let (changes, _, _) = simulator.store.watch(resource, Some(since)).unwrap();
     changes.iter().find(|change| change.object["metadata"]["name"] == name && pick(&change.object)).map(|change| change.revision)
 }
 

@@ -9,6 +9,19 @@ use common::repo_root;
 use std::collections::BTreeMap;
 use std::process::Command;
 
+/// Under `wasp simulate`, work the runtime hands off (a scheduling decision on a scoped thread, and the filtering
+/// threads it uses) reads the paused clock where it stands, as the runtime's thread does: a policy's circuit
+/// breaker, say, opens and closes in simulated time. (Here, not beside the clock's code: following the simulator is
+/// for the whole process, and the library's other tests share theirs.)
+#[tokio::test(start_paused = true)]
+async fn work_off_the_runtime_reads_the_paused_clock_where_it_stands() {
+    wasp::clock::follow_the_simulator();
+    tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+    let now = tokio::time::Instant::now();
+    let (here, pooled) = wasp::runtime::off_async_worker(|| (wasp::clock::instant(), rayon::join(wasp::clock::instant, wasp::clock::instant)));
+    assert_eq!((here, pooled), (now, (now, now)), "an hour of simulated time, not the real clock");
+}
+
 fn wasp(args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_wasp")).args(args).current_dir(repo_root()).output().unwrap();
     (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())

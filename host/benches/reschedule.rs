@@ -95,7 +95,7 @@ fn run(registry: &PolicyRegistry, live: &ClusterState) -> (Plan, Duration) {
     let started = Instant::now();
     let wall = jiff::Timestamp::now().as_second();
     let volumes = wasp::cluster::volumes::VolumeObjects::default();
-    let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets: Budgets::default(), now: Instant::now(), wall, volumes: &volumes, host_namespaces: &[] };
+    let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets: Budgets::default(), now: tokio::time::Instant::now(), wall, volumes: &volumes, host_namespaces: &[] };
     let proposals = plan::propose(&generation.plans.eviction, &generation.plans, live, EvictContext { now: wall, ..EvictContext::default() }, section.keep_strategies_warm);
     let plan = plan::plan(inputs, proposals);
     (plan, started.elapsed())

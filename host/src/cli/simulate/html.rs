@@ -276,7 +276,8 @@ pub fn page(story: &Story) -> String {
         let _ = write!(html, "<h3>{}</h3>{}", escape(name), autoscaler_chart(&format!("autoscaler-{index}"), samples, &decisions));
     }
     html.push_str("<h2>Policy calls: mean latency</h2>");
-    let latencies: Vec<(String, f64)> = story.policy_calls.iter().map(|calls| (format!("{} ({} calls, p99 <= {} ms)", calls.policy, calls.calls, calls.p99_ms), calls.mean_ms)).collect();
+    let p99 = |ms: f64| if ms.is_finite() { format!("p99 <= {ms} ms") } else { "p99 past the histogram's last bucket".to_string() };
+    let latencies: Vec<(String, f64)> = story.policy_calls.iter().map(|calls| (format!("{} ({} calls, {})", calls.policy, calls.calls, p99(calls.p99_ms)), calls.mean_ms)).collect();
     let _ = write!(html, "{}", bars("policy-latency", &latencies, " ms"));
     html.push_str("<pre id=\"rendered\"></pre>");
     html.push_str(COUNT_RENDERED);

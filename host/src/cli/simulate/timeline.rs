@@ -131,7 +131,8 @@ impl Timeline {
         let autoscalers = match Api::<Autoscaler>::all(client.clone()).list(&ListParams::default()).await {
             Ok(list) => list.items,
             // No CRD: no Autoscalers in this scenario.
-            Err(_) => Vec::new(),
+            Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+            Err(error) => return Err(error.into()),
         };
         for autoscaler in &autoscalers {
             let status = autoscaler.status.clone().unwrap_or_default();
@@ -187,19 +188,35 @@ impl Timeline {
             if from == to {
                 continue;
             }
-            let by = replicas_changed_by(workload, to, scale_events, autoscalers);
+            let by = replicas_changed_by(workload, to, at, scale_events, autoscalers);
             push(Change::Replicas { workload: workload.clone(), from, to, by });
         }
     }
 
-    /// Pods that left their node, each with where its owner's next pod went and who moved it: the rescheduler
-    /// (by its decision record), or the scenario event under way on that node, or a deletion.
+    /// Pods that left their node, each with who moved it (the rescheduler by its decision record, or the
+    /// scenario event under way on that node, or the scale-down of its workload, or a deletion) and, when it was
+    /// moved rather than removed, where its owner's next pod went.
     pub fn moves(&self, records: &DecisionRecords, events: &[TimedEvent]) -> Vec<Move> {
         let mut taken: HashSet<usize> = HashSet::new();
         let mut moves = Vec::new();
         for (index, happening) in self.happenings.iter().enumerate() {
             let Change::Left { pod, node } = &happening.change else { continue };
             let owner = self.owners.get(pod);
+            let evicted = records.evictions.get(pod).filter(|record| record.node == *node && record.outcome.as_deref() == Some("evicted"));
+            let (by, reason, replaced) = match evicted {
+                Some(record) => (record.policy.clone(), record.reason.clone(), true),
+                None => match under_way(events, node, happening.at) {
+                    Some(event) => (format!("scenario: {}", event.action), String::new(), true),
+                    None => match owner.and_then(|owner| self.scaled_down(owner, happening.at)) {
+                        Some(scaled) => (format!("scale-down: {scaled}"), String::new(), false),
+                        None => ("deleted".to_string(), String::new(), false),
+                    },
+                },
+            };
+            if !replaced {
+                moves.push(Move { at: happening.at, pod: pod.clone(), from: node.clone(), to: None, by, reason });
+                continue;
+            }
             let replacement = self.happenings.iter().enumerate().skip(index + 1).find(|(later, candidate)| {
                 let Change::Bound { pod: bound, .. } = &candidate.change else { return false };
                 !taken.contains(later) && (bound == pod || (owner.is_some() && self.owners.get(bound) == owner && !owner.is_some_and(|owner| owner.starts_with("StatefulSet "))))
@@ -211,17 +228,6 @@ impl Timeline {
                     _ => unreachable!("found as Bound"),
                 }
             });
-            let evicted = records.evictions.get(pod).filter(|record| record.node == *node && record.outcome.as_deref() == Some("evicted"));
-            let (by, reason) = match evicted {
-                Some(record) => (record.policy.clone(), record.reason.clone()),
-                None => match events.iter().filter(|event| event.at <= happening.at && touches(event, node)).max_by_key(|event| event.at) {
-                    Some(event) => (format!("scenario: {}", event.action), String::new()),
-                    None => match owner.and_then(|owner| self.scaled_down(owner, happening.at)) {
-                        Some(scaled) => (format!("scale-down: {scaled}"), String::new()),
-                        None => ("deleted".to_string(), String::new()),
-                    },
-                },
-            };
             moves.push(Move { at: happening.at, pod: pod.clone(), from: node.clone(), to, by, reason });
         }
         moves
@@ -244,21 +250,28 @@ impl Timeline {
     }
 }
 
-/// Whether a scenario event acts on `node` so that its pods leave it.
-fn touches(event: &TimedEvent, node: &str) -> bool {
+/// The scenario event that makes pods leave `node` and is still under way at `at`: a drain, a node failure or a
+/// `NoExecute` taint, not yet ended by the node's recovery, uncordon or untaint.
+fn under_way<'a>(events: &'a [TimedEvent], node: &str, at: Duration) -> Option<&'a TimedEvent> {
     use wasp_sim::scenario::Action;
-    match &event.action {
-        Action::Drain { node: target } | Action::FailNode { node: target } | Action::Taint { node: target, .. } => target == node,
+    let mut on_node: Vec<&TimedEvent> = events.iter().filter(|event| event.at <= at).collect();
+    on_node.sort_by_key(|event| event.at);
+    let latest = on_node.into_iter().rev().find(|event| match &event.action {
+        Action::Drain { node: target } | Action::FailNode { node: target } | Action::RecoverNode { node: target } | Action::Uncordon { node: target } | Action::Untaint { node: target, .. } => target == node,
+        Action::Taint { node: target, effect, .. } => target == node && effect == "NoExecute",
         _ => false,
-    }
+    })?;
+    matches!(latest.action, Action::Drain { .. } | Action::FailNode { .. } | Action::Taint { .. }).then_some(latest)
 }
 
 /// Who set `workload` to `replicas`: a scenario `scale` event, or the Autoscaler that targets it (with its
 /// metrics then), or someone else.
-fn replicas_changed_by(workload: &str, replicas: i32, scale_events: &[&TimedEvent], autoscalers: &[Autoscaler]) -> String {
+fn replicas_changed_by(workload: &str, replicas: i32, at: Duration, scale_events: &[&TimedEvent], autoscalers: &[Autoscaler]) -> String {
     use wasp_sim::scenario::Action;
     let (kind, name) = workload.split_once(' ').unwrap_or(("", workload));
-    let scaled = scale_events.iter().find(|event| matches!(&event.action, Action::Scale { workload: target, namespace, replicas: to } if format!("{namespace}/{target}") == name && *to as i32 == replicas));
+    // The workload's latest scale event by then, if it asked for these replicas.
+    let latest = scale_events.iter().filter(|event| event.at <= at && matches!(&event.action, Action::Scale { workload: target, namespace, .. } if format!("{namespace}/{target}") == name)).max_by_key(|event| event.at);
+    let scaled = latest.filter(|event| matches!(&event.action, Action::Scale { replicas: to, .. } if *to as i32 == replicas));
     if let Some(event) = scaled {
         return format!("scenario: {}", event.action);
     }
@@ -324,11 +337,22 @@ mod tests {
     }
 
     #[test]
+    fn a_node_event_ends_with_the_nodes_recovery() {
+        let events: Vec<TimedEvent> = serde_yaml::from_str("[{at: 30s, action: fail-node, node: w-3}, {at: 90s, action: recover-node, node: w-3}, {at: 100s, action: taint, node: w-1, key: k, effect: NoSchedule}]").unwrap();
+        let at = |seconds| Duration::from_secs(seconds);
+        assert_eq!(under_way(&events, "w-3", at(60)).map(|event| event.at), Some(at(30)));
+        assert!(under_way(&events, "w-3", at(120)).is_none(), "recovered");
+        assert!(under_way(&events, "w-1", at(120)).is_none(), "a NoSchedule taint moves nothing");
+    }
+
+    #[test]
     fn replicas_set_by_a_scale_event_are_the_scenarios() {
         let events: Vec<TimedEvent> = serde_yaml::from_str("[{at: 150s, action: scale, workload: api, replicas: 12}]").unwrap();
         let events: Vec<&TimedEvent> = events.iter().collect();
-        assert_eq!(replicas_changed_by("Deployment default/api", 12, &events, &[]), "scenario: scale default/api to 12");
-        assert_eq!(replicas_changed_by("Deployment default/api", 7, &events, &[]), "-");
+        let at = Duration::from_secs(151);
+        assert_eq!(replicas_changed_by("Deployment default/api", 12, at, &events, &[]), "scenario: scale default/api to 12");
+        assert_eq!(replicas_changed_by("Deployment default/api", 7, at, &events, &[]), "-");
+        assert_eq!(replicas_changed_by("Deployment default/api", 12, Duration::from_secs(100), &events, &[]), "-", "not before the event");
     }
 
     #[test]
