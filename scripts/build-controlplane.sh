@@ -4,7 +4,8 @@
 # own command from the same modules (the side-by-side benchmark's reference) into target/controlplane/kube-scheduler,
 # and the descheduler's (sigs.k8s.io/descheduler, the rescheduling side by side's reference) into
 # target/controlplane/descheduler; and cosign (tools/cosign, its own module: tests/signatures.rs checks wasp's policy
-# signatures against cosign's) into target/tools/cosign.
+# signatures against cosign's) into target/tools/cosign, and helm (tools/helm: tests/chart.rs lints and renders
+# charts/wasp, tests/real_cluster.rs installs and upgrades it) into target/tools/helm.
 # Go keeps its module and build caches on the machine: the first build compiles Kubernetes (about 6-10 minutes on
 # 2 cores), later ones are incremental (seconds).
 set -euo pipefail
@@ -14,3 +15,5 @@ go build -o ../target/controlplane/kube-scheduler k8s.io/kubernetes/cmd/kube-sch
 go build -o ../target/controlplane/descheduler sigs.k8s.io/descheduler/cmd/descheduler
 cd ../tools/cosign
 go build -o ../../target/tools/cosign github.com/sigstore/cosign/v2/cmd/cosign
+cd ../helm
+go build -o ../../target/tools/helm helm.sh/helm/v4/cmd/helm
