@@ -10,8 +10,14 @@
 # 2 cores), later ones are incremental (seconds).
 set -euo pipefail
 cd "$(dirname "$0")/../controlplane"
-go build -o ../target/controlplane/wasp-controlplane .
-go build -o ../target/controlplane/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+# The version the API server reports (/version: helm's kubeVersion checks, kubectl version), as a release build's
+# linker flags set it; without them it is v0.0.0-master.
+kube_version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
+IFS=. read -r major minor _ <<< "${kube_version#v}"
+version_flags="-X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.io/component-base/version.gitMajor=$major"
+version_flags+=" -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+go build -ldflags "$version_flags" -o ../target/controlplane/wasp-controlplane .
+go build -ldflags "$version_flags" -o ../target/controlplane/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 go build -o ../target/controlplane/descheduler sigs.k8s.io/descheduler/cmd/descheduler
 cd ../tools/cosign
 go build -o ../../target/tools/cosign github.com/sigstore/cosign/v2/cmd/cosign

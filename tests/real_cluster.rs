@@ -46,9 +46,7 @@ fn install() -> Installed {
     let cluster = ControlPlane::start();
     let manifests = common::repo_root().join("manifests");
     cluster.must(&["apply", "-f", manifests.to_str().unwrap()]);
-    let bundle = wasp(&["configmap", "--from-dir", "plugins/out", "--bundle"]);
-    let created = cluster.kubectl_input(&["create", "-f", "-"], &String::from_utf8(bundle.stdout).unwrap());
-    assert!(created.ok, "the policy bundle ConfigMap: {}", created.stderr);
+    create_policy_bundle(&cluster);
 
     // The webhooks' certificate: the Secret from `wasp certs`, then the patches it prints, run as printed.
     let tls = cluster.dir.path().join("wasp-tls");
@@ -67,6 +65,48 @@ fn install() -> Installed {
     Installed { cluster, tls, wasp_kubeconfig }
 }
 
+/// The default policy set as one ConfigMap, as the README's install creates it.
+fn create_policy_bundle(cluster: &ControlPlane) {
+    let bundle = wasp(&["configmap", "--from-dir", "plugins/out", "--bundle"]);
+    let created = cluster.kubectl_input(&["create", "-f", "-"], &String::from_utf8(bundle.stdout).unwrap());
+    assert!(created.ok, "the policy bundle ConfigMap: {}", created.stderr);
+}
+
+/// `helm ARGS` as the admin; its stdout.
+fn helm(cluster: &ControlPlane, args: &[&str]) -> String {
+    let done = common::helm::run(&cluster.dir.path().join("helm"), Some(&cluster.kubeconfig), args);
+    assert!(done.ok, "helm {}: {}", args.join(" "), done.stderr);
+    done.stdout
+}
+
+/// A control plane with wasp installed by the chart (README, "Install with Helm") with its default values, but no
+/// replica (there are no kubelets to run its image: wasp runs on this machine), and the policy bundle.
+fn install_with_helm() -> Installed {
+    let cluster = ControlPlane::start();
+    let chart = common::helm::chart();
+    helm(&cluster, &["install", "wasp", chart.to_str().unwrap(), "--namespace", "wasp-system", "--create-namespace", "--set", "replicas=0"]);
+    create_policy_bundle(&cluster);
+    // The certificate the chart made, where the Deployment mounts it.
+    let tls = cluster.dir.path().join("wasp-tls");
+    assert!(write_secret(&cluster, "wasp-webhook-tls", &tls), "the chart made no Secret wasp-webhook-tls");
+    let wasp_kubeconfig = cluster.service_account_kubeconfig("wasp-system", "wasp");
+    Installed { cluster, tls, wasp_kubeconfig }
+}
+
+/// Writes the files of Secret `name` (wasp-system) into `folder`, as the kubelet mounts it; false if there is no
+/// such Secret.
+fn write_secret(cluster: &ControlPlane, name: &str, folder: &Path) -> bool {
+    std::fs::create_dir_all(folder).unwrap();
+    let found = cluster.kubectl(&["get", "secret", name, "-n", "wasp-system", "-o", "json"]);
+    if found.ok {
+        let found: Value = serde_json::from_str(&found.stdout).unwrap();
+        for (file, data) in found["data"].as_object().into_iter().flatten() {
+            std::fs::write(folder.join(file), base64::engine::general_purpose::STANDARD.decode(data.as_str().unwrap()).unwrap()).unwrap();
+        }
+    }
+    found.ok
+}
+
 /// `wasp run` on this machine with the installed configuration and policies, as the `wasp` ServiceAccount.
 struct Host {
     process: Child,
@@ -75,6 +115,8 @@ struct Host {
     /// `--listen`: the same over HTTPS, /metrics and /policies for authorized users only.
     secure: u16,
     log: PathBuf,
+    /// Where its configuration, policies and cache are.
+    home: PathBuf,
     /// The policy directory, as the kubelet projects the policy ConfigMaps into the pod.
     policies: AtomicWriter,
 }
@@ -125,25 +167,7 @@ impl Installed {
         std::fs::create_dir_all(&home).unwrap();
         let policies = AtomicWriter::new(&home.join("policies"));
         self.project_policies(&policies);
-        let installed = self.cluster.get_json(&["get", "configmap", "wasp-config", "-n", "wasp-system"]);
-        let config = installed["data"]["config.yaml"].as_str().unwrap();
-        assert!(config.contains("policyDir: /etc/wasp/policies\n"), "{config}");
-        let config = config.replace("policyDir: /etc/wasp/policies\n", &format!("policyDir: {}\n", policies.path().display()));
-        // The optional Secrets, where the Deployment mounts them, if they exist.
-        let mut config = config;
-        for (secret, mount, folder) in [("wasp-policy-keys", "/etc/wasp/keys/", "keys"), ("wasp-registry-credentials", "/etc/wasp/registry/", "registry")] {
-            let folder = home.join(folder);
-            std::fs::create_dir_all(&folder).unwrap();
-            let found = self.cluster.kubectl(&["get", "secret", secret, "-n", "wasp-system", "-o", "json"]);
-            if found.ok {
-                let found: Value = serde_json::from_str(&found.stdout).unwrap();
-                for (file, data) in found["data"].as_object().into_iter().flatten() {
-                    std::fs::write(folder.join(file), base64::engine::general_purpose::STANDARD.decode(data.as_str().unwrap()).unwrap()).unwrap();
-                }
-            }
-            config = config.replace(mount, &format!("{}/", folder.display()));
-        }
-        std::fs::write(home.join("config.yaml"), config).unwrap();
+        self.project_config(&home, policies.path());
         let mut policies = Some(policies);
         for attempt in 1.. {
             match self.spawn_host(name, &home, &mut policies) {
@@ -199,8 +223,26 @@ impl Installed {
         });
         match exited {
             Some(log) => Err(log),
-            None => Ok(Host { process: starting.0.take().unwrap(), listen, secure, log, policies: policies.take().unwrap() }),
+            None => Ok(Host { process: starting.0.take().unwrap(), listen, secure, log, home: home.to_path_buf(), policies: policies.take().unwrap() }),
         }
+    }
+
+    /// Writes the installed `wasp-config` into `home`/config.yaml, as the kubelet updates the mounted ConfigMap
+    /// (one rename), with the Deployment's mount paths made this machine's: the policy directory `policies`, and
+    /// the optional Secrets' folders, their files written if they exist.
+    fn project_config(&self, home: &Path, policies: &Path) {
+        let installed = self.cluster.get_json(&["get", "configmap", "wasp-config", "-n", "wasp-system"]);
+        let config = installed["data"]["config.yaml"].as_str().unwrap();
+        assert!(config.contains("policyDir: /etc/wasp/policies\n"), "{config}");
+        let mut config = config.replace("policyDir: /etc/wasp/policies\n", &format!("policyDir: {}\n", policies.display()));
+        for (secret, mount, folder) in [("wasp-policy-keys", "/etc/wasp/keys/", "keys"), ("wasp-registry-credentials", "/etc/wasp/registry/", "registry")] {
+            let folder = home.join(folder);
+            write_secret(&self.cluster, secret, &folder);
+            config = config.replace(mount, &format!("{}/", folder.display()));
+        }
+        let staged = home.join(".config.yaml.new");
+        std::fs::write(&staged, config).unwrap();
+        std::fs::rename(staged, home.join("config.yaml")).unwrap();
     }
 }
 
@@ -495,6 +537,78 @@ const CALLABLE_WEBHOOKS: [(&str, &str); 2] =
 fn webhook_callable(metrics: &str, configuration: &str, webhook: &str) -> Option<i64> {
     let series = format!("wasp_admission_webhook_callable{{configuration=\"{configuration}\",webhook=\"{webhook}\"}} ");
     metrics.lines().find_map(|line| line.strip_prefix(&series)).and_then(|value| value.trim().parse().ok())
+}
+
+/// The chart (README, "Install with Helm"), installed by helm with its defaults: the certificate it made is the one
+/// the real API server verifies when it calls the webhooks, and the shipped RBAC refuses nothing. An upgrade with
+/// new values reaches the running host without a restart (a second profile places pods, admission warns instead
+/// of refusing) and keeps the certificate. Uninstalled, it leaves the CRD and what wasp placed.
+#[test]
+fn the_helm_chart_installs_and_an_upgrade_reconfigures_the_running_host() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install_with_helm();
+    let cluster = &installed.cluster;
+    let chart = common::helm::chart();
+    let chart = chart.to_str().unwrap();
+    cluster.must(&["get", "crd", "autoscalers.wasp.dev"]);
+    cluster.create_nodes("worker", 4, &["zone-a", "zone-b"], "4", "16Gi");
+    let host = installed.start_host("wasp-0");
+    wait_for("both webhooks callable with the chart's certificate", Duration::from_secs(30), || {
+        let metrics = http_get(host.listen, "/metrics").map(|(_, body)| body).unwrap_or_default();
+        CALLABLE_WEBHOOKS.iter().all(|(configuration, webhook)| webhook_callable(&metrics, configuration, webhook) == Some(1))
+    });
+    let typo = cluster.kubectl(&["run", "typo", "--image=nginx", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]);
+    assert!(!typo.ok && typo.stderr.contains(r#"no scheduler named "wsap" runs in this cluster"#), "the real API server did not call the webhook: {}", typo.stderr);
+    create(cluster, &deployment("web", 6, "100m"));
+    wait_available(cluster, "web", 6, Duration::from_secs(60));
+
+    // The upgrade: a profile that packs pods, no rescheduler, admission that only warns.
+    let secret_before = cluster.get_json(&["get", "secret", "wasp-webhook-tls", "-n", "wasp-system"])["data"].clone();
+    let values = cluster.dir.path().join("upgrade.yaml");
+    std::fs::write(
+        &values,
+        "scheduler:\n  profiles:\n  - schedulerName: wasp\n    filters: [node-unschedulable, taint-toleration, resources-fit]\n    scores: [{policy: least-allocated, weight: 1}, {policy: balanced-allocation, weight: 1}]\n  - schedulerName: wasp-pack\n    filters: [node-unschedulable, taint-toleration, resources-fit]\n    scores: [{policy: most-allocated, weight: 1}]\nrescheduler: {enabled: false}\nadmission: {mode: warn}\n",
+    )
+    .unwrap();
+    helm(cluster, &["upgrade", "wasp", chart, "--namespace", "wasp-system", "--set", "replicas=0", "-f", values.to_str().unwrap()]);
+    // What the kubelet does with the updated ConfigMap; the host reloads on its own.
+    installed.project_config(&host.home, host.policies.path());
+    wait_for("the upgraded configuration serving", Duration::from_secs(60), || {
+        http_get(host.listen, "/policies").is_some_and(|(status, body)| status == 200 && body.contains("wasp-pack"))
+    });
+    create(cluster, &deployment("packed", 4, "100m").replace("schedulerName: wasp\n", "schedulerName: wasp-pack\n"));
+    wait_available(cluster, "packed", 4, Duration::from_secs(60));
+    let packed: BTreeSet<String> = placements(cluster, "default", "app=packed").into_values().collect();
+    assert_eq!(packed.len(), 1, "most-allocated packs the 4 pods onto one node: {packed:?}");
+    let warned = cluster.kubectl(&["run", "warned", "--image=nginx", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]);
+    assert!(warned.ok, "admission still refuses after the upgrade: {}", warned.stderr);
+    assert!(warned.stderr.contains("Warning:") && warned.stderr.contains(r#"no scheduler named "wsap""#), "{}", warned.stderr);
+    // The certificate kept: the Secret as it was, and both caBundles its CA.
+    let secret_after = cluster.get_json(&["get", "secret", "wasp-webhook-tls", "-n", "wasp-system"])["data"].clone();
+    assert_eq!(secret_after, secret_before, "the upgrade made a new certificate");
+    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+        let configuration = cluster.get_json(&["get", kind, "wasp"]);
+        assert_eq!(configuration["webhooks"][0]["clientConfig"]["caBundle"], secret_after["ca.crt"], "{kind}");
+    }
+    let mut host = host;
+    assert!(host.process.try_wait().unwrap().is_none(), "the host exited");
+    let history = helm(cluster, &["history", "wasp", "--namespace", "wasp-system", "-o", "json"]);
+    let history: Value = serde_json::from_str(&history).unwrap();
+    let statuses: Vec<&str> = history.as_array().unwrap().iter().map(|revision| revision["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["superseded", "deployed"]);
+    let audit = cluster.audit();
+    let refused: Vec<String> = audit.iter().filter(|event| event.user() == WASP_USER && event.code() == 403).map(|event| format!("{} {}", event.verb(), event.uri())).collect();
+    assert!(refused.is_empty(), "requests of wasp the chart's RBAC refused: {refused:?}");
+
+    // Uninstalled: the CRD stays (Helm never deletes crds/), what wasp placed stays, pods are created unreviewed.
+    drop(host);
+    helm(cluster, &["uninstall", "wasp", "--namespace", "wasp-system"]);
+    cluster.must(&["get", "crd", "autoscalers.wasp.dev"]);
+    for gone in [["clusterrole", "wasp-scheduler"], ["validatingwebhookconfiguration", "wasp"], ["mutatingwebhookconfiguration", "wasp"]] {
+        assert!(!cluster.kubectl(&["get", gone[0], gone[1]]).ok, "{} {} outlived the release", gone[0], gone[1]);
+    }
+    assert_eq!(placements(cluster, "default", "app=web").len(), 6);
+    cluster.must(&["run", "after", "--image=nginx"]);
 }
 
 /// Follows the pods of `selector` through a watch (`kubectl get -w`, every change the API server sends) and keeps

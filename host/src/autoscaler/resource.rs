@@ -144,7 +144,9 @@ pub struct AutoscalerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scale_events: Vec<ScaleEvent>,
     /// Runs in a row in which no metric could be read.
+    // The API server knows no `uint32` format and warns on every apply of the CRD (helm and kubectl print it).
     #[serde(default)]
+    #[schemars(extend("format" = "int32"))]
     pub metric_failures: u32,
 }
 
