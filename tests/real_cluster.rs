@@ -80,12 +80,11 @@ fn helm(cluster: &ControlPlane, args: &[&str]) -> String {
 }
 
 /// A control plane with wasp installed by the chart (README, "Install with Helm") with its default values, but no
-/// replica (there are no kubelets to run its image: wasp runs on this machine), and the policy bundle.
+/// replica (there are no kubelets to run its image: wasp runs on this machine), and no policy bundle yet.
 fn install_with_helm() -> Installed {
     let cluster = ControlPlane::start();
     let chart = common::helm::chart();
     helm(&cluster, &["install", "wasp", chart.to_str().unwrap(), "--namespace", "wasp-system", "--create-namespace", "--set", "replicas=0"]);
-    create_policy_bundle(&cluster);
     // The certificate the chart made, where the Deployment mounts it.
     let tls = cluster.dir.path().join("wasp-tls");
     assert!(write_secret(&cluster, "wasp-webhook-tls", &tls), "the chart made no Secret wasp-webhook-tls");
@@ -539,7 +538,8 @@ fn webhook_callable(metrics: &str, configuration: &str, webhook: &str) -> Option
     metrics.lines().find_map(|line| line.strip_prefix(&series)).and_then(|value| value.trim().parse().ok())
 }
 
-/// The chart (README, "Install with Helm"), installed by helm with its defaults: the certificate it made is the one
+/// The chart (README, "Install with Helm"), installed by helm with its defaults, before the policies (the host
+/// waits for them): the certificate it made is the one
 /// the real API server verifies when it calls the webhooks, and the shipped RBAC refuses nothing. An upgrade with
 /// new values reaches the running host without a restart (a second profile places pods, admission warns instead
 /// of refusing) and keeps the certificate. Uninstalled, it leaves the CRD and what wasp placed.
@@ -552,7 +552,19 @@ fn the_helm_chart_installs_and_an_upgrade_reconfigures_the_running_host() {
     let chart = chart.to_str().unwrap();
     cluster.must(&["get", "crd", "autoscalers.wasp.dev"]);
     cluster.create_nodes("worker", 4, &["zone-a", "zone-b"], "4", "16Gi");
-    let host = installed.start_host("wasp-0");
+    // Installed before its policies (the chart cannot carry them): the host waits for them, not Ready, and starts
+    // once the bundle's ConfigMap is projected into its volume.
+    let log = cluster.dir.path().join("wasp-0/wasp.log");
+    let host = std::thread::scope(|scope| {
+        let starting = scope.spawn(|| installed.start_host("wasp-0"));
+        wait_for("the host to wait for its policies", Duration::from_secs(60), || {
+            std::fs::read_to_string(&log).is_ok_and(|log| log.contains("waiting for a configuration and policies") && log.contains("node-unschedulable.wasm does not exist"))
+        });
+        assert!(!starting.is_finished(), "the host was Ready without its policies");
+        create_policy_bundle(cluster);
+        installed.project_policies(&AtomicWriter::new(&cluster.dir.path().join("wasp-0/policies")));
+        starting.join().unwrap()
+    });
     wait_for("both webhooks callable with the chart's certificate", Duration::from_secs(30), || {
         let metrics = http_get(host.listen, "/metrics").map(|(_, body)| body).unwrap_or_default();
         CALLABLE_WEBHOOKS.iter().all(|(configuration, webhook)| webhook_callable(&metrics, configuration, webhook) == Some(1))

@@ -12,8 +12,10 @@ use crate::runtime::{budget_for_container, container_memory_limit, CompileLimits
 use anyhow::Context;
 use clap::Args;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use crate::config::HostConfig;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -73,7 +75,6 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    let config = super::config_or_built_in(args.config.as_deref())?;
     let identity = HostIdentity::from_env();
     if identity.pod.is_none() {
         tracing::warn!("POD_NAMESPACE and POD_NAME are not set: events about the host (refused reloads) are only logged");
@@ -85,7 +86,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let program = std::env::current_exe().context("finding this binary, to compile policies in a child process")?;
         let policy_runtime = Runtime::with_compiler(args.cache_dir.clone(), Compiler::Isolated { program, limits: CompileLimits::default() })?;
         policy_runtime.guest_memory().set_budget(guest_memory_budget(args.guest_memory_mib, container_memory_limit())?);
-        let policies = PolicyRegistry::new(&policy_runtime, config.clone(), args.config.clone())?;
+        let Some((config, policies)) = first_generation(&policy_runtime, args.config.as_deref()).await? else {
+            return Ok(());
+        };
         let host = Host::new(api, Arc::new(policies), identity);
         let _watcher = match args.no_watch {
             true => None,
@@ -129,6 +132,68 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // A hung request must not keep the process past its grace period: what is left is dropped here.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     result
+}
+
+/// The configuration and a registry of every policy it names, waiting until both can be had: installed before
+/// its policy ConfigMaps (a chart cannot carry them), or with a configuration it cannot run, the host waits, not
+/// Ready and saying why, instead of crash-looping into the kubelet's backoff, and starts within seconds of the
+/// kubelet projecting what was missing. It tries again only when the configuration file or the policy directory
+/// changes (or every 30 s): a policy that fails to compile is not compiled again for nothing. None when a signal
+/// stops the wait.
+async fn first_generation(runtime: &Arc<Runtime>, config_path: Option<&Path>) -> anyhow::Result<Option<(HostConfig, PolicyRegistry)>> {
+    const POLL: Duration = Duration::from_secs(2);
+    const RETRY_ANYWAY: Duration = Duration::from_secs(30);
+    let started = Instant::now();
+    let mut tried: Option<(u64, Instant)> = None;
+    let mut stop = std::pin::pin!(terminated());
+    loop {
+        let inputs = fingerprint(config_path);
+        let due = tried.is_none_or(|(seen, at)| seen != inputs || at.elapsed() >= RETRY_ANYWAY);
+        if due {
+            let attempt = super::config_or_built_in(config_path)
+                .and_then(|config| Ok((config.clone(), PolicyRegistry::new(runtime, config, config_path.map(Path::to_path_buf))?)));
+            match attempt {
+                Ok(first) => {
+                    if tried.is_some() {
+                        tracing::info!(waited = %humantime::format_duration(Duration::from_secs(started.elapsed().as_secs())), "the configuration and its policies are there; starting");
+                    }
+                    return Ok(Some(first));
+                }
+                // A run outside a cluster (no configuration file) has nothing to wait for.
+                Err(error) if config_path.is_none() => return Err(error),
+                Err(error) => {
+                    tracing::error!(error = format!("{error:#}"), "waiting for a configuration and policies the host can run (the policy ConfigMaps projected, or the configuration fixed); not Ready meanwhile");
+                    tried = Some((inputs, Instant::now()));
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            signal = &mut stop => {
+                tracing::info!(signal, "stopped while waiting for the configuration and its policies");
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// A hash of what the first generation is made of: the configuration file's bytes and, for the policy directory
+/// it names, each entry's name, size and modification time (through the kubelet's symlinks).
+fn fingerprint(config_path: Option<&Path>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let Some(path) = config_path else { return 0 };
+    let text = std::fs::read(path).unwrap_or_default();
+    text.hash(&mut hasher);
+    if let Ok(config) = HostConfig::parse_at(&String::from_utf8_lossy(&text), path) {
+        let mut entries: Vec<_> = std::fs::read_dir(&config.policy_dir).into_iter().flatten().flatten().collect();
+        entries.sort_by_key(|entry| entry.file_name());
+        for entry in entries {
+            let metadata = std::fs::metadata(entry.path()).ok();
+            (entry.file_name(), metadata.as_ref().map(|metadata| metadata.len()), metadata.and_then(|metadata| metadata.modified().ok())).hash(&mut hasher);
+        }
+    }
+    hasher.finish()
 }
 
 /// Waits for SIGTERM (the kubelet, on every rollout and drain) or SIGINT, then stops the host gracefully; a
