@@ -199,13 +199,15 @@ webhooks:
 "#,
     );
     let objects = helm::render("team-wasp", &["-f", &values]);
-    // Every namespaced object in the release's namespace; the ServiceAccount the bindings name is there too.
+    // Every namespaced object in the release's namespace (but the binding to kube-system's Role that reads the
+    // cluster's client CA); the ServiceAccount the bindings name is there too.
     for object in &objects {
         let namespace = object["metadata"]["namespace"].as_str();
         let cluster_scoped = ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"];
-        match cluster_scoped.contains(&object["kind"].as_str().unwrap()) {
-            true => assert_eq!(namespace, None, "{:?}", key(object)),
-            false => assert_eq!(namespace, Some("team-wasp"), "{:?}", key(object)),
+        match (cluster_scoped.contains(&object["kind"].as_str().unwrap()), object["metadata"]["name"].as_str()) {
+            (true, _) => assert_eq!(namespace, None, "{:?}", key(object)),
+            (false, Some("wasp-auth-reader")) => assert_eq!(namespace, Some("kube-system")),
+            (false, _) => assert_eq!(namespace, Some("team-wasp"), "{:?}", key(object)),
         }
         for subject in object["subjects"].as_sequence().into_iter().flatten() {
             assert_eq!(subject["namespace"], "team-wasp", "{:?}", key(object));

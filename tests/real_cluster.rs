@@ -1586,6 +1586,38 @@ fn wasp_explain_says_why_a_pod_is_pending_and_why_another_went_where_it_did() {
     assert!(stderr.contains("refused /explain/pods/default/big (403)") && stderr.contains("nonResourceURLs"), "{stderr}");
     let reviews = cluster.audit().iter().filter(|event| event.user() == WASP_USER && event.resource() == "subjectaccessreviews").count();
     assert!(reviews >= 2, "each user's access was decided by the API server: {reviews} SubjectAccessReviews");
+    // Client certificates, as most installers' admin kubeconfigs hold: the admin's (kubernetes-admin, group
+    // system:masters) reads every record; alice's, issued through a CertificateSigningRequest, is refused until
+    // her certificate's group is granted the role; one the cluster's CA did not sign is not even a user.
+    let (ok, table, stderr) = explain(&cluster.kubeconfig, &["pod", "default/big"]);
+    assert!(ok && table.contains("Result:  unschedulable: 0/3 nodes are available"), "the admin's client certificate: {stderr}");
+    let alice = cluster.client_certificate_kubeconfig("alice", &["oncall"]);
+    cluster.must(&["create", "rolebinding", "oncall-group-explain", "-n", "wasp-system", "--role=wasp-explain-reader", "--group=oncall"]);
+    let (ok, _, stderr) = explain(&alice, &["pod", "default/big"]);
+    assert!(!ok && stderr.contains("(403)") && stderr.contains(r#"User "alice" cannot get path"#), "{stderr}");
+    cluster.must(&["create", "clusterrolebinding", "oncall-group-explain", "--clusterrole=wasp-explain-reader", "--group=oncall"]);
+    // The refusal above is cached for up to 10 s.
+    wait_for("alice's group let in", Duration::from_secs(30), || explain(&alice, &["pod", "default/big"]).0);
+    // A certificate naming the admin, signed by nobody the cluster trusts (the API server would refuse it too, so
+    // the host is asked directly).
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, "kubernetes-admin");
+    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:masters");
+    let forged = params.self_signed(&key).unwrap();
+    let (certificate, private_key) = (cluster.dir.path().join("forged.crt"), cluster.dir.path().join("forged.key"));
+    std::fs::write(&certificate, forged.pem()).unwrap();
+    std::fs::write(&private_key, key.serialize_pem()).unwrap();
+    let curl = Command::new("curl")
+        .args(["-k", "-s", "-w", "\n%{http_code}", "--cert"])
+        .arg(&certificate)
+        .arg("--key")
+        .arg(&private_key)
+        .arg(format!("https://127.0.0.1:{}/explain/pods/default/big", host.secure))
+        .output()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&curl.stdout).into_owned();
+    assert!(answer.ends_with("\n401") && answer.contains("not one the cluster's client CA signed"), "{answer}");
     // A pod nobody asked wasp to place: said so, not an empty record.
     let (ok, _, stderr) = explain(&oncall, &["pod", "default/nobody"]);
     assert!(!ok && stderr.contains("no pod record for default/nobody here"), "{stderr}");

@@ -224,7 +224,9 @@ impl Host {
         };
         // The probes come through here: one address may not take every slot.
         let limits = crate::admission::webhook::ServingLimits { max_connections_per_peer: Some(100), ..Default::default() };
-        let listener = TlsListener::bind(&certificate, address).await?.with_limits(limits);
+        // Client certificates are asked for (optionally) and judged per request against the cluster's client CA.
+        let client_certificates = Arc::new(crate::serve::client_certs::RequestClientCertificate::new(&rustls::crypto::ring::default_provider()));
+        let listener = TlsListener::bind_with(&certificate, Some(client_certificates), address).await?.with_limits(limits);
         let bound = listener.local_addr()?;
         let auth = Arc::new(crate::serve::auth::Delegated::new(self.api.client.clone()));
         let router = crate::serve::router(self.endpoints.clone(), Some(auth));

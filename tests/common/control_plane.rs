@@ -104,19 +104,55 @@ impl ControlPlane {
     /// ServiceAccount is given), written next to the admin's.
     pub fn service_account_kubeconfig(&self, namespace: &str, service_account: &str) -> PathBuf {
         let token = self.must(&["create", "token", service_account, "-n", namespace, "--duration=2h"]);
+        self.write_kubeconfig(&format!("{namespace}-{service_account}"), serde_json::json!({"token": token.trim()}))
+    }
+
+    /// A kubeconfig for this cluster with `user`'s credentials, written next to the admin's as NAME.kubeconfig.
+    fn write_kubeconfig(&self, name: &str, user: Value) -> PathBuf {
         let admin: Value = serde_yaml::from_str(&std::fs::read_to_string(&self.kubeconfig).unwrap()).unwrap();
         let authority = admin["clusters"][0]["cluster"]["certificate-authority-data"].as_str().unwrap();
         let text = serde_json::json!({
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "cluster", "cluster": {"server": self.server, "certificate-authority-data": authority}}],
-            "users": [{"name": service_account, "user": {"token": token.trim()}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "cluster", "user": service_account}}],
-            "current-context": "sa",
+            "users": [{"name": name, "user": user}],
+            "contexts": [{"name": name, "context": {"cluster": "cluster", "user": name}}],
+            "current-context": name,
         });
-        let path = self.dir.path().join(format!("{namespace}-{service_account}.kubeconfig"));
+        let path = self.dir.path().join(format!("{name}.kubeconfig"));
         std::fs::write(&path, serde_json::to_string_pretty(&text).unwrap()).unwrap();
         path
+    }
+
+    /// A kubeconfig for user `user` in `groups` holding a client certificate, issued as a cluster's users get
+    /// theirs: a CertificateSigningRequest for kube-apiserver's client signer, approved, signed by
+    /// kube-controller-manager with the cluster's client CA.
+    pub fn client_certificate_kubeconfig(&self, user: &str, groups: &[&str]) -> PathBuf {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(rcgen::DnType::CommonName, user);
+        for group in groups {
+            params.distinguished_name.push(rcgen::DnType::OrganizationName, *group);
+        }
+        let request = params.serialize_request(&key).unwrap().pem().unwrap();
+        let base64 = |text: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, text);
+        let name = format!("{user}-client");
+        let csr = serde_json::json!({
+            "apiVersion": "certificates.k8s.io/v1",
+            "kind": "CertificateSigningRequest",
+            "metadata": {"name": name},
+            "spec": {"request": base64(&request), "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"], "expirationSeconds": 7200},
+        });
+        let created = self.kubectl_input(&["create", "-f", "-"], &csr.to_string());
+        assert!(created.ok, "{}", created.stderr);
+        self.must(&["certificate", "approve", &name]);
+        let mut certificate = String::new();
+        wait_for(&format!("the CertificateSigningRequest {name} signed"), Duration::from_secs(30), || {
+            certificate = self.get_json(&["get", "csr", &name])["status"]["certificate"].as_str().unwrap_or_default().to_string();
+            !certificate.is_empty()
+        });
+        self.write_kubeconfig(user, serde_json::json!({"client-certificate-data": certificate, "client-key-data": base64(&key.serialize_pem())}))
     }
 
     /// Every request the API server has recorded so far (audit events at Metadata level, stage ResponseComplete

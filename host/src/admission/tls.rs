@@ -117,9 +117,15 @@ impl ReloadingCertificate {
         self.current.load().cert.clone()
     }
 
-    pub fn server_config(self: &Arc<Self>) -> anyhow::Result<rustls::ServerConfig> {
+    /// Serving this certificate; asking clients for theirs when `client_certificates` is given.
+    pub fn server_config(self: &Arc<Self>, client_certificates: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>) -> anyhow::Result<rustls::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?.with_no_client_auth().with_cert_resolver(self.clone());
+        let builder = rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?;
+        let builder = match client_certificates {
+            Some(verifier) => builder.with_client_cert_verifier(verifier),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(self.clone());
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(config)
     }

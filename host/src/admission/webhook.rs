@@ -10,6 +10,7 @@ use super::review::{self, KnownSchedulers, NamespaceChoice, Verdict};
 use super::tls::ReloadingCertificate;
 use crate::cluster::SharedCluster;
 use crate::registry::PolicyRegistry;
+use crate::serve::client_certs::PeerCertificates;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -321,7 +322,13 @@ pub struct TlsListener {
 impl TlsListener {
     /// Binds `address` (port 0 picks one) with `certificate`; connections wait in the backlog until served.
     pub async fn bind(certificate: &Arc<ReloadingCertificate>, address: SocketAddr) -> anyhow::Result<TlsListener> {
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(certificate.server_config()?));
+        Self::bind_with(certificate, None, address).await
+    }
+
+    /// [`bind`](Self::bind), asking clients for a certificate when `client_certificates` is given; each request
+    /// then carries the chain its connection presented ([`PeerCertificates`]).
+    pub async fn bind_with(certificate: &Arc<ReloadingCertificate>, client_certificates: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>, address: SocketAddr) -> anyhow::Result<TlsListener> {
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(certificate.server_config(client_certificates)?));
         let listener = tokio::net::TcpListener::bind(address).await.map_err(|error| anyhow::anyhow!("binding the webhook address {address}: {error}"))?;
         Ok(TlsListener { listener, acceptor, limits: ServingLimits::default() })
     }
@@ -377,6 +384,10 @@ impl TlsListener {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(error)) => return tracing::debug!(%peer, %error, "webhook: TLS handshake failed"),
                     Err(_) => return tracing::debug!(%peer, "webhook: TLS handshake timed out"),
+                };
+                let router = match tls.get_ref().1.peer_certificates() {
+                    Some(chain) => router.layer(axum::Extension(PeerCertificates(Arc::new(chain.iter().map(|certificate| certificate.clone().into_owned()).collect())))),
+                    None => router,
                 };
                 let service = hyper_util::service::TowerToHyperService::new(router);
                 let connection = hyper::server::conn::http1::Builder::new()

@@ -1,51 +1,76 @@
-//! Who may read `/metrics` and `/policies`: the API server decides, as for kube-scheduler's secure port. The
-//! request's bearer token is authenticated with a TokenReview and the user authorized with a SubjectAccessReview
-//! (`get` on the non-resource URL, e.g. `/metrics`: what a Prometheus's ClusterRole grants). Answers are cached
-//! for ten seconds per token and path, as kube's delegating authenticator and authorizer do, so a scrape every few
-//! seconds costs the API server two requests a while.
+//! Who may read `/metrics`, `/policies` and `/explain`: the API server decides, as for kube-scheduler's secure
+//! port. The user is the one of the request's bearer token (a TokenReview) or, without a token, of the client
+//! certificate the connection presented (signed by the cluster's client CA: [`super::client_certs`]); a
+//! SubjectAccessReview then says whether that user may `get` the non-resource URL (`/metrics`: what a Prometheus's
+//! ClusterRole grants). Answers are cached for ten seconds per credential and path, as kube's delegating
+//! authenticator and authorizer do, so a scrape every few seconds costs the API server two requests a while.
 
+use super::client_certs::{ClientCa, PeerCertificates};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::PostParams;
 use kube::Api;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const CACHE_TTL: Duration = Duration::from_secs(10);
-/// Cached answers at most; past it the cache is emptied (tokens are many only under attack).
+/// Cached answers at most; past it the cache is emptied (credentials are many only under attack).
 const MAX_CACHED: usize = 1024;
+/// The group kube-apiserver adds to every authenticated user, which RBAC bindings may name.
+const AUTHENTICATED_GROUP: &str = "system:authenticated";
 
-/// Why a request is refused: 401 (no token, or one the API server does not know) or 403.
+/// Why a request is refused: 401 (no credential, or one the API server does not know) or 403.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     Unauthenticated(String),
     Forbidden(String),
 }
 
+/// An authenticated user, as a SubjectAccessReview names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+    pub uid: Option<String>,
+    pub extra: Option<BTreeMap<String, Vec<String>>>,
+}
+
 /// Delegated authentication and authorization through the API server.
 pub struct Delegated {
     client: kube::Client,
+    client_ca: ClientCa,
     answers: Mutex<HashMap<(String, String), (Instant, Result<(), Refusal>)>>,
 }
 
 impl Delegated {
     pub fn new(client: kube::Client) -> Delegated {
-        Delegated { client, answers: Mutex::new(HashMap::new()) }
+        Delegated { client_ca: ClientCa::new(client.clone()), client, answers: Mutex::new(HashMap::new()) }
     }
 
-    /// May the bearer of `authorization` (the request's header) GET `path`?
-    pub async fn check(&self, authorization: Option<&str>, path: &str) -> Result<(), Refusal> {
-        let Some(token) = authorization.and_then(|header| header.strip_prefix("Bearer ")).map(str::trim).filter(|token| !token.is_empty()) else {
-            return Err(Refusal::Unauthenticated("a bearer token is required".into()));
+    /// May the bearer of `authorization` (the request's header), or else the holder of the connection's client
+    /// certificate, GET `path`?
+    pub async fn check(&self, authorization: Option<&str>, peer: Option<&PeerCertificates>, path: &str) -> Result<(), Refusal> {
+        let token = authorization.and_then(|header| header.strip_prefix("Bearer ")).map(str::trim).filter(|token| !token.is_empty());
+        let credential = match (token, peer.and_then(|peer| peer.0.first())) {
+            (Some(token), _) => format!("token {token}"),
+            (None, Some(leaf)) => format!("certificate {}", hex::encode(ring::digest::digest(&ring::digest::SHA256, leaf).as_ref())),
+            (None, None) => return Err(Refusal::Unauthenticated("a bearer token, or a client certificate the cluster's client CA signed, is required".into())),
         };
-        let key = (token.to_string(), path.to_string());
+        let key = (credential, path.to_string());
         if let Some((at, answer)) = self.answers.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(&key) {
             if at.elapsed() < CACHE_TTL {
                 return answer.clone();
             }
         }
-        let answer = self.ask(token, path).await;
+        let answer = match token {
+            Some(token) => self.review_token(token).await,
+            None => self.client_ca.authenticate(&peer.expect("a certificate").0).await,
+        };
+        let answer = match answer {
+            Ok(user) => self.authorize(user, path).await,
+            Err(refusal) => Err(refusal),
+        };
         let mut answers = self.answers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if answers.len() >= MAX_CACHED {
             answers.clear();
@@ -54,7 +79,7 @@ impl Delegated {
         answer
     }
 
-    async fn ask(&self, token: &str, path: &str) -> Result<(), Refusal> {
+    async fn review_token(&self, token: &str) -> Result<User, Refusal> {
         let review = TokenReview { spec: TokenReviewSpec { token: Some(token.to_string()), ..Default::default() }, ..Default::default() };
         let reviewed = Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review).await.map_err(|error| {
             tracing::warn!(%error, "TokenReview failed; refusing the request");
@@ -62,11 +87,18 @@ impl Delegated {
         })?;
         let status = reviewed.status.unwrap_or_default();
         let user = status.user.filter(|_| status.authenticated == Some(true)).ok_or_else(|| Refusal::Unauthenticated("the API server does not know the token".into()))?;
-        let name = user.username.clone().unwrap_or_default();
+        Ok(User { name: user.username.unwrap_or_default(), groups: user.groups.unwrap_or_default(), uid: user.uid, extra: user.extra })
+    }
+
+    async fn authorize(&self, mut user: User, path: &str) -> Result<(), Refusal> {
+        if !user.groups.iter().any(|group| group == AUTHENTICATED_GROUP) {
+            user.groups.push(AUTHENTICATED_GROUP.to_string());
+        }
+        let name = user.name.clone();
         let access = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
-                user: user.username,
-                groups: user.groups,
+                user: Some(user.name),
+                groups: Some(user.groups),
                 uid: user.uid,
                 extra: user.extra,
                 non_resource_attributes: Some(NonResourceAttributes { path: Some(path.to_string()), verb: Some("get".into()) }),

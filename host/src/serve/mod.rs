@@ -5,6 +5,7 @@
 //! record for the object, see [`crate::explain`]).
 
 pub mod auth;
+pub mod client_certs;
 
 use crate::explain::{DecisionRecords, Kind};
 use crate::registry::PolicyRegistry;
@@ -209,10 +210,11 @@ pub fn router(endpoints: Arc<Endpoints>, auth: Option<Arc<auth::Delegated>>) -> 
     open.merge(protected).with_state(endpoints)
 }
 
-/// 401 without a token the API server knows, 403 when its user may not GET the path.
+/// 401 without a token the API server knows or a client certificate its client CA signed, 403 when the user may
+/// not GET the path.
 async fn require_access(State(auth): State<Arc<auth::Delegated>>, request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
     let authorization = request.headers().get(header::AUTHORIZATION).and_then(|value| value.to_str().ok());
-    match auth.check(authorization, request.uri().path()).await {
+    match auth.check(authorization, request.extensions().get::<client_certs::PeerCertificates>(), request.uri().path()).await {
         Ok(()) => next.run(request).await,
         Err(auth::Refusal::Unauthenticated(why)) => (StatusCode::UNAUTHORIZED, why).into_response(),
         Err(auth::Refusal::Forbidden(why)) => (StatusCode::FORBIDDEN, why).into_response(),
