@@ -180,6 +180,12 @@ extraArgs: [--guest-memory-mib, "768"]
 nodeSelector: {node-role.kubernetes.io/control-plane: ""}
 tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
 podAnnotations: {example.com/team: platform}
+podLabels: {example.com/cost-center: platform}
+affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]}]}}}
+extraEnv: [{name: HTTPS_PROXY, value: "http://proxy:3128"}]
+podSecurityContext: {runAsUser: null}
+serviceAccount: {annotations: {iam.example.com/role: wasp}}
+terminationGracePeriodSeconds: 45
 policyConfigMaps: [team-policies, wasp-policies]
 scheduler:
   profiles:
@@ -233,6 +239,16 @@ webhooks:
     assert_eq!(pod["spec"]["nodeSelector"]["node-role.kubernetes.io/control-plane"], "");
     assert_eq!(pod["spec"]["tolerations"][0]["effect"], "NoSchedule");
     assert_eq!(pod["metadata"]["annotations"]["example.com/team"], "platform");
+    assert_eq!(pod["metadata"]["labels"]["example.com/cost-center"], "platform");
+    assert_eq!(pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]["key"], "kubernetes.io/arch");
+    assert_eq!(pod["spec"]["securityContext"], serde_yaml::from_str::<Value>("{runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}").unwrap(), "no runAsUser for platforms that assign one");
+    assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 45);
+    assert_eq!(find(&objects, "ServiceAccount", "wasp")["metadata"]["annotations"]["iam.example.com/role"], "wasp");
+    let proxy = container["env"].as_sequence().unwrap().iter().find(|variable| variable["name"] == "HTTPS_PROXY").expect("the extra environment");
+    assert_eq!(proxy["value"], "http://proxy:3128");
+    // Three replicas: the budget keeps two up; one replica gets none (it would block every drain).
+    assert_eq!(find(&objects, "PodDisruptionBudget", "wasp-scheduler")["spec"]["minAvailable"], 1);
+    assert!(!has(&helm::render("team-wasp", &["-f", &values, "--set", "replicas=1"]), "PodDisruptionBudget"));
     let args: Vec<&str> = container["args"].as_sequence().unwrap().iter().map(|arg| arg.as_str().unwrap()).collect();
     assert!(args.ends_with(&["--guest-memory-mib", "768"]), "{args:?}");
     assert!(args.contains(&"--webhook-listen"), "{args:?}");
@@ -284,6 +300,15 @@ fn the_monitoring_objects_are_manifests_monitoring() {
 }
 
 #[test]
+fn the_chart_works_as_a_dependency_and_without_its_optional_sections() {
+    // A parent chart passes `global`; a user may null a section out.
+    for args in [&["--set", "global.registry=example.com"][..], &["--set", "monitoring=null"]] {
+        let objects = helm::render("wasp-system", args);
+        assert!(has(&objects, "Deployment"), "{args:?}");
+    }
+}
+
+#[test]
 fn bad_values_are_refused_naming_the_value() {
     let home = tempfile::tempdir().unwrap();
     let chart = helm::chart();
@@ -293,6 +318,7 @@ fn bad_values_are_refused_naming_the_value() {
         ("replicas=two", "'/replicas': got string, want integer"),
         ("webhooks.failurePolicy=Open", "'/webhooks/failurePolicy': value must be one of 'Ignore', 'Fail'"),
         ("admission.mode=block", "'/admission/mode': value must be one of 'deny', 'warn', 'strict'"),
+        ("webhooks.certificate.days=null", "'/webhooks/certificate': missing property 'days'"),
     ] {
         let rendered = helm::run(home.path(), None, &["template", "wasp", chart.to_str().unwrap(), "--set", value]);
         assert!(!rendered.ok, "--set {value} was accepted");

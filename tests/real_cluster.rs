@@ -621,6 +621,16 @@ fn the_helm_chart_installs_and_an_upgrade_reconfigures_the_running_host() {
     }
     assert_eq!(placements(cluster, "default", "app=web").len(), 6);
     cluster.must(&["run", "after", "--image=nginx"]);
+
+    // A certificate the release does not own (`wasp certs`'s) is not overwritten: the install stops, saying what
+    // to do, and leaves it as it was.
+    let certs = wasp(&["certs"]);
+    let applied = cluster.kubectl_input(&["apply", "-f", "-"], &String::from_utf8(certs.stdout).unwrap());
+    assert!(applied.ok, "{}", applied.stderr);
+    let theirs = cluster.get_json(&["get", "secret", "wasp-webhook-tls", "-n", "wasp-system"])["data"].clone();
+    let refused = common::helm::run(&cluster.dir.path().join("helm"), Some(&cluster.kubeconfig), &["install", "wasp", chart, "--namespace", "wasp-system"]);
+    assert!(!refused.ok && refused.stderr.contains("the Secret wasp-system/wasp-webhook-tls exists and is not this release's"), "{}", refused.stderr);
+    assert_eq!(cluster.get_json(&["get", "secret", "wasp-webhook-tls", "-n", "wasp-system"])["data"], theirs);
 }
 
 /// Follows the pods of `selector` through a watch (`kubectl get -w`, every change the API server sends) and keeps

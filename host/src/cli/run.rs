@@ -16,6 +16,7 @@ use crate::config::HostConfig;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -81,12 +82,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(async move {
+        let mut signals = Signals::listen();
         let api = ApiClient::connect().await?;
         // Compiles run in children of this binary, under limits: a compile bomb costs the child, not the host.
         let program = std::env::current_exe().context("finding this binary, to compile policies in a child process")?;
         let policy_runtime = Runtime::with_compiler(args.cache_dir.clone(), Compiler::Isolated { program, limits: CompileLimits::default() })?;
         policy_runtime.guest_memory().set_budget(guest_memory_budget(args.guest_memory_mib, container_memory_limit())?);
-        let Some((config, policies)) = first_generation(&policy_runtime, args.config.as_deref()).await? else {
+        let Some((config, policies)) = first_generation(&policy_runtime, args.config.as_deref(), &mut signals).await? else {
             return Ok(());
         };
         let host = Host::new(api, Arc::new(policies), identity);
@@ -114,7 +116,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             let address = host.serve_webhooks(serving).await?;
             tracing::info!(%address, "serving the admission webhooks /validate-pods and /mutate-pods");
         }
-        tokio::spawn(stop_on_signal(host.clone(), args.shutdown_timeout));
+        tokio::spawn(stop_on_signal(host.clone(), args.shutdown_timeout, signals));
         let leadership = if args.no_leader_election {
             host.clone().run_loops().await;
             Leadership::Released
@@ -137,15 +139,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 /// The configuration and a registry of every policy it names, waiting until both can be had: installed before
 /// its policy ConfigMaps (a chart cannot carry them), or with a configuration it cannot run, the host waits, not
 /// Ready and saying why, instead of crash-looping into the kubelet's backoff, and starts within seconds of the
-/// kubelet projecting what was missing. It tries again only when the configuration file or the policy directory
-/// changes (or every 30 s): a policy that fails to compile is not compiled again for nothing. None when a signal
-/// stops the wait.
-async fn first_generation(runtime: &Arc<Runtime>, config_path: Option<&Path>) -> anyhow::Result<Option<(HostConfig, PolicyRegistry)>> {
+/// kubelet projecting what was missing. It tries again when the configuration file or the policy directory
+/// changes, and every 30 s for what no file shows (a registry that answers again). None when a signal stops the
+/// wait.
+async fn first_generation(runtime: &Arc<Runtime>, config_path: Option<&Path>, signals: &mut Signals) -> anyhow::Result<Option<(HostConfig, PolicyRegistry)>> {
     const POLL: Duration = Duration::from_secs(2);
     const RETRY_ANYWAY: Duration = Duration::from_secs(30);
     let started = Instant::now();
     let mut tried: Option<(u64, Instant)> = None;
-    let mut stop = std::pin::pin!(terminated());
     loop {
         let inputs = fingerprint(config_path);
         let due = tried.is_none_or(|(seen, at)| seen != inputs || at.elapsed() >= RETRY_ANYWAY);
@@ -162,14 +163,14 @@ async fn first_generation(runtime: &Arc<Runtime>, config_path: Option<&Path>) ->
                 // A run outside a cluster (no configuration file) has nothing to wait for.
                 Err(error) if config_path.is_none() => return Err(error),
                 Err(error) => {
-                    tracing::error!(error = format!("{error:#}"), "waiting for a configuration and policies the host can run (the policy ConfigMaps projected, or the configuration fixed); not Ready meanwhile");
+                    tracing::warn!(error = format!("{error:#}"), "waiting for a configuration and policies the host can run (the policy ConfigMaps projected, or the configuration fixed); not Ready meanwhile");
                     tried = Some((inputs, Instant::now()));
                 }
             }
         }
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}
-            signal = &mut stop => {
+            signal = signals.next() => {
                 tracing::info!(signal, "stopped while waiting for the configuration and its policies");
                 return Ok(None);
             }
@@ -198,27 +199,39 @@ fn fingerprint(config_path: Option<&Path>) -> u64 {
 
 /// Waits for SIGTERM (the kubelet, on every rollout and drain) or SIGINT, then stops the host gracefully; a
 /// shutdown that outlasts `--shutdown-timeout`, or a second signal, ends the process at once.
-async fn stop_on_signal(host: Arc<Host>, patience: std::time::Duration) {
-    let signal = terminated().await;
+async fn stop_on_signal(host: Arc<Host>, patience: std::time::Duration, mut signals: Signals) {
+    let signal = signals.next().await;
     tracing::info!(signal, patience = %humantime::format_duration(patience), "stopping: no new work; finishing what is in flight, then releasing the lease");
     host.stop();
     tokio::select! {
         _ = tokio::time::sleep(patience) => tracing::warn!("the work in flight outlasted --shutdown-timeout; exiting without it"),
-        signal = terminated() => tracing::warn!(signal, "second signal; exiting at once"),
+        signal = signals.next() => tracing::warn!(signal, "second signal; exiting at once"),
     }
     std::process::exit(1);
 }
 
-/// The name of the first of SIGTERM and SIGINT to arrive.
-async fn terminated() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut interrupt)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        tracing::warn!("cannot listen for signals; stopping only when killed");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = interrupt.recv() => "SIGINT",
+/// SIGTERM and SIGINT, listened for from the process's start: one that comes while the host waits for its first
+/// generation, or before the loops run, is not lost (a listener registered later does not see it).
+struct Signals(Option<(Signal, Signal)>);
+
+impl Signals {
+    fn listen() -> Signals {
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(term), Ok(interrupt)) => Signals(Some((term, interrupt))),
+            _ => {
+                tracing::warn!("cannot listen for signals; stopping only when killed");
+                Signals(None)
+            }
+        }
+    }
+
+    /// The next signal's name.
+    async fn next(&mut self) -> &'static str {
+        let Some((term, interrupt)) = self.0.as_mut() else { return std::future::pending().await };
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        }
     }
 }
 
