@@ -33,12 +33,13 @@ import (
 )
 
 type options struct {
-	dataDir       string
-	kubeconfig    string
-	port          int
-	kubeScheduler bool
-	hpaSyncPeriod time.Duration
-	keep          bool
+	dataDir              string
+	kubeconfig           string
+	port                 int
+	kubeScheduler        bool
+	kubeSchedulerScoring string
+	hpaSyncPeriod        time.Duration
+	keep                 bool
 }
 
 func main() {
@@ -55,6 +56,7 @@ func main() {
 	flag.StringVar(&opts.kubeconfig, "kubeconfig", "", "where to write the admin kubeconfig (default: DATA-DIR/admin.kubeconfig)")
 	flag.IntVar(&opts.port, "port", 0, "kube-apiserver's port on 127.0.0.1 (default: a free one)")
 	flag.BoolVar(&opts.kubeScheduler, "kube-scheduler", false, "also run kube-scheduler (scheduler name default-scheduler)")
+	flag.StringVar(&opts.kubeSchedulerScoring, "kube-scheduler-scoring", "LeastAllocated", "kube-scheduler's NodeResourcesFit scoring strategy: LeastAllocated (its default: spreading) or MostAllocated (bin packing)")
 	flag.BoolVar(&opts.keep, "keep", false, "keep the data directory on exit")
 	flag.DurationVar(&opts.hpaSyncPeriod, "hpa-sync-period", 15*time.Second, "how often the HorizontalPodAutoscaler controller reconciles (kube-controller-manager's --horizontal-pod-autoscaler-sync-period)")
 	flag.Parse()
@@ -176,7 +178,11 @@ func run(opts options) error {
 	})
 	if opts.kubeScheduler {
 		schedulerKubeconfig := filepath.Join(opts.dataDir, "kube-scheduler.kubeconfig")
-		components.start("kube-scheduler", func(ctx context.Context) error { return runScheduler(ctx, schedulerArgs(schedulerKubeconfig)) })
+		args, err := schedulerArgs(opts.dataDir, schedulerKubeconfig, opts.kubeSchedulerScoring)
+		if err != nil {
+			return err
+		}
+		components.start("kube-scheduler", func(ctx context.Context) error { return runScheduler(ctx, args) })
 	}
 	progress(started, "waiting for the default ServiceAccount (kube-controller-manager's first sync)")
 	if err := waitForDefaultServiceAccount(ctx, components, admin); err != nil {

@@ -6,7 +6,8 @@
 //! `sigs.k8s.io/descheduler` v0.36.0, from the control plane's Go modules).
 //!
 //! Each case builds one cluster state (nodes, Deployments, and the change that leaves them badly placed: nodes
-//! added empty, a taint), then runs one tool for ten intervals: the descheduler (`--descheduling-interval`, the
+//! added empty, a taint, a budget at its limit; kube-scheduler spreading pods, or packing them for
+//! HighNodeUtilization), then runs one tool for ten intervals: the descheduler (`--descheduling-interval`, the
 //! case's strategy as a v1alpha2 profile, its defaults otherwise) or `wasp run` (the same strategy as its policy,
 //! the rescheduler's defaults otherwise, `fitProfile: wasp` since kube-scheduler places these pods), each on a
 //! fresh control plane. kube-scheduler places every pod and every replacement in both runs. What each tool did is
@@ -55,8 +56,9 @@ fn main() {
         let runs = [run(case, Tool::Descheduler, interval), run(case, Tool::Wasp, interval)];
         print_table(&runs);
         pending.extend(runs.iter().filter(|run| run.pending > 0).map(|run| format!("{} ({})", case.name, run.tool.label())));
-        // The harness works only if the state it built is one the descheduler acts on.
-        if runs[0].evictions == 0 {
+        // The harness works only if the state it built is one the descheduler acts on (an eviction, or one a
+        // budget refused).
+        if runs[0].evictions + runs[0].refused == 0 {
             untouched.push(case.name);
         }
     }
@@ -81,6 +83,17 @@ enum Change {
     /// A bare pod labelled `app: noisy` bound, past the scheduler (`nodeName`), to each of the first `n` nodes
     /// (by name) that run a workload's pod.
     NoisyNeighbours(usize),
+    /// A PodDisruptionBudget that allows no disruption (`minAvailable` every replica) over each workload.
+    BudgetAtItsLimit,
+}
+
+/// Where the workloads' pods are first placed.
+#[derive(PartialEq)]
+enum Placement {
+    /// On the first node group (the others are cordoned meanwhile).
+    FirstGroup,
+    /// Workload i on the i-th node by name (every other node cordoned meanwhile), one workload at a time.
+    OneWorkloadPerNode,
 }
 
 /// Refuses a node that runs an `app: noisy` pod or another `app: front` pod (so each run starts from one per node).
@@ -94,8 +107,10 @@ struct Case {
     describe: &'static str,
     /// Node groups: name prefix, count, CPU each, zones (round robin).
     nodes: &'static [(&'static str, usize, &'static str, &'static [&'static str])],
-    /// Placed while only the nodes of the first group take pods.
     workloads: &'static [Workload],
+    placement: Placement,
+    /// kube-scheduler's NodeResourcesFit scoring (wasp-controlplane's `--kube-scheduler-scoring`).
+    scoring: &'static str,
     change: Change,
     /// The descheduler's plugin, its arguments, and its extension point.
     descheduler: (&'static str, &'static str, &'static str),
@@ -109,6 +124,8 @@ const CASES: &[Case] = &[
         describe: "two nodes at 62% of CPU, four new empty ones; under 20% is underutilized, over 50% overutilized",
         nodes: &[("full", 2, "4", ZONES), ("empty", 4, "4", ZONES)],
         workloads: &[Workload("web", 10, 500, "")],
+        placement: Placement::FirstGroup,
+        scoring: "LeastAllocated",
         change: Change::NodesJoin,
         descheduler: ("LowNodeUtilization", "{thresholds: {cpu: 20, memory: 20, pods: 20}, targetThresholds: {cpu: 50, memory: 50, pods: 50}}", "balance"),
         wasp: "low-node-utilization",
@@ -118,6 +135,8 @@ const CASES: &[Case] = &[
         describe: "six replicas on one node, five new empty nodes",
         nodes: &[("full", 1, "4", ZONES), ("empty", 5, "4", ZONES)],
         workloads: &[Workload("dup", 6, 100, "")],
+        placement: Placement::FirstGroup,
+        scoring: "LeastAllocated",
         change: Change::NodesJoin,
         descheduler: ("RemoveDuplicates", "{}", "balance"),
         wasp: "remove-duplicates",
@@ -127,6 +146,8 @@ const CASES: &[Case] = &[
         describe: "a NoSchedule taint the pods do not tolerate put on a node that runs them",
         nodes: &[("full", 1, "4", ZONES), ("empty", 3, "4", ZONES)],
         workloads: &[Workload("tainted", 6, 100, "")],
+        placement: Placement::FirstGroup,
+        scoring: "LeastAllocated",
         change: Change::TaintFirstNode,
         descheduler: ("RemovePodsViolatingNodeTaints", "{}", "deschedule"),
         wasp: "remove-pods-violating-node-taints",
@@ -136,6 +157,8 @@ const CASES: &[Case] = &[
         describe: "the loop the descheduler's users report: 2.6-CPU pods on two 4-CPU nodes (65%), four 2-CPU nodes underutilized but too small for them",
         nodes: &[("big", 2, "4", ZONES), ("small", 4, "2", ZONES)],
         workloads: &[Workload("big", 2, 2600, "")],
+        placement: Placement::FirstGroup,
+        scoring: "LeastAllocated",
         change: Change::NodesJoin,
         descheduler: ("LowNodeUtilization", "{thresholds: {cpu: 20, memory: 20, pods: 20}, targetThresholds: {cpu: 50, memory: 50, pods: 50}}", "balance"),
         wasp: "low-node-utilization",
@@ -145,6 +168,8 @@ const CASES: &[Case] = &[
         describe: "six pods spread over zones (maxSkew 1) placed while zone-b's nodes were cordoned: 6 to 0 once they join",
         nodes: &[("zone-a", 2, "4", &["zone-a"]), ("zone-b", 2, "4", &["zone-b"])],
         workloads: &[Workload("spread", 6, 100, SPREAD_OVER_ZONES)],
+        placement: Placement::FirstGroup,
+        scoring: "LeastAllocated",
         change: Change::NodesJoin,
         descheduler: ("RemovePodsViolatingTopologySpreadConstraint", "{}", "balance"),
         wasp: "remove-pods-violating-topology-spread-constraint",
@@ -154,13 +179,41 @@ const CASES: &[Case] = &[
         describe: "four pods that avoid `app: noisy` and each other on six nodes; then a noisy bare pod bound past the scheduler beside two of them",
         nodes: &[("node", 6, "4", ZONES)],
         workloads: &[Workload("front", 4, 100, APART_FROM_NOISY)],
+        placement: Placement::FirstGroup,
+        scoring: "LeastAllocated",
         change: Change::NoisyNeighbours(2),
         descheduler: ("RemovePodsViolatingInterPodAntiAffinity", "{}", "deschedule"),
         wasp: "remove-pods-violating-inter-pod-anti-affinity",
     },
+    Case {
+        name: "HighNodeUtilization",
+        describe: "kube-scheduler packing (MostAllocated); two nodes at 60%, four at 12.5% (under 20% is underutilized): empty them for a cluster autoscaler",
+        nodes: &[("packed", 2, "4", ZONES), ("thin", 4, "4", ZONES)],
+        workloads: THIN_AND_PACKED,
+        placement: Placement::OneWorkloadPerNode,
+        scoring: "MostAllocated",
+        change: Change::NodesJoin,
+        descheduler: ("HighNodeUtilization", "{thresholds: {cpu: 20, memory: 20, pods: 20}}", "balance"),
+        wasp: "high-node-utilization",
+    },
+    Case {
+        name: "RemoveDuplicatesUnderABudget",
+        describe: "RemoveDuplicates' state with a PodDisruptionBudget at its limit (minAvailable: 6 of 6): nothing may move",
+        nodes: &[("full", 1, "4", ZONES), ("empty", 5, "4", ZONES)],
+        workloads: &[Workload("dup", 6, 100, "")],
+        placement: Placement::FirstGroup,
+        scoring: "LeastAllocated",
+        change: Change::BudgetAtItsLimit,
+        descheduler: ("RemoveDuplicates", "{}", "balance"),
+        wasp: "remove-duplicates",
+    },
 ];
 
 const ZONES: &[&str] = &["zone-a", "zone-b"];
+
+/// Two nodes at 60% and four with one 0.5-CPU pod each (12.5%), for a bin-packing scheduler.
+const THIN_AND_PACKED: &[Workload] =
+    &[Workload("base-a", 2, 1200, ""), Workload("base-b", 2, 1200, ""), Workload("thin-0", 1, 500, ""), Workload("thin-1", 1, 500, ""), Workload("thin-2", 1, 500, ""), Workload("thin-3", 1, 500, "")];
 
 // ---------------------------------------------------------------------------------------------------------------
 // The tools.
@@ -230,28 +283,53 @@ struct Run {
 }
 
 fn run(case: &Case, tool: Tool, interval: Duration) -> Run {
-    let plane = ControlPlane::start_with(&["--kube-scheduler"]);
+    let plane = ControlPlane::start_with(&["--kube-scheduler", &format!("--kube-scheduler-scoring={}", case.scoring)]);
     for (prefix, count, cpu, zones) in case.nodes {
         plane.create_nodes(prefix, *count, zones, cpu, "16Gi");
     }
-    // Only the first group takes the workloads' pods: the others are cordoned until they are placed.
     let (first, _, _, _) = case.nodes[0];
-    let later: Vec<String> = node_names(&plane).into_iter().filter(|name| !name.starts_with(&format!("{first}-"))).collect();
-    for node in &later {
-        plane.must(&["cordon", node]);
-    }
-    let mut replicas = 0;
-    for Workload(name, count, millis, more) in case.workloads {
-        replicas += count;
+    let nodes = node_names(&plane);
+    let create = |Workload(name, count, millis, more): &Workload| {
         let created = plane.kubectl_input(
             &["create", "-f", "-"],
             &format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  replicas: {count}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: {millis}m, memory: 64Mi}}}}}}]\n{more}"),
         );
         assert!(created.ok, "{}: {}", case.name, created.stderr);
-    }
-    wait_for(&format!("{}: {replicas} pods Running", case.name), Duration::from_secs(120), || running_pods(&plane) == replicas as usize);
-    for node in &later {
-        plane.must(&["uncordon", node]);
+    };
+    let mut replicas = 0;
+    let running = |replicas: u32| wait_for(&format!("{}: {replicas} pods Running", case.name), Duration::from_secs(120), || running_pods(&plane) == replicas as usize);
+    match case.placement {
+        // Only the first group takes the workloads' pods: the others are cordoned until they are placed.
+        Placement::FirstGroup => {
+            let later: Vec<&String> = nodes.iter().filter(|name| !name.starts_with(&format!("{first}-"))).collect();
+            for node in &later {
+                plane.must(&["cordon", node]);
+            }
+            for workload in case.workloads {
+                replicas += workload.1;
+                create(workload);
+            }
+            running(replicas);
+            for node in &later {
+                plane.must(&["uncordon", node]);
+            }
+        }
+        Placement::OneWorkloadPerNode => {
+            assert_eq!(case.workloads.len(), nodes.len(), "{}: a workload per node", case.name);
+            for node in &nodes {
+                plane.must(&["cordon", node]);
+            }
+            for (workload, node) in case.workloads.iter().zip(&nodes) {
+                plane.must(&["uncordon", node]);
+                replicas += workload.1;
+                create(workload);
+                running(replicas);
+                plane.must(&["cordon", node]);
+            }
+            for node in &nodes {
+                plane.must(&["uncordon", node]);
+            }
+        }
     }
     match case.change {
         Change::NodesJoin => {}
@@ -266,6 +344,16 @@ fn run(case: &Case, tool: Tool, interval: Duration) -> Run {
                     &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: noisy-{index}, namespace: default, labels: {{app: noisy}}}}\nspec:\n  nodeName: {node}\n  containers: [{{name: app, image: nginx}}]\n"),
                 );
                 assert!(created.ok, "{}: {}", case.name, created.stderr);
+            }
+        }
+        Change::BudgetAtItsLimit => {
+            for Workload(name, count, _, _) in case.workloads {
+                let created = plane.kubectl_input(&["create", "-f", "-"], &format!("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  minAvailable: {count}\n  selector: {{matchLabels: {{app: {name}}}}}\n"));
+                assert!(created.ok, "{}: {}", case.name, created.stderr);
+                // The disruption controller's count, which the Eviction API judges by.
+                wait_for(&format!("{}: the budget {name} counted", case.name), Duration::from_secs(60), || {
+                    plane.get_json(&["get", "pdb", name, "-n", "default"])["status"]["currentHealthy"].as_u64() == Some(u64::from(*count))
+                });
             }
         }
     }

@@ -92,6 +92,7 @@ impl AutoscalerSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Fallback {
+    #[schemars(extend("format" = "int32"))]
     pub failure_threshold: u32,
     pub replicas: i32,
 }
@@ -144,7 +145,8 @@ pub struct AutoscalerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scale_events: Vec<ScaleEvent>,
     /// Runs in a row in which no metric could be read.
-    // The API server knows no `uint32` format and warns on every apply of the CRD (helm and kubectl print it).
+    // The API server knows no `uint32` format and warns on every apply of the CRD (helm and kubectl print it): the
+    // CRD says int32, with the minimum 0 the type gives.
     #[serde(default)]
     #[schemars(extend("format" = "int32"))]
     pub metric_failures: u32,
