@@ -83,7 +83,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(async move {
         let mut signals = Signals::listen();
-        let api = ApiClient::connect().await?;
+        let api = tokio::select! {
+            api = ApiClient::connect() => api?,
+            signal = signals.next() => {
+                tracing::info!(signal, "stopped while connecting to the API server");
+                return Ok(());
+            }
+        };
         // Compiles run in children of this binary, under limits: a compile bomb costs the child, not the host.
         let program = std::env::current_exe().context("finding this binary, to compile policies in a child process")?;
         let policy_runtime = Runtime::with_compiler(args.cache_dir.clone(), Compiler::Isolated { program, limits: CompileLimits::default() })?;

@@ -76,7 +76,7 @@ pub async fn ask(config: &kube::Config, leader: &Leader, path: &str) -> anyhow::
         Ok(text) => Ok(Answer::Record(serde_json::from_str(&text).with_context(|| format!("{}{path} answered something other than a record", leader.endpoint))?)),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(Answer::NoRecord(status.message)),
         Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
-            anyhow::bail!("{} refused {path} ({}): {}; the kubeconfig's user needs a token the API server knows and `get` on the non-resource URL {path} (a ClusterRole's nonResourceURLs: [\"/explain/*\"])", leader.holder, status.code, status.message)
+            anyhow::bail!("{} refused {path} ({}): {}; the kubeconfig's user needs a token the API server knows (or a client certificate its client CA signed) and `get` on the non-resource URL {path} (a ClusterRole's nonResourceURLs: [\"/explain/*\"])", leader.holder, status.code, status.message)
         }
         Err(error) => Err(anyhow::Error::new(error).context(format!("asking {} ({}) for {path}", leader.holder, leader.endpoint))),
     }

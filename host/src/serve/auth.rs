@@ -17,8 +17,12 @@ use std::time::{Duration, Instant};
 const CACHE_TTL: Duration = Duration::from_secs(10);
 /// Cached answers at most; past it the cache is emptied (credentials are many only under attack).
 const MAX_CACHED: usize = 1024;
-/// The group kube-apiserver adds to every authenticated user, which RBAC bindings may name.
+/// The group kube-apiserver adds to every authenticated user (but the anonymous one), which RBAC bindings may name.
 const AUTHENTICATED_GROUP: &str = "system:authenticated";
+const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
+const ANONYMOUS: &str = "system:anonymous";
+/// A credential's review and authorization together take at most this long (a stalled API server gets a refusal).
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a request is refused: 401 (no credential, or one the API server does not know) or 403.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,9 +56,10 @@ impl Delegated {
     /// certificate, GET `path`?
     pub async fn check(&self, authorization: Option<&str>, peer: Option<&PeerCertificates>, path: &str) -> Result<(), Refusal> {
         let token = authorization.and_then(|header| header.strip_prefix("Bearer ")).map(str::trim).filter(|token| !token.is_empty());
+        let sha256 = |bytes: &[u8]| hex::encode(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref());
         let credential = match (token, peer.and_then(|peer| peer.0.first())) {
-            (Some(token), _) => format!("token {token}"),
-            (None, Some(leaf)) => format!("certificate {}", hex::encode(ring::digest::digest(&ring::digest::SHA256, leaf).as_ref())),
+            (Some(token), _) => format!("token {}", sha256(token.as_bytes())),
+            (None, Some(leaf)) => format!("certificate {}", sha256(leaf)),
             (None, None) => return Err(Refusal::Unauthenticated("a bearer token, or a client certificate the cluster's client CA signed, is required".into())),
         };
         let key = (credential, path.to_string());
@@ -63,14 +68,16 @@ impl Delegated {
                 return answer.clone();
             }
         }
-        let answer = match token {
-            Some(token) => self.review_token(token).await,
-            None => self.client_ca.authenticate(&peer.expect("a certificate").0).await,
+        let decide = async {
+            let user = match token {
+                Some(token) => self.review_token(token).await?,
+                None => self.client_ca.authenticate(&peer.expect("a certificate").0).await?,
+            };
+            self.authorize(user, path).await
         };
-        let answer = match answer {
-            Ok(user) => self.authorize(user, path).await,
-            Err(refusal) => Err(refusal),
-        };
+        let answer = tokio::time::timeout(REVIEW_TIMEOUT, decide)
+            .await
+            .unwrap_or_else(|_| Err(Refusal::Unauthenticated(format!("the API server did not review the credential within {REVIEW_TIMEOUT:?}"))));
         let mut answers = self.answers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if answers.len() >= MAX_CACHED {
             answers.clear();
@@ -91,7 +98,8 @@ impl Delegated {
     }
 
     async fn authorize(&self, mut user: User, path: &str) -> Result<(), Refusal> {
-        if !user.groups.iter().any(|group| group == AUTHENTICATED_GROUP) {
+        // kube-apiserver's AuthenticatedGroupAdder.
+        if user.name != ANONYMOUS && !user.groups.iter().any(|group| group == AUTHENTICATED_GROUP || group == UNAUTHENTICATED_GROUP) {
             user.groups.push(AUTHENTICATED_GROUP.to_string());
         }
         let name = user.name.clone();

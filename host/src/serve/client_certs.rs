@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 const AUTHENTICATION_CONFIG_MAP: (&str, &str) = ("kube-system", "extension-apiserver-authentication");
 const CLIENT_CA_KEY: &str = "client-ca-file";
 const REREAD_AFTER: Duration = Duration::from_secs(60);
+/// A read of the CA that takes longer is given up (the CA read before keeps serving).
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The certificate chain a connection's client presented (leaf first), proven to hold the leaf's key; added to
 /// each of its requests.
@@ -78,12 +80,15 @@ type Verifier = Result<Arc<dyn ClientCertVerifier>, String>;
 /// Judges client certificates against the CA the API server publishes.
 pub struct ClientCa {
     client: kube::Client,
-    read: tokio::sync::Mutex<Option<(Instant, Verifier)>>,
+    /// The CA as last read, and when.
+    read: arc_swap::ArcSwapOption<(Instant, Verifier)>,
+    /// Held by the one request that reads the CA again; the others go on with the CA read before.
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl ClientCa {
     pub fn new(client: kube::Client) -> ClientCa {
-        ClientCa { client, read: tokio::sync::Mutex::new(None) }
+        ClientCa { client, read: arc_swap::ArcSwapOption::empty(), reading: tokio::sync::Mutex::new(()) }
     }
 
     /// The user of `chain` if the cluster's client CA signed it for client authentication and it is valid now.
@@ -96,23 +101,36 @@ impl ClientCa {
         user_of(leaf).map_err(Refusal::Unauthenticated)
     }
 
+    /// The CA as last read; read again when a minute old, by one request at a time, within [`READ_TIMEOUT`]. While
+    /// one request reads, the others use the CA read before: a slow API server never holds them up once a CA is
+    /// known.
     async fn verifier(&self) -> Verifier {
-        let mut read = self.read.lock().await;
-        if let Some((at, verifier)) = read.as_ref() {
-            if at.elapsed() < REREAD_AFTER {
-                return verifier.clone();
-            }
+        let current = self.read.load_full();
+        if let Some(current) = current.as_ref().filter(|current| current.0.elapsed() < REREAD_AFTER) {
+            return current.1.clone();
         }
-        let fresh = self.read_ca().await;
+        let _reading = match (self.reading.try_lock(), current.as_ref()) {
+            (Ok(reading), _) => reading,
+            (Err(_), Some(current)) => return current.1.clone(),
+            // Nothing read yet: wait for the read under way.
+            (Err(_), None) => {
+                let reading = self.reading.lock().await;
+                if let Some(current) = self.read.load_full() {
+                    return current.1.clone();
+                }
+                reading
+            }
+        };
+        let fresh = tokio::time::timeout(READ_TIMEOUT, self.read_ca()).await.unwrap_or_else(|_| Err(format!("the cluster's client CA could not be read within {READ_TIMEOUT:?}")));
         // A failed read keeps the CA read before: the API server's hiccup does not lock the on-call engineer out.
-        let verifier = match (fresh, read.take()) {
-            (Err(why), Some((_, Ok(previous)))) => {
+        let verifier = match (fresh, current.as_ref().map(|current| &current.1)) {
+            (Err(why), Some(Ok(previous))) => {
                 tracing::warn!(error = %why, "reading the cluster's client CA again failed; keeping the one read before");
-                Ok(previous)
+                Ok(previous.clone())
             }
             (fresh, _) => fresh,
         };
-        *read = Some((Instant::now(), verifier.clone()));
+        self.read.store(Some(Arc::new((Instant::now(), verifier.clone()))));
         verifier
     }
 
@@ -123,10 +141,12 @@ impl ClientCa {
             .await
             .map_err(|error| format!("the cluster's client CA could not be read from {namespace}/{name} ({error}): the Role extension-apiserver-authentication-reader in {namespace} grants it"))?;
         let bundle = config_map.data.unwrap_or_default().remove(CLIENT_CA_KEY).ok_or_else(|| format!("{namespace}/{name} has no {CLIENT_CA_KEY}: the API server accepts no client certificate"))?;
+        // webpki does not check a root's own dates (Go's x509 does): an expired CA is left out here.
+        let valid_now = |certificate: &CertificateDer<'_>| x509_parser::parse_x509_certificate(certificate).is_ok_and(|(_, parsed)| parsed.validity().is_valid());
         let mut roots = rustls::RootCertStore::empty();
-        let (added, _) = roots.add_parsable_certificates(CertificateDer::pem_slice_iter(bundle.as_bytes()).filter_map(Result::ok));
+        let (added, _) = roots.add_parsable_certificates(CertificateDer::pem_slice_iter(bundle.as_bytes()).filter_map(Result::ok).filter(valid_now));
         if added == 0 {
-            return Err(format!("{namespace}/{name}'s {CLIENT_CA_KEY} holds no certificate"));
+            return Err(format!("{namespace}/{name}'s {CLIENT_CA_KEY} holds no certificate valid now"));
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
@@ -136,13 +156,22 @@ impl ClientCa {
     }
 }
 
-/// The user a client certificate names: its subject's common name, and its organizations as groups.
+/// The user a client certificate names: its subject's one common name, and its organizations as groups. A
+/// subject with several common names (Go keeps the last, this parser would see the first) or a name this parser
+/// cannot read is refused rather than read differently from kube-apiserver.
 fn user_of(leaf: &CertificateDer<'_>) -> Result<User, String> {
     let (_, certificate) = x509_parser::parse_x509_certificate(leaf).map_err(|error| format!("the client certificate does not parse: {error}"))?;
     let subject = certificate.subject();
-    let name = subject.iter_common_name().next().and_then(|name| name.as_str().ok()).filter(|name| !name.is_empty());
-    let name = name.ok_or("the client certificate's subject has no common name (the user name)")?;
-    let groups = subject.iter_organization().filter_map(|group| group.as_str().ok()).map(str::to_string).collect();
+    let names: Vec<_> = subject.iter_common_name().collect();
+    let [name] = names.as_slice() else {
+        return Err(format!("the client certificate's subject has {} common names; the user name is exactly one", names.len()));
+    };
+    let name = name.as_str().ok().filter(|name| !name.is_empty()).ok_or("the client certificate's common name (the user name) is empty or not a readable string")?;
+    let groups = subject
+        .iter_organization()
+        .map(|group| group.as_str().map(str::to_string))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| "the client certificate names an organization (a group) that is not a readable string")?;
     Ok(User { name: name.to_string(), groups, uid: None, extra: None })
 }
 
@@ -163,6 +192,6 @@ mod tests {
 
         params.distinguished_name = rcgen::DistinguishedName::new();
         let nameless = params.self_signed(&key).unwrap();
-        assert!(user_of(nameless.der()).unwrap_err().contains("no common name"));
+        assert!(user_of(nameless.der()).unwrap_err().contains("has 0 common names"));
     }
 }
