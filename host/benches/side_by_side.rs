@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The test cases compared, in scheduler_perf's names.
-const WORKLOADS: &[&str] = &["SchedulingBasic", "SchedulingPodAntiAffinity", "SchedulingPodAffinity", "TopologySpreading", "Unschedulable", "PreemptionAsync"];
+const WORKLOADS: &[&str] = &["SchedulingBasic", "SchedulingPodAntiAffinity", "SchedulingPodAffinity", "TopologySpreading", "Unschedulable", "PreemptionAsync", "SchedulingWithMixedChurn"];
 
 /// Requests in flight while creating nodes and pods.
 const CREATORS: usize = 16;
@@ -188,15 +188,23 @@ impl Catalogue {
                     &["opcode", "countParam", "count", "podTemplatePath", "namespace", "collectMetrics"]
                 }
                 "churn" => {
-                    // Only pods created without deletion ("create" mode); scheduler_perf's default interval.
-                    assert_eq!(op["mode"].as_str(), Some("create"), "{name}: churn mode {:?} is not supported by this benchmark yet", op["mode"]);
                     let templates: Vec<Value> = op["templatePaths"].as_sequence().unwrap().iter().map(|path| template(path.as_str()).unwrap()).collect();
-                    assert!(templates.iter().all(|template| template["kind"].as_str() == Some("Pod")), "{name}: only pods are churned by this benchmark yet");
-                    operations.push(Operation::ChurnPods {
+                    for template in &templates {
+                        let kind = template["kind"].as_str().unwrap_or_default();
+                        assert!(["Pod", "Node", "Service"].contains(&kind), "{name}: churning a {kind} is not supported by this benchmark yet");
+                    }
+                    let number = op["number"].as_u64().unwrap_or(0) as usize;
+                    let mode = match op["mode"].as_str() {
+                        Some("create") => ChurnMode::Create { limit: Some(number).filter(|number| *number > 0) },
+                        Some("recreate") => ChurnMode::Recreate { number: number.max(1) },
+                        other => panic!("{name}: churn mode {other:?} is not scheduler_perf's"),
+                    };
+                    operations.push(Operation::Churn {
                         templates,
                         namespace: op["namespace"].as_str().map_or_else(|| format!("namespace-{index}"), str::to_string),
+                        // scheduler_perf's default interval.
                         interval: Duration::from_millis(op["intervalMilliseconds"].as_u64().unwrap_or(500)),
-                        limit: op["number"].as_u64().filter(|number| *number > 0).map(|number| number as usize),
+                        mode,
                     });
                     &["opcode", "mode", "templatePaths", "intervalMilliseconds", "number", "namespace"]
                 }
@@ -243,9 +251,18 @@ enum Operation {
     CreateNodes { count: usize, template: Option<Value>, labels: Option<(String, Vec<String>)> },
     CreateNamespace(String),
     CreatePods { count: usize, namespace: String, template: Value, measured: bool },
-    /// scheduler_perf's `churn` in `create` mode: from its place on, a pod of each template every `interval`, up to
-    /// `limit` pods, until the measured pods are placed.
-    ChurnPods { templates: Vec<Value>, namespace: String, interval: Duration, limit: Option<usize> },
+    /// scheduler_perf's `churn`: from its place on, every `interval`, an object of each template (pods, nodes,
+    /// Services) made or, in `recreate` mode, deleted again, until the measured pods are placed.
+    Churn { templates: Vec<Value>, namespace: String, interval: Duration, mode: ChurnMode },
+}
+
+#[derive(Clone, Copy)]
+enum ChurnMode {
+    /// An object of each template every interval, up to `limit` of each.
+    Create { limit: Option<usize> },
+    /// scheduler_perf's `recreate`: `number` objects of each template made over as many intervals, then deleted
+    /// one an interval in the same order, and again.
+    Recreate { number: usize },
 }
 
 impl Workload {
@@ -256,7 +273,14 @@ impl Workload {
             .filter_map(|operation| match operation {
                 Operation::CreateNodes { count, .. } => Some(format!("{count} nodes")),
                 Operation::CreatePods { count, namespace, measured, .. } => Some(format!("{count} {} pods in {namespace}", if *measured { "measured" } else { "initial" })),
-                Operation::ChurnPods { templates, interval, .. } => Some(format!("{} churned pod(s) every {interval:?}", templates.len())),
+                Operation::Churn { templates, interval, mode, .. } => {
+                    let kinds: Vec<&str> = templates.iter().map(|template| template["kind"].as_str().unwrap_or_default()).collect();
+                    let how = match mode {
+                        ChurnMode::Create { .. } => "created",
+                        ChurnMode::Recreate { .. } => "created and deleted in turn",
+                    };
+                    Some(format!("{} {how} every {interval:?}", kinds.join(", ")))
+                }
                 Operation::CreateNamespace(_) => None,
             })
             .collect();
@@ -460,9 +484,9 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
                 wait_schedulable(&client, node_index).await;
                 eprintln!("  {count} nodes created and schedulable in {:.1}s", started.elapsed().as_secs_f64());
             }
-            Operation::ChurnPods { templates, namespace, interval, limit } => {
+            Operation::Churn { templates, namespace, interval, mode } => {
                 ensure_namespace(&client, namespace).await;
-                churns.push(Churn::start(Api::namespaced(client.clone(), namespace), templates.clone(), *interval, *limit, scheduler));
+                churns.push(Churn::start(client.clone(), namespace, templates.clone(), *interval, *mode, scheduler));
             }
             Operation::CreateNamespace(name) => ensure_namespace(&client, name).await,
             Operation::CreatePods { count, namespace, template, measured: is_measured } => {
@@ -630,7 +654,7 @@ fn pods_from(template: &Value, namespace: &str, prefix: &str, count: usize, sche
 async fn priority_classes(client: &kube::Client, workload: &Workload) {
     let templates = workload.operations.iter().flat_map(|operation| match operation {
         Operation::CreatePods { template, .. } => std::slice::from_ref(template),
-        Operation::ChurnPods { templates, .. } => templates.as_slice(),
+        Operation::Churn { templates, .. } => templates.as_slice(),
         _ => &[],
     });
     let priorities: std::collections::BTreeSet<i64> = templates.filter_map(|template| template["spec"]["priority"].as_i64()).collect();
@@ -665,31 +689,75 @@ where
         .unwrap_or_else(|error| panic!("creating {}: {error}", std::any::type_name::<K>()));
 }
 
-/// Pods created from templates at an interval, in the background, until dropped.
+/// Objects made (and deleted again) from templates at an interval, in the background, until dropped.
 struct Churn(tokio::task::JoinHandle<()>);
 
 impl Churn {
-    fn start(api: Api<Pod>, templates: Vec<Value>, interval: Duration, limit: Option<usize>, scheduler: Scheduler) -> Churn {
+    fn start(client: kube::Client, namespace: &str, templates: Vec<Value>, interval: Duration, mode: ChurnMode, scheduler: Scheduler) -> Churn {
+        let namespace = namespace.to_string();
         Churn(tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut created = 0;
-            loop {
+            // Per template, the objects that exist (`recreate`: a slot each, deleted when its turn comes again).
+            let mut slots: Vec<Vec<Option<String>>> = templates.iter().map(|_| vec![None; if let ChurnMode::Recreate { number } = mode { number } else { 0 }]).collect();
+            for turn in 0.. {
                 tick.tick().await;
-                for template in &templates {
-                    if limit.is_some_and(|limit| created >= limit) {
+                if let ChurnMode::Create { limit: Some(limit) } = mode {
+                    if turn >= limit {
                         return;
                     }
-                    let namespace = api.namespace().unwrap_or_default().to_string();
-                    let pod = pods_from(template, &namespace, &format!("churn-{created}"), 1, scheduler).remove(0);
-                    if let Err(error) = api.create(&PostParams::default(), &pod).await {
-                        eprintln!("  churn: creating a pod: {error}");
+                }
+                for (template, slots) in templates.iter().zip(&mut slots) {
+                    let (api, object) = churned(&client, &namespace, template, turn, scheduler);
+                    let slot = match mode {
+                        ChurnMode::Recreate { number } => Some(&mut slots[turn % number]),
+                        ChurnMode::Create { .. } => None,
+                    };
+                    match slot {
+                        Some(slot) if slot.is_some() => {
+                            if let Err(error) = api.delete(&slot.take().unwrap(), &Default::default()).await {
+                                eprintln!("  churn: deleting a {}: {error}", template["kind"].as_str().unwrap_or_default());
+                            }
+                        }
+                        slot => match api.create(&PostParams::default(), &object).await {
+                            Ok(created) => {
+                                if let Some(slot) = slot {
+                                    *slot = created.metadata.name;
+                                }
+                            }
+                            Err(error) => eprintln!("  churn: creating a {}: {error}", template["kind"].as_str().unwrap_or_default()),
+                        },
                     }
-                    created += 1;
                 }
             }
         }))
     }
+}
+
+/// The object of `template` for churn turn `turn`, and the API it is made through: a pod as the measured ones are
+/// (for `scheduler`), a node or a Service named after the turn.
+fn churned(client: &kube::Client, namespace: &str, template: &Value, turn: usize, scheduler: Scheduler) -> (Api<kube::api::DynamicObject>, kube::api::DynamicObject) {
+    use kube::api::{ApiResource, DynamicObject};
+    let kind = template["kind"].as_str().unwrap_or_default();
+    let (resource, object) = match kind {
+        "Pod" => (ApiResource::erase::<Pod>(&()), serde_json::to_value(pods_from(template, namespace, &format!("churn-{turn}"), 1, scheduler).remove(0)).unwrap()),
+        "Node" => {
+            let mut node = template.clone();
+            let name = format!("node-churn-{turn}");
+            node["metadata"] = serde_yaml::from_str(&format!("{{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}")).unwrap();
+            (ApiResource::erase::<Node>(&()), serde_json::to_value(node).unwrap())
+        }
+        _ => {
+            let mut service = template.clone();
+            service["metadata"] = serde_yaml::from_str(&format!("{{name: service-churn-{turn}, namespace: {namespace}}}")).unwrap();
+            (ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()), serde_json::to_value(service).unwrap())
+        }
+    };
+    let api = match kind {
+        "Node" => Api::all_with(client.clone(), &resource),
+        _ => Api::namespaced_with(client.clone(), namespace, &resource),
+    };
+    (api, serde_json::from_value::<DynamicObject>(object).unwrap())
 }
 
 impl Drop for Churn {
