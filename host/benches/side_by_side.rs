@@ -10,8 +10,10 @@
 //! (`wasp-controlplane`) and runs as its own process, so its CPU time and peak memory (start-up and the first
 //! list of the cluster included) are its own: kube-scheduler's command built from the same Go modules
 //! (`target/controlplane/kube-scheduler`: the default profile, the default `percentageOfNodesToScore`,
-//! scheduler_perf's client rate limit of 5000/s) and `wasp run` with its built-in configuration (the default
-//! policy set, as WASM, with preemption: see `wasp_config`). Both connect as the control plane's admin, as
+//! scheduler_perf's client rate limit of 5000/s), `wasp run` with its built-in configuration (the default
+//! policy set, as WASM, with preemption: see `wasp_config`), and the same host with the same configuration but
+//! the scheduling policies compiled natively into it (this benchmark's binary, started again with
+//! `--native-host CONFIG`: see `support::native::run_host`). All connect as the control plane's admin, as
 //! kube-scheduler does in scheduler_perf (exempt from API priority and fairness).
 //!
 //! What differs from scheduler_perf, and why: scheduler_perf creates the measured pods while the scheduler runs
@@ -32,6 +34,12 @@
 #[allow(dead_code)] // the benchmark uses the control plane, not every helper the tests use
 #[path = "../../tests/common/control_plane.rs"]
 mod control_plane;
+#[path = "support/native.rs"]
+mod native;
+
+// The native host's memory figures are the `wasp` binary's, with its allocator.
+#[cfg(feature = "jemalloc")]
+wasp_allocator::binary_allocator!();
 
 use control_plane::{AuditEvent, ControlPlane, Usage};
 use futures::{StreamExt, TryStreamExt};
@@ -57,6 +65,16 @@ fn repo_root() -> PathBuf {
 }
 
 fn main() {
+    // This binary started again as the third scheduler (`Scheduler::WaspNative`).
+    if std::env::args().nth(1).as_deref() == Some("--native-host") {
+        let config = std::env::args().nth(2).expect("--native-host takes the host's configuration file");
+        tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).init();
+        if let Err(error) = native::run_host(config.as_ref(), repo_root().join("target/side-by-side-cache")) {
+            eprintln!("the native host failed: {error:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let mut nodes = 5000;
     let mut chosen: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
@@ -80,7 +98,7 @@ fn main() {
         let workload = catalogue.workload(name, nodes);
         println!("\n{name}: {}", workload.describe());
         assert_eq!(workload.operations.iter().filter(|operation| matches!(operation, Operation::CreatePods { measured: true, .. })).count(), 1, "{name}: one measured operation");
-        let results = [runtime.block_on(run(&workload, Scheduler::KubeScheduler)), runtime.block_on(run(&workload, Scheduler::Wasp))];
+        let results = Scheduler::ALL.map(|scheduler| runtime.block_on(run(&workload, scheduler)));
         print_table(&workload, &results);
         for result in results.iter().filter(|result| result.check.gone > 0) {
             println!("  {}: {} pods bound, then deleted (preemption's victims)", result.scheduler.label(), result.check.gone);
@@ -302,13 +320,19 @@ impl Workload {
 enum Scheduler {
     KubeScheduler,
     Wasp,
+    /// The same host and configuration as [`Scheduler::Wasp`], its scheduling policies compiled natively.
+    WaspNative,
 }
 
 impl Scheduler {
+    /// In the order they run and are printed.
+    const ALL: [Scheduler; 3] = [Scheduler::KubeScheduler, Scheduler::Wasp, Scheduler::WaspNative];
+
     fn label(self) -> &'static str {
         match self {
             Scheduler::KubeScheduler => "kube-scheduler",
             Scheduler::Wasp => "wasp (wasm)",
+            Scheduler::WaspNative => "wasp (native)",
         }
     }
 
@@ -316,7 +340,7 @@ impl Scheduler {
     fn profile(self) -> &'static str {
         match self {
             Scheduler::KubeScheduler => "default-scheduler",
-            Scheduler::Wasp => "wasp",
+            Scheduler::Wasp | Scheduler::WaspNative => "wasp",
         }
     }
 
@@ -346,6 +370,16 @@ impl Scheduler {
                     .unwrap()
             }
             Scheduler::Wasp => plane.run_wasp(&wasp_config(plane), &log),
+            Scheduler::WaspNative => Command::new(std::env::current_exe().unwrap())
+                .arg("--native-host")
+                .arg(wasp_config(plane))
+                .env("KUBECONFIG", &plane.kubeconfig)
+                .env("RUST_LOG", "warn")
+                .current_dir(repo_root())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
         };
         SchedulerProcess { process, started: SystemTime::now(), log }
     }
@@ -848,6 +882,10 @@ fn print_table(workload: &Workload, results: &[RunResult]) {
             format!("{}-{}", result.per_node.0, result.per_node.1),
             zones.join(" "),
         );
+    }
+    let rate = |scheduler: Scheduler| results.iter().find(|result| result.scheduler == scheduler).map(|result| result.pods_per_second);
+    if let (Some(wasm), Some(native)) = (rate(Scheduler::Wasp), rate(Scheduler::WaspNative)) {
+        println!("  wasp's WASM at {:.2}x its native build's pods/s (target: 0.8x)", wasm / native);
     }
     println!(
         "  {} measured pods, a backlog created before the scheduler starts; scheduler_perf's threshold for {}: {} pods/s (pods created while scheduling, on Kubernetes' CI machines: for orientation only)",

@@ -1,18 +1,23 @@
 //! The default policies compiled into the benchmark binary, behind the scheduler's [`SchedulingPolicy`]: the
-//! native side of the side-by-side run. The same policy crates the components are built from run over the SDK's
+//! native side of the side-by-side runs. The same policy crates the components are built from run over the SDK's
 //! cluster view, one copy per thread, fed from the same delta log as the sandboxed instances; records cross
-//! from the host's types to the SDK's (both generated from the WIT) through postcard.
+//! from the host's types to the SDK's (both generated from the WIT) through postcard. [`run_host`] serves them
+//! from a host process of their own, as `wasp run` serves the components.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use wasp::cluster::{ClusterState, DeltaSink, SyncPoint};
 use wasp::contract::types::{ClusterDelta, FilterResult, NodeId, Pod, PodPlace, ViewScope};
 use wasp::runtime::CallError;
 use wasp::config::HostConfig;
 use wasp::policy::SchedulingPolicy;
-use wasp::registry::{Plans, ProfilePolicies};
+use wasp::host::Host;
+use wasp::kube::{ApiClient, HostIdentity};
+use wasp::registry::{Plans, PolicyRegistry, ProfilePolicies};
+use wasp::runtime::Runtime;
 use wasp_sdk::guest::GuestState;
 use wasp_sdk::Policy;
 
@@ -135,12 +140,13 @@ fn native(name: &str, settings: String) -> Arc<dyn SchedulingPolicy> {
     }
 }
 
-/// The configuration's scheduling plan with every policy compiled natively.
+/// The configuration's scheduling plan with every policy of its profiles compiled natively.
 pub fn native_plans(config: &HostConfig) -> Plans {
     let mut policies: HashMap<String, Arc<dyn SchedulingPolicy>> = HashMap::new();
-    for name in config.policy_names() {
-        let settings = config.policies.get(&name).map(|policy| policy.settings_json()).unwrap_or_default();
-        policies.insert(name.clone(), native(&name, settings));
+    let profiles = config.scheduler.profiles.iter();
+    for name in profiles.flat_map(|profile| profile.filters.iter().chain(profile.scores.iter().map(|score| &score.policy))) {
+        let settings = config.policies.get(name).map(|policy| policy.settings_json()).unwrap_or_default();
+        policies.entry(name.clone()).or_insert_with(|| native(name, settings));
     }
     let scheduling = config
         .scheduler
@@ -156,4 +162,29 @@ pub fn native_plans(config: &HostConfig) -> Plans {
         })
         .collect();
     Plans { scheduling, ..Plans::default() }
+}
+
+/// The host `wasp run --no-leader-election --config CONFIG` runs, on the API server of `$KUBECONFIG`, with the
+/// scheduler serving [`native_plans`] instead of the components; until the process is killed. The other loops'
+/// policies (the rescheduler's preemption policy) stay components, loaded from the configuration's policy
+/// directory through `cache_directory`, as `wasp run` loads them.
+pub fn run_host(config_path: &Path, cache_directory: PathBuf) -> anyhow::Result<()> {
+    let config = HostConfig::load(config_path)?;
+    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    tokio.block_on(async move {
+        let api = ApiClient::connect().await?;
+        let runtime = Runtime::new(Some(cache_directory))?;
+        let components = PolicyRegistry::new(&runtime, config.clone(), None)?.current();
+        let plans = Plans {
+            scheduling: native_plans(&config).scheduling,
+            eviction: components.plans.eviction.clone(),
+            preemption: components.plans.preemption.clone(),
+            scaling: components.plans.scaling.clone(),
+        };
+        // The scheduling components are dropped here: only the native copies serve.
+        drop(components);
+        let registry = PolicyRegistry::with_plans(&runtime, config, plans);
+        Host::new(api, Arc::new(registry), HostIdentity::named("wasp-native", None)).run_loops().await;
+        Ok(())
+    })
 }
