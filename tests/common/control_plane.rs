@@ -155,6 +155,12 @@ impl ControlPlane {
         self.write_kubeconfig(user, serde_json::json!({"client-certificate-data": certificate, "client-key-data": base64(&key.serialize_pem())}))
     }
 
+    /// What the control plane's process (etcd, kube-apiserver, the controllers and kwok, all in one) has used so
+    /// far.
+    pub fn usage(&self) -> Usage {
+        process_usage(self.process.id())
+    }
+
     /// Every request the API server has recorded so far (audit events at Metadata level, stage ResponseComplete
     /// or Panic), oldest first.
     pub fn audit(&self) -> Vec<AuditEvent> {

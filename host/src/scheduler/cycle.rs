@@ -129,9 +129,28 @@ pub fn unschedulable_message(total_nodes: usize, reasons: &BTreeMap<String, usiz
     format!("0/{total_nodes} nodes are available: {}.", parts.join(", "))
 }
 
-/// Where the next cycle starts looking, so consecutive pods spread their search over the cluster.
-#[derive(Default)]
-pub struct Cursor(usize);
+/// What one cycle leaves the next: where it starts looking, so consecutive pods spread their search over the
+/// cluster, and the share of nodes the last pod found feasible, to size the first chunk of its search (pods
+/// come in runs of one workload's replicas: the next pod is likely to find what the last one found).
+pub struct Cursor {
+    start: usize,
+    feasible_share: f64,
+}
+
+impl Default for Cursor {
+    fn default() -> Cursor {
+        Cursor { start: 0, feasible_share: 1.0 }
+    }
+}
+
+/// How many nodes to filter to find `needed` more feasible ones, when about `share` of the nodes are feasible:
+/// a sixteenth more than that estimate, since a chunk that falls just short costs a second chunk, and with it
+/// every filter's per-pod work again (inter-pod-affinity's domain counts over every bound pod above all).
+fn chunk_for(needed: usize, share: f64) -> usize {
+    const LEAST_SHARE: f64 = 1.0 / 64.0;
+    let estimate = needed as f64 / share.clamp(LEAST_SHARE, 1.0);
+    ((estimate + estimate / 16.0).ceil() as usize).max(64)
+}
 
 /// Candidates per thread below which splitting the filter work costs more than it saves.
 const MIN_NODES_PER_THREAD: usize = 128;
@@ -350,24 +369,38 @@ pub fn schedule(
         }
     }
     let wanted = feasible_nodes_to_find(nodes.len(), percentage);
-    let start = cursor.0 % nodes.len();
+    let start = cursor.start % nodes.len();
     let ordered: Vec<NodeId> = nodes[start..].iter().chain(&nodes[..start]).copied().collect();
     let mut rejections = Rejections::default();
     let mut feasible = Vec::new();
     let mut evaluated = 0;
-    // Filter in chunks so the search stops once enough feasible nodes are found. The first is a sixteenth larger
-    // than what is wanted: when a few nodes fail (anti-affinity to a pod's own replicas rejects 2% of them), a
-    // chunk of exactly `wanted` falls just short, and the second chunk costs every filter's per-pod work again.
-    let chunk = (wanted + wanted / 16).max(64);
-    for batch in ordered.chunks(chunk) {
+    // Where the search stopped: past the last node it kept, as kube-scheduler counts the nodes it processed.
+    let mut searched = 0;
+    // Filter in chunks so the search stops once enough feasible nodes are found. Each chunk is sized by the
+    // feasible share seen so far (the first by the last pod's): when most nodes fail (a pod's own replicas hold
+    // them, to its anti-affinity), chunks of `wanted` nodes would take several calls per pod, and each call redoes
+    // the policies' per-pod work, where kube-scheduler's PreFilter does it once.
+    let mut chunk = chunk_for(wanted, cursor.feasible_share);
+    // Feasible nodes in the chunks filtered, kept or not.
+    let mut found = 0;
+    while evaluated < ordered.len() {
+        let batch = &ordered[evaluated..(evaluated + chunk).min(ordered.len())];
+        let passed = filter_in_parallel(profile, cluster, pod, batch, &mut rejections);
+        found += passed.len();
+        let kept = passed.len().min(wanted - feasible.len());
+        feasible.extend_from_slice(&passed[..kept]);
+        searched = match feasible.len() == wanted {
+            true => evaluated + batch.iter().position(|id| *id == passed[kept - 1]).map_or(batch.len(), |index| index + 1),
+            false => evaluated + batch.len(),
+        };
         evaluated += batch.len();
-        feasible.extend(filter_in_parallel(profile, cluster, pod, batch, &mut rejections));
-        if feasible.len() >= wanted {
-            feasible.truncate(wanted);
+        if feasible.len() == wanted {
             break;
         }
+        chunk = chunk_for(wanted - feasible.len(), found as f64 / evaluated as f64);
     }
-    cursor.0 = (start + evaluated) % nodes.len();
+    cursor.feasible_share = found as f64 / evaluated.max(1) as f64;
+    cursor.start = (start + searched) % nodes.len();
     if !nominations.is_empty() {
         feasible.retain(|id| match room_held_for_others(cluster, pod, *id, nominations) {
             None => true,
@@ -566,6 +599,37 @@ mod tests {
         let counts: Vec<(&str, usize)> = rejections.reasons.iter().map(|(reason, count)| (reason.as_str(), *count)).collect();
         assert_eq!(counts, vec![("even", 300), ("five", 40), ("three", 100)]);
         assert!(rejections.by_policy_seeing_pods);
+    }
+
+    #[test]
+    fn the_search_sizes_its_chunks_by_the_feasible_share_so_a_filter_that_sees_pods_is_called_once_a_pod() {
+        let mut cluster = ClusterState::new();
+        for number in 0..2000 {
+            let node = serde_json::json!({"metadata": {"name": format!("n{number}")}, "status": {"allocatable": {"cpu": "4"}}});
+            cluster.upsert_node(crate::cluster::convert::node(&serde_json::from_value(node).unwrap()).unwrap());
+        }
+        // A quarter of the nodes feasible, as for a pod whose replicas hold the others, to its anti-affinity.
+        let quarter = Arc::new(NumberFilter { view: ViewScope::NodesAndPods, reason: "held", rejects: |number| number % 4 != 0, calls: Default::default() });
+        let profile = ProfilePolicies { scheduler_name: "test".into(), filters: vec![quarter.clone()], scores: vec![] };
+        let mut cursor = Cursor::default();
+        let mut starts = Vec::new();
+        for index in 0..3 {
+            quarter.calls.lock().unwrap().clear();
+            let (decision, trace) = schedule(&profile, &cluster, &pod(&format!("p{index}"), 0, "1"), None, &mut cursor, 10, &HashMap::new());
+            assert!(matches!(decision, Decision::Bind { .. }));
+            assert_eq!(trace.feasible, 200, "10% of 2000 nodes");
+            starts.push(cursor.start);
+            let calls = quarter.calls.lock().unwrap().clone();
+            match index {
+                // 213 nodes (a sixteenth more than wanted) hold 54 feasible; the next 612 the 146 missing.
+                0 => assert_eq!(calls, [213, 612], "the second chunk is sized by the share the first found"),
+                // 207 feasible of 825: the next pod's first chunk is sized for about a quarter.
+                _ => assert!(calls.len() == 1 && calls[0] >= 800, "one call, sized by the share of the pod before: {calls:?}"),
+            }
+        }
+        // The next search starts past the 200th feasible node (every fourth node: 0, 4, .., 796), as
+        // kube-scheduler counts the nodes it processed, not past every node of the chunk.
+        assert_eq!(starts, [797, 1597, 397]);
     }
 
     fn pod(name: &str, priority: i32, cpu: &str) -> Pod {
