@@ -574,11 +574,7 @@ mod tests {
 
     #[test]
     fn a_filter_that_sees_pods_is_called_once_over_all_candidates_and_reasons_stay_those_of_the_first_rejecting_filter() {
-        let mut cluster = ClusterState::new();
-        for number in 0..600 {
-            let node = serde_json::json!({"metadata": {"name": format!("n{number}")}, "status": {"allocatable": {"cpu": "4"}}});
-            cluster.upsert_node(crate::cluster::convert::node(&serde_json::from_value(node).unwrap()).unwrap());
-        }
+        let cluster = numbered_nodes(600);
         let filter = |view, reason, rejects| Arc::new(NumberFilter { view, reason, rejects, calls: Default::default() });
         let odd = filter(ViewScope::Nodes, "even", |number| number % 2 == 0);
         let sees_pods = filter(ViewScope::NodesAndPods, "three", |number| number % 3 == 0);
@@ -603,11 +599,7 @@ mod tests {
 
     #[test]
     fn the_search_sizes_its_chunks_by_the_feasible_share_so_a_filter_that_sees_pods_is_called_once_a_pod() {
-        let mut cluster = ClusterState::new();
-        for number in 0..2000 {
-            let node = serde_json::json!({"metadata": {"name": format!("n{number}")}, "status": {"allocatable": {"cpu": "4"}}});
-            cluster.upsert_node(crate::cluster::convert::node(&serde_json::from_value(node).unwrap()).unwrap());
-        }
+        let cluster = numbered_nodes(2000);
         // A quarter of the nodes feasible, as for a pod whose replicas hold the others, to its anti-affinity.
         let quarter = Arc::new(NumberFilter { view: ViewScope::NodesAndPods, reason: "held", rejects: |number| number % 4 != 0, calls: Default::default() });
         let profile = ProfilePolicies { scheduler_name: "test".into(), filters: vec![quarter.clone()], scores: vec![] };
@@ -630,6 +622,16 @@ mod tests {
         // The next search starts past the 200th feasible node (every fourth node: 0, 4, .., 796), as
         // kube-scheduler counts the nodes it processed, not past every node of the chunk.
         assert_eq!(starts, [797, 1597, 397]);
+    }
+
+    /// Nodes `n0`, `n1`, .. of 4 CPUs, whose numbers [`NumberFilter`] and [`NumberScore`] read.
+    fn numbered_nodes(count: usize) -> ClusterState {
+        let mut cluster = ClusterState::new();
+        for number in 0..count {
+            let node = serde_json::json!({"metadata": {"name": format!("n{number}")}, "status": {"allocatable": {"cpu": "4"}}});
+            cluster.upsert_node(crate::cluster::convert::node(&serde_json::from_value(node).unwrap()).unwrap());
+        }
+        cluster
     }
 
     fn pod(name: &str, priority: i32, cpu: &str) -> Pod {
@@ -678,11 +680,7 @@ mod tests {
 
     #[test]
     fn a_decision_traces_each_filters_part_and_the_best_nodes_scores() {
-        let mut cluster = ClusterState::new();
-        for number in 0..10 {
-            let node = serde_json::json!({"metadata": {"name": format!("n{number}")}, "status": {"allocatable": {"cpu": "4"}}});
-            cluster.upsert_node(crate::cluster::convert::node(&serde_json::from_value(node).unwrap()).unwrap());
-        }
+        let cluster = numbered_nodes(10);
         let filter = |view, reason, rejects| Arc::new(NumberFilter { view, reason, rejects, calls: Default::default() });
         let profile = ProfilePolicies {
             scheduler_name: "test".into(),
