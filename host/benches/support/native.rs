@@ -123,7 +123,9 @@ impl<P: Policy + Send + Sync + 'static> SchedulingPolicy for NativePolicy<P> {
     }
 }
 
-fn native(name: &str, settings: String) -> Arc<dyn SchedulingPolicy> {
+/// Policy `name` of the default set, compiled into this binary, configured with `settings` (JSON; empty for the
+/// defaults).
+pub fn native(name: &str, settings: String) -> Arc<dyn SchedulingPolicy> {
     match name {
         "node-unschedulable" => NativePolicy::<node_unschedulable::NodeUnschedulable>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(node_unschedulable::NodeUnschedulable))),
         "resources-fit" => NativePolicy::<resources_fit::ResourcesFit>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(resources_fit::ResourcesFit))),
