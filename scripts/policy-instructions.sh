@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 policy=${1:-inter-pod-affinity}
 shift || true
 command -v valgrind > /dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
-binary=$(cargo bench -p wasp --bench policy_instructions --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*policy_instructions-[0-9a-f]*\)).*/\1/p' | tail -1)
+# The features of the side-by-side runs: no jemalloc (both builds share the process's allocator anyway).
+binary=$(cargo bench -p wasp --no-default-features --features sim --bench policy_instructions --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*policy_instructions-[0-9a-f]*\)).*/\1/p' | tail -1)
 [[ -x "$binary" ]] || { echo "building the policy_instructions benchmark failed" >&2; exit 1; }
 # Outside valgrind first: the component is compiled into the cache once (cranelift under valgrind takes minutes).
 "$binary" --policy "$policy" --calls 1 "$@" > /dev/null

@@ -20,10 +20,6 @@
 #[path = "support/native.rs"]
 mod native;
 
-// Instruction counts depend on the allocator: the `wasp` binary's, when the feature is on.
-#[cfg(feature = "jemalloc")]
-wasp_allocator::binary_allocator!();
-
 use std::hint::black_box;
 use std::sync::Arc;
 use wasp::cluster::ClusterState;

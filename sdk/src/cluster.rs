@@ -6,6 +6,7 @@
 use crate::index::{PodIndex, TermGroup};
 use crate::resources::ResourceVector;
 use crate::types::{ClusterDelta, LabelSelector, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources};
+use crate::collections::FastHashMap;
 use std::collections::HashMap;
 
 /// A node and what is placed on it.
@@ -163,7 +164,7 @@ pub struct Cluster {
     node_count: usize,
     /// Boxed: the table then holds pointers, so growing it copies a pointer a pod instead of the whole record, and
     /// the guest's memory (which never shrinks) is not sized by the table's slack.
-    pods: HashMap<PodId, Box<PodInfo>>,
+    pods: FastHashMap<PodId, Box<PodInfo>>,
     keeps: PodFacts,
     node_keeps: NodeFacts,
     /// Which bound pods the view keeps at all (every pod when None).
@@ -204,7 +205,7 @@ impl Cluster {
         Cluster {
             nodes: Vec::new(),
             node_count: 0,
-            pods: HashMap::new(),
+            pods: FastHashMap::default(),
             keeps,
             node_keeps,
             keeps_pod,

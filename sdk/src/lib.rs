@@ -16,6 +16,7 @@ pub mod affinity;
 pub mod allocation;
 pub mod autoscaling;
 pub mod cluster;
+pub mod collections;
 pub mod index;
 pub mod matching;
 pub mod policy;

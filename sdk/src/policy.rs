@@ -117,8 +117,13 @@ impl FilterResultBuilder {
 
     #[cold]
     fn push_rejection(&mut self, reasons: Vec<Cow<'static, str>>) {
-        // Few distinct reason sets per pod: a linear scan beats hashing.
-        let index = match self.rejections.iter().position(|known| *known == reasons) {
+        // Few distinct reason sets per pod: a linear scan beats hashing. Reasons are mostly a policy's constants,
+        // so the same reason is mostly the same pointer: compared before the text (in the sandbox, `memcmp` goes
+        // byte by byte, and this ran once per rejected node).
+        let same = |known: &Vec<Cow<'static, str>>| {
+            known.len() == reasons.len() && known.iter().zip(&reasons).all(|(known, reason)| std::ptr::eq(known.as_ref(), reason.as_ref()) || known == reason)
+        };
+        let index = match self.rejections.iter().position(same) {
             Some(index) => index,
             None => {
                 self.rejections.push(reasons);
