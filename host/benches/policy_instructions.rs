@@ -64,9 +64,12 @@ fn main() {
         true => native::native(&policy_name, String::new()),
         false => wasm,
     };
-    // The first call syncs the cluster into the instance (or the native copy): not measured.
+    // The first calls sync the cluster into the instance (or the native copy): not measured.
     let feasible = kinds.feasible(policy.as_ref(), &cluster, &pod, &candidates);
     let scored = &feasible[..feasible.len().min(500)];
+    if kinds.score {
+        policy.score_or_failure_mode(&cluster, &pod, scored);
+    }
     measured(policy.as_ref(), kinds, &cluster, &pod, &candidates, scored, calls);
     let build = if native_build { "native" } else { "wasm" };
     println!(

@@ -168,8 +168,9 @@ pub fn native_plans(config: &HostConfig) -> Plans {
 
 /// The host `wasp run --no-leader-election --config CONFIG` runs, on the API server of `$KUBECONFIG`, with the
 /// scheduler serving [`native_plans`] instead of the components; until the process is killed. The other loops'
-/// policies (the rescheduler's preemption policy) stay components, loaded from the configuration's policy
-/// directory through `cache_directory`, as `wasp run` loads them.
+/// policies (the rescheduler's preemption policy) stay components. Every component the configuration names is
+/// loaded first, through `cache_directory`, as `wasp run` loads them, and the scheduling ones are then dropped:
+/// that load counts in this host's CPU time and peak memory too.
 pub fn run_host(config_path: &Path, cache_directory: PathBuf) -> anyhow::Result<()> {
     let config = HostConfig::load(config_path)?;
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

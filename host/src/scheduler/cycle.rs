@@ -399,7 +399,10 @@ pub fn schedule(
         }
         chunk = chunk_for(wanted - feasible.len(), found as f64 / evaluated as f64);
     }
-    cursor.feasible_share = found as f64 / evaluated.max(1) as f64;
+    // A pod that fits nowhere says nothing of the next one's chances (it would send that search over every node).
+    if found > 0 {
+        cursor.feasible_share = found as f64 / evaluated as f64;
+    }
     cursor.start = (start + searched) % nodes.len();
     if !nominations.is_empty() {
         feasible.retain(|id| match room_held_for_others(cluster, pod, *id, nominations) {
