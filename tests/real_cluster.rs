@@ -397,6 +397,8 @@ spec:
     let audit = cluster.audit();
     let bindings: Vec<_> = audit.iter().filter(|event| event.subresource() == "binding" && event.verb() == "create").collect();
     assert!(bindings.iter().all(|event| event.user() == WASP_USER), "every binding is wasp's");
+    let agents: BTreeSet<&str> = bindings.iter().map(|event| event.0["userAgent"].as_str().unwrap_or("")).collect();
+    assert_eq!(agents, BTreeSet::from([wasp::kube::client::USER_AGENT]), "wasp names itself to the API server");
     let accepted: Vec<&str> = bindings.iter().filter(|event| event.code() == 201).map(|event| event.name()).collect();
     let distinct: BTreeSet<&str> = accepted.iter().copied().collect();
     let names: BTreeSet<&str> = web.iter().map(|pod| pod["metadata"]["name"].as_str().unwrap()).collect();

@@ -77,18 +77,28 @@ fn main() {
     }
     let mut nodes = 5000;
     let mut chosen: Vec<String> = Vec::new();
+    let mut schedulers: Vec<Scheduler> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--nodes" => nodes = args.next().and_then(|value| value.parse().ok()).expect("--nodes takes a number"),
             "--workload" => chosen.push(args.next().expect("--workload takes a test case name")),
+            "--scheduler" => {
+                let name = args.next().expect("--scheduler takes a scheduler's name");
+                let known = Scheduler::ALL.into_iter().chain([Scheduler::KubeSchedulerJson]);
+                let names: Vec<&str> = known.clone().map(Scheduler::name).collect();
+                schedulers.push(known.into_iter().find(|scheduler| scheduler.name() == name).unwrap_or_else(|| panic!("no scheduler {name:?}: one of {names:?}")));
+            }
             // `cargo bench` passes `--bench`.
             "--bench" => {}
-            other => panic!("unknown argument {other:?}: --nodes N, --workload NAME (one of {WORKLOADS:?})"),
+            other => panic!("unknown argument {other:?}: --nodes N, --workload NAME (one of {WORKLOADS:?}), --scheduler NAME"),
         }
     }
     if chosen.is_empty() {
         chosen = WORKLOADS.iter().map(|name| name.to_string()).collect();
+    }
+    if schedulers.is_empty() {
+        schedulers = Scheduler::ALL.to_vec();
     }
     let catalogue = Catalogue::find();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -98,7 +108,7 @@ fn main() {
         let workload = catalogue.workload(name, nodes);
         println!("\n{name}: {}", workload.describe());
         assert_eq!(workload.operations.iter().filter(|operation| matches!(operation, Operation::CreatePods { measured: true, .. })).count(), 1, "{name}: one measured operation");
-        let results = Scheduler::ALL.map(|scheduler| runtime.block_on(run(&workload, scheduler)));
+        let results: Vec<RunResult> = schedulers.iter().map(|scheduler| runtime.block_on(run(&workload, *scheduler))).collect();
         print_table(&workload, &results);
         for result in results.iter().filter(|result| result.check.gone > 0) {
             println!("  {}: {} pods bound, then deleted (preemption's victims)", result.scheduler.label(), result.check.gone);
@@ -322,24 +332,46 @@ enum Scheduler {
     Wasp,
     /// The same host and configuration as [`Scheduler::Wasp`], its scheduling policies compiled natively.
     WaspNative,
+    /// kube-scheduler talking JSON to the API server, as wasp does (kube-rs has no protobuf), instead of its
+    /// default protobuf: what the wire format costs the control plane. Run only when asked (`--scheduler`).
+    KubeSchedulerJson,
 }
 
 impl Scheduler {
-    /// In the order they run and are printed.
+    /// The schedulers compared by default, in the order they run and are printed.
     const ALL: [Scheduler; 3] = [Scheduler::KubeScheduler, Scheduler::Wasp, Scheduler::WaspNative];
+
+    /// Its name for `--scheduler`.
+    fn name(self) -> &'static str {
+        match self {
+            Scheduler::KubeScheduler => "kube-scheduler",
+            Scheduler::Wasp => "wasp",
+            Scheduler::WaspNative => "wasp-native",
+            Scheduler::KubeSchedulerJson => "kube-scheduler-json",
+        }
+    }
 
     fn label(self) -> &'static str {
         match self {
             Scheduler::KubeScheduler => "kube-scheduler",
             Scheduler::Wasp => "wasp (wasm)",
             Scheduler::WaspNative => "wasp (native)",
+            Scheduler::KubeSchedulerJson => "kube-sch. (JSON)",
+        }
+    }
+
+    /// How its requests name it in the API server's audit log.
+    fn user_agent(self) -> &'static str {
+        match self {
+            Scheduler::KubeScheduler | Scheduler::KubeSchedulerJson => "kube-scheduler/",
+            Scheduler::Wasp | Scheduler::WaspNative => wasp::kube::client::USER_AGENT,
         }
     }
 
     /// The `schedulerName` its pods carry.
     fn profile(self) -> &'static str {
         match self {
-            Scheduler::KubeScheduler => "default-scheduler",
+            Scheduler::KubeScheduler | Scheduler::KubeSchedulerJson => "default-scheduler",
             Scheduler::Wasp | Scheduler::WaspNative => "wasp",
         }
     }
@@ -347,9 +379,14 @@ impl Scheduler {
     fn start(self, plane: &ControlPlane) -> SchedulerProcess {
         let log = plane.dir.path().join(format!("{}-{}.log", self.profile(), SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis()));
         let process = match self {
-            Scheduler::KubeScheduler => {
+            Scheduler::KubeScheduler | Scheduler::KubeSchedulerJson => {
                 let kubeconfig = plane.kubeconfig.to_str().unwrap();
+                let content_type = match self {
+                    Scheduler::KubeSchedulerJson => "application/json",
+                    _ => "application/vnd.kubernetes.protobuf",
+                };
                 Command::new(kube_scheduler_binary())
+                    .arg(format!("--kube-api-content-type={content_type}"))
                     .args([
                         &format!("--kubeconfig={kubeconfig}"),
                         &format!("--authentication-kubeconfig={kubeconfig}"),
@@ -475,6 +512,10 @@ struct RunResult {
     per_zone: BTreeMap<String, usize>,
     /// Bindings kube-scheduler's filter plugins refuse, replayed in binding order (0 allowed).
     check: Check,
+    /// The scheduler's requests while it placed the measured pods, per `verb resource[/subresource]`, most first.
+    requests: Vec<(String, usize)>,
+    /// Every client's requests over the same span (kwok's heartbeats, the controllers, the scheduler).
+    all_requests: usize,
 }
 
 /// Plain pods created at [`LATENCY_RATE`] per second after the measurement, for the latency column.
@@ -602,6 +643,17 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
     latencies.sort();
     let percentile = |p: f64| latencies[((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1];
 
+    // What the scheduler asked of the API server while it placed them, told apart by its User-Agent.
+    let placing = measured_started.unwrap()..=last;
+    let in_span: Vec<&AuditEvent> = audit.iter().filter(|event| placing.contains(&received(event))).collect();
+    let mut requests: HashMap<String, usize> = HashMap::new();
+    for event in in_span.iter().filter(|event| event.0["userAgent"].as_str().unwrap_or("").starts_with(scheduler.user_agent())) {
+        let resource = [event.resource(), event.subresource()].into_iter().filter(|part| !part.is_empty()).collect::<Vec<_>>().join("/");
+        *requests.entry(format!("{} {resource}", event.verb())).or_default() += 1;
+    }
+    let mut requests: Vec<(String, usize)> = requests.into_iter().collect();
+    requests.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+
     // Where the measured pods went.
     let placements = bound.placements();
     let nodes = Api::<Node>::all(client.clone()).list(&Default::default()).await.unwrap().items;
@@ -628,6 +680,8 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
         per_node: (*per_node.values().min().unwrap(), *per_node.values().max().unwrap()),
         per_zone,
         check,
+        requests,
+        all_requests: in_span.len(),
     }
 }
 
@@ -893,6 +947,12 @@ fn print_table(workload: &Workload, results: &[RunResult]) {
             format!("{}-{}", result.per_node.0, result.per_node.1),
             zones.join(" "),
         );
+    }
+    println!("  requests while placing the measured pods (the API server's audit log, by User-Agent):");
+    for result in results {
+        let total: usize = result.requests.iter().map(|(_, count)| count).sum();
+        let most: Vec<String> = result.requests.iter().take(5).map(|(request, count)| format!("{request} {count}")).collect();
+        println!("    {:<16} {total:>6} of {:>7} ({})", result.scheduler.label(), result.all_requests, most.join(", "));
     }
     let rate = |scheduler: Scheduler| results.iter().find(|result| result.scheduler == scheduler).map(|result| result.pods_per_second);
     if let (Some(wasm), Some(native)) = (rate(Scheduler::Wasp), rate(Scheduler::WaspNative)) {

@@ -21,6 +21,10 @@ pub const SCHEDULER_EVENTS_IN_FLIGHT: usize = 16;
 /// have waited as long.
 pub const LOOP_IN_FLIGHT: usize = 16;
 
+/// How wasp names itself to the API server (kube-rs sends no `User-Agent` of its own): the audit log, the API
+/// server's logs and its request metrics tell wasp's requests apart from other clients of the same identity.
+pub const USER_AGENT: &str = concat!("wasp/", env!("CARGO_PKG_VERSION"));
+
 /// A kube client and a request budget.
 #[derive(Clone)]
 pub struct ApiClient {
@@ -38,9 +42,10 @@ impl ApiClient {
         ApiClient { client: self.client.clone(), in_flight: Arc::new(tokio::sync::Semaphore::new(permits)) }
     }
 
-    /// A client for `config` with kube's own retries off.
+    /// A client for `config` with kube's own retries off, sending wasp's [`USER_AGENT`].
     pub fn from_config(mut config: kube::Config) -> anyhow::Result<ApiClient> {
         config.default_retry = false;
+        config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
         Ok(ApiClient::new(kube::Client::try_from(config).context("building the API client")?))
     }
 
