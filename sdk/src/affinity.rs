@@ -2,7 +2,7 @@
 
 use crate::cluster::{Cluster, NodeInfo, PodInfo};
 use crate::index::TermGroup;
-use crate::matching::label;
+use crate::matching::{label, same_text};
 use crate::types::{Pod, PodAffinity, PodAffinityTerm};
 
 impl PodAffinityTerm {
@@ -12,9 +12,9 @@ impl PodAffinityTerm {
     /// matches; and its labels match the label selector (a term without one selects no pod).
     pub fn selects(&self, owner_namespace: &str, target: &Pod, target_namespace_labels: &[(String, String)]) -> bool {
         let in_namespace = if self.namespaces.is_empty() && self.namespace_selector.is_none() {
-            target.namespace == owner_namespace
+            same_text(&target.namespace, owner_namespace)
         } else {
-            self.namespaces.iter().any(|namespace| *namespace == target.namespace)
+            self.namespaces.iter().any(|namespace| same_text(namespace, &target.namespace))
                 || self.namespace_selector.as_ref().is_some_and(|selector| selector.matches(target_namespace_labels))
         };
         in_namespace && self.label_selector.as_ref().is_some_and(|selector| selector.matches(&target.labels))

@@ -7,9 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::affinity::required;
-use wasp_sdk::collections::FastHashMap;
+use wasp_sdk::collections::{FastHashMap, Text};
 use wasp_sdk::index::TermKind;
-use wasp_sdk::matching::label;
+use wasp_sdk::matching::{label, same_text};
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::types::{FilterResult, NodeId, Pod, PodAffinityTerm, PodId, ViewScope};
 use wasp_sdk::{LabelScope, PodFacts, Cluster, Filter, NodeInfo, Policy, Score, Verdict, NodeFacts};
@@ -54,30 +54,39 @@ impl Policy for InterPodAffinity {
     }
 }
 
-/// Pods per topology domain: `(topology key, value)` -> count or score.
-type Domains<'a> = FastHashMap<(&'a str, &'a str), i64>;
+/// Pods (or score) per topology domain: for each topology key, a count per value of that key. The keys are the
+/// terms' topology keys, a few; the values many (a hostname per node): a lookup finds its key in a short list
+/// and hashes and compares only the value (`Text`: eight bytes at a time, where `==` would call the guest's
+/// byte-by-byte `memcmp`).
+#[derive(Default)]
+struct Domains<'a> {
+    by_key: Vec<(&'a str, FastHashMap<Text<'a>, i64>)>,
+}
 
-/// The topology keys `domains` counts in: a node is looked up by these (usually one or two), not by each of its
-/// labels. Gathered without sorting the thousands of entries: the keys are the terms' own strings, so the same
-/// key is mostly the same pointer.
-fn keys<'a>(domains: &Domains<'a>) -> Vec<&'a str> {
-    let mut keys: Vec<&str> = Vec::new();
-    for (key, _) in domains.keys() {
-        if !keys.iter().any(|known| std::ptr::eq(*known, *key) || known == key) {
-            keys.push(key);
-        }
+impl<'a> Domains<'a> {
+    fn values_of(&mut self, key: &'a str) -> &mut FastHashMap<Text<'a>, i64> {
+        let index = match self.by_key.iter().position(|(known, _)| same_text(known, key)) {
+            Some(index) => index,
+            None => {
+                self.by_key.push((key, FastHashMap::default()));
+                self.by_key.len() - 1
+            }
+        };
+        &mut self.by_key[index].1
     }
-    keys
-}
 
-/// The sum of `domains` over the node's domains for `keys`.
-fn node_total(domains: &Domains, keys: &[&str], node: &NodeInfo) -> i64 {
-    keys.iter().filter_map(|key| label(&node.node.labels, key).and_then(|value| domains.get(&(*key, value)))).sum()
-}
+    /// The count of the domain `(key, value)`, 0 when nothing was counted there.
+    fn get(&self, key: &str, value: &str) -> i64 {
+        self.by_key.iter().find(|(known, _)| same_text(known, key)).and_then(|(_, values)| values.get(&Text(value))).copied().unwrap_or(0)
+    }
 
-fn add<'a>(domains: &mut Domains<'a>, term: &'a PodAffinityTerm, node: &'a NodeInfo, amount: i64) {
-    if let Some(value) = term.domain(node) {
-        *domains.entry((term.topology_key.as_str(), value)).or_default() += amount;
+    fn is_empty(&self) -> bool {
+        self.by_key.iter().all(|(_, values)| values.is_empty())
+    }
+
+    /// The node's domains, one per key the node has a label for, with their counts.
+    fn of_node<'n>(&'n self, node: &'n NodeInfo) -> impl Iterator<Item = i64> + 'n {
+        self.by_key.iter().filter_map(|(key, values)| label(&node.node.labels, key).and_then(|value| values.get(&Text(value))).copied())
     }
 }
 
@@ -89,19 +98,16 @@ struct Counts<'a> {
     affinity: Domains<'a>,
     /// Pods selected by one of the incoming pod's required anti-affinity terms, per domain.
     anti: Domains<'a>,
-    /// The topology keys of `existing_anti`.
-    existing_anti_keys: Vec<&'a str>,
 }
 
 fn count<'a>(pod: &'a Pod, cluster: &'a Cluster) -> Counts<'a> {
     let (affinity_terms, anti_terms) = (required(&pod.pod_affinity), required(&pod.pod_anti_affinity));
-    let mut counts = Counts { existing_anti: Domains::default(), affinity: Domains::default(), anti: Domains::default(), existing_anti_keys: Vec::new() };
+    let mut counts = Counts { existing_anti: Domains::default(), affinity: Domains::default(), anti: Domains::default() };
     for group in cluster.affinity_term_groups().filter(|group| group.kind == TermKind::RequiredAntiAffinity) {
         if cluster.group_selects(group, pod) {
             add_each(&mut counts.existing_anti, &group.term, cluster, group.pods.iter().copied(), 1);
         }
     }
-    counts.existing_anti_keys = keys(&counts.existing_anti);
     // Pods matching all of the required affinity terms are among those the first one selects.
     if let Some((first, others)) = affinity_terms.split_first() {
         let matching: Vec<PodId> =
@@ -118,9 +124,12 @@ fn count<'a>(pod: &'a Pod, cluster: &'a Cluster) -> Counts<'a> {
 
 /// Adds `amount` to the domain of each pod's node for `term`.
 fn add_each<'a>(domains: &mut Domains<'a>, term: &'a PodAffinityTerm, cluster: &'a Cluster, pods: impl Iterator<Item = PodId>, amount: i64) {
+    let values = domains.values_of(&term.topology_key);
+    // Sized once: growing a map of thousands of hostnames rehashed every key at each doubling.
+    values.reserve(pods.size_hint().0);
     for id in pods {
-        if let Some(node) = cluster.pod(id).and_then(|bound| cluster.node(bound.node)) {
-            add(domains, term, node, amount);
+        if let Some(value) = cluster.pod(id).and_then(|bound| cluster.node(bound.node)).and_then(|node| term.domain(node)) {
+            *values.entry(Text(value)).or_default() += amount;
         }
     }
 }
@@ -131,14 +140,11 @@ impl Counts<'_> {
         if !self.satisfies_affinity(pod, node, cluster) {
             return Verdict::reject(AFFINITY_NOT_MATCH);
         }
-        let in_domain = |counts: &Domains, term: &PodAffinityTerm| {
-            term.domain(node).is_some_and(|value| counts.get(&(term.topology_key.as_str(), value)).is_some_and(|count| *count > 0))
-        };
-        if !self.anti.is_empty() && required(&pod.pod_anti_affinity).iter().any(|term| in_domain(&self.anti, term)) {
+        let in_domain = |term: &PodAffinityTerm| term.domain(node).is_some_and(|value| self.anti.get(&term.topology_key, value) > 0);
+        if !self.anti.is_empty() && required(&pod.pod_anti_affinity).iter().any(in_domain) {
             return Verdict::reject(ANTI_AFFINITY_NOT_MATCH);
         }
-        let repelled = |key: &&str| label(&node.node.labels, key).is_some_and(|value| self.existing_anti.get(&(*key, value)).is_some_and(|count| *count > 0));
-        if self.existing_anti_keys.iter().any(repelled) {
+        if self.existing_anti.of_node(node).any(|count| count > 0) {
             return Verdict::reject(EXISTING_ANTI_AFFINITY_NOT_MATCH);
         }
         Verdict::Pass
@@ -149,7 +155,7 @@ impl Counts<'_> {
         let mut pods_exist = true;
         for term in terms {
             let Some(value) = term.domain(node) else { return false };
-            if self.affinity.get(&(term.topology_key.as_str(), value)).is_none_or(|count| *count <= 0) {
+            if self.affinity.get(&term.topology_key, value) <= 0 {
                 pods_exist = false;
             }
         }
@@ -221,8 +227,7 @@ impl Score for InterPodAffinity {
         if scores.is_empty() {
             return vec![0; candidates.len()];
         }
-        let keys = keys(&scores);
-        let raw: Vec<i64> = candidates.iter().map(|&id| cluster.node(id).map_or(0, |node| node_total(&scores, &keys, node))).collect();
+        let raw: Vec<i64> = candidates.iter().map(|&id| cluster.node(id).map_or(0, |node| scores.of_node(node).sum())).collect();
         let (lowest, highest) = (raw.iter().copied().min().unwrap_or(0), raw.iter().copied().max().unwrap_or(0));
         let spread = highest - lowest;
         raw.iter()
