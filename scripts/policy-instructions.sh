@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Instructions per call of one scheduling policy (inter-pod-affinity unless named), in the sandbox and compiled
 # natively, over the fixed workload of host/benches/policy_instructions.rs (scheduler_perf's anti-affinity
-# cluster), counted by valgrind's callgrind. Wall time on this shared machine moves by a third from run to run;
+# cluster, or `--workload topology-spreading`), counted by valgrind's callgrind. Wall time on this shared machine moves by a third from run to run;
 # these counts decide whether a change to a policy, the SDK or the host's calls helps.
-#   scripts/policy-instructions.sh [POLICY [--nodes N] [--pods M] [--calls K]]
+#   scripts/policy-instructions.sh [POLICY [--nodes N] [--pods M] [--calls K] [--workload NAME]]
 # After scripts/build-policies.sh. Callgrind's files stay in target/callgrind/ for callgrind_annotate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,12 +21,19 @@ binary=$(sed -n 's/.*Executable .*(\(.*policy_instructions-[0-9a-f]*\)).*/\1/p' 
 [[ -x "$binary" ]] || { echo "no policy_instructions binary named in target/callgrind/build.log" >&2; exit 1; }
 # Outside valgrind first: the component is compiled into the cache once (cranelift under valgrind takes minutes).
 "$binary" --policy "$policy" --calls 1 "$@" > /dev/null
+# Callgrind's files are named by policy and workload.
+workload=anti-affinity
+previous=
+for arg in "$@"; do
+  [[ $previous == --workload ]] && workload=$arg
+  previous=$arg
+done
 declare -A per_call
 for build in wasm native; do
   flags=(--policy "$policy")
   [[ $build == native ]] && flags+=(--native)
-  out=target/callgrind/$policy.$build.out
-  log=target/callgrind/$policy.$build.log
+  out=target/callgrind/$policy.$workload.$build.out
+  log=target/callgrind/$policy.$workload.$build.log
   summary=$(valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect='*policy_instructions::measured*' \
     "$binary" "${flags[@]}" "$@" 2> "$log") || { echo "valgrind failed: see $log" >&2; exit 1; }
   calls=$(sed -n 's/.*: \([0-9]*\) calls of filter.*/\1/p' <<< "$summary")

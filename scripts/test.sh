@@ -27,10 +27,11 @@ cargo test --workspace --no-fail-fast --exclude wasp-allocator --no-default-feat
 # its figures are not the benchmark's (README, "Side by side with kube-scheduler").
 cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --bench side_by_side -- --nodes 100
 # The instruction-count workload (scripts/policy-instructions.sh) on a small cluster: the sandboxed and native
-# builds of a filter that sees pods, a filter and two scores give the same verdicts and scores.
+# builds of two filters that see pods, a filter and two scores give the same verdicts and scores.
 for policy in inter-pod-affinity resources-fit least-allocated balanced-allocation; do
   cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --bench policy_instructions -- --compare --policy "$policy" --nodes 300 --pods 200
 done
+cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --bench policy_instructions -- --compare --policy pod-topology-spread --workload topology-spreading --nodes 300 --pods 200
 # The autoscaling side by side's smoke version (a 1 s sync period: the trace in 44 s per autoscaler): the HPA
 # controller, wasp's hpa and wasp's predictive on the same load; it fails if one of them does not follow the load.
 cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --bench autoscaling_side_by_side -- --sync-period 1

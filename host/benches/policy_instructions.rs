@@ -1,17 +1,19 @@
-//! A fixed workload for instruction counts: one scheduling policy's filter and score calls for one pod, over
-//! scheduler_perf's anti-affinity cluster, in the sandbox or compiled natively. Wall time on this shared machine
+//! A fixed workload for instruction counts: one scheduling policy's filter and score calls for one pod, over a
+//! cluster of one of scheduler_perf's test cases, in the sandbox or compiled natively. Wall time on this shared machine
 //! moves by a third from run to run; the instructions valgrind counts do not, so they decide whether a change to
 //! a policy, the SDK or the host's calls helps.
 //!
 //! `scripts/policy-instructions.sh [POLICY]` builds it, runs it under `valgrind --tool=callgrind` both ways and
 //! prints the instructions per call and their ratio. By hand:
 //! `valgrind --tool=callgrind --toggle-collect='*policy_instructions::measured*' BINARY [--native] [--policy NAME]
-//! [--nodes N] [--pods M] [--calls K]`, counting only the measured calls (loading, compiling and the first sync
-//! of the cluster into the instance are left out).
+//! [--nodes N] [--pods M] [--calls K] [--workload NAME]`, counting only the measured calls (loading, compiling and
+//! the first sync of the cluster into the instance are left out).
 //!
-//! The cluster: `--nodes` nodes (scheduler_perf's node-default: 4 CPUs, 32 GiB, 110 pods) and `--pods` bound pods
-//! of scheduler_perf's pod-with-pod-anti-affinity, one per node on the first nodes, each repelling its own label
-//! per hostname; the pod asked about is one more of them. Each call filters every node, then scores the first
+//! The cluster: `--nodes` nodes (scheduler_perf's node-default: 4 CPUs, 32 GiB, 110 pods) and `--pods` bound pods,
+//! one per node on the first nodes, of the workload's template; the pod asked about is one more of them.
+//! `--workload anti-affinity` (the default): scheduler_perf's pod-with-pod-anti-affinity, each pod repelling its
+//! own label per hostname. `--workload topology-spreading`: its pod-with-topology-spreading (`maxSkew: 5` over
+//! zones), on nodes in three zones as TopologySpreading labels them. Each call filters every node, then scores the first
 //! 500 feasible ones (kube-scheduler's share at 5000 nodes), as far as the policy filters and scores.
 //! `--compare` instead checks that both builds give the same verdicts and scores (scripts/test.sh runs it on a
 //! small cluster, so the workload keeps working).
@@ -29,6 +31,7 @@ use wasp::runtime::Runtime;
 
 fn main() {
     let (mut native_build, mut compare, mut policy_name, mut nodes, mut pods, mut calls) = (false, false, "inter-pod-affinity".to_string(), 5000, 3000, 10);
+    let mut workload = Workload::AntiAffinity;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut number = |flag: &str| args.next().and_then(|value| value.parse::<usize>().ok()).unwrap_or_else(|| panic!("{flag} takes a number"));
@@ -39,13 +42,14 @@ fn main() {
             "--pods" => pods = number("--pods"),
             "--calls" => calls = number("--calls"),
             "--policy" => policy_name = args.next().expect("--policy takes a policy of the default set"),
+            "--workload" => workload = Workload::named(&args.next().expect("--workload takes a name")),
             "--bench" => {}
-            other => panic!("unknown argument {other:?}: --native, --compare, --policy NAME, --nodes N, --pods M, --calls K"),
+            other => panic!("unknown argument {other:?}: --native, --compare, --policy NAME, --nodes N, --pods M, --calls K, --workload NAME"),
         }
     }
     assert!(pods <= nodes, "one bound pod per node: --pods {pods} is more than --nodes {nodes}");
-    let cluster = anti_affinity_cluster(nodes, pods);
-    let pod = anti_affinity_pod(pods);
+    let cluster = workload.cluster(nodes, pods);
+    let pod = workload.pod(pods);
     let candidates = cluster.node_ids();
     let wasm = component(&policy_name);
     let kinds = Kinds { filter: wasm.implements(PolicyKind::Filter), score: wasm.implements(PolicyKind::Score) };
@@ -123,33 +127,69 @@ fn measured(policy: &dyn SchedulingPolicy, kinds: Kinds, cluster: &ClusterState,
     }
 }
 
-fn anti_affinity_cluster(nodes: usize, pods: usize) -> ClusterState {
-    let mut cluster = ClusterState::new();
-    for index in 0..nodes {
-        let name = format!("scheduler-perf-{index}");
-        let node = serde_json::json!({
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "status": {"capacity": {"pods": "110", "cpu": "4", "memory": "32Gi"}, "allocatable": {"pods": "110", "cpu": "4", "memory": "32Gi"},
-                       "conditions": [{"type": "Ready", "status": "True"}]},
-        });
-        cluster.upsert_node(wasp::cluster::convert::node(&serde_json::from_value(node).unwrap()).unwrap());
-    }
-    for index in 0..pods {
-        cluster.upsert_pod(anti_affinity_pod(index), &format!("scheduler-perf-{index}"));
-    }
-    cluster
+/// The test case whose node labels and pod template make the cluster.
+#[derive(Clone, Copy)]
+enum Workload {
+    AntiAffinity,
+    TopologySpreading,
 }
 
-/// scheduler_perf's pod-with-pod-anti-affinity, number `index`.
-fn anti_affinity_pod(index: usize) -> Pod {
-    let pod = serde_json::json!({
-        "metadata": {"name": format!("anti-affinity-pod-{index}"), "namespace": "sched-1", "uid": format!("uid-{index}"), "labels": {"color": "green"}},
-        "spec": {
-            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"color": "green"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": ["sched-1", "sched-0"]}]}},
+impl Workload {
+    fn named(name: &str) -> Workload {
+        match name {
+            "anti-affinity" => Workload::AntiAffinity,
+            "topology-spreading" => Workload::TopologySpreading,
+            other => panic!("no workload {other:?}: anti-affinity or topology-spreading"),
+        }
+    }
+
+    fn cluster(self, nodes: usize, pods: usize) -> ClusterState {
+        let mut cluster = ClusterState::new();
+        for index in 0..nodes {
+            let name = format!("scheduler-perf-{index}");
+            let mut labels = serde_json::json!({"kubernetes.io/hostname": name});
+            if let Workload::TopologySpreading = self {
+                // TopologySpreading's labelNodePrepareStrategy: moon-1, moon-2, moon-3 in turn.
+                labels["topology.kubernetes.io/zone"] = format!("moon-{}", index % 3 + 1).into();
+            }
+            let node = serde_json::json!({
+                "metadata": {"name": name, "labels": labels},
+                "status": {"capacity": {"pods": "110", "cpu": "4", "memory": "32Gi"}, "allocatable": {"pods": "110", "cpu": "4", "memory": "32Gi"},
+                           "conditions": [{"type": "Ready", "status": "True"}]},
+            });
+            cluster.upsert_node(wasp::cluster::convert::node(&serde_json::from_value(node).unwrap()).unwrap());
+        }
+        for index in 0..pods {
+            cluster.upsert_pod(self.pod(index), &format!("scheduler-perf-{index}"));
+        }
+        cluster
+    }
+
+    /// The template's pod number `index`.
+    fn pod(self, index: usize) -> Pod {
+        let (name, labels, placement) = match self {
+            Workload::AntiAffinity => (
+                "anti-affinity-pod",
+                serde_json::json!({"color": "green"}),
+                serde_json::json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"color": "green"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": ["sched-1", "sched-0"]}]}}}),
+            ),
+            Workload::TopologySpreading => (
+                "spreading-pod",
+                serde_json::json!({"color": "blue"}),
+                serde_json::json!({"topologySpreadConstraints": [
+                    {"maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"color": "blue"}}}]}),
+            ),
+        };
+        let mut spec = serde_json::json!({
             "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.2", "ports": [{"containerPort": 80}],
                             "resources": {"limits": {"cpu": "100m", "memory": "500Mi"}, "requests": {"cpu": "100m", "memory": "500Mi"}}}],
-        },
-    });
-    wasp::cluster::convert::pod(&serde_json::from_value(pod).unwrap()).unwrap()
+        });
+        spec.as_object_mut().unwrap().extend(placement.as_object().unwrap().clone());
+        let pod = serde_json::json!({
+            "metadata": {"name": format!("{name}-{index}"), "namespace": "sched-1", "uid": format!("uid-{index}"), "labels": labels},
+            "spec": spec,
+        });
+        wasp::cluster::convert::pod(&serde_json::from_value(pod).unwrap()).unwrap()
+    }
 }

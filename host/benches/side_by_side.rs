@@ -110,6 +110,9 @@ fn main() {
         assert_eq!(workload.operations.iter().filter(|operation| matches!(operation, Operation::CreatePods { measured: true, .. })).count(), 1, "{name}: one measured operation");
         let results: Vec<RunResult> = schedulers.iter().map(|scheduler| runtime.block_on(run(&workload, *scheduler))).collect();
         print_table(&workload, &results);
+        for result in results.iter().filter(|result| result.bound_after_error > 0) {
+            println!("  {}: {} pods bound by a binding the API server answered with an error (a timeout under load)", result.scheduler.label(), result.bound_after_error);
+        }
         for result in results.iter().filter(|result| result.check.gone > 0) {
             println!("  {}: {} pods bound, then deleted (preemption's victims)", result.scheduler.label(), result.check.gone);
         }
@@ -514,7 +517,10 @@ struct RunResult {
     check: Check,
     /// The scheduler's requests while it placed the measured pods, per `verb resource[/subresource]`, most first.
     requests: Vec<(String, usize)>,
-    /// Every client's requests over the same span (kwok's heartbeats, the controllers, the scheduler).
+    /// Pods bound by a binding the API server answered with an error (see `run`).
+    bound_after_error: usize,
+    /// Every audited request over the same span: the scheduler's, the controllers', the benchmark's (not kwok's
+    /// heartbeats, which the control plane's audit policy leaves out).
     all_requests: usize,
 }
 
@@ -617,11 +623,22 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
     // From the API server's record: when each pod's creation and each binding were received (the order the
     // placement check replays).
     let audit = plane.audit();
-    let mut bindings: Vec<(String, SystemTime)> = audit
-        .iter()
-        .filter(|event| event.subresource() == "binding" && event.verb() == "create" && event.code() == 201)
-        .map(|event| (format!("{}/{}", event.namespace(), event.name()), received(event)))
-        .collect();
+    let mut accepted: HashMap<String, SystemTime> = HashMap::new();
+    let mut failed: HashMap<String, SystemTime> = HashMap::new();
+    for event in audit.iter().filter(|event| event.subresource() == "binding" && event.verb() == "create") {
+        let pod = format!("{}/{}", event.namespace(), event.name());
+        match event.code() {
+            201 => accepted.insert(pod, received(event)),
+            code if code >= 500 => failed.insert(pod, received(event)),
+            _ => None,
+        };
+    }
+    // Under load the API server can answer a binding with an error (a timeout) after etcd applied it: the pod is
+    // bound and no accepted binding names it. Its last failed attempt stands for its binding.
+    let placements = bound.placements();
+    let bound_after_error: Vec<(String, SystemTime)> =
+        failed.into_iter().filter(|(pod, _)| !accepted.contains_key(pod) && placements.contains_key(pod)).collect();
+    let mut bindings: Vec<(String, SystemTime)> = accepted.into_iter().chain(bound_after_error.iter().cloned()).collect();
     bindings.sort_by_key(|(_, received)| *received);
     let order: Vec<&str> = bindings.iter().map(|(name, _)| name.as_str()).collect();
     let check = check_placements(&plane, &order);
@@ -632,7 +649,10 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
         .collect();
     assert_eq!(created_at.len(), LATENCY_PODS, "the audit log names every pod created");
     let bindings: HashMap<String, SystemTime> = bindings.into_iter().collect();
-    let measured_times: Vec<SystemTime> = measured.iter().map(|name| *bindings.get(name).unwrap_or_else(|| panic!("no binding of {name} in the audit log"))).collect();
+    let measured_times: Vec<SystemTime> = measured.iter().map(|name| *bindings.get(name).unwrap_or_else(|| {
+            let attempts: Vec<u64> = audit.iter().filter(|event| event.subresource() == "binding" && format!("{}/{}", event.namespace(), event.name()) == *name).map(AuditEvent::code).collect();
+            panic!("no binding of {name} in the audit log (its binding requests' codes: {attempts:?}; bound: {:?})", placements.get(name))
+        })).collect();
     let first = *measured_times.iter().min().unwrap();
     let last = *measured_times.iter().max().unwrap();
     let span = last.duration_since(first).unwrap_or_default().as_secs_f64().max(0.001);
@@ -648,14 +668,17 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
     let in_span: Vec<&AuditEvent> = audit.iter().filter(|event| placing.contains(&received(event))).collect();
     let mut requests: HashMap<String, usize> = HashMap::new();
     for event in in_span.iter().filter(|event| event.0["userAgent"].as_str().unwrap_or("").starts_with(scheduler.user_agent())) {
-        let resource = [event.resource(), event.subresource()].into_iter().filter(|part| !part.is_empty()).collect::<Vec<_>>().join("/");
+        // Discovery and other requests for no resource by their path.
+        let resource = match event.resource() {
+            "" => event.uri().split('?').next().unwrap_or_default().to_string(),
+            resource => [resource, event.subresource()].into_iter().filter(|part| !part.is_empty()).collect::<Vec<_>>().join("/"),
+        };
         *requests.entry(format!("{} {resource}", event.verb())).or_default() += 1;
     }
     let mut requests: Vec<(String, usize)> = requests.into_iter().collect();
     requests.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
 
     // Where the measured pods went.
-    let placements = bound.placements();
     let nodes = Api::<Node>::all(client.clone()).list(&Default::default()).await.unwrap().items;
     let zone_of: HashMap<String, Option<String>> = nodes
         .iter()
@@ -682,6 +705,7 @@ async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
         check,
         requests,
         all_requests: in_span.len(),
+        bound_after_error: bound_after_error.len(),
     }
 }
 

@@ -3,9 +3,9 @@
 //! score and the rescheduler's strategy, so they agree on what "spread" means.
 
 use crate::cluster::{Cluster, NodeInfo};
-use crate::matching::first_untolerated_taint;
+use crate::collections::FastHashMap;
+use crate::matching::{first_untolerated_taint, same_text};
 use crate::types::{InclusionPolicy, LabelSelector, Pod, SelectorOperator, SelectorRequirement, TaintEffect, TopologySpreadConstraint};
-use std::collections::HashMap;
 
 /// The constraint's selector with `matchLabelKeys` folded in from `pod`'s labels.
 pub fn resolved_selector(pod: &Pod, constraint: &TopologySpreadConstraint) -> LabelSelector {
@@ -39,8 +39,8 @@ pub fn domain_counts<'a>(
     constraint: &TopologySpreadConstraint,
     selector: &LabelSelector,
     keys: &[&str],
-) -> HashMap<&'a str, i64> {
-    let mut counts = HashMap::new();
+) -> FastHashMap<&'a str, i64> {
+    let mut counts = FastHashMap::default();
     // The domain of each eligible node, by node id; then only the pods the selector names are read.
     let mut domains: Vec<Option<&'a str>> = Vec::new();
     for node in cluster.nodes().filter(|node| eligible(pod, constraint, node, keys)) {
@@ -52,7 +52,7 @@ pub fn domain_counts<'a>(
         }
         domains[index] = Some(domain);
     }
-    for bound in cluster.pods_matching(selector).filter(|bound| bound.pod.namespace == pod.namespace && !bound.pod.terminating) {
+    for bound in cluster.pods_matching(selector).filter(|bound| same_text(&bound.pod.namespace, &pod.namespace) && !bound.pod.terminating) {
         if let Some(domain) = domains.get(bound.node as usize).copied().flatten() {
             *counts.entry(domain).or_insert(0) += 1;
         }

@@ -45,7 +45,7 @@ async fn explain(args: ExplainArgs) -> anyhow::Result<()> {
         Some(_) => anyhow::bail!("{:?}: expected NAMESPACE/NAME or NAME", args.object),
         None => format!("{}/{}", args.namespace.as_deref().unwrap_or(&config.default_namespace), args.object),
     };
-    let client = crate::kube::client::ApiClient::from_config(config.clone())?.client;
+    let client = crate::kube::client::ApiClient::from_config(config.clone()).context("connecting to the API server")?.client;
     let leader = find_leader(client, &args.lease_namespace, &args.lease_name).await?;
     let path = format!("/explain/{}/{key}", args.kind.path());
     let record = match ask(&config, &leader, &path).await? {

@@ -125,8 +125,9 @@ fn count<'a>(pod: &'a Pod, cluster: &'a Cluster) -> Counts<'a> {
 /// Adds `amount` to the domain of each pod's node for `term`.
 fn add_each<'a>(domains: &mut Domains<'a>, term: &'a PodAffinityTerm, cluster: &'a Cluster, pods: impl Iterator<Item = PodId>, amount: i64) {
     let values = domains.values_of(&term.topology_key);
-    // Sized once: growing a map of thousands of hostnames rehashed every key at each doubling.
-    values.reserve(pods.size_hint().0);
+    // Sized once (a domain per node at most): growing a map of thousands of hostnames rehashed every key at each
+    // doubling.
+    values.reserve(pods.size_hint().0.min(cluster.node_count()));
     for id in pods {
         if let Some(value) = cluster.pod(id).and_then(|bound| cluster.node(bound.node)).and_then(|node| term.domain(node)) {
             *values.entry(Text(value)).or_default() += amount;

@@ -3,7 +3,7 @@
 //! nodes in domains with fewer matching pods for `ScheduleAnyway` constraints. Counts are computed once per pod
 //! over the nodes eligible under `nodeAffinityPolicy` and `nodeTaintsPolicy`.
 
-use std::collections::HashMap;
+use wasp_sdk::collections::FastHashMap;
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::spread::{domain_counts, resolved_selector};
 use wasp_sdk::types::{FilterResult, LabelSelector, NodeId, Pod, TopologySpreadConstraint, UnsatisfiableAction, ViewScope};
@@ -31,17 +31,17 @@ struct Counted<'a> {
     constraint: &'a TopologySpreadConstraint,
     selector: LabelSelector,
     /// Matching pods per topology value, over eligible nodes; domains with no pods are present with 0.
-    counts: HashMap<&'a str, i64>,
+    counts: FastHashMap<&'a str, i64>,
+    /// The smallest domain count, or 0 when there are fewer domains than `minDomains`: counted once per call, not
+    /// per node (spread by hostname, each node's verdict would read every domain).
+    global_minimum: i64,
 }
 
-impl Counted<'_> {
-    /// The smallest domain count, or 0 when there are fewer domains than `minDomains`.
-    fn global_minimum(&self) -> i64 {
-        let domains = self.counts.len() as i64;
-        if self.constraint.min_domains.is_some_and(|min| domains < min as i64) {
-            return 0;
-        }
-        self.counts.values().copied().min().unwrap_or(0)
+impl<'a> Counted<'a> {
+    fn new(constraint: &'a TopologySpreadConstraint, selector: LabelSelector, counts: FastHashMap<&'a str, i64>) -> Counted<'a> {
+        let too_few_domains = constraint.min_domains.is_some_and(|min| (counts.len() as i64) < min as i64);
+        let global_minimum = if too_few_domains { 0 } else { counts.values().copied().min().unwrap_or(0) };
+        Counted { constraint, selector, counts, global_minimum }
     }
 }
 
@@ -52,7 +52,7 @@ fn count<'a>(pod: &Pod, cluster: &'a Cluster, constraints: Vec<&'a TopologySprea
         .map(|constraint| {
             let selector = resolved_selector(pod, constraint);
             let counts = domain_counts(pod, cluster, constraint, &selector, &keys);
-            Counted { constraint, selector, counts }
+            Counted::new(constraint, selector, counts)
         })
         .collect()
 }
@@ -69,7 +69,7 @@ impl PodTopologySpread {
             };
             let self_match = i64::from(entry.selector.matches(&pod.labels));
             let in_domain = entry.counts.get(domain).copied().unwrap_or(0);
-            if in_domain + self_match - entry.global_minimum() > entry.constraint.max_skew as i64 {
+            if in_domain + self_match - entry.global_minimum > entry.constraint.max_skew as i64 {
                 return Verdict::reject(NOT_MATCH);
             }
         }
