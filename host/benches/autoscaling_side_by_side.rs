@@ -1,7 +1,7 @@
 //! The HPA controller and wasp's autoscaler side by side on one real control plane, in one run (issue "Side by
 //! side", autoscaling).
 //!
-//! `cargo bench -p wasp --bench autoscaling_side_by_side [-- --sync-period SECONDS]`, after
+//! `cargo bench -p wasp --bench autoscaling_side_by_side [-- --sync-period SECONDS] [--autoscaler NAME]...`, after
 //! `scripts/build-policies.sh` and `scripts/build-controlplane.sh`.
 //!
 //! One Deployment (pods asking 200m CPU) and one load trace (ramp, plateau, spike, seeded noise, drop), replayed
@@ -18,6 +18,8 @@
 //! `--sync-period` replays the trace faster; `--sync-period 1` is the smoke version `scripts/test.sh` runs. The
 //! HPA's own clocks (the 5-minute CPU initialization period, the 30 s readiness delay, the metrics' 30 s
 //! window) do not scale: both autoscalers keep them, so a shortened run still compares like with like.
+//! `--autoscaler` (hpa-controller, hpa, predictive; repeatable) runs only those, to try a policy's change in a
+//! third of the time: the trace and the environment replay exactly, so an earlier run's figures still compare.
 
 #[allow(dead_code)] // the benchmark uses the control plane, not every helper the tests use
 #[path = "../../tests/common/control_plane.rs"]
@@ -48,14 +50,23 @@ fn repo_root() -> PathBuf {
 
 fn main() {
     let mut sync_seconds: u32 = 15;
+    let mut chosen = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--sync-period" => sync_seconds = args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--sync-period takes whole seconds"),
+            "--autoscaler" => {
+                let name = args.next().unwrap_or_default();
+                let autoscaler = Autoscaler::ALL.into_iter().find(|autoscaler| autoscaler.name() == name);
+                chosen.push(autoscaler.unwrap_or_else(|| panic!("--autoscaler {name:?}: one of hpa-controller, hpa, predictive")));
+            }
             // `cargo bench` passes `--bench`.
             "--bench" => {}
-            other => panic!("unknown argument {other:?}: --sync-period SECONDS"),
+            other => panic!("unknown argument {other:?}: --sync-period SECONDS, --autoscaler NAME"),
         }
+    }
+    if chosen.is_empty() {
+        chosen = Autoscaler::ALL.to_vec();
     }
     let trace = Trace::recorded();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -64,7 +75,7 @@ fn main() {
         trace.millis.len(),
         tick(sync_seconds).as_secs_f64() * 1000.0,
     );
-    let runs: Vec<Run> = [Autoscaler::Hpa, Autoscaler::WaspHpa, Autoscaler::WaspPredictive].into_iter().map(|autoscaler| runtime.block_on(run(autoscaler, &trace, sync_seconds))).collect();
+    let runs: Vec<Run> = chosen.into_iter().map(|autoscaler| runtime.block_on(run(autoscaler, &trace, sync_seconds))).collect();
     report(&trace, &runs);
     // The harness works only if every autoscaler followed the load up and back down.
     for run in &runs {
@@ -132,6 +143,17 @@ enum Autoscaler {
 }
 
 impl Autoscaler {
+    const ALL: [Autoscaler; 3] = [Autoscaler::Hpa, Autoscaler::WaspHpa, Autoscaler::WaspPredictive];
+
+    /// The name `--autoscaler` takes.
+    fn name(self) -> &'static str {
+        match self {
+            Autoscaler::Hpa => "hpa-controller",
+            Autoscaler::WaspHpa => "hpa",
+            Autoscaler::WaspPredictive => "predictive",
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Autoscaler::Hpa => "HPA controller",
@@ -321,6 +343,8 @@ fn report(trace: &Trace, runs: &[Run]) {
         header.push_str(&format!("  {:>15}", run.autoscaler.label()));
     }
     println!("{header}");
+    let controller = runs.iter().find(|run| run.autoscaler == Autoscaler::Hpa);
+    let wasp_hpa = runs.iter().find(|run| run.autoscaler == Autoscaler::WaspHpa);
     let mut differences = BTreeMap::new();
     for end in (TICKS_PER_SYNC - 1..trace.millis.len() as u32).step_by(TICKS_PER_SYNC as usize) {
         let millis = trace.millis[end as usize];
@@ -330,8 +354,11 @@ fn report(trace: &Trace, runs: &[Run]) {
         }
         println!("{line}");
         // The first sync is where the two start from different phases of their clocks.
-        if end >= 2 * TICKS_PER_SYNC - 1 && runs[0].samples[end as usize].desired != runs[1].samples[end as usize].desired {
-            differences.insert(end, (runs[0].samples[end as usize].desired, runs[1].samples[end as usize].desired));
+        if let (Some(controller), Some(wasp)) = (controller, wasp_hpa) {
+            let (controller, wasp) = (controller.samples[end as usize].desired, wasp.samples[end as usize].desired);
+            if end >= 2 * TICKS_PER_SYNC - 1 && controller != wasp {
+                differences.insert(end, (controller, wasp));
+            }
         }
     }
     println!("\n{:<16} {:>16} {:>16} {:>8}", "", "seconds over", "replica-seconds", "ratio");
@@ -340,10 +367,12 @@ fn report(trace: &Trace, runs: &[Run]) {
         let (over, replica_seconds) = cost(trace, run);
         println!("{:<16} {:>16} {:>16} {:>7.2}x", run.autoscaler.label(), over, replica_seconds, replica_seconds as f64 / baseline as f64);
     }
-    println!(
-        "\nwasp hpa against the HPA controller: {} of {} syncs after the first differ{}",
-        differences.len(),
-        trace.millis.len() as u32 / TICKS_PER_SYNC - 1,
-        differences.iter().map(|(end, (hpa, wasp))| format!("\n  t={end}s: HPA {hpa}, wasp {wasp}")).collect::<String>()
-    );
+    if controller.is_some() && wasp_hpa.is_some() {
+        println!(
+            "\nwasp hpa against the HPA controller: {} of {} syncs after the first differ{}",
+            differences.len(),
+            trace.millis.len() as u32 / TICKS_PER_SYNC - 1,
+            differences.iter().map(|(end, (hpa, wasp))| format!("\n  t={end}s: HPA {hpa}, wasp {wasp}")).collect::<String>()
+        );
+    }
 }

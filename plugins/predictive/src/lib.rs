@@ -2,8 +2,10 @@
 //! them; a reading times the pods it averages over, so adding replicas does not look like a falling load) is
 //! extrapolated `horizon` ahead, by a least-squares line or Holt's double exponential smoothing, and the
 //! replicas that forecast calls for are added before the target is exceeded; the HPA's proposal for today's
-//! reading is the floor. A falling trend never scales down early: scale-down follows the readings, through the
-//! host's stabilization window.
+//! reading is the floor. A trend counts only when the rise it forecasts stands out of the readings' noise (the
+//! method's typical error one reading ahead): replicas bought on noise sit idle, and the stabilization window
+//! then holds them for its whole length. A falling trend never scales down early: scale-down follows the
+//! readings, through the host's stabilization window.
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::autoscaling::{check_tolerance, describe, load_of, propose, replicas_for_load, Tolerance};
@@ -28,12 +30,14 @@ pub struct Settings {
     pub beta: f64,
     /// Readings needed before any forecast.
     pub min_samples: u32,
+    /// How many times the readings' noise a forecast rise must exceed to count; 0 trusts every rising trend.
+    pub trend_over_noise: f64,
     pub tolerance: Tolerance,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { method: Method::Holt, horizon_seconds: 120, alpha: 0.5, beta: 0.5, min_samples: 3, tolerance: Tolerance::default() }
+        Settings { method: Method::Holt, horizon_seconds: 120, alpha: 0.5, beta: 0.5, min_samples: 3, trend_over_noise: 1.0, tolerance: Tolerance::default() }
     }
 }
 
@@ -49,6 +53,7 @@ impl Policy for Predictive {
         horizonSeconds: how far ahead to forecast (default 120, at most 3600)\n\
         alpha, beta: Holt's level and trend smoothing, in (0, 1] (default 0.5, 0.5)\n\
         minSamples: readings needed before forecasting, at least 2 (default 3)\n\
+        trendOverNoise: how many times the readings' noise a forecast rise must exceed, 0 for none (default 1)\n\
         tolerance: relative change ignored, 0 to 1 (default 0.1), or {scaleUp, scaleDown} for each side";
 
     fn new(settings: Settings) -> Result<Self, String> {
@@ -63,34 +68,55 @@ impl Policy for Predictive {
         if settings.min_samples < 2 {
             return Err(format!("minSamples: {} is too few to see a trend (at least 2)", settings.min_samples));
         }
+        if !(settings.trend_over_noise.is_finite() && settings.trend_over_noise >= 0.0) {
+            return Err(format!("trendOverNoise: {} must be a number from 0", settings.trend_over_noise));
+        }
         check_tolerance(settings.tolerance)?;
         Ok(Predictive { settings })
     }
 }
 
-/// (forecast load at `at`, trend per second) from (time, load) oldest first.
-fn linear(samples: &[(i64, f64)], at: i64) -> (f64, f64) {
+/// A method's view of the readings: the load it expects at the horizon, how fast the load is rising, and how far
+/// the readings stray from what the method expects of them (the same units as the load).
+struct Forecast {
+    load: f64,
+    per_second: f64,
+    noise: f64,
+}
+
+/// A least-squares line through (time, load), oldest first; its noise is the root mean square of the residuals.
+fn linear(samples: &[(i64, f64)], at: i64) -> Forecast {
     let count = samples.len() as f64;
     let mean_t = samples.iter().map(|(time, _)| *time as f64).sum::<f64>() / count;
     let mean_v = samples.iter().map(|(_, load)| load).sum::<f64>() / count;
     let covariance: f64 = samples.iter().map(|(time, load)| (*time as f64 - mean_t) * (load - mean_v)).sum();
     let variance: f64 = samples.iter().map(|(time, _)| (*time as f64 - mean_t).powi(2)).sum();
     let slope = if variance > 0.0 { covariance / variance } else { 0.0 };
-    (mean_v + slope * (at as f64 - mean_t), slope)
+    let line = |time: i64| mean_v + slope * (time as f64 - mean_t);
+    let squares: f64 = samples.iter().map(|(time, load)| (load - line(*time)).powi(2)).sum();
+    Forecast { load: line(at), per_second: slope, noise: (squares / count).sqrt() }
 }
 
-fn holt(samples: &[(i64, f64)], at: i64, alpha: f64, beta: f64) -> (f64, f64) {
+/// Holt's double exponential smoothing over (time, load), oldest first. Its noise is the error of each
+/// one-reading-ahead forecast, squared and smoothed like the level, so a step ages out in a few readings as the
+/// level absorbs it.
+fn holt(samples: &[(i64, f64)], at: i64, alpha: f64, beta: f64) -> Forecast {
     let (first, last) = (samples[0], samples[samples.len() - 1]);
     let step = ((last.0 - first.0) as f64 / (samples.len() - 1) as f64).max(1.0);
     let mut level = first.1;
     let mut trend = samples[1].1 - first.1;
-    for (_, load) in &samples[1..] {
+    let mut squared_error = 0.0;
+    // The first trend is the first difference itself: its own forecast is exact, not evidence of calm.
+    for (index, (_, load)) in samples.iter().enumerate().skip(1) {
+        if index > 1 {
+            squared_error = alpha * (load - (level + trend)).powi(2) + (1.0 - alpha) * squared_error;
+        }
         let previous = level;
         level = alpha * load + (1.0 - alpha) * (level + trend);
         trend = beta * (level - previous) + (1.0 - beta) * trend;
     }
     let steps_ahead = (at - last.0) as f64 / step;
-    (level + trend * steps_ahead, trend / step)
+    Forecast { load: level + trend * steps_ahead, per_second: trend / step, noise: squared_error.sqrt() }
 }
 
 impl Predictive {
@@ -104,12 +130,16 @@ impl Predictive {
             return Ok((now.replicas, format!("{today} ({} of {} readings for a forecast)", samples.len(), self.settings.min_samples)));
         }
         let ahead = request.now + i64::from(self.settings.horizon_seconds);
-        let (forecast, per_second) = match self.settings.method {
+        let Forecast { load: forecast, per_second, noise } = match self.settings.method {
             Method::Linear => linear(&samples, ahead),
             Method::Holt => holt(&samples, ahead, self.settings.alpha, self.settings.beta),
         };
         if per_second <= 0.0 {
             return Ok((now.replicas, format!("{today}; not rising")));
+        }
+        let rise = per_second * (ahead - samples[samples.len() - 1].0) as f64;
+        if rise <= self.settings.trend_over_noise * noise {
+            return Ok((now.replicas, format!("{today}; load rising {per_second:.3}/s, within the readings' noise (±{noise:.3})")));
         }
         let Some(ahead_replicas) = replicas_for_load(metric, forecast, current, self.settings.tolerance) else {
             return Ok((now.replicas, today));
@@ -207,6 +237,28 @@ mod tests {
         assert!(decision.reason.ends_with("not rising"), "{}", decision.reason);
     }
 
+    /// Readings every 15 s ending at t = 15 * (len - 1), per pod on 2 pods.
+    fn every_15s(per_pod: &[f64]) -> Vec<(i64, f64)> {
+        per_pod.iter().enumerate().map(|(step, value)| (step as i64 * 15, *value)).collect()
+    }
+
+    #[test]
+    fn a_rise_within_the_readings_noise_buys_no_replicas() {
+        // Swinging between 8 and 10 per pod, Holt's trend ends slightly up: 20.3 in all in 120 s, 3 pods at a
+        // tolerance of 0. One reading ahead it errs by about 4, far more than that rise.
+        let swinging = every_15s(&[8.0, 10.0, 8.0, 10.0, 8.0, 10.0]);
+        let trusting = build::<Predictive>(r#"{"tolerance": 0, "trendOverNoise": 0}"#).unwrap();
+        assert_eq!(trusting.recommend(&at_time(75, qps(10.0, &swinging))).unwrap().desired_replicas, 3);
+        let policy = build::<Predictive>(r#"{"tolerance": 0}"#).unwrap();
+        let decision = policy.recommend(&at_time(75, qps(10.0, &swinging))).unwrap();
+        assert_eq!(decision.desired_replicas, 2, "{}", decision.reason);
+        assert!(decision.reason.contains("within the readings' noise (±3.9"), "{}", decision.reason);
+        // A ramp as noisy still counts: it rises about 14 in 120 s against the same noise.
+        let noisy_ramp = every_15s(&[4.0, 6.5, 6.0, 8.5, 8.0, 9.9]);
+        let decision = policy.recommend(&at_time(75, qps(9.9, &noisy_ramp))).unwrap();
+        assert_eq!(decision.desired_replicas, 4, "{}", decision.reason);
+    }
+
     #[test]
     fn too_few_readings_fall_back_to_the_hpa_rule() {
         let policy = build::<Predictive>("").unwrap();
@@ -220,6 +272,7 @@ mod tests {
         assert!(build::<Predictive>(r#"{"alpha": 0}"#).err().unwrap().contains("alpha"));
         assert!(build::<Predictive>(r#"{"horizonSeconds": 0}"#).err().unwrap().contains("horizonSeconds"));
         assert!(build::<Predictive>(r#"{"minSamples": 1}"#).err().unwrap().contains("minSamples"));
+        assert!(build::<Predictive>(r#"{"trendOverNoise": -1}"#).err().unwrap().contains("trendOverNoise"));
         assert!(build::<Predictive>(r#"{"method": "arima"}"#).is_err());
     }
 }
