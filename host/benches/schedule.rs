@@ -5,6 +5,10 @@
 //! process (`wasp sim serve`) on the same two cores, so the resident memory printed is the scheduler's alone.
 //! Each run creates the pods pending and times from the scheduler's start (informer sync included) to the last
 //! binding.
+//!
+//! `-- once wasm|native NODES PODS` makes one run of plain pods, for a profiler: under valgrind's callgrind, two
+//! pod counts' difference is the cost of a pod, start-up and informer sync subtracted (compiled policies are
+//! kept under `target/schedule-artifacts`, so only the first run compiles).
 
 mod support;
 
@@ -87,7 +91,7 @@ async fn run(nodes: u32, pods: u32, workload: Workload, build: Build) -> (f64, f
     };
     let simulator = SimulatorProcess::start(&scenario);
     let api = ApiClient::from_config(kube::Config::new(simulator.url.parse().unwrap())).unwrap();
-    let runtime = Runtime::new(None).unwrap();
+    let runtime = Runtime::new(Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/schedule-artifacts"))).unwrap();
     let registry = match build {
         Build::Wasm => PolicyRegistry::new(&runtime, config(), None).unwrap(),
         Build::Native => PolicyRegistry::with_plans(&runtime, config(), support::native::native_plans(&config())),
@@ -109,6 +113,20 @@ async fn run(nodes: u32, pods: u32, workload: Workload, build: Build) -> (f64, f
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|arg| arg == "once") {
+        let usage = "once wasm|native NODES PODS";
+        let build = match args.get(at + 1).map(String::as_str) {
+            Some("wasm") => Build::Wasm,
+            Some("native") => Build::Native,
+            _ => panic!("{usage}"),
+        };
+        let count = |index: usize| args.get(at + index).and_then(|value| value.parse().ok()).unwrap_or_else(|| panic!("{usage}"));
+        let (nodes, pods) = (count(2), count(3));
+        let (rate, resident) = runtime.block_on(run(nodes, pods, Workload::Plain, build));
+        println!("{nodes} nodes, {pods} pods: {rate:.0} pods/s, {resident:.0} MiB");
+        return;
+    }
     // The 50k-pod case runs in a process of its own (this benchmark with `memory`), so that its resident
     // memory is not inflated by the earlier runs' freed but retained heap.
     if std::env::args().any(|arg| arg == "memory") {

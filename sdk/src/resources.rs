@@ -59,12 +59,13 @@ impl ResourceVector {
 
     /// The amount of a resource by its Kubernetes name (`cpu` in millicores, others in base units).
     pub fn get(&self, name: &str) -> u64 {
-        match name {
-            "cpu" => self.cpu_millis,
-            "memory" => self.memory_bytes,
-            "ephemeral-storage" => self.ephemeral_storage_bytes,
-            scalar => self.scalar.get(scalar).copied().unwrap_or(0),
-        }
+        self.amount(&ResourceName::from(name))
+    }
+
+    /// The amount of a resource named once (see [`ResourceName`]).
+    #[inline]
+    pub fn amount(&self, name: &ResourceName) -> u64 {
+        name.pick(self.cpu_millis, self.memory_bytes, self.ephemeral_storage_bytes, |name| self.scalar.get(name).copied().unwrap_or(0))
     }
 
     /// The scoring view: zero CPU or memory counts as kube-scheduler's defaults.
@@ -192,13 +193,55 @@ impl Resources {
     }
 
     /// The amount of a resource by its Kubernetes name, as [`ResourceVector::get`] reads it, without building a
-    /// vector: scoring reads a node's allocatable and usage this way for every candidate.
+    /// vector.
     pub fn get(&self, name: &str) -> u64 {
+        self.amount(&ResourceName::from(name))
+    }
+
+    /// The amount of a resource named once (see [`ResourceName`]): scoring reads a node's allocatable and usage
+    /// this way for every candidate.
+    #[inline]
+    pub fn amount(&self, name: &ResourceName) -> u64 {
+        name.pick(self.cpu_millis, self.memory_bytes, self.ephemeral_storage_bytes, |name| self.scalar(name))
+    }
+}
+
+/// A resource's Kubernetes name, resolved once: reading an amount by it is a field access, where reading by the
+/// name compares strings, for every candidate node and resource of a score (in a sandbox, a call to `memcmp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceName {
+    Cpu,
+    Memory,
+    EphemeralStorage,
+    /// An extended resource (`nvidia.com/gpu`) or any other scalar.
+    Extended(String),
+}
+
+impl ResourceName {
+    /// The one of these amounts this name reads.
+    #[inline]
+    fn pick(&self, cpu: u64, memory: u64, ephemeral_storage: u64, extended: impl FnOnce(&str) -> u64) -> u64 {
+        match self {
+            ResourceName::Cpu => cpu,
+            ResourceName::Memory => memory,
+            ResourceName::EphemeralStorage => ephemeral_storage,
+            ResourceName::Extended(name) => extended(name),
+        }
+    }
+
+    /// CPU and memory: the resources kube-scheduler's scores count with non-zero defaults for pods without requests.
+    pub fn has_scoring_default(&self) -> bool {
+        matches!(self, ResourceName::Cpu | ResourceName::Memory)
+    }
+}
+
+impl From<&str> for ResourceName {
+    fn from(name: &str) -> Self {
         match name {
-            "cpu" => self.cpu_millis,
-            "memory" => self.memory_bytes,
-            "ephemeral-storage" => self.ephemeral_storage_bytes,
-            scalar => self.scalar(scalar),
+            "cpu" => ResourceName::Cpu,
+            "memory" => ResourceName::Memory,
+            "ephemeral-storage" => ResourceName::EphemeralStorage,
+            other => ResourceName::Extended(other.to_string()),
         }
     }
 }

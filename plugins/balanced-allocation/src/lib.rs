@@ -2,13 +2,13 @@
 //! fractions of each resource stay close to each other after placing the pod: `(1 - std) * 100`, where `std` is
 //! the standard deviation of `requested / allocatable` over the configured resources.
 
-use wasp_sdk::resources::{validate_resource_weights, ResourceVector, ResourceWeightSettings};
+use wasp_sdk::resources::{validate_resource_weights, ResourceName, ResourceWeightSettings};
 use wasp_sdk::policy::{scores_for, Normalization};
 use wasp_sdk::types::{NodeId, Pod};
 use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
 
 pub struct BalancedAllocation {
-    resources: Vec<String>,
+    resources: Vec<ResourceName>,
 }
 
 impl Policy for BalancedAllocation {
@@ -19,39 +19,49 @@ impl Policy for BalancedAllocation {
 
     fn new(settings: ResourceWeightSettings) -> Result<Self, String> {
         validate_resource_weights("resources", &settings.resources)?;
-        Ok(BalancedAllocation { resources: settings.resources.into_iter().map(|entry| entry.name).collect() })
+        Ok(BalancedAllocation { resources: settings.resources.iter().map(|entry| ResourceName::from(entry.name.as_str())).collect() })
     }
 }
 
 impl BalancedAllocation {
-    fn score_with(&self, wanted: &ResourceVector, node: &NodeInfo) -> i64 {
+    /// The pod's request of each configured resource, in their order: read once per call, not per node.
+    fn wanted(&self, pod: &Pod) -> Vec<u64> {
+        let requests = pod.requests();
+        self.resources.iter().map(|name| requests.amount(name)).collect()
+    }
+
+    fn score_with(&self, wanted: &[u64], node: &NodeInfo) -> i64 {
         // A pod that requests none of the resources does not change any balance (kube-scheduler skips it).
-        if self.resources.iter().all(|name| wanted.get(name) == 0) {
+        if wanted.iter().all(|amount| *amount == 0) {
             return 0;
         }
         let (allocatable, requested) = (&node.node.allocatable, &node.usage.requested);
-        let fractions: Vec<f64> = self
-            .resources
-            .iter()
-            .filter(|name| allocatable.get(name) > 0)
-            .map(|name| (requested.get(name).saturating_add(wanted.get(name)) as f64 / allocatable.get(name) as f64).min(1.0))
-            .collect();
-        if fractions.is_empty() {
+        // Two passes over the few resources rather than a vector of fractions per node; `f64::min` is a libm call
+        // in a sandbox, a comparison is not.
+        let fractions = || {
+            self.resources.iter().zip(wanted).filter_map(|(name, wanted)| {
+                let capacity = allocatable.amount(name);
+                let fraction = requested.amount(name).saturating_add(*wanted) as f64 / capacity as f64;
+                (capacity > 0).then_some(if fraction > 1.0 { 1.0 } else { fraction })
+            })
+        };
+        let (count, sum) = fractions().fold((0usize, 0.0), |(count, sum), fraction| (count + 1, sum + fraction));
+        if count == 0 {
             return 0;
         }
-        let mean = fractions.iter().sum::<f64>() / fractions.len() as f64;
-        let variance = fractions.iter().map(|fraction| (fraction - mean).powi(2)).sum::<f64>() / fractions.len() as f64;
+        let mean = sum / count as f64;
+        let variance = fractions().map(|fraction| (fraction - mean).powi(2)).sum::<f64>() / count as f64;
         ((1.0 - variance.sqrt()) * 100.0) as i64
     }
 }
 
 impl Score for BalancedAllocation {
     fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
-        self.score_with(&pod.requests(), node)
+        self.score_with(&self.wanted(pod), node)
     }
 
     fn score_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> Vec<u32> {
-        let wanted = pod.requests();
+        let wanted = self.wanted(pod);
         scores_for(cluster, candidates, Normalization::None, |node| self.score_with(&wanted, node))
     }
 }

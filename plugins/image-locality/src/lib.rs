@@ -4,7 +4,8 @@
 //! to [23 MiB, 1000 MiB x containers] and mapped onto 0..=100. Image names are normalized as kube-scheduler does
 //! (`nginx` is `nginx:latest`) and compared with the names the kubelet reports in `status.images`.
 
-use wasp_sdk::types::Pod;
+use wasp_sdk::policy::{scores_for, Normalization};
+use wasp_sdk::types::{NodeId, Pod};
 use wasp_sdk::{Cluster, NodeFacts, NodeInfo, NoSettings, Policy, Score};
 
 const MIB: i64 = 1024 * 1024;
@@ -36,21 +37,53 @@ fn normalized(image: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-impl Score for ImageLocality {
-    fn score(&self, pod: &Pod, node: &NodeInfo, cluster: &Cluster) -> i64 {
+/// The pod's images as every node's score reads them: each name normalized and the share of nodes that have it,
+/// computed once per pod rather than once per node.
+struct PodImages {
+    images: Vec<(String, f64)>,
+    max_threshold: i64,
+}
+
+impl PodImages {
+    fn of(pod: &Pod, cluster: &Cluster) -> PodImages {
         let total_nodes = cluster.node_count().max(1) as f64;
         let containers = pod.init_containers.iter().chain(&pod.containers);
-        let sum: i64 = containers
-            .filter_map(|container| {
-                let name = normalized(&container.image);
-                let image = node.node.images.iter().find(|image| image.names.iter().any(|listed| *listed == name))?;
+        let images = containers
+            .map(|container| {
+                let name = normalized(&container.image).into_owned();
                 let spread = f64::from(cluster.nodes_with_image(&name)) / total_nodes;
+                (name, spread)
+            })
+            .collect::<Vec<_>>();
+        let max_threshold = MAX_CONTAINER_THRESHOLD * (images.len() as i64).max(1);
+        PodImages { images, max_threshold }
+    }
+
+    fn score(&self, node: &NodeInfo) -> i64 {
+        // Most nodes in a large cluster have none of the pod's images: the score is the floor's, 0.
+        if node.node.images.is_empty() {
+            return 0;
+        }
+        let sum: i64 = self
+            .images
+            .iter()
+            .filter_map(|(name, spread)| {
+                let image = node.node.images.iter().find(|image| image.names.iter().any(|listed| listed == name))?;
                 Some((image.size_bytes as f64 * spread) as i64)
             })
             .sum();
-        let containers = (pod.init_containers.len() + pod.containers.len()) as i64;
-        let max_threshold = MAX_CONTAINER_THRESHOLD * containers.max(1);
-        100 * (sum.clamp(MIN_THRESHOLD, max_threshold) - MIN_THRESHOLD) / (max_threshold - MIN_THRESHOLD)
+        100 * (sum.clamp(MIN_THRESHOLD, self.max_threshold) - MIN_THRESHOLD) / (self.max_threshold - MIN_THRESHOLD)
+    }
+}
+
+impl Score for ImageLocality {
+    fn score(&self, pod: &Pod, node: &NodeInfo, cluster: &Cluster) -> i64 {
+        PodImages::of(pod, cluster).score(node)
+    }
+
+    fn score_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> Vec<u32> {
+        let images = PodImages::of(pod, cluster);
+        scores_for(cluster, candidates, Normalization::None, |node| images.score(node))
     }
 }
 

@@ -2,13 +2,13 @@
 //! `(allocatable - requested) * 100 / allocatable` after placing the pod (pods without requests count 100m CPU
 //! and 200 MiB), averaged with the configured weights. Spreads load across nodes.
 
-use wasp_sdk::allocation::{weighted, weighted_scores, PodRequests};
-use wasp_sdk::resources::{validate_resource_weights, ResourceWeight, ResourceWeightSettings};
+use wasp_sdk::allocation::{percent_of, weighted, weighted_scores, PodRequests, WeightedResources};
+use wasp_sdk::resources::{validate_resource_weights, ResourceWeightSettings};
 use wasp_sdk::types::{NodeId, Pod};
 use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
 
 pub struct LeastAllocated {
-    resources: Vec<ResourceWeight>,
+    resources: WeightedResources,
 }
 
 impl Policy for LeastAllocated {
@@ -19,13 +19,13 @@ impl Policy for LeastAllocated {
 
     fn new(settings: ResourceWeightSettings) -> Result<Self, String> {
         validate_resource_weights("resources", &settings.resources)?;
-        Ok(LeastAllocated { resources: settings.resources })
+        Ok(LeastAllocated { resources: settings.resources.into() })
     }
 }
 
 /// The share of the resource left free with the pod placed, in percent.
 fn free_share(requested: u64, allocatable: u64) -> i64 {
-    if requested > allocatable { 0 } else { ((allocatable - requested) as u128 * 100 / allocatable as u128) as i64 }
+    if requested > allocatable { 0 } else { percent_of(allocatable - requested, allocatable) }
 }
 
 impl Score for LeastAllocated {

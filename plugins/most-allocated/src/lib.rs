@@ -2,13 +2,13 @@
 //! `min(requested, allocatable) * 100 / allocatable` after placing the pod, averaged with the configured weights:
 //! fuller nodes score higher, so pods pack onto few nodes and the rest can be scaled away.
 
-use wasp_sdk::allocation::{weighted, weighted_scores, PodRequests};
-use wasp_sdk::resources::{validate_resource_weights, ResourceWeight, ResourceWeightSettings};
+use wasp_sdk::allocation::{percent_of, weighted, weighted_scores, PodRequests, WeightedResources};
+use wasp_sdk::resources::{validate_resource_weights, ResourceWeightSettings};
 use wasp_sdk::types::{NodeId, Pod};
 use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
 
 pub struct MostAllocated {
-    resources: Vec<ResourceWeight>,
+    resources: WeightedResources,
 }
 
 impl Policy for MostAllocated {
@@ -19,13 +19,13 @@ impl Policy for MostAllocated {
 
     fn new(settings: ResourceWeightSettings) -> Result<Self, String> {
         validate_resource_weights("resources", &settings.resources)?;
-        Ok(MostAllocated { resources: settings.resources })
+        Ok(MostAllocated { resources: settings.resources.into() })
     }
 }
 
 /// The share of the resource requested with the pod placed, in percent (at most 100).
 fn used_share(requested: u64, allocatable: u64) -> i64 {
-    (requested.min(allocatable) as u128 * 100 / allocatable as u128) as i64
+    percent_of(requested.min(allocatable), allocatable)
 }
 
 impl Score for MostAllocated {

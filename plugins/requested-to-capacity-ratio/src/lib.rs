@@ -5,7 +5,7 @@
 //! and any other curve (pack up to 70%, then avoid) is a setting.
 
 use serde::{Deserialize, Serialize};
-use wasp_sdk::allocation::{requested_and_allocatable, PodRequests};
+use wasp_sdk::allocation::{percent_of, requested_and_allocatable, PodRequests, WeightedResources};
 use wasp_sdk::policy::{scores_for, Normalization};
 use wasp_sdk::resources::{validate_resource_weights, ResourceWeight};
 use wasp_sdk::types::{NodeId, Pod};
@@ -39,7 +39,7 @@ impl Default for Settings {
 pub struct RequestedToCapacityRatio {
     /// The shape with scores scaled to 0-100.
     shape: Vec<(i64, i64)>,
-    resources: Vec<ResourceWeight>,
+    resources: WeightedResources,
 }
 
 impl Policy for RequestedToCapacityRatio {
@@ -66,7 +66,7 @@ impl Policy for RequestedToCapacityRatio {
             }
         }
         let shape = settings.shape.iter().map(|point| (point.utilization, point.score * 10)).collect();
-        Ok(RequestedToCapacityRatio { shape, resources: settings.resources })
+        Ok(RequestedToCapacityRatio { shape, resources: settings.resources.into() })
     }
 }
 
@@ -90,13 +90,13 @@ impl RequestedToCapacityRatio {
 impl RequestedToCapacityRatio {
     fn score_with(&self, wanted: &PodRequests, node: &NodeInfo) -> i64 {
         let (mut total, mut weights) = (0, 0);
-        for resource in &self.resources {
-            let Some((requested, allocatable)) = requested_and_allocatable(wanted, node, &resource.name) else { continue };
-            let utilization = if requested > allocatable { 100 } else { (requested as u128 * 100 / allocatable as u128) as i64 };
+        for (resource, weight) in self.resources.iter() {
+            let Some((requested, allocatable)) = requested_and_allocatable(wanted, node, resource) else { continue };
+            let utilization = if requested > allocatable { 100 } else { percent_of(requested, allocatable) };
             let score = self.shape_at(utilization);
             if score > 0 {
-                total += score * resource.weight;
-                weights += resource.weight;
+                total += score * weight;
+                weights += weight;
             }
         }
         if weights == 0 { 0 } else { (total as f64 / weights as f64).round() as i64 }
