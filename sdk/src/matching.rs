@@ -7,7 +7,8 @@ use crate::types::{
 
 /// The value of a label in a `(key, value)` list.
 pub fn label<'a>(labels: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    labels.iter().find(|(name, _)| same_text(name, key)).map(|(_, value)| value.as_str())
+    // The length first, here: most keys differ in it, and that spares a call per label.
+    labels.iter().find(|(name, _)| name.len() == key.len() && same_text(name, key)).map(|(_, value)| value.as_str())
 }
 
 /// String equality eight bytes at a time. In the sandbox `==` on strings calls the guest libc's `memcmp`, which
