@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -45,7 +46,7 @@ func stages() (map[internalversion.StageResourceRef][]*internalversion.Stage, er
 }
 
 // runKwok starts kwok's controllers for every node, as kwok's own command does with --manage-all-nodes.
-func runKwok(ctx context.Context, kubeconfig string) error {
+func runKwok(ctx context.Context, kubeconfig string, leaseDuration time.Duration) error {
 	lifecycle, err := stages()
 	if err != nil {
 		return err
@@ -98,7 +99,7 @@ func runKwok(ctx context.Context, kubeconfig string) error {
 		PodPlayStageParallelism:    4,
 		NodePlayStageParallelism:   4,
 		NodeLeaseParallelism:       4,
-		NodeLeaseDurationSeconds:   40,
+		NodeLeaseDurationSeconds:   uint(leaseDuration.Seconds()),
 		PodsOnNodeSyncParallelism:  1,
 		ID:                         id,
 	})

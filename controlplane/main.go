@@ -39,6 +39,7 @@ type options struct {
 	kubeScheduler        bool
 	kubeSchedulerScoring string
 	hpaSyncPeriod        time.Duration
+	nodeLeaseDuration    time.Duration
 	keep                 bool
 }
 
@@ -59,6 +60,7 @@ func main() {
 	flag.StringVar(&opts.kubeSchedulerScoring, "kube-scheduler-scoring", "LeastAllocated", "kube-scheduler's NodeResourcesFit scoring strategy: LeastAllocated (its default: spreading) or MostAllocated (bin packing)")
 	flag.BoolVar(&opts.keep, "keep", false, "keep the data directory on exit")
 	flag.DurationVar(&opts.hpaSyncPeriod, "hpa-sync-period", 15*time.Second, "how often the HorizontalPodAutoscaler controller reconciles (kube-controller-manager's --horizontal-pod-autoscaler-sync-period)")
+	flag.DurationVar(&opts.nodeLeaseDuration, "node-lease-duration", 40*time.Second, "the fake kubelets' Lease duration, renewed every quarter of it (a kubelet's: 40s); longer spares the control plane the renewals of thousands of nodes, and the node lifecycle controller's grace period follows it")
 	flag.Parse()
 	// Four components share one heap, and Go's default collector lets it grow to twice what is live: with 5000
 	// nodes that passed 1.8 GiB. A soft limit makes the collector work harder near it instead (GOMEMLIMIT
@@ -168,9 +170,11 @@ func run(opts options) error {
 	}
 
 	controllerArgs := append(controllerManagerArgs(p, filepath.Join(opts.dataDir, "kube-controller-manager.kubeconfig")), "--horizontal-pod-autoscaler-sync-period="+opts.hpaSyncPeriod.String())
+	// kube-controller-manager's default grace period, 50s, is a kubelet's 40s Lease and a quarter; keep the ratio.
+	controllerArgs = append(controllerArgs, "--node-monitor-grace-period="+(opts.nodeLeaseDuration*5/4).String())
 	components.start("kube-controller-manager", func(ctx context.Context) error { return runControllerManager(ctx, controllerArgs) })
 	components.start("kwok", func(ctx context.Context) error {
-		if err := runKwok(ctx, filepath.Join(opts.dataDir, "kwok.kubeconfig")); err != nil {
+		if err := runKwok(ctx, filepath.Join(opts.dataDir, "kwok.kubeconfig"), opts.nodeLeaseDuration); err != nil {
 			return err
 		}
 		<-ctx.Done()

@@ -1,7 +1,9 @@
 //! kube-scheduler and wasp side by side on one real control plane, in one run (issue "Side by side", scheduling).
 //!
-//! `cargo bench -p wasp --bench side_by_side [-- --nodes N] [--workload NAME]...`, after
-//! `scripts/build-policies.sh` and `scripts/build-controlplane.sh`.
+//! `cargo bench -p wasp --bench side_by_side [-- --nodes N] [--workload NAME]... [--scheduler NAME]...
+//! [--node-lease-seconds S]`, after `scripts/build-policies.sh` and `scripts/build-controlplane.sh`.
+//! `--node-lease-seconds` lengthens the fake kubelets' Leases (a kubelet's are 40 s, renewed every 10 s): at
+//! 5000 nodes their renewals are a load of their own on two cores, enough to make nodes miss their heartbeats.
 //!
 //! The workloads are kube-scheduler's own scheduler_perf test cases, read from the Kubernetes module the control
 //! plane is built from (`test/integration/scheduler_perf/*/performance-config.yaml` and its templates, in Go's
@@ -78,6 +80,7 @@ fn main() {
     let mut nodes = 5000;
     let mut chosen: Vec<String> = Vec::new();
     let mut schedulers: Vec<Scheduler> = Vec::new();
+    let mut plane_flags: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -89,9 +92,13 @@ fn main() {
                 let names: Vec<&str> = known.clone().map(Scheduler::name).collect();
                 schedulers.push(known.into_iter().find(|scheduler| scheduler.name() == name).unwrap_or_else(|| panic!("no scheduler {name:?}: one of {names:?}")));
             }
+            "--node-lease-seconds" => {
+                let seconds: u32 = args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--node-lease-seconds takes whole seconds");
+                plane_flags = vec!["--node-lease-duration".into(), format!("{seconds}s")];
+            }
             // `cargo bench` passes `--bench`.
             "--bench" => {}
-            other => panic!("unknown argument {other:?}: --nodes N, --workload NAME (one of {WORKLOADS:?}), --scheduler NAME"),
+            other => panic!("unknown argument {other:?}: --nodes N, --workload NAME (one of {WORKLOADS:?}), --scheduler NAME, --node-lease-seconds S"),
         }
     }
     if chosen.is_empty() {
@@ -108,7 +115,7 @@ fn main() {
         let workload = catalogue.workload(name, nodes);
         println!("\n{name}: {}", workload.describe());
         assert_eq!(workload.operations.iter().filter(|operation| matches!(operation, Operation::CreatePods { measured: true, .. })).count(), 1, "{name}: one measured operation");
-        let results: Vec<RunResult> = schedulers.iter().map(|scheduler| runtime.block_on(run(&workload, *scheduler))).collect();
+        let results: Vec<RunResult> = schedulers.iter().map(|scheduler| runtime.block_on(run(&workload, *scheduler, &plane_flags))).collect();
         print_table(&workload, &results);
         for result in results.iter().filter(|result| result.bound_after_error > 0) {
             println!("  {}: {} pods bound by a binding the API server answered with an error (a timeout under load)", result.scheduler.label(), result.bound_after_error);
@@ -528,8 +535,8 @@ struct RunResult {
 const LATENCY_PODS: usize = 100;
 const LATENCY_RATE: f64 = 20.0;
 
-async fn run(workload: &Workload, scheduler: Scheduler) -> RunResult {
-    let plane = ControlPlane::start();
+async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String]) -> RunResult {
+    let plane = ControlPlane::start_with(&plane_flags.iter().map(String::as_str).collect::<Vec<_>>());
     let client = kube::Client::try_from(
         kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&plane.kubeconfig).unwrap(), &Default::default()).await.unwrap(),
     )
