@@ -1,9 +1,12 @@
 //! kube-scheduler and wasp side by side on one real control plane, in one run (issue "Side by side", scheduling).
 //!
 //! `cargo bench -p wasp --bench side_by_side [-- --nodes N] [--workload NAME]... [--scheduler NAME]...
-//! [--node-lease-seconds S]`, after `scripts/build-policies.sh` and `scripts/build-controlplane.sh`.
-//! `--node-lease-seconds` lengthens the fake kubelets' Leases (a kubelet's are 40 s, renewed every 10 s): at
-//! 5000 nodes their renewals are a load of their own on two cores, enough to make nodes miss their heartbeats.
+//! [--node-lease-seconds S] [--give-up-after S]`, after `scripts/build-policies.sh` and
+//! `scripts/build-controlplane.sh`. `--node-lease-seconds` lengthens the fake kubelets' Leases (a kubelet's are
+//! 40 s, renewed every 10 s): at 5000 nodes their renewals are a load of their own on two cores, enough to make
+//! nodes miss their heartbeats. `--give-up-after` (600 s, scheduler_perf's wait) bounds how long a scheduler may
+//! take to place the measured pods: one that has not placed them all by then is stopped, and its row reads what
+//! it placed until then (no latency columns), so the other schedulers' rows of the table still come.
 //!
 //! The workloads are kube-scheduler's own scheduler_perf test cases, read from the Kubernetes module the control
 //! plane is built from (`test/integration/scheduler_perf/*/performance-config.yaml` and its templates, in Go's
@@ -81,6 +84,7 @@ fn main() {
     let mut chosen: Vec<String> = Vec::new();
     let mut schedulers: Vec<Scheduler> = Vec::new();
     let mut plane_flags: Vec<String> = Vec::new();
+    let mut give_up_after = Duration::from_secs(600);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -96,9 +100,13 @@ fn main() {
                 let seconds: u32 = args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--node-lease-seconds takes whole seconds");
                 plane_flags = vec!["--node-lease-duration".into(), format!("{seconds}s")];
             }
+            "--give-up-after" => {
+                let seconds: u64 = args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--give-up-after takes whole seconds");
+                give_up_after = Duration::from_secs(seconds);
+            }
             // `cargo bench` passes `--bench`.
             "--bench" => {}
-            other => panic!("unknown argument {other:?}: --nodes N, --workload NAME (one of {WORKLOADS:?}), --scheduler NAME, --node-lease-seconds S"),
+            other => panic!("unknown argument {other:?}: --nodes N, --workload NAME (one of {WORKLOADS:?}), --scheduler NAME, --node-lease-seconds S, --give-up-after S"),
         }
     }
     if chosen.is_empty() {
@@ -115,8 +123,18 @@ fn main() {
         let workload = catalogue.workload(name, nodes);
         println!("\n{name}: {}", workload.describe());
         assert_eq!(workload.operations.iter().filter(|operation| matches!(operation, Operation::CreatePods { measured: true, .. })).count(), 1, "{name}: one measured operation");
-        let results: Vec<RunResult> = schedulers.iter().map(|scheduler| runtime.block_on(run(&workload, *scheduler, &plane_flags))).collect();
+        let results: Vec<RunResult> = schedulers.iter().map(|scheduler| runtime.block_on(run(&workload, *scheduler, &plane_flags, give_up_after))).collect();
         print_table(&workload, &results);
+        for result in results.iter() {
+            if let Some(GaveUp { bound, after }) = result.gave_up {
+                println!(
+                    "  *{}: stopped after {} s with {bound} of {} measured pods bound; its row counts those",
+                    result.scheduler.label(),
+                    after.as_secs(),
+                    workload.measured_pods()
+                );
+            }
+        }
         for result in results.iter().filter(|result| result.bound_after_error > 0) {
             println!("  {}: {} pods bound by a binding the API server answered with an error (a timeout under load)", result.scheduler.label(), result.bound_after_error);
         }
@@ -510,8 +528,11 @@ struct RunResult {
     pods_per_second: f64,
     /// From the scheduler's process start to its first binding of a measured pod: informer sync and start-up.
     start_to_first: Duration,
-    /// Creation-to-binding latency of pods created at a steady rate while the scheduler runs: p50, p99.
-    latency: (Duration, Duration),
+    /// Creation-to-binding latency of pods created at a steady rate while the scheduler runs: p50, p99; not
+    /// measured of a scheduler given up on.
+    latency: Option<(Duration, Duration)>,
+    /// Set when the scheduler had not placed every measured pod within `--give-up-after`.
+    gave_up: Option<GaveUp>,
     usage: Usage,
     /// The control plane's CPU seconds while the scheduler placed the measured pods (its start to their last
     /// binding): what the API server, etcd, the controllers and kwok took of the two cores meanwhile.
@@ -531,11 +552,19 @@ struct RunResult {
     all_requests: usize,
 }
 
+/// A scheduler stopped before it placed every measured pod.
+#[derive(Clone, Copy)]
+struct GaveUp {
+    /// Measured pods bound by the time its process stopped.
+    bound: usize,
+    after: Duration,
+}
+
 /// Plain pods created at [`LATENCY_RATE`] per second after the measurement, for the latency column.
 const LATENCY_PODS: usize = 100;
 const LATENCY_RATE: f64 = 20.0;
 
-async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String]) -> RunResult {
+async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String], give_up_after: Duration) -> RunResult {
     let plane = ControlPlane::start_with(&plane_flags.iter().map(String::as_str).collect::<Vec<_>>());
     let client = kube::Client::try_from(
         kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&plane.kubeconfig).unwrap(), &Default::default()).await.unwrap(),
@@ -548,6 +577,7 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String]) 
     let mut measured = Vec::new();
     let mut measured_started = None;
     let mut plane_cpu_seconds = 0.0;
+    let mut gave_up = None;
     let mut node_index = 0;
     for (index, operation) in workload.operations.iter().enumerate() {
         match operation {
@@ -593,17 +623,25 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String]) 
                     eprintln!("  {count} measured pods created in {:.1}s", started.elapsed().as_secs_f64());
                     let plane_before = plane.usage().cpu_seconds;
                     let mut process = scheduler.start(&plane);
-                    bound.wait_for(&names, &mut process, scheduler).await;
+                    if let Err(unbound) = bound.wait_for(&names, &mut process, scheduler, give_up_after).await {
+                        eprintln!("  {}: given up on: {unbound}", scheduler.label());
+                        gave_up = Some(GaveUp { bound: names.len() - unbound.count, after: give_up_after });
+                    }
                     plane_cpu_seconds = plane.usage().cpu_seconds - plane_before;
                     measured_started = Some(process.started);
                     running = Some(process);
                     measured.extend(names);
+                    if gave_up.is_some() {
+                        break;
+                    }
                 } else {
                     if running.is_none() {
                         running = Some(scheduler.start(&plane));
                     }
                     create_all(Api::<Pod>::namespaced(client.clone(), namespace), pods).await;
-                    bound.wait_for(&names, running.as_mut().unwrap(), scheduler).await;
+                    if let Err(unbound) = bound.wait_for(&names, running.as_mut().unwrap(), scheduler, INITIAL_PODS_WAIT).await {
+                        panic!("{}: {unbound}", scheduler.label());
+                    }
                 }
             }
         }
@@ -612,19 +650,23 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String]) 
     let usage = process.usage();
     drop(churns);
 
-    // Latency: plain pods at a steady rate, the scheduler running.
-    ensure_namespace(&client, "latency").await;
-    let pods = pods_from(&base_pod(), "latency", "l", LATENCY_PODS, scheduler);
-    let latency_names: Vec<String> = pods.iter().map(|pod| format!("latency/{}", pod.metadata.name.as_deref().unwrap())).collect();
-    let api = Api::<Pod>::namespaced(client.clone(), "latency");
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / LATENCY_RATE));
-    // A slow create delays the next ones; it does not send a burst.
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    for pod in pods {
-        tick.tick().await;
-        api.create(&PostParams::default(), &pod).await.unwrap();
+    // Latency: plain pods at a steady rate, the scheduler running (not of a scheduler given up on).
+    if gave_up.is_none() {
+        ensure_namespace(&client, "latency").await;
+        let pods = pods_from(&base_pod(), "latency", "l", LATENCY_PODS, scheduler);
+        let latency_names: Vec<String> = pods.iter().map(|pod| format!("latency/{}", pod.metadata.name.as_deref().unwrap())).collect();
+        let api = Api::<Pod>::namespaced(client.clone(), "latency");
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / LATENCY_RATE));
+        // A slow create delays the next ones; it does not send a burst.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        for pod in pods {
+            tick.tick().await;
+            api.create(&PostParams::default(), &pod).await.unwrap();
+        }
+        if let Err(unbound) = bound.wait_for(&latency_names, &mut process, scheduler, INITIAL_PODS_WAIT).await {
+            panic!("{}: {unbound}", scheduler.label());
+        }
     }
-    bound.wait_for(&latency_names, &mut process, scheduler).await;
     drop(process);
 
     // From the API server's record: when each pod's creation and each binding were received (the order the
@@ -654,8 +696,14 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String]) 
         .filter(|event| event.resource() == "pods" && event.subresource().is_empty() && event.verb() == "create" && event.namespace() == "latency" && event.code() == 201)
         .map(|event| (event.name().to_string(), received(event)))
         .collect();
-    assert_eq!(created_at.len(), LATENCY_PODS, "the audit log names every pod created");
+    assert_eq!(created_at.len(), if gave_up.is_some() { 0 } else { LATENCY_PODS }, "the audit log names every pod created");
     let bindings: HashMap<String, SystemTime> = bindings.into_iter().collect();
+    if let Some(gave_up) = &mut gave_up {
+        // Bindings sent until the process stopped count; one in flight then may be in one record only.
+        measured.retain(|name| bindings.contains_key(name) && placements.contains_key(name));
+        assert!(!measured.is_empty(), "{}: stopped before it bound a measured pod", scheduler.label());
+        gave_up.bound = measured.len();
+    }
     let measured_times: Vec<SystemTime> = measured.iter().map(|name| *bindings.get(name).unwrap_or_else(|| {
             let attempts: Vec<u64> = audit.iter().filter(|event| event.subresource() == "binding" && format!("{}/{}", event.namespace(), event.name()) == *name).map(AuditEvent::code).collect();
             panic!("no binding of {name} in the audit log (its binding requests' codes: {attempts:?}; bound: {:?})", placements.get(name))
@@ -669,6 +717,7 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String]) 
         .collect();
     latencies.sort();
     let percentile = |p: f64| latencies[((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1];
+    let latency = (!latencies.is_empty()).then(|| (percentile(0.5), percentile(0.99)));
 
     // What the scheduler asked of the API server while it placed them, told apart by its User-Agent.
     let placing = measured_started.unwrap()..=last;
@@ -704,7 +753,8 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String]) 
         scheduler,
         pods_per_second: measured.len().saturating_sub(1).max(1) as f64 / span,
         start_to_first: first.duration_since(measured_started.unwrap()).unwrap_or_default(),
-        latency: (percentile(0.5), percentile(0.99)),
+        latency,
+        gave_up,
         usage,
         plane_cpu_seconds,
         per_node: (*per_node.values().min().unwrap(), *per_node.values().max().unwrap()),
@@ -927,10 +977,10 @@ impl BoundPods {
         self.nodes.lock().unwrap().clone()
     }
 
-    /// Waits until every pod of `names` is bound; fails the run if the scheduler dies or 10 minutes pass (as
-    /// scheduler_perf's wait), naming a pod still unbound.
-    async fn wait_for(&self, names: &[String], process: &mut SchedulerProcess, scheduler: Scheduler) {
-        let deadline = Instant::now() + Duration::from_secs(600);
+    /// Waits until every pod of `names` is bound, or `limit` passes: then says how many are not. Fails the run
+    /// if the scheduler dies.
+    async fn wait_for(&self, names: &[String], process: &mut SchedulerProcess, scheduler: Scheduler, limit: Duration) -> Result<(), Unbound> {
+        let deadline = Instant::now() + limit;
         let mut reported = Instant::now();
         loop {
             let unbound: Vec<&String> = {
@@ -938,10 +988,12 @@ impl BoundPods {
                 names.iter().filter(|name| !nodes.contains_key(*name)).collect()
             };
             if unbound.is_empty() {
-                return;
+                return Ok(());
             }
             process.assert_alive(scheduler);
-            assert!(Instant::now() < deadline, "{}: {} of {} pods still unbound after 10 minutes, {} among them", scheduler.label(), unbound.len(), names.len(), unbound[0]);
+            if Instant::now() >= deadline {
+                return Err(Unbound { count: unbound.len(), of: names.len(), example: unbound[0].clone(), after: limit });
+            }
             if reported.elapsed() > Duration::from_secs(10) {
                 eprintln!("  {}: {} of {} pods bound", scheduler.label(), names.len() - unbound.len(), names.len());
                 reported = Instant::now();
@@ -950,6 +1002,23 @@ impl BoundPods {
         }
     }
 }
+
+/// Pods a scheduler left unbound past a wait's limit.
+struct Unbound {
+    count: usize,
+    of: usize,
+    example: String,
+    after: Duration,
+}
+
+impl std::fmt::Display for Unbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} of {} pods still unbound after {} s, {} among them", self.count, self.of, self.after.as_secs(), self.example)
+    }
+}
+
+/// The wait for pods that are not measured (the initial pods, the latency pods): scheduler_perf's.
+const INITIAL_PODS_WAIT: Duration = Duration::from_secs(600);
 
 // ---------------------------------------------------------------------------------------------------------------
 
@@ -962,14 +1031,15 @@ fn print_table(workload: &Workload, results: &[RunResult]) {
     for result in results {
         let ratio = reference.map_or("-".to_string(), |reference| format!("{:.2}x", result.pods_per_second / reference));
         let zones: Vec<String> = result.per_zone.iter().map(|(zone, count)| format!("{zone}={count}")).collect();
+        let milliseconds = |latency: fn((Duration, Duration)) -> Duration| result.latency.map_or("-".to_string(), |pair| format!("{:.0}ms", latency(pair).as_secs_f64() * 1000.0));
         println!(
-            "  {:<16} {:>8.0} {:>7} {:>14.1}s {:>7.0}ms {:>7.0}ms {:>8.1} {:>10.0} {:>13.1} {:>10} {:>12} {:>14}  {}",
+            "  {:<16} {:>8} {:>7} {:>14.1}s {:>9} {:>9} {:>8.1} {:>10.0} {:>13.1} {:>10} {:>12} {:>14}  {}",
             result.scheduler.label(),
-            result.pods_per_second,
+            format!("{:.0}{}", result.pods_per_second, if result.gave_up.is_some() { "*" } else { "" }),
             ratio,
             result.start_to_first.as_secs_f64(),
-            result.latency.0.as_secs_f64() * 1000.0,
-            result.latency.1.as_secs_f64() * 1000.0,
+            milliseconds(|(p50, _)| p50),
+            milliseconds(|(_, p99)| p99),
             result.usage.cpu_seconds,
             result.usage.peak_mib,
             result.plane_cpu_seconds,

@@ -28,9 +28,10 @@ impl PodRequests {
 /// resource the pod does not request, or one the node does not have, does not count.
 pub fn requested_and_allocatable(wanted: &PodRequests, node: &NodeInfo, resource: &ResourceName) -> Option<(u64, u64)> {
     let allocatable = node.node.allocatable.amount(resource);
-    let (placed, wanted) = match resource.has_scoring_default() {
-        true => (&node.usage.non_zero_requested, &wanted.non_zero),
-        false => (&node.usage.requested, &wanted.requests),
+    let (placed, wanted) = if resource.has_scoring_default() {
+        (&node.usage.non_zero_requested, &wanted.non_zero)
+    } else {
+        (&node.usage.requested, &wanted.requests)
     };
     let wanted = wanted.amount(resource);
     let extended = matches!(resource, ResourceName::Extended(_));
