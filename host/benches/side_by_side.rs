@@ -668,6 +668,9 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String], 
         }
     }
     drop(process);
+    if gave_up.is_some() {
+        settle(&client).await;
+    }
 
     // From the API server's record: when each pod's creation and each binding were received (the order the
     // placement check replays).
@@ -764,6 +767,23 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String], 
         all_requests: in_span.len(),
         bound_after_error: bound_after_error.len(),
     }
+}
+
+/// Waits until the API server answers promptly again: a scheduler stopped under overload leaves requests that
+/// time out for a while after it (its bindings, events and status patches), and the placement check needs every
+/// node.
+async fn settle(client: &kube::Client) {
+    let nodes = Api::<Node>::all(client.clone());
+    let started = Instant::now();
+    let mut prompt_answers = 0;
+    while prompt_answers < 3 {
+        assert!(started.elapsed() < Duration::from_secs(300), "the API server still does not answer promptly 5 minutes after the scheduler stopped");
+        let asked = Instant::now();
+        let answered = tokio::time::timeout(Duration::from_secs(5), nodes.list_metadata(&kube::api::ListParams::default().limit(1))).await;
+        prompt_answers = if matches!(answered, Ok(Ok(_))) && asked.elapsed() < Duration::from_secs(1) { prompt_answers + 1 } else { 0 };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!("  the API server answers promptly again after {:.0}s", started.elapsed().as_secs_f64());
 }
 
 /// When the API server received the request.
