@@ -33,8 +33,8 @@
 //! adds it).
 //!
 //! Every binding is replayed through kube-scheduler's own filter plugins (`wasp-controlplane check-placements`);
-//! the run fails on a violation, as on a pod left unbound. `--nodes 100` is the smoke version `scripts/test.sh`
-//! runs.
+//! the run fails on a violation, as on an unmeasured pod left unbound. `--nodes 100` is the smoke version
+//! `scripts/test.sh` runs.
 
 #[allow(dead_code)] // the benchmark uses the control plane, not every helper the tests use
 #[path = "../../tests/common/control_plane.rs"]
