@@ -190,6 +190,23 @@ fn malformed_answers_are_rejected_without_poisoning() {
 }
 
 #[test]
+fn each_call_decides_for_the_pod_as_it_is_now_though_an_unchanged_pod_is_not_sent_again() {
+    // Misbehaves (an answer the host refuses, which keeps the instance) only for pods labelled `canary`: one
+    // instance answers every call below, and the host sends it the subject only when the record changed.
+    let policy = misbehaving(r#"{"filter": "bad-code", "only-with-label": "canary"}"#, FailureMode::FailClosed);
+    let (cluster, ids) = two_node_cluster();
+    let plain = simple_pod("p", "100m", "");
+    let canary = simple_pod("p", "100m", "canary=yes");
+    assert_eq!(policy.filter(&cluster, &plain, &ids).unwrap().verdicts, [0, 0]);
+    assert_eq!(policy.score(&cluster, &plain, &ids).unwrap(), [50, 50]);
+    assert_eq!(policy.filter(&cluster, &plain, &ids).unwrap().verdicts, [0, 0], "the same pod's next chunk");
+    // The same pod (name, uid) with one label more is a new record: the guest must see it.
+    assert!(policy.filter(&cluster, &canary, &ids).unwrap_err().to_string().contains("names a rejection that does not exist"));
+    assert_eq!(policy.filter(&cluster, &plain, &ids).unwrap().verdicts, [0, 0], "and the earlier record again");
+    assert_eq!(policy.idle_instances(), 1, "one instance answered every call");
+}
+
+#[test]
 fn a_well_behaved_call_after_many_failures_still_works() {
     let runtime = runtime();
     let (source, wasm) = fixture_wasm("misbehaving");

@@ -169,6 +169,10 @@ pub struct PolicyInstance {
     bindings: PolicyComponent,
     limits: Limits,
     poisoned: bool,
+    /// The subject pod the guest holds (the last one sent). A pod's calls come in runs (its filter over each chunk
+    /// of nodes, then its score), mostly on one instance: an equal record is not lowered into the guest again
+    /// (every string and list of it an allocation made by a call into the guest).
+    subject: Option<Pod>,
 }
 
 impl PolicyInstance {
@@ -198,7 +202,7 @@ impl PolicyInstance {
                 CallError::Trap { message, .. } => CallError::Instantiate(message),
                 other => other,
             })?;
-        Ok(PolicyInstance { store, bindings, limits, poisoned: false })
+        Ok(PolicyInstance { store, bindings, limits, poisoned: false, subject: None })
     }
 
     pub fn is_poisoned(&self) -> bool {
@@ -243,12 +247,24 @@ impl PolicyInstance {
     }
 
     pub fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError> {
+        // "Forget everything", in the contract's words: the subject too.
+        if deltas.iter().any(|delta| matches!(delta, ClusterDelta::Reset)) {
+            self.subject = None;
+        }
         self.call("apply", answer_bytes::SMALL, |bindings, store| bindings.wasp_policy_policy().call_apply(store, deltas))
     }
 
-    /// Sends the pod the next filter or score call decides for.
+    /// Sends the pod the next filter or score call decides for, unless the guest holds an equal record already.
     fn send_subject(&mut self, pod: &Pod) -> Result<(), CallError> {
-        self.apply(&[ClusterDelta::PodUpsert((0, PodPlace::Subject, pod.clone()))])
+        if self.subject.as_ref() == Some(pod) {
+            return Ok(());
+        }
+        self.subject = None;
+        let sent = [ClusterDelta::PodUpsert((0, PodPlace::Subject, pod.clone()))];
+        self.apply(&sent)?;
+        let [ClusterDelta::PodUpsert((_, _, kept))] = sent else { unreachable!("one pod upsert was sent") };
+        self.subject = Some(kept);
+        Ok(())
     }
 
     pub fn filter(&mut self, pod: &Pod, candidates: &[u32]) -> Result<FilterResult, CallError> {
