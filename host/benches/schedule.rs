@@ -115,7 +115,7 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|arg| arg == "once") {
-        let usage = "once wasm|native NODES PODS";
+        let usage = "once wasm|native NODES PODS [anti-affinity]";
         let build = match args.get(at + 1).map(String::as_str) {
             Some("wasm") => Build::Wasm,
             Some("native") => Build::Native,
@@ -123,7 +123,8 @@ fn main() {
         };
         let count = |index: usize| args.get(at + index).and_then(|value| value.parse().ok()).unwrap_or_else(|| panic!("{usage}"));
         let (nodes, pods) = (count(2), count(3));
-        let (rate, resident) = runtime.block_on(run(nodes, pods, Workload::Plain, build));
+        let workload = if args.get(at + 4).is_some_and(|arg| arg == "anti-affinity") { Workload::AntiAffinity } else { Workload::Plain };
+        let (rate, resident) = runtime.block_on(run(nodes, pods, workload, build));
         println!("{nodes} nodes, {pods} pods: {rate:.0} pods/s, {resident:.0} MiB");
         return;
     }

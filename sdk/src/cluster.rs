@@ -5,9 +5,11 @@
 
 use crate::index::{PodIndex, TermGroup};
 use crate::resources::ResourceVector;
+use crate::topology::TopologyDomains;
 use crate::types::{ClusterDelta, LabelSelector, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources};
 use crate::collections::FastHashMap;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// A node and what is placed on it.
 #[derive(Debug, Clone)]
@@ -180,6 +182,9 @@ pub struct Cluster {
     namespaces: HashMap<String, Vec<(String, String)>>,
     /// How many nodes list each image name (views that keep node images only).
     image_nodes: HashMap<String, u32>,
+    /// The topology keys asked for through [`Cluster::topology`], kept current as nodes change. Behind a cell:
+    /// policies read the view through `&Cluster`, and the first read of a key builds its domains.
+    topologies: std::cell::RefCell<Vec<Arc<TopologyDomains>>>,
     next_test_id: u32,
 }
 
@@ -214,6 +219,7 @@ impl Cluster {
             indexing,
             namespaces: HashMap::new(),
             image_nodes: HashMap::new(),
+            topologies: Default::default(),
             next_test_id,
         }
     }
@@ -300,6 +306,26 @@ impl Cluster {
         }
     }
 
+    /// Each node's domain for a topology key, as small integers (see [`crate::topology`]). Built on the first
+    /// call for a key, over the nodes of the view (their labels: views that keep [`NodeFacts::labels`]), then
+    /// kept current between calls; the copy returned does not change while it is held.
+    pub fn topology(&self, key: &str) -> Arc<TopologyDomains> {
+        let mut topologies = self.topologies.borrow_mut();
+        if let Some(domains) = topologies.iter().find(|domains| crate::matching::same_text(domains.key(), key)) {
+            return Arc::clone(domains);
+        }
+        let domains = Arc::new(TopologyDomains::new(key, self.nodes().map(|info| (info.id, &info.node))));
+        topologies.push(Arc::clone(&domains));
+        domains
+    }
+
+    /// Records a node's new labels (or its removal, `None`) in the topologies kept.
+    fn update_topologies(&mut self, id: NodeId, node: Option<&Node>) {
+        for domains in self.topologies.get_mut() {
+            Arc::make_mut(domains).set_node(id, node);
+        }
+    }
+
     /// The affinity terms of the bound pods, each distinct term once with the pods that carry it.
     pub fn affinity_term_groups(&self) -> impl Iterator<Item = &TermGroup> {
         self.index.term_groups()
@@ -359,6 +385,7 @@ impl Cluster {
             }
         };
         self.count_images(&node, 1);
+        self.update_topologies(id, Some(&node));
         self.nodes[index] = Some(NodeInfo { id, node, usage, pods });
     }
 
@@ -381,6 +408,7 @@ impl Cluster {
     fn remove_node(&mut self, id: NodeId) {
         if let Some(slot) = self.nodes.get_mut(id as usize) {
             if let Some(info) = slot.take() {
+                self.update_topologies(id, None);
                 self.node_count -= 1;
                 self.count_images(&info.node, -1);
                 for pod in info.pods {

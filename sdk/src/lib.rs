@@ -26,6 +26,7 @@ pub mod selection;
 pub mod settings;
 pub mod spread;
 pub mod testing;
+pub mod topology;
 pub mod utilization;
 
 #[doc(hidden)]

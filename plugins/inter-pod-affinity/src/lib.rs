@@ -7,12 +7,12 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::affinity::required;
-use wasp_sdk::collections::{FastHashMap, Text};
 use wasp_sdk::index::TermKind;
-use wasp_sdk::matching::{label, same_text};
+use wasp_sdk::matching::same_text;
+use wasp_sdk::topology::DomainCounts;
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::types::{FilterResult, NodeId, Pod, PodAffinityTerm, PodId, ViewScope};
-use wasp_sdk::{LabelScope, PodFacts, Cluster, Filter, NodeInfo, Policy, Score, Verdict, NodeFacts};
+use wasp_sdk::{Cluster, Filter, LabelScope, NodeFacts, NodeInfo, Policy, PodFacts, Score, Verdict};
 
 const AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod affinity rules";
 const ANTI_AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod anti-affinity rules";
@@ -54,53 +54,55 @@ impl Policy for InterPodAffinity {
     }
 }
 
-/// Pods (or score) per topology domain: for each topology key, a count per value of that key. The keys are the
-/// terms' topology keys, a few; the values many (a hostname per node): a lookup finds its key in a short list
-/// and hashes and compares only the value (`Text`: eight bytes at a time, where `==` would call the guest's
-/// byte-by-byte `memcmp`).
+/// Pods (or score) per topology domain: for each topology key of the terms (a few), a count per domain of that
+/// key (see [`wasp_sdk::topology`]: a node's domain is an index, so a node costs no label lookup or hashing).
 #[derive(Default)]
-struct Domains<'a> {
-    by_key: Vec<(&'a str, FastHashMap<Text<'a>, i64>)>,
+struct Domains {
+    by_key: Vec<DomainCounts>,
 }
 
-impl<'a> Domains<'a> {
-    fn values_of(&mut self, key: &'a str) -> &mut FastHashMap<Text<'a>, i64> {
-        let index = match self.by_key.iter().position(|(known, _)| same_text(known, key)) {
+impl Domains {
+    fn of_key(&mut self, key: &str, cluster: &Cluster) -> &mut DomainCounts {
+        let index = match self.by_key.iter().position(|counts| same_text(counts.domains.key(), key)) {
             Some(index) => index,
             None => {
-                self.by_key.push((key, FastHashMap::default()));
+                self.by_key.push(DomainCounts::new(cluster.topology(key)));
                 self.by_key.len() - 1
             }
         };
-        &mut self.by_key[index].1
+        &mut self.by_key[index]
     }
 
-    /// The count of the domain `(key, value)`, 0 when nothing was counted there.
-    fn get(&self, key: &str, value: &str) -> i64 {
-        self.by_key.iter().find(|(known, _)| same_text(known, key)).and_then(|(_, values)| values.get(&Text(value))).copied().unwrap_or(0)
+    /// The count of the node's domain of `key`: None when the node lacks the label.
+    fn at(&self, key: &str, node: NodeId) -> Option<i64> {
+        match self.by_key.iter().find(|counts| same_text(counts.domains.key(), key)) {
+            Some(counts) => counts.at(node),
+            // Nothing counted for the key: 0 where the node has the label.
+            None => None,
+        }
     }
 
     fn is_empty(&self) -> bool {
-        self.by_key.iter().all(|(_, values)| values.is_empty())
+        self.by_key.iter().all(DomainCounts::is_empty)
     }
 
-    /// The node's domains, one per key the node has a label for, with their counts.
-    fn of_node<'n>(&'n self, node: &'n NodeInfo) -> impl Iterator<Item = i64> + 'n {
-        self.by_key.iter().filter_map(|(key, values)| label(&node.node.labels, key).and_then(|value| values.get(&Text(value))).copied())
+    /// The counts of the node's domains, one per key the node has a label for.
+    fn of_node(&self, node: NodeId) -> impl Iterator<Item = i64> + '_ {
+        self.by_key.iter().filter_map(move |counts| counts.at(node))
     }
 }
 
 /// What the filter needs to know of the bound pods, counted once per incoming pod (kube-scheduler's PreFilter).
-struct Counts<'a> {
+struct Counts {
     /// Existing pods whose required anti-affinity selects the incoming pod, per domain of their node.
-    existing_anti: Domains<'a>,
+    existing_anti: Domains,
     /// Pods matching all of the incoming pod's required affinity terms, per domain of each term.
-    affinity: Domains<'a>,
+    affinity: Domains,
     /// Pods selected by one of the incoming pod's required anti-affinity terms, per domain.
-    anti: Domains<'a>,
+    anti: Domains,
 }
 
-fn count<'a>(pod: &'a Pod, cluster: &'a Cluster) -> Counts<'a> {
+fn count(pod: &Pod, cluster: &Cluster) -> Counts {
     let (affinity_terms, anti_terms) = (required(&pod.pod_affinity), required(&pod.pod_anti_affinity));
     let mut counts = Counts { existing_anti: Domains::default(), affinity: Domains::default(), anti: Domains::default() };
     for group in cluster.affinity_term_groups().filter(|group| group.kind == TermKind::RequiredAntiAffinity) {
@@ -123,29 +125,26 @@ fn count<'a>(pod: &'a Pod, cluster: &'a Cluster) -> Counts<'a> {
 }
 
 /// Adds `amount` to the domain of each pod's node for `term`.
-fn add_each<'a>(domains: &mut Domains<'a>, term: &'a PodAffinityTerm, cluster: &'a Cluster, pods: impl Iterator<Item = PodId>, amount: i64) {
-    let values = domains.values_of(&term.topology_key);
-    // Sized once (a domain per node at most): growing a map of thousands of hostnames rehashed every key at each
-    // doubling.
-    values.reserve(pods.size_hint().0.min(cluster.node_count()));
+fn add_each(domains: &mut Domains, term: &PodAffinityTerm, cluster: &Cluster, pods: impl Iterator<Item = PodId>, amount: i64) {
+    let counts = domains.of_key(&term.topology_key, cluster);
     for id in pods {
-        if let Some(value) = cluster.pod(id).and_then(|bound| cluster.node(bound.node)).and_then(|node| term.domain(node)) {
-            *values.entry(Text(value)).or_default() += amount;
+        if let Some(bound) = cluster.pod(id) {
+            counts.add(bound.node, amount);
         }
     }
 }
 
-impl Counts<'_> {
+impl Counts {
     /// kube-scheduler's three checks in its order; the first that fails is the reason.
     fn verdict(&self, pod: &Pod, node: &NodeInfo, cluster: &Cluster) -> Verdict {
         if !self.satisfies_affinity(pod, node, cluster) {
             return Verdict::reject(AFFINITY_NOT_MATCH);
         }
-        let in_domain = |term: &PodAffinityTerm| term.domain(node).is_some_and(|value| self.anti.get(&term.topology_key, value) > 0);
-        if !self.anti.is_empty() && required(&pod.pod_anti_affinity).iter().any(in_domain) {
+        // Each key of `anti` is a key of the pod's anti-affinity terms, counted by those terms only.
+        if self.anti.of_node(node.id).any(|count| count > 0) {
             return Verdict::reject(ANTI_AFFINITY_NOT_MATCH);
         }
-        if self.existing_anti.of_node(node).any(|count| count > 0) {
+        if self.existing_anti.of_node(node.id).any(|count| count > 0) {
             return Verdict::reject(EXISTING_ANTI_AFFINITY_NOT_MATCH);
         }
         Verdict::Pass
@@ -155,9 +154,12 @@ impl Counts<'_> {
         let terms = required(&pod.pod_affinity);
         let mut pods_exist = true;
         for term in terms {
-            let Some(value) = term.domain(node) else { return false };
-            if self.affinity.get(&term.topology_key, value) <= 0 {
-                pods_exist = false;
+            match self.affinity.at(&term.topology_key, node.id) {
+                Some(count) if count > 0 => {}
+                Some(_) => pods_exist = false,
+                // The node lacks the term's topology key, or no pod was counted for it: the node's label decides.
+                None if term.domain(node).is_some() => pods_exist = false,
+                None => return false,
             }
         }
         // The first pod of a group that wants to be together: nothing matches anywhere yet, and the pod matches
@@ -183,7 +185,7 @@ impl Filter for InterPodAffinity {
 
 impl InterPodAffinity {
     /// kube-scheduler's PreScore: weights per topology domain from both sides' terms.
-    fn topology_scores<'a>(&self, pod: &'a Pod, cluster: &'a Cluster) -> Domains<'a> {
+    fn topology_scores<'a>(&self, pod: &'a Pod, cluster: &'a Cluster) -> Domains {
         let preferred = |affinity: &'a Option<wasp_sdk::types::PodAffinity>| affinity.iter().flat_map(|affinity| affinity.preferred.iter());
         let has_constraints = preferred(&pod.pod_affinity).next().is_some() || preferred(&pod.pod_anti_affinity).next().is_some();
         let mut scores = Domains::default();
@@ -228,7 +230,7 @@ impl Score for InterPodAffinity {
         if scores.is_empty() {
             return vec![0; candidates.len()];
         }
-        let raw: Vec<i64> = candidates.iter().map(|&id| cluster.node(id).map_or(0, |node| scores.of_node(node).sum())).collect();
+        let raw: Vec<i64> = candidates.iter().map(|&id| scores.of_node(id).sum()).collect();
         let (lowest, highest) = (raw.iter().copied().min().unwrap_or(0), raw.iter().copied().max().unwrap_or(0));
         let spread = highest - lowest;
         raw.iter()

@@ -110,3 +110,18 @@ fn settings_are_checked() {
     let error = build::<InterPodAffinity>(r#"{"hardPodAffinityWeight": 101}"#).err().unwrap();
     assert!(error.contains("hardPodAffinityWeight: 101 is not in 0..=100"), "{error}");
 }
+
+#[test]
+fn a_node_relabelled_between_two_decisions_counts_in_its_new_zone() {
+    let (mut cluster, ids) = cluster();
+    let web = PodBuilder::new("web").label("app", "web").build();
+    cluster.bind(web, ids[0]);
+    let near_web = PodBuilder::new("cache").require_affinity(affinity_term("zone", &[("app", "web")])).build();
+    assert_eq!(passing(&near_web, &cluster), ["a1", "a2"], "the view's zones are built on this first decision");
+    // b1 moves to zone a, and `bare` gets a zone of its own: the view kept from the first decision follows.
+    let moved = NodeBuilder::new("b1").label("kubernetes.io/hostname", "b1").label("zone", "a").build();
+    cluster.apply(wasp_sdk::types::ClusterDelta::NodeUpsert((ids[2], moved, wasp_sdk::cluster::empty_usage())));
+    let zoned = NodeBuilder::new("bare").label("kubernetes.io/hostname", "bare").label("zone", "c").build();
+    cluster.apply(wasp_sdk::types::ClusterDelta::NodeUpsert((ids[3], zoned, wasp_sdk::cluster::empty_usage())));
+    assert_eq!(passing(&near_web, &cluster), ["a1", "a2", "b1"]);
+}

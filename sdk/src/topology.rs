@@ -1,0 +1,159 @@
+//! Topology domains as small integers. A topology key (`kubernetes.io/hostname`, `topology.kubernetes.io/zone`)
+//! splits the nodes into domains, one per value of that label. Policies that count pods per domain and then read
+//! the count of each candidate node's domain (inter-pod affinity, topology spread) would otherwise find the node's
+//! label and hash its value once per node, per pod: in the sandbox, where string compares and hashing run several
+//! times slower than natively, that was the costliest part of inter-pod-affinity. Here each node's domain is
+//! looked up once, when the key is first asked for or the node changes, and a count per domain is a vector.
+//!
+//! [`Cluster::topology`](crate::Cluster::topology) keeps one [`TopologyDomains`] per key asked for, between calls,
+//! and keeps it current as nodes are added, relabelled and removed.
+
+use crate::collections::FastHashMap;
+use crate::matching::label;
+use crate::types::{Node, NodeId};
+
+/// A topology domain of one key: an index into a per-domain vector such as [`DomainCounts`].
+pub type DomainId = u32;
+
+/// The domain of each node for one topology key.
+#[derive(Debug, Clone)]
+pub struct TopologyDomains {
+    key: String,
+    /// Indexed by node id: the node's domain, or [`NO_DOMAIN`] for a node without the label (or no node).
+    of_node: Vec<DomainId>,
+    /// Every value seen, with its id. Ids are never reused: a value whose last node left keeps its id, so the ids
+    /// stay below `ids.len()`.
+    ids: FastHashMap<String, DomainId>,
+}
+
+const NO_DOMAIN: DomainId = DomainId::MAX;
+
+impl TopologyDomains {
+    /// The domains of `nodes` (id and node) for `key`.
+    pub(crate) fn new<'a>(key: &str, nodes: impl Iterator<Item = (NodeId, &'a Node)>) -> Self {
+        let mut domains = TopologyDomains { key: key.to_string(), of_node: Vec::new(), ids: FastHashMap::default() };
+        for (id, node) in nodes {
+            domains.set_node(id, Some(node));
+        }
+        domains
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The node's domain: None when the node lacks the label.
+    #[inline]
+    pub fn of(&self, node: NodeId) -> Option<DomainId> {
+        self.of_node.get(node as usize).copied().filter(|&domain| domain != NO_DOMAIN)
+    }
+
+    /// How many domain ids there are: every [`TopologyDomains::of`] is below it.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Records the node's domain as it is now; `None` for a node removed.
+    pub(crate) fn set_node(&mut self, id: NodeId, node: Option<&Node>) {
+        let domain = match node.and_then(|node| label(&node.labels, &self.key)) {
+            Some(value) => match self.ids.get(value) {
+                Some(&domain) => domain,
+                None => {
+                    let next = self.ids.len() as DomainId;
+                    self.ids.insert(value.to_string(), next);
+                    next
+                }
+            },
+            None => NO_DOMAIN,
+        };
+        let index = id as usize;
+        if index >= self.of_node.len() {
+            if domain == NO_DOMAIN {
+                return;
+            }
+            self.of_node.resize(index + 1, NO_DOMAIN);
+        }
+        self.of_node[index] = domain;
+    }
+}
+
+/// A number per domain of one topology key: pods counted there, or a score summed there.
+#[derive(Debug, Clone)]
+pub struct DomainCounts {
+    pub domains: std::sync::Arc<TopologyDomains>,
+    counts: Vec<i64>,
+    /// Whether anything was added, even if the amounts cancelled out.
+    added: bool,
+}
+
+impl DomainCounts {
+    pub fn new(domains: std::sync::Arc<TopologyDomains>) -> Self {
+        let counts = vec![0; domains.len()];
+        DomainCounts { domains, counts, added: false }
+    }
+
+    /// Adds `amount` to the node's domain; nothing when the node has none.
+    #[inline]
+    pub fn add(&mut self, node: NodeId, amount: i64) {
+        if let Some(domain) = self.domains.of(node) {
+            self.counts[domain as usize] += amount;
+            self.added = true;
+        }
+    }
+
+    /// The count of the node's domain; None when the node has none.
+    #[inline]
+    pub fn at(&self, node: NodeId) -> Option<i64> {
+        self.domains.of(node).map(|domain| self.counts[domain as usize])
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        !self.added
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::NodeBuilder;
+    use crate::Cluster;
+
+    #[test]
+    fn nodes_sharing_a_value_share_a_domain_and_a_node_without_the_label_has_none() {
+        let mut cluster = Cluster::new();
+        let a1 = cluster.add_node(NodeBuilder::new("a1").label("zone", "a").build());
+        let a2 = cluster.add_node(NodeBuilder::new("a2").label("zone", "a").build());
+        let b = cluster.add_node(NodeBuilder::new("b").label("zone", "b").build());
+        let bare = cluster.add_node(NodeBuilder::new("bare").build());
+        let zones = cluster.topology("zone");
+        assert_eq!(zones.of(a1), zones.of(a2));
+        assert_ne!(zones.of(a1), zones.of(b));
+        assert_eq!(zones.of(bare), None);
+        assert_eq!(zones.len(), 2);
+        assert_eq!(zones.of(99), None, "an unknown node");
+    }
+
+    #[test]
+    fn domains_follow_nodes_added_relabelled_and_removed_after_the_key_was_asked_for() {
+        use crate::types::ClusterDelta;
+        let mut cluster = Cluster::new();
+        let a = cluster.add_node(NodeBuilder::new("a").label("zone", "a").build());
+        let before = cluster.topology("zone");
+        let b = cluster.add_node(NodeBuilder::new("b").label("zone", "b").build());
+        let zones = cluster.topology("zone");
+        assert_eq!(before.of(b), None, "a copy taken before is not changed under its holder");
+        assert!(zones.of(b).is_some() && zones.of(b) != zones.of(a));
+        let moved = NodeBuilder::new("a").label("zone", "b").build();
+        cluster.apply(ClusterDelta::NodeUpsert((a, moved, crate::cluster::empty_usage())));
+        let zones = cluster.topology("zone");
+        assert_eq!(zones.of(a), zones.of(b), "relabelled into b's zone");
+        cluster.apply(ClusterDelta::NodeRemove(b));
+        assert_eq!(cluster.topology("zone").of(b), None);
+        cluster.apply(ClusterDelta::Reset);
+        assert_eq!(cluster.topology("zone").of(a), None, "a reset forgets the nodes");
+    }
+}
