@@ -5,16 +5,22 @@
 wasmtime::component::bindgen!({
     world: "policy-component",
     path: "../wit",
-    // The scheduler compares records to tell a real change from a status-only update; Serialize hands the
-    // records to policies compiled natively (the scheduling benchmark's side-by-side run).
+    // The scheduler compares records to tell a real change from a status-only update; Serialize encodes the
+    // deltas `apply` sends ([`encode_deltas`]).
     additional_derives: [PartialEq, serde::Serialize],
 });
+
+/// The bytes `apply` takes: the deltas as a `list<cluster-delta>` in postcard's encoding, which the SDK decodes
+/// into the same records generated from the same WIT (see RATIONALE, "0.9").
+pub fn encode_deltas(deltas: &[ClusterDelta]) -> Vec<u8> {
+    postcard::to_allocvec(deltas).expect("contract records always encode")
+}
 
 pub use self::wasp::policy::types;
 use types::{ClusterDelta, Pod, PodId, PodPlace, PolicyKind, ViewScope};
 
 /// The contract this host implements; components must be built against a compatible `wasp:policy` version.
-pub const CONTRACT_VERSION: &str = "0.8.0";
+pub const CONTRACT_VERSION: &str = "0.9.0";
 /// The interfaces every policy component exports (at [`CONTRACT_VERSION`]).
 pub const EXPORTED_INTERFACES: [&str; 5] = ["policy", "filter", "score", "evict", "scale"];
 

@@ -5,7 +5,7 @@
 
 use crate::index::{PodIndex, TermGroup};
 use crate::resources::ResourceVector;
-use crate::topology::TopologyDomains;
+use crate::topology::{Topologies, TopologyDomains};
 use crate::types::{ClusterDelta, LabelSelector, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources};
 use crate::collections::FastHashMap;
 use std::collections::HashMap;
@@ -155,6 +155,10 @@ struct Indexing {
 
 const INDEXING: Indexing = Indexing { insert: PodIndex::insert, remove: PodIndex::remove };
 
+/// Counts a node's image names in or out of the view's image counts (by `change`): set only for views that keep
+/// node images, so that the others' components leave the counting and its map out.
+type ImageCounting = fn(&mut HashMap<String, u32>, &Node, i32);
+
 fn indexing_for(facts: PodFacts) -> Option<Indexing> {
     (facts.labels != LabelScope::None || facts.pod_affinity).then_some(INDEXING)
 }
@@ -182,9 +186,10 @@ pub struct Cluster {
     namespaces: HashMap<String, Vec<(String, String)>>,
     /// How many nodes list each image name (views that keep node images only).
     image_nodes: HashMap<String, u32>,
+    image_counting: Option<ImageCounting>,
     /// The topology keys asked for through [`Cluster::topology`], kept current as nodes change. Behind a cell:
     /// policies read the view through `&Cluster`, and the first read of a key builds its domains.
-    topologies: std::cell::RefCell<Vec<Arc<TopologyDomains>>>,
+    topologies: std::cell::RefCell<Topologies>,
     next_test_id: u32,
 }
 
@@ -203,10 +208,17 @@ impl Cluster {
 
     /// A view that keeps only `facts` of each pod (and every node fact).
     pub fn keeping(facts: PodFacts) -> Self {
-        Self::empty(facts, NodeFacts::ALL, None, indexing_for(facts), 0)
+        Self::empty(facts, NodeFacts::ALL, None, indexing_for(facts), Some(count_images), 0)
     }
 
-    fn empty(keeps: PodFacts, node_keeps: NodeFacts, keeps_pod: Option<fn(&Pod) -> bool>, indexing: Option<Indexing>, next_test_id: u32) -> Self {
+    fn empty(
+        keeps: PodFacts,
+        node_keeps: NodeFacts,
+        keeps_pod: Option<fn(&Pod) -> bool>,
+        indexing: Option<Indexing>,
+        image_counting: Option<ImageCounting>,
+        next_test_id: u32,
+    ) -> Self {
         Cluster {
             nodes: Vec::new(),
             node_count: 0,
@@ -219,6 +231,7 @@ impl Cluster {
             indexing,
             namespaces: HashMap::new(),
             image_nodes: HashMap::new(),
+            image_counting,
             topologies: Default::default(),
             next_test_id,
         }
@@ -229,7 +242,8 @@ impl Cluster {
     pub fn for_policy<P: crate::Policy>() -> Self {
         let reads_index = matches!(P::VIEW, crate::types::ViewScope::NodesAndPods) && (P::POD_FACTS.labels != LabelScope::None || P::POD_FACTS.pod_affinity);
         let indexing = if reads_index { Some(INDEXING) } else { None };
-        Self::empty(P::POD_FACTS, P::NODE_FACTS, Some(P::keeps_pod), indexing, 0)
+        let image_counting: Option<ImageCounting> = if P::NODE_FACTS.images { Some(count_images) } else { None };
+        Self::empty(P::POD_FACTS, P::NODE_FACTS, Some(P::keeps_pod), indexing, image_counting, 0)
     }
 
     pub fn apply(&mut self, delta: ClusterDelta) {
@@ -259,7 +273,9 @@ impl Cluster {
             ClusterDelta::NamespaceRemove(name) => {
                 self.namespaces.remove(&name);
             }
-            ClusterDelta::Reset => *self = Self::empty(self.keeps, self.node_keeps, self.keeps_pod, self.indexing, self.next_test_id),
+            ClusterDelta::Reset => {
+                *self = Self::empty(self.keeps, self.node_keeps, self.keeps_pod, self.indexing, self.image_counting, self.next_test_id)
+            }
         }
     }
 
@@ -310,20 +326,12 @@ impl Cluster {
     /// call for a key, over the nodes of the view (their labels: views that keep [`NodeFacts::labels`]), then
     /// kept current between calls; the copy returned does not change while it is held.
     pub fn topology(&self, key: &str) -> Arc<TopologyDomains> {
-        let mut topologies = self.topologies.borrow_mut();
-        if let Some(domains) = topologies.iter().find(|domains| crate::matching::same_text(domains.key(), key)) {
-            return Arc::clone(domains);
-        }
-        let domains = Arc::new(TopologyDomains::new(key, self.nodes().map(|info| (info.id, &info.node))));
-        topologies.push(Arc::clone(&domains));
-        domains
+        self.topologies.borrow_mut().of(key, || self.nodes().map(|info| (info.id, &info.node)))
     }
 
     /// Records a node's new labels (or its removal, `None`) in the topologies kept.
     fn update_topologies(&mut self, id: NodeId, node: Option<&Node>) {
-        for domains in self.topologies.get_mut() {
-            Arc::make_mut(domains).set_node(id, node);
-        }
+        self.topologies.get_mut().follow(id, node);
     }
 
     /// The affinity terms of the bound pods, each distinct term once with the pods that carry it.
@@ -390,12 +398,8 @@ impl Cluster {
     }
 
     fn count_images(&mut self, node: &Node, change: i32) {
-        for name in node.images.iter().flat_map(|image| &image.names) {
-            let count = self.image_nodes.entry(name.clone()).or_default();
-            *count = count.saturating_add_signed(change);
-            if *count == 0 {
-                self.image_nodes.remove(name);
-            }
+        if let Some(count) = self.image_counting {
+            count(&mut self.image_nodes, node, change);
         }
     }
 
@@ -476,6 +480,16 @@ impl Cluster {
     fn detach(&mut self, node: NodeId, pod: PodId) {
         if let Some(info) = self.node_mut(node) {
             info.pods.retain(|candidate| *candidate != pod);
+        }
+    }
+}
+
+fn count_images(image_nodes: &mut HashMap<String, u32>, node: &Node, change: i32) {
+    for name in node.images.iter().flat_map(|image| &image.names) {
+        let count = image_nodes.entry(name.clone()).or_default();
+        *count = count.saturating_add_signed(change);
+        if *count == 0 {
+            image_nodes.remove(name);
         }
     }
 }

@@ -155,6 +155,15 @@ impl<P: Policy> GuestState<P> {
         Ok(keys)
     }
 
+    /// [`GuestState::apply`] of the bytes the contract's `apply` takes: a `list<cluster-delta>` in postcard's
+    /// encoding.
+    pub fn apply_encoded(&mut self, deltas: &[u8]) -> Result<(), String> {
+        let deltas: Vec<ClusterDelta> = postcard::from_bytes(deltas)
+            .map_err(|error| format!("{}: the deltas sent are not a list<cluster-delta> of wasp:policy@{}: {error}", P::NAME, crate::CONTRACT_VERSION))?;
+        self.apply(deltas);
+        Ok(())
+    }
+
     pub fn apply(&mut self, deltas: Vec<ClusterDelta>) {
         for delta in deltas {
             match delta {
@@ -228,8 +237,8 @@ macro_rules! export_policy {
                 fn configure(settings: ::std::string::String) -> ::std::result::Result<::std::vec::Vec<::std::string::String>, ::std::string::String> {
                     __WASP_STATE.with_borrow_mut(|state| state.configure(&settings))
                 }
-                fn apply(deltas: ::std::vec::Vec<$crate::types::ClusterDelta>) {
-                    __WASP_STATE.with_borrow_mut(|state| state.apply(deltas))
+                fn apply(deltas: ::std::vec::Vec<u8>) -> ::std::result::Result<(), ::std::string::String> {
+                    __WASP_STATE.with_borrow_mut(|state| state.apply_encoded(&deltas))
                 }
             }
             impl $crate::bindings::exports::wasp::policy::filter::Guest for __WaspComponent {
@@ -341,5 +350,23 @@ mod tests {
         assert_eq!(reasons, ["waiting 0/1 nodes are available", "broken on n"]);
         assert!(state.propose(0).unwrap().is_empty(), "forgotten after the call");
         assert_eq!(state.filter(&[0]).unwrap().verdicts, vec![0], "the subject stays until the next one");
+    }
+
+    #[test]
+    fn bytes_that_are_not_a_list_of_deltas_are_an_error_naming_the_policy_and_the_contract_and_change_nothing() {
+        use crate::testing::{NodeBuilder, PodBuilder};
+        use crate::types::{ClusterDelta, PodPlace};
+        let mut state = super::GuestState::new(crate::exports_of!(Echo));
+        state.configure("").unwrap();
+        let node = ClusterDelta::NodeUpsert((0, NodeBuilder::new("n").build(), crate::cluster::empty_usage()));
+        state.apply(vec![node, ClusterDelta::PodUpsert((0, PodPlace::Subject, PodBuilder::new("wanted").build()))]);
+        // One delta, of a variant index no cluster-delta has.
+        let error = state.apply_encoded(&[1, 200]).unwrap_err();
+        assert!(error.contains("echo: the deltas sent are not a list<cluster-delta> of wasp:policy@0.9.0"), "{error}");
+        // Two announced, `node-remove(0)` (variant 2) and nothing after it: nothing of it is applied.
+        assert!(state.apply_encoded(&[2, 2, 0]).is_err());
+        assert_eq!(state.filter(&[0]).unwrap().verdicts, vec![0], "node n and the subject are still there");
+        state.apply_encoded(&[1, 2, 0]).unwrap();
+        assert_eq!(state.cluster.node_count(), 0, "a well-formed list is applied");
     }
 }

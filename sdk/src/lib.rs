@@ -41,9 +41,10 @@ pub mod bindings {
         export_macro_name: "__export_policy_component",
         default_bindings_module: "wasp_sdk::bindings",
         runtime_path: "wasp_sdk::__wit_bindgen::rt",
-        // Lets a host that compiles policies natively (the scheduling benchmark's native run) pass it the
-        // contract records it has; unused in components, so it adds no bytes to them.
+        // Deserialize decodes the deltas `apply` takes (postcard's encoding of the records: see RATIONALE, "0.9").
         additional_derives: [serde::Deserialize, PartialEq],
+        // The records reach the guest only inside `apply`'s bytes, so no function signature names them.
+        generate_unused_types: true,
     });
 }
 
@@ -59,7 +60,7 @@ pub mod types {
 }
 
 /// The contract version this SDK builds against (the `wasp:policy` WIT package version).
-pub const CONTRACT_VERSION: &str = "0.8.0";
+pub const CONTRACT_VERSION: &str = "0.9.0";
 
 pub use cluster::{Cluster, LabelScope, NodeFacts, NodeInfo, PodFacts, PodInfo};
 pub use policy::{Evict, Filter, NoSettings, Normalization, Policy, Scale, Score, Verdict};

@@ -9,8 +9,9 @@
 //! and keeps it current as nodes are added, relabelled and removed.
 
 use crate::collections::FastHashMap;
-use crate::matching::label;
+use crate::matching::{label, same_text};
 use crate::types::{Node, NodeId};
+use std::sync::Arc;
 
 /// A topology domain of one key: an index into a per-domain vector such as [`DomainCounts`].
 pub type DomainId = u32;
@@ -81,17 +82,52 @@ impl TopologyDomains {
     }
 }
 
+/// The topology keys a view was asked for, each kept current as nodes change.
+#[derive(Debug, Default)]
+pub(crate) struct Topologies {
+    kept: Vec<Arc<TopologyDomains>>,
+    /// Set by the first key asked for, so that a component whose policy never asks links none of this.
+    follow: Option<fn(&mut [Arc<TopologyDomains>], NodeId, Option<&Node>)>,
+}
+
+impl Topologies {
+    /// The domains of `key`, built over `nodes` when the key is new.
+    pub(crate) fn of<'a, I: Iterator<Item = (NodeId, &'a Node)>>(&mut self, key: &str, nodes: impl FnOnce() -> I) -> Arc<TopologyDomains> {
+        if let Some(domains) = self.kept.iter().find(|domains| same_text(domains.key(), key)) {
+            return Arc::clone(domains);
+        }
+        let domains = Arc::new(TopologyDomains::new(key, nodes()));
+        self.kept.push(Arc::clone(&domains));
+        self.follow = Some(follow_node);
+        domains
+    }
+
+    /// Records a node's new labels (or its removal, `None`) in every key kept.
+    pub(crate) fn follow(&mut self, id: NodeId, node: Option<&Node>) {
+        if let Some(follow) = self.follow {
+            follow(&mut self.kept, id, node);
+        }
+    }
+}
+
+/// A copy still held by a call's counts (none between calls) is left as it was: the node is recorded in a new one.
+fn follow_node(kept: &mut [Arc<TopologyDomains>], id: NodeId, node: Option<&Node>) {
+    for domains in kept {
+        Arc::make_mut(domains).set_node(id, node);
+    }
+}
+
 /// A number per domain of one topology key: pods counted there, or a score summed there.
 #[derive(Debug, Clone)]
 pub struct DomainCounts {
-    pub domains: std::sync::Arc<TopologyDomains>,
+    pub domains: Arc<TopologyDomains>,
     counts: Vec<i64>,
     /// Whether anything was added, even if the amounts cancelled out.
     added: bool,
 }
 
 impl DomainCounts {
-    pub fn new(domains: std::sync::Arc<TopologyDomains>) -> Self {
+    pub fn new(domains: Arc<TopologyDomains>) -> Self {
         let counts = vec![0; domains.len()];
         DomainCounts { domains, counts, added: false }
     }

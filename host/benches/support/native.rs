@@ -1,15 +1,15 @@
 //! The default policies compiled into the benchmark binary, behind the scheduler's [`SchedulingPolicy`]: the
 //! native side of the side-by-side runs. The same policy crates the components are built from run over the SDK's
 //! cluster view, one copy per thread, fed from the same delta log as the sandboxed instances; records cross
-//! from the host's types to the SDK's (both generated from the WIT) through postcard. [`run_host`] serves them
+//! from the host's types to the SDK's (both generated from the WIT) as the contract's `apply` carries them, in
+//! postcard's encoding. [`run_host`] serves them
 //! from a host process of their own, as `wasp run` serves the components.
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use wasp::cluster::{ClusterState, DeltaSink, SyncPoint};
+use wasp::contract::encode_deltas;
 use wasp::contract::types::{ClusterDelta, FilterResult, NodeId, Pod, PodPlace, ViewScope};
 use wasp::runtime::CallError;
 use wasp::config::HostConfig;
@@ -20,10 +20,6 @@ use wasp::registry::{Plans, PolicyRegistry, ProfilePolicies};
 use wasp::runtime::Runtime;
 use wasp_sdk::guest::GuestState;
 use wasp_sdk::Policy;
-
-fn to_sdk<T: Serialize, U: DeserializeOwned>(value: &T) -> U {
-    postcard::from_bytes(&postcard::to_allocvec(value).expect("contract records serialize")).expect("same WIT, same records")
-}
 
 struct NativeInstance<P: Policy> {
     state: GuestState<P>,
@@ -42,8 +38,7 @@ impl<P: Policy> DeltaSink for NativeInstance<P> {
     }
 
     fn apply(&mut self, deltas: &[ClusterDelta]) -> Result<(), CallError> {
-        self.state.apply(deltas.iter().map(to_sdk).collect());
-        Ok(())
+        self.state.apply_encoded(&encode_deltas(deltas)).map_err(CallError::Guest)
     }
 }
 
@@ -94,7 +89,7 @@ impl<P: Policy + Send + Sync + 'static> NativePolicy<P> {
         };
         cluster.sync(&mut instance, view).expect("native sync cannot fail");
         let subject = ClusterDelta::PodUpsert((0, PodPlace::Subject, pod.clone()));
-        instance.state.apply(vec![to_sdk(&subject)]);
+        instance.state.apply_encoded(&encode_deltas(&[subject])).expect("the records of one contract decode");
         let result = body(&instance.state);
         self.idle.lock().unwrap().push(instance);
         result

@@ -145,10 +145,10 @@ mod tests {
 
     #[test]
     fn versions() {
-        assert!(compatible("0.8.0"));
-        assert!(compatible("0.8.7"));
-        assert!(!compatible("0.7.0"));
-        assert!(!compatible("0.9.0"));
+        assert!(compatible("0.9.0"));
+        assert!(compatible("0.9.7"));
+        assert!(!compatible("0.8.0"));
+        assert!(!compatible("0.10.0"));
         assert!(!compatible("1.2.0"));
         assert!(!compatible(""));
         assert_eq!(compatible_range(), "0.8.x");

@@ -4,7 +4,7 @@
 
 use prometheus_client::metrics::gauge::Gauge;
 use crate::contract::types::{self, ClusterDelta, Descriptor, Eviction, FilterResult, Pod, PodPlace, ScaleDecision, ScaleRequest};
-use crate::contract::{EvictContext, PolicyComponent, PolicyComponentPre};
+use crate::contract::{encode_deltas, EvictContext, PolicyComponent, PolicyComponentPre};
 use super::guest_memory::GuestMemory;
 use super::guest_output::GuestOutput;
 use super::answers::{answer_bytes, check_label_keys, check_texts, guest_error, validate_filter_result, validate_scale_decision, validate_scores, MAX_PROPOSAL_TEXT_BYTES};
@@ -251,7 +251,8 @@ impl PolicyInstance {
         if deltas.iter().any(|delta| matches!(delta, ClusterDelta::Reset)) {
             self.subject = None;
         }
-        self.call("apply", answer_bytes::SMALL, |bindings, store| bindings.wasp_policy_policy().call_apply(store, deltas))
+        let encoded = encode_deltas(deltas);
+        self.call("apply", answer_bytes::SMALL, |bindings, store| bindings.wasp_policy_policy().call_apply(store, &encoded))?.map_err(guest_error)
     }
 
     /// Sends the pod the next filter or score call decides for, unless the guest holds an equal record already.
