@@ -9,21 +9,3 @@
 
 /// A `HashMap` with FxHash; made with `default()`.
 pub type FastHashMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher>;
-
-/// A string key for [`FastHashMap`], compared with [`same_text`](crate::matching::same_text): `==` on strings is a
-/// call to the guest libc's byte-by-byte `memcmp`, which was a third of inter-pod-affinity's instructions in the
-/// sandbox, most of it in its maps' key comparisons. Hashes as the `str` does.
-#[derive(Clone, Copy, Debug, Eq)]
-pub struct Text<'a>(pub &'a str);
-
-impl PartialEq for Text<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        crate::matching::same_text(self.0, other.0)
-    }
-}
-
-impl std::hash::Hash for Text<'_> {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.hash(state)
-    }
-}

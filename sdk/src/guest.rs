@@ -360,8 +360,8 @@ mod tests {
         state.configure("").unwrap();
         let node = ClusterDelta::NodeUpsert((0, NodeBuilder::new("n").build(), crate::cluster::empty_usage()));
         state.apply(vec![node, ClusterDelta::PodUpsert((0, PodPlace::Subject, PodBuilder::new("wanted").build()))]);
-        // One delta, of a variant index no cluster-delta has.
-        let error = state.apply_encoded(&[1, 200]).unwrap_err();
+        // One delta, of a variant index no cluster-delta has (0-7 are node-upsert to reset).
+        let error = state.apply_encoded(&[1, 8]).unwrap_err();
         assert!(error.contains("echo: the deltas sent are not a list<cluster-delta> of wasp:policy@0.9.0"), "{error}");
         // Two announced, `node-remove(0)` (variant 2) and nothing after it: nothing of it is applied.
         assert!(state.apply_encoded(&[2, 2, 0]).is_err());

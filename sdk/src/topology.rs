@@ -22,9 +22,12 @@ pub struct TopologyDomains {
     key: String,
     /// Indexed by node id: the node's domain, or [`NO_DOMAIN`] for a node without the label (or no node).
     of_node: Vec<DomainId>,
-    /// Every value seen, with its id. Ids are never reused: a value whose last node left keeps its id, so the ids
-    /// stay below `ids.len()`.
+    /// Every value seen, with its id. Ids are not reused while the domains are kept: a value whose last node left
+    /// keeps its id, so the ids stay below `ids.len()`. [`Topologies::of`] builds them afresh once such stale
+    /// values outnumber the nodes (hostnames of nodes replaced, over weeks of autoscaling).
     ids: FastHashMap<String, DomainId>,
+    /// Nodes with a domain.
+    nodes_placed: usize,
 }
 
 const NO_DOMAIN: DomainId = DomainId::MAX;
@@ -32,7 +35,7 @@ const NO_DOMAIN: DomainId = DomainId::MAX;
 impl TopologyDomains {
     /// The domains of `nodes` (id and node) for `key`.
     pub(crate) fn new<'a>(key: &str, nodes: impl Iterator<Item = (NodeId, &'a Node)>) -> Self {
-        let mut domains = TopologyDomains { key: key.to_string(), of_node: Vec::new(), ids: FastHashMap::default() };
+        let mut domains = TopologyDomains { key: key.to_string(), of_node: Vec::new(), ids: FastHashMap::default(), nodes_placed: 0 };
         for (id, node) in nodes {
             domains.set_node(id, Some(node));
         }
@@ -78,9 +81,23 @@ impl TopologyDomains {
             }
             self.of_node.resize(index + 1, NO_DOMAIN);
         }
-        self.of_node[index] = domain;
+        let previous = std::mem::replace(&mut self.of_node[index], domain);
+        match (previous == NO_DOMAIN, domain == NO_DOMAIN) {
+            (true, false) => self.nodes_placed += 1,
+            (false, true) => self.nodes_placed -= 1,
+            _ => {}
+        }
+    }
+
+    /// Whether most ids name values no node has any more.
+    fn mostly_stale(&self) -> bool {
+        self.ids.len() > 2 * self.nodes_placed + 64
     }
 }
+
+/// Topology keys kept at most: each costs a label lookup per node change. Pods name a few (hostname, zone,
+/// region); past this many, the keys are forgotten and built again as they are asked for.
+const MAX_KEYS: usize = 16;
 
 /// The topology keys a view was asked for, each kept current as nodes change.
 #[derive(Debug, Default)]
@@ -93,8 +110,14 @@ pub(crate) struct Topologies {
 impl Topologies {
     /// The domains of `key`, built over `nodes` when the key is new.
     pub(crate) fn of<'a, I: Iterator<Item = (NodeId, &'a Node)>>(&mut self, key: &str, nodes: impl FnOnce() -> I) -> Arc<TopologyDomains> {
-        if let Some(domains) = self.kept.iter().find(|domains| same_text(domains.key(), key)) {
-            return Arc::clone(domains);
+        if let Some(index) = self.kept.iter().position(|domains| same_text(domains.key(), key)) {
+            if !self.kept[index].mostly_stale() {
+                return Arc::clone(&self.kept[index]);
+            }
+            self.kept.swap_remove(index);
+        }
+        if self.kept.len() == MAX_KEYS {
+            self.kept.clear();
         }
         let domains = Arc::new(TopologyDomains::new(key, nodes()));
         self.kept.push(Arc::clone(&domains));
@@ -191,5 +214,37 @@ mod tests {
         assert_eq!(cluster.topology("zone").of(b), None);
         cluster.apply(ClusterDelta::Reset);
         assert_eq!(cluster.topology("zone").of(a), None, "a reset forgets the nodes");
+    }
+
+    #[test]
+    fn hostnames_of_nodes_replaced_over_time_do_not_grow_the_domains_without_bound() {
+        use crate::types::ClusterDelta;
+        let mut cluster = Cluster::new();
+        let host = |name: &str| NodeBuilder::new(name).label("kubernetes.io/hostname", name).build();
+        let first = cluster.add_node(host("n-0"));
+        let mut largest = 0;
+        // One node at a time, each replaced by a node of a new name (an autoscaled group over weeks).
+        let mut current = first;
+        for generation in 1..1000 {
+            cluster.apply(ClusterDelta::NodeRemove(current));
+            current = cluster.add_node(host(&format!("n-{generation}")));
+            let hostnames = cluster.topology("kubernetes.io/hostname");
+            assert!(hostnames.of(current).is_some());
+            largest = largest.max(hostnames.len());
+        }
+        assert!(largest <= 2 + 64 + 1, "domain ids are renumbered once most are stale: {largest}");
+    }
+
+    #[test]
+    fn keys_past_the_bound_are_forgotten_and_built_again() {
+        let mut cluster = Cluster::new();
+        let node = cluster.add_node(NodeBuilder::new("n").label("zone", "a").build());
+        let zone = cluster.topology("zone");
+        for key in 0..super::MAX_KEYS {
+            cluster.topology(&format!("tenant-key-{key}"));
+        }
+        let again = cluster.topology("zone");
+        assert!(!std::sync::Arc::ptr_eq(&zone, &again), "built again");
+        assert_eq!(again.of(node), zone.of(node));
     }
 }

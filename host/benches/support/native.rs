@@ -2,8 +2,8 @@
 //! native side of the side-by-side runs. The same policy crates the components are built from run over the SDK's
 //! cluster view, one copy per thread, fed from the same delta log as the sandboxed instances; records cross
 //! from the host's types to the SDK's (both generated from the WIT) as the contract's `apply` carries them, in
-//! postcard's encoding. [`run_host`] serves them
-//! from a host process of their own, as `wasp run` serves the components.
+//! postcard's encoding. [`run_host`] serves them from a host process of their own, as `wasp run` serves the
+//! components.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -87,7 +87,7 @@ impl<P: Policy + Send + Sync + 'static> NativePolicy<P> {
             },
             settings_keys: &[],
         };
-        cluster.sync(&mut instance, view).expect("native sync cannot fail");
+        cluster.sync(&mut instance, view).expect("the host's records decode in the SDK built from the same WIT");
         let subject = ClusterDelta::PodUpsert((0, PodPlace::Subject, pod.clone()));
         instance.state.apply_encoded(&encode_deltas(&[subject])).expect("the records of one contract decode");
         let result = body(&instance.state);

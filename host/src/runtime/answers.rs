@@ -20,7 +20,7 @@ pub fn guest_error(message: String) -> CallError {
     CallError::Guest(truncate(message, MAX_REASON_BYTES))
 }
 
-fn truncate(mut text: String, limit: usize) -> String {
+pub(super) fn truncate(mut text: String, limit: usize) -> String {
     if text.len() > limit {
         let total = text.len();
         let mut end = limit;

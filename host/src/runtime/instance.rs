@@ -7,7 +7,10 @@ use crate::contract::types::{self, ClusterDelta, Descriptor, Eviction, FilterRes
 use crate::contract::{encode_deltas, EvictContext, PolicyComponent, PolicyComponentPre};
 use super::guest_memory::GuestMemory;
 use super::guest_output::GuestOutput;
-use super::answers::{answer_bytes, check_label_keys, check_texts, guest_error, validate_filter_result, validate_scale_decision, validate_scores, MAX_PROPOSAL_TEXT_BYTES};
+use super::answers::{
+    answer_bytes, check_label_keys, check_texts, guest_error, truncate, validate_filter_result, validate_scale_decision, validate_scores, MAX_PROPOSAL_TEXT_BYTES,
+    MAX_REASON_BYTES,
+};
 use super::{Limits, Runtime};
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
@@ -150,6 +153,10 @@ pub enum CallError {
     /// The policy answered, but the answer breaks the contract.
     #[error("malformed answer from {operation}: {message}")]
     Malformed { operation: &'static str, message: String },
+    /// The policy could not read what the host sent it: its records are another contract's. The instance is
+    /// discarded (what it holds may be partly applied).
+    #[error("{operation}: the policy could not read what the host sent: {message}")]
+    Undecodable { operation: &'static str, message: String },
     #[error("could not instantiate: {0}")]
     Instantiate(String),
     /// Not called: the policy's circuit breaker is open after failures in a row.
@@ -252,7 +259,13 @@ impl PolicyInstance {
             self.subject = None;
         }
         let encoded = encode_deltas(deltas);
-        self.call("apply", answer_bytes::SMALL, |bindings, store| bindings.wasp_policy_policy().call_apply(store, &encoded))?.map_err(guest_error)
+        let applied = self.call("apply", answer_bytes::SMALL, |bindings, store| bindings.wasp_policy_policy().call_apply(store, &encoded))?;
+        // The guest could not decode them (another contract's records): what it holds may be partly applied
+        // (a chunk of an evict context's pods), so the instance is not used again.
+        applied.map_err(|message| {
+            self.poisoned = true;
+            CallError::Undecodable { operation: "apply", message: truncate(message, MAX_REASON_BYTES) }
+        })
     }
 
     /// Sends the pod the next filter or score call decides for, unless the guest holds an equal record already.

@@ -73,13 +73,9 @@ impl Domains {
         &mut self.by_key[index]
     }
 
-    /// The count of the node's domain of `key`: None when the node lacks the label.
+    /// The count of the node's domain of `key` (a key counted for): None when the node lacks the label.
     fn at(&self, key: &str, node: NodeId) -> Option<i64> {
-        match self.by_key.iter().find(|counts| same_text(counts.domains.key(), key)) {
-            Some(counts) => counts.at(node),
-            // Nothing counted for the key: 0 where the node has the label.
-            None => None,
-        }
+        self.by_key.iter().find(|counts| same_text(counts.domains.key(), key)).and_then(|counts| counts.at(node))
     }
 
     fn is_empty(&self) -> bool {
@@ -153,12 +149,11 @@ impl Counts {
     fn satisfies_affinity(&self, pod: &Pod, node: &NodeInfo, cluster: &Cluster) -> bool {
         let terms = required(&pod.pod_affinity);
         let mut pods_exist = true;
+        // `count` counted for every term's key, so None is a node without the term's topology label.
         for term in terms {
             match self.affinity.at(&term.topology_key, node.id) {
                 Some(count) if count > 0 => {}
                 Some(_) => pods_exist = false,
-                // The node lacks the term's topology key, or no pod was counted for it: the node's label decides.
-                None if term.domain(node).is_some() => pods_exist = false,
                 None => return false,
             }
         }
