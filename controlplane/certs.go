@@ -148,10 +148,10 @@ type pki struct {
 
 func (p pki) path(name string) string { return filepath.Join(p.dir, name) }
 
-// makePKI issues everything the control plane needs. Each component authenticates with a client certificate
+// makePKI issues everything the control plane needs, and the extra leaves (real nodes'). Each component authenticates with a client certificate
 // naming the user the bootstrap RBAC policy expects (system:kube-controller-manager, system:kube-scheduler), so
 // the real authorizer decides what each may do.
-func makePKI(dir string) (pki, error) {
+func makePKI(dir string, extra map[string]leaf) (pki, error) {
 	p := pki{dir: dir}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return p, err
@@ -183,6 +183,9 @@ func makePKI(dir string) (pki, error) {
 		},
 		// kwok stands in for every node's kubelet, so it acts as a cluster administrator, as kwok itself does.
 		"kwok": {commonName: "kwok-controller", groups: []string{"system:masters"}, client: true},
+	}
+	for name, spec := range extra {
+		leaves[name] = spec
 	}
 	for name, spec := range leaves {
 		if err := ca.issue(dir, name, spec); err != nil {

@@ -45,7 +45,8 @@ func stages() (map[internalversion.StageResourceRef][]*internalversion.Stage, er
 	return grouped, nil
 }
 
-// runKwok starts kwok's controllers for every node, as kwok's own command does with --manage-all-nodes.
+// runKwok starts kwok's controllers for every node but the real ones (labelled realNodeLabel): a label selector
+// kube-apiserver evaluates, so kwok never sees such a node, nor manages its pods or its Lease.
 func runKwok(ctx context.Context, kubeconfig string, leaseDuration time.Duration) error {
 	lifecycle, err := stages()
 	if err != nil {
@@ -84,24 +85,24 @@ func runKwok(ctx context.Context, kubeconfig string, leaseDuration time.Duration
 		return err
 	}
 	controller, err := controllers.NewController(controllers.Config{
-		Clock:                      clock.RealClock{},
-		DynamicClient:              dynamicClient,
-		RESTClient:                 restClient,
-		RESTMapper:                 restMapper,
-		ImpersonatingDynamicClient: clientset.ToImpersonatingDynamicClient(),
-		ImpersonatingTypedClient:   clientset.ToImpersonatingTypedClient(),
-		TypedClient:                typedClient,
-		TypedKwokClient:            kwokClient,
-		ManageAllNodes:             true,
-		CIDR:                       podCIDR,
-		NodeIP:                     "127.0.0.1",
-		LocalStages:                lifecycle,
-		PodPlayStageParallelism:    4,
-		NodePlayStageParallelism:   4,
-		NodeLeaseParallelism:       4,
-		NodeLeaseDurationSeconds:   uint(leaseDuration.Seconds()),
-		PodsOnNodeSyncParallelism:  1,
-		ID:                         id,
+		Clock:                        clock.RealClock{},
+		DynamicClient:                dynamicClient,
+		RESTClient:                   restClient,
+		RESTMapper:                   restMapper,
+		ImpersonatingDynamicClient:   clientset.ToImpersonatingDynamicClient(),
+		ImpersonatingTypedClient:     clientset.ToImpersonatingTypedClient(),
+		TypedClient:                  typedClient,
+		TypedKwokClient:              kwokClient,
+		ManageNodesWithLabelSelector: "!" + realNodeLabel,
+		CIDR:                         podCIDR,
+		NodeIP:                       "127.0.0.1",
+		LocalStages:                  lifecycle,
+		PodPlayStageParallelism:      4,
+		NodePlayStageParallelism:     4,
+		NodeLeaseParallelism:         4,
+		NodeLeaseDurationSeconds:     uint(leaseDuration.Seconds()),
+		PodsOnNodeSyncParallelism:    1,
+		ID:                           id,
 	})
 	if err != nil {
 		return err

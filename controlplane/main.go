@@ -20,6 +20,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -41,10 +43,14 @@ type options struct {
 	hpaSyncPeriod        time.Duration
 	nodeLeaseDuration    time.Duration
 	keep                 bool
+	realNodes            int
+	nodeBin              string
+	images               []string
+	kubeletSyncFrequency time.Duration
 }
 
 func main() {
-	subcommands := map[string]func([]string) error{"check-placements": runCheckCommand, "protobuf-walk": runProtobufWalk}
+	subcommands := map[string]func([]string) error{"check-placements": runCheckCommand, "protobuf-walk": runProtobufWalk, "image": runImageCommand}
 	if len(os.Args) > 1 && subcommands[os.Args[1]] != nil {
 		if err := subcommands[os.Args[1]](os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "wasp-controlplane %s: %v\n", os.Args[1], err)
@@ -61,6 +67,13 @@ func main() {
 	flag.BoolVar(&opts.keep, "keep", false, "keep the data directory on exit")
 	flag.DurationVar(&opts.hpaSyncPeriod, "hpa-sync-period", 15*time.Second, "how often the HorizontalPodAutoscaler controller reconciles (kube-controller-manager's --horizontal-pod-autoscaler-sync-period)")
 	flag.DurationVar(&opts.nodeLeaseDuration, "node-lease-duration", 40*time.Second, "the fake kubelets' Lease duration, renewed every quarter of it (a kubelet's: 40s); longer spares the control plane the renewals of thousands of nodes, and the node lifecycle controller's grace period follows it")
+	flag.IntVar(&opts.realNodes, "real-nodes", 0, "also run this many real nodes (kubelet, containerd, runc: scripts/build-node.sh), all in private namespaces (needs root)")
+	flag.StringVar(&opts.nodeBin, "node-bin", "", "where the real nodes' programs are (default: ../node beside this command, as scripts/build-node.sh puts them)")
+	flag.Func("image", "an image tar (`wasp-controlplane image`) loaded into every real node's containerd (repeatable)", func(path string) error {
+		opts.images = append(opts.images, path)
+		return nil
+	})
+	flag.DurationVar(&opts.kubeletSyncFrequency, "kubelet-sync-frequency", time.Minute, "the real kubelets' syncFrequency: how soon a ConfigMap volume follows its ConfigMap (the kubelet's default: 1m)")
 	flag.Parse()
 	// Four components share one heap, and Go's default collector lets it grow to twice what is live: with 5000
 	// nodes that passed 1.8 GiB. A soft limit makes the collector work harder near it instead (GOMEMLIMIT
@@ -75,6 +88,9 @@ func main() {
 }
 
 func run(opts options) error {
+	if opts.realNodes > 0 && !inSandbox() {
+		return runSandboxed(opts)
+	}
 	started := time.Now()
 	temporary := opts.dataDir == ""
 	if temporary {
@@ -110,6 +126,19 @@ func run(opts options) error {
 	klog.SetOutput(logFile)
 	slog.SetDefault(slog.New(slog.NewTextHandler(logFile, nil)))
 
+	// With real nodes this process is in the sandbox (sandbox.go): the API server listens on the `kubernetes`
+	// Service's port there, and clients on the host come through the listener handed over from outside.
+	nodes := realNodes(opts.realNodes, opts.dataDir)
+	var hostListener net.Listener
+	if inSandbox() {
+		if err := prepareSandbox(opts.dataDir, nodes); err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+		if hostListener, err = net.FileListener(os.NewFile(hostListenerFD, "host-listener")); err != nil {
+			return fmt.Errorf("the host listener: %w", err)
+		}
+		opts.port = sandboxAPIPort
+	}
 	ports, err := freePorts(3)
 	if err != nil {
 		return err
@@ -117,7 +146,7 @@ func run(opts options) error {
 	if opts.port == 0 {
 		opts.port = ports[2]
 	}
-	p, err := makePKI(filepath.Join(opts.dataDir, "pki"))
+	p, err := makePKI(filepath.Join(opts.dataDir, "pki"), realNodeLeaves(nodes))
 	if err != nil {
 		return fmt.Errorf("certificates: %w", err)
 	}
@@ -138,11 +167,26 @@ func run(opts options) error {
 	if err != nil {
 		return err
 	}
+	if inSandbox() {
+		// Later flags win: every address of the sandbox (the Service's 10.96.0.1 for pods, 127.0.0.1 for the
+		// components and the host relay), and the kubelets' API.
+		args = append(append(args, "--bind-address=0.0.0.0"), realNodeAPIServerArgs(p)...)
+	}
 	components.start("kube-apiserver", func(ctx context.Context) error { return runAPIServer(ctx, args) })
 
 	server := fmt.Sprintf("https://127.0.0.1:%d", opts.port)
+	// The admin kubeconfig this process's own clients use: the one it prints, but in the sandbox, whose API
+	// server address the host does not reach (and the host's this process does not).
+	adminKubeconfig := opts.kubeconfig
+	if hostListener != nil {
+		adminKubeconfig = filepath.Join(opts.dataDir, "sandbox-admin.kubeconfig")
+		if err := writeKubeconfig(p, "https://"+hostListener.Addr().String(), "admin", opts.kubeconfig); err != nil {
+			return fmt.Errorf("kubeconfig admin: %w", err)
+		}
+		components.start("host relay", func(ctx context.Context) error { return relayHostListener(ctx, hostListener) })
+	}
 	for identity, path := range map[string]string{
-		"admin":                   opts.kubeconfig,
+		"admin":                   adminKubeconfig,
 		"kube-controller-manager": filepath.Join(opts.dataDir, "kube-controller-manager.kubeconfig"),
 		"kube-scheduler":          filepath.Join(opts.dataDir, "kube-scheduler.kubeconfig"),
 		"kwok":                    filepath.Join(opts.dataDir, "kwok.kubeconfig"),
@@ -151,7 +195,7 @@ func run(opts options) error {
 			return fmt.Errorf("kubeconfig %s: %w", identity, err)
 		}
 	}
-	admin, err := waitForAPIServer(ctx, components, opts.kubeconfig)
+	admin, err := waitForAPIServer(ctx, components, adminKubeconfig)
 	if err != nil {
 		return err
 	}
@@ -161,7 +205,7 @@ func run(opts options) error {
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	resolver.services.Store(&services)
-	adminConfig, err := restConfig(opts.kubeconfig)
+	adminConfig, err := restConfig(adminKubeconfig)
 	if err != nil {
 		return err
 	}
@@ -192,8 +236,30 @@ func run(opts options) error {
 	if err := waitForDefaultServiceAccount(ctx, components, admin); err != nil {
 		return err
 	}
+	if len(nodes) > 0 {
+		progress(started, fmt.Sprintf("starting %d real nodes", len(nodes)))
+		settings := nodeSettings{binDir: opts.nodeBin, dataDir: opts.dataDir, cgroupFolder: os.Getenv(sandboxEnv), caFile: p.path("ca.crt"), syncFrequency: opts.kubeletSyncFrequency}
+		if settings.binDir == "" {
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			settings.binDir = filepath.Join(filepath.Dir(self), "..", "node")
+		}
+		if err := startRealNodes(ctx, components, admin, p, server, nodes, settings, opts.images); err != nil {
+			return fmt.Errorf("real nodes: %w", err)
+		}
+		for _, node := range nodes {
+			fmt.Printf("real node: %s %s\n", node.name, node.ip)
+		}
+		fmt.Printf("sandbox admin kubeconfig: %s\n", adminKubeconfig)
+	}
 	fmt.Printf("kubeconfig: %s\n", opts.kubeconfig)
-	fmt.Printf("server: %s\n", server)
+	if hostListener != nil {
+		fmt.Printf("server: https://%s\n", hostListener.Addr())
+	} else {
+		fmt.Printf("server: %s\n", server)
+	}
 	fmt.Printf("data: %s\n", opts.dataDir)
 	fmt.Printf("audit log: %s\n", filepath.Join(opts.dataDir, "audit.log"))
 	fmt.Printf("load model: configmap %s/%s\n", metricsNamespace, loadConfigMap)
@@ -202,6 +268,9 @@ func run(opts options) error {
 	<-components.done()
 	failed := components.failure()
 	fmt.Println("stopping")
+	if inSandbox() {
+		endSandboxProcesses()
+	}
 	components.wait(30 * time.Second)
 	return failed
 }
@@ -218,7 +287,9 @@ type group struct {
 	mu      sync.Mutex
 	failed  error
 	running sync.WaitGroup
-	cancel  context.CancelFunc
+	// stopping names the components still running (guarded by mu), for the message when they take too long.
+	stopping map[string]bool
+	cancel   context.CancelFunc
 }
 
 func newGroup(parent context.Context) *group {
@@ -228,8 +299,15 @@ func newGroup(parent context.Context) *group {
 
 func (g *group) start(name string, run func(context.Context) error) {
 	g.running.Add(1)
+	g.mu.Lock()
+	if g.stopping == nil {
+		g.stopping = map[string]bool{}
+	}
+	g.stopping[name] = true
+	g.mu.Unlock()
 	go func() {
 		defer g.running.Done()
+		defer func() { g.mu.Lock(); delete(g.stopping, name); g.mu.Unlock() }()
 		err := run(g.ctx)
 		if err != nil && g.ctx.Err() == nil {
 			fmt.Fprintf(os.Stderr, "wasp-controlplane: %s stopped: %v\n", name, err)
@@ -259,7 +337,14 @@ func (g *group) wait(limit time.Duration) {
 	select {
 	case <-finished:
 	case <-time.After(limit):
-		fmt.Fprintf(os.Stderr, "wasp-controlplane: components still stopping after %s; exiting\n", limit)
+		g.mu.Lock()
+		names := make([]string, 0, len(g.stopping))
+		for name := range g.stopping {
+			names = append(names, name)
+		}
+		g.mu.Unlock()
+		sort.Strings(names)
+		fmt.Fprintf(os.Stderr, "wasp-controlplane: components still stopping after %s (%s); exiting\n", limit, strings.Join(names, ", "))
 	}
 }
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test: builds the policy components (the integration tests load them) and the real control plane
-# (tests/real_cluster.rs runs wasp on it), then the whole workspace.
+# Runs every test: builds the policy components (the integration tests load them), the real control plane
+# (tests/real_cluster.rs runs wasp on it) and the real nodes' programs (tests/real_node.rs), then the whole workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target
-# The real control plane for tests/real_cluster.rs, built beside the Rust build: each leaves cores idle at
-# times (linking, the last crates of a dependency chain) that the other uses.
-./scripts/build-controlplane.sh > target/build-controlplane.log 2>&1 &
+# The real control plane for tests/real_cluster.rs and the real nodes' programs for tests/real_node.rs (kubelet,
+# containerd, runc, the CNI plugins), built beside the Rust build: each leaves cores idle at times (linking, the
+# last crates of a dependency chain) that the other uses.
+(./scripts/build-controlplane.sh && ./scripts/build-node.sh) > target/build-controlplane.log 2>&1 &
 controlplane_build=$!
 ./scripts/build-policies.sh
 # The container image's build: the host without the simulator (the Dockerfile's `--no-default-features

@@ -13,6 +13,7 @@ mod common;
 use base64::Engine;
 use common::atomic_writer::AtomicWriter;
 use common::control_plane::{self, wait_for, AuditEvent, ControlPlane};
+use common::install::{create_policy_bundle, readme_install, wasp};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -26,12 +27,6 @@ static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// The `wasp` ServiceAccount's user name, as the API server records it.
 const WASP_USER: &str = "system:serviceaccount:wasp-system:wasp";
 
-fn wasp(args: &[&str]) -> std::process::Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_wasp")).args(args).current_dir(common::repo_root()).output().unwrap();
-    assert!(output.status.success(), "wasp {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
-    output
-}
-
 /// A control plane with wasp installed as the README's "Install on a cluster" says, except the in-cluster
 /// Deployment, scaled to zero: wasp runs on this machine (there are no kubelets to run its image).
 struct Installed {
@@ -44,32 +39,10 @@ struct Installed {
 
 fn install() -> Installed {
     let cluster = ControlPlane::start();
-    let manifests = common::repo_root().join("manifests");
-    cluster.must(&["apply", "-f", manifests.to_str().unwrap()]);
-    create_policy_bundle(&cluster);
-
-    // The webhooks' certificate: the Secret from `wasp certs`, then the patches it prints, run as printed.
-    let tls = cluster.dir.path().join("wasp-tls");
-    let certs = wasp(&["certs", "--out-dir", tls.to_str().unwrap()]);
-    let applied = cluster.kubectl_input(&["apply", "-f", "-"], &String::from_utf8(certs.stdout).unwrap());
-    assert!(applied.ok, "the webhook Secret: {}", applied.stderr);
-    let instructions = String::from_utf8(certs.stderr).unwrap();
-    let patches: Vec<&str> = instructions.lines().map(str::trim).filter(|line| line.starts_with("kubectl patch")).collect();
-    assert_eq!(patches.len(), 2, "wasp certs prints a patch per webhook configuration: {instructions}");
-    for patch in patches {
-        let status = Command::new("sh").arg("-c").arg(patch).env("KUBECONFIG", &cluster.kubeconfig).stdout(Stdio::null()).status().unwrap();
-        assert!(status.success(), "{patch}");
-    }
+    let tls = readme_install(&cluster);
     cluster.must(&["scale", "deployment", "wasp-scheduler", "-n", "wasp-system", "--replicas=0"]);
     let wasp_kubeconfig = cluster.service_account_kubeconfig("wasp-system", "wasp");
     Installed { cluster, tls, wasp_kubeconfig }
-}
-
-/// The default policy set as one ConfigMap, as the README's install creates it.
-fn create_policy_bundle(cluster: &ControlPlane) {
-    let bundle = wasp(&["configmap", "--from-dir", "plugins/out", "--bundle"]);
-    let created = cluster.kubectl_input(&["create", "-f", "-"], &String::from_utf8(bundle.stdout).unwrap());
-    assert!(created.ok, "the policy bundle ConfigMap: {}", created.stderr);
 }
 
 /// `helm ARGS` as the admin; its stdout.

@@ -26,6 +26,8 @@ pub struct ControlPlane {
     pub kubeconfig: PathBuf,
     pub server: String,
     pub audit_log: PathBuf,
+    /// Every line it printed up to `ready in` (`sandbox pid: PID`, `real node: NAME IP` with `--real-nodes`).
+    pub printed: Vec<String>,
 }
 
 /// What kubectl did: whether it succeeded, its stdout and its stderr.
@@ -54,6 +56,7 @@ impl ControlPlane {
             .spawn()
             .expect("wasp-controlplane starts");
         let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
+        let mut printed = Vec::new();
         // Lines `NAME: VALUE`, in the order wasp-controlplane prints them, the last `ready in DURATION`.
         let mut field = |name: &str| -> String {
             loop {
@@ -61,6 +64,7 @@ impl ControlPlane {
                     .next()
                     .unwrap_or_else(|| panic!("wasp-controlplane exited before printing {name:?}; see {}/controlplane.log", dir.path().display()))
                     .unwrap();
+                printed.push(line.clone());
                 if let Some(value) = line.strip_prefix(&format!("{name}: ")).or_else(|| line.strip_prefix(&format!("{name} "))) {
                     return value.to_string();
                 }
@@ -73,7 +77,17 @@ impl ControlPlane {
         eprintln!("control plane at {server} ready in {ready} ({:.1}s with the process start)", started.elapsed().as_secs_f64());
         // Its later lines ("stopping") must find a reader, or the write kills it before its clean stop.
         std::thread::spawn(move || lines.for_each(drop));
-        ControlPlane { process, dir, kubeconfig, server, audit_log }
+        ControlPlane { process, dir, kubeconfig, server, audit_log, printed }
+    }
+
+    /// The value of a line `NAME: VALUE` it printed while starting.
+    pub fn printed(&self, name: &str) -> Option<&str> {
+        self.printed.iter().find_map(|line| line.strip_prefix(name)?.strip_prefix(": "))
+    }
+
+    /// The process's id (with `--real-nodes`, the host side of the sandbox).
+    pub fn pid(&self) -> u32 {
+        self.process.id()
     }
 
     /// kubectl as the admin.

@@ -5,6 +5,7 @@ pub mod atomic_writer;
 pub mod control_plane;
 pub mod cosign;
 pub mod helm;
+pub mod install;
 pub mod oci_registry;
 
 use k8s_openapi::api::core::v1 as core;
