@@ -28,6 +28,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/util/proxy"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -202,6 +203,13 @@ func run(opts options) error {
 	progress(started, "kube-apiserver ready; starting the metrics adapter, kube-controller-manager and kwok")
 	factory := informers.NewSharedInformerFactory(admin, 0)
 	services := factory.Core().V1().Services().Lister()
+	if inSandbox() {
+		endpointSlices, err := proxy.NewEndpointSliceListerGetter(factory.Discovery().V1().EndpointSlices().Lister())
+		if err != nil {
+			return err
+		}
+		resolver.endpointSlices.Store(&endpointSlices)
+	}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	resolver.services.Store(&services)

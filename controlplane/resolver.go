@@ -3,7 +3,9 @@ package main
 // resolver.go owns how the API server reaches a Service's backend (admission webhooks, aggregated APIs such as
 // metrics.k8s.io). There is no cluster network on this machine: a Service whose backend is a process on this
 // machine says where it listens with the annotation `controlplane.wasp.dev/address: 127.0.0.1:PORT`; any other
-// Service is resolved as kube-apiserver resolves it (its ClusterIP, or an ExternalName).
+// Service is resolved as kube-apiserver resolves it (its ClusterIP, or an ExternalName). With real nodes there is
+// a pod network but no kube-proxy to route ClusterIPs: Services resolve to a ready endpoint's address, as
+// kube-apiserver's --enable-aggregator-routing does.
 
 import (
 	"fmt"
@@ -23,6 +25,8 @@ const addressAnnotation = "controlplane.wasp.dev/address"
 // API server serves (the API server needs the resolver before it can start).
 type localServiceResolver struct {
 	services atomic.Pointer[corelisters.ServiceLister]
+	// endpointSlices is set when Services resolve to their endpoints (real nodes).
+	endpointSlices atomic.Pointer[proxy.EndpointSliceGetter]
 }
 
 func (r *localServiceResolver) ResolveEndpoint(namespace, name string, port int32) (*url.URL, error) {
@@ -48,6 +52,9 @@ func (r *localServiceResolver) ResolveEndpoint(namespace, name string, port int3
 			return nil, fmt.Errorf("service %s/%s: annotation %s=%q: only a loopback address is allowed", namespace, name, addressAnnotation, address)
 		}
 		return &url.URL{Scheme: "https", Host: net.JoinHostPort(host, portText)}, nil
+	}
+	if endpointSlices := r.endpointSlices.Load(); endpointSlices != nil {
+		return proxy.ResolveEndpoint(*lister, *endpointSlices, namespace, name, port)
 	}
 	return proxy.ResolveCluster(*lister, namespace, name, port)
 }

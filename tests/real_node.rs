@@ -162,94 +162,99 @@ fn apply_policies(cluster: &ControlPlane, config_map: &str, file: &str, path: &P
     assert!(applied.ok, "{}", applied.stderr);
 }
 
+/// A busybox image (Debian's static busybox), for workloads with a real readiness probe.
+fn busybox_image(dir: &Path) -> PathBuf {
+    let out = dir.join("busybox.tar");
+    let controlplane = common::control_plane::binary();
+    let built = Command::new(controlplane)
+        .args(["image", "--tag", BUSYBOX, "--entrypoint", "/bin/busybox", "--user", "65532", "--file", "/bin/busybox=/bin/busybox", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "the busybox image: {}", String::from_utf8_lossy(&built.stderr));
+    out
+}
+
+const BUSYBOX: &str = "wasp.dev/busybox:test";
+
+/// The users' Deployment: `replicas` busybox web servers scheduled by `scheduler`, Ready once their HTTP
+/// readiness probe answers (a second or two after the container starts), with a PodDisruptionBudget allowing one
+/// of them down.
+fn web_deployment(name: &str, replicas: u32, scheduler: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: default}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      schedulerName: {scheduler}
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: web
+        image: {BUSYBOX}
+        imagePullPolicy: Never
+        command: [/bin/busybox, httpd, -f, -p, "8080", -h, /]
+        resources: {{requests: {{cpu: 10m, memory: 8Mi}}}}
+        readinessProbe: {{httpGet: {{path: /etc/passwd, port: 8080}}, initialDelaySeconds: 1, periodSeconds: 1}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: {name}, namespace: default}}
+spec:
+  maxUnavailable: 1
+  selector: {{matchLabels: {{app: {name}}}}}
+"#
+    )
+}
+
+fn available(cluster: &ControlPlane, deployment: &str, namespace: &str) -> u64 {
+    let found = cluster.get_json(&["get", "deployment", deployment, "-n", namespace]);
+    found["status"]["availableReplicas"].as_u64().unwrap_or(0)
+}
+
+/// `wasp ARGS` inside the sandbox's mount and network namespaces (where the pods' addresses are), as the
+/// sandbox's admin.
+fn wasp_in_sandbox(cluster: &ControlPlane, args: &[&str]) -> std::process::Output {
+    let sandbox = cluster.printed("sandbox pid").expect("wasp-controlplane printed its sandbox");
+    let kubeconfig = cluster.printed("sandbox admin kubeconfig").expect("wasp-controlplane printed the sandbox's kubeconfig");
+    Command::new("nsenter")
+        .args(["-t", sandbox, "-m", "-n", "--"])
+        .arg(env!("CARGO_BIN_EXE_wasp"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap()
+}
+
 #[test]
-fn the_readme_install_runs_on_real_nodes_and_a_new_policy_version_comes_through_the_kubelet() {
-    const TEST: &str = "the_readme_install_runs_on_real_nodes_and_a_new_policy_version_comes_through_the_kubelet";
+fn wasp_runs_on_real_nodes_as_the_readme_installs_it() {
+    const TEST: &str = "wasp_runs_on_real_nodes_as_the_readme_installs_it";
     if !real_nodes_available(TEST) {
         return;
     }
     let images = tempfile::tempdir().unwrap();
-    let image = wasp_image(images.path());
+    let (wasp, busybox) = (wasp_image(images.path()), busybox_image(images.path()));
     // A 10 s kubelet sync (the default is 1 min): how soon a ConfigMap volume follows its ConfigMap.
     let started = Instant::now();
-    let cluster = ControlPlane::start_with(&["--real-nodes", "2", "--kube-scheduler", "--kubelet-sync-frequency", "10s", "--image", image.to_str().unwrap()]);
+    let flags = ["--real-nodes", "2", "--kube-scheduler", "--kubelet-sync-frequency", "10s", "--image", wasp.to_str().unwrap(), "--image", busybox.to_str().unwrap()];
+    let cluster = ControlPlane::start_with(&flags);
     eprintln!("control plane and 2 real nodes in {:.1}s", started.elapsed().as_secs_f64());
     let nodes = cluster.get_json(&["get", "nodes"]);
     for node in nodes["items"].as_array().unwrap() {
         assert_eq!(node["status"]["nodeInfo"]["containerRuntimeVersion"], "containerd://2.4.2", "{node}");
     }
 
-    // 1. The README's install: two replicas through the real probes, on the real nodes, one per node.
-    let installed = Instant::now();
-    readme_install(&cluster);
-    let mut pods = Vec::new();
-    let patience = Duration::from_secs(300);
-    while installed.elapsed() < patience {
-        pods = wasp_pods(&cluster);
-        if pods.len() == 2 && pods.iter().all(ready) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    assert!(pods.len() == 2 && pods.iter().all(ready), "wasp's pods not Ready after {patience:?}:\n{}", diagnosis(&cluster));
-    eprintln!("both replicas Ready {:.1}s after the install", installed.elapsed().as_secs_f64());
-    let mut hosts: Vec<&str> = pods.iter().map(|pod| pod["spec"]["nodeName"].as_str().unwrap()).collect();
-    hosts.sort();
-    assert_eq!(hosts, ["realnode-1", "realnode-2"], "one replica per node (the Deployment's spread)");
-    assert!(pods.iter().all(|pod| restarts(pod) == 0), "{}", diagnosis(&cluster));
-    // The host's log, read through the kubelet: one leads, the other stands by.
-    let logs: Vec<String> = pods.iter().map(|pod| cluster.must(&["logs", "-n", "wasp-system", pod["metadata"]["name"].as_str().unwrap()])).collect();
-    assert!(logs.iter().all(|log| log.contains("connected to the API server")), "{logs:?}");
-    assert_eq!(logs.iter().filter(|log| log.contains("became leader")).count(), 1, "{logs:?}");
-    let uids: Vec<String> = pods.iter().map(|pod| pod["metadata"]["uid"].as_str().unwrap().to_string()).collect();
-
-    // 2. A policy of the user's own, then a new version of it, through the kubelet's ConfigMap projection.
-    cluster.must(&["label", "node", "realnode-1", "topology.kubernetes.io/zone=east"]);
-    cluster.must(&["label", "node", "realnode-2", "topology.kubernetes.io/zone=west"]);
-    let fixtures = common::repo_root().join("target/wasm-fixtures");
-    apply_policies(&cluster, "wasp-policies-1", "zone-pin.wasm", &fixtures.join("zone-pin-east.wasm"));
-    let config = cluster.must(&["get", "configmap", "wasp-config", "-n", "wasp-system", "-o", "jsonpath={.data.config\\.yaml}"]);
-    assert!(config.contains("  profiles:\n"), "{config}");
-    let pinned = config.replace("  profiles:\n", "  profiles:\n  - schedulerName: wasp-pinned\n    filters: [resources-fit, zone-pin]\n");
-    let edited = cluster.must(&["create", "configmap", "wasp-config", "-n", "wasp-system", "--from-literal", &format!("config.yaml={pinned}"), "--dry-run=client", "-o", "yaml"]);
-    let applied = cluster.kubectl_input(&["apply", "--server-side", "--force-conflicts", "-f", "-"], &edited);
-    assert!(applied.ok, "{}", applied.stderr);
-    let first = Instant::now();
-    assert_eq!(bound_node(&cluster, "pinned-0", "wasp-pinned"), "realnode-1", "the east build places on the east node");
-    eprintln!("the new profile and its policy deciding {:.1}s after the apply", first.elapsed().as_secs_f64());
-
-    // The west build: until the kubelet has projected it, the east one keeps deciding; then the west one.
-    apply_policies(&cluster, "wasp-policies-1", "zone-pin.wasm", &fixtures.join("zone-pin-west.wasm"));
-    let swapped = Instant::now();
-    let mut east_after_apply = 0;
-    let mut probe = 1;
-    loop {
-        let node = bound_node(&cluster, &format!("pinned-{probe}"), "wasp-pinned");
-        probe += 1;
-        if node == "realnode-2" {
-            break;
-        }
-        assert_eq!(node, "realnode-1");
-        east_after_apply += 1;
-        assert!(swapped.elapsed() < Duration::from_secs(120), "the west build not deciding 120 s after the apply");
-    }
-    let took = swapped.elapsed();
-    eprintln!("ConfigMap apply to the new version deciding: {:.1}s ({east_after_apply} pods placed by the old version meanwhile)", took.as_secs_f64());
-
-    // A broken version is refused where the pods record it, and the last good one keeps deciding.
-    let broken = images.path().join("broken.wasm");
-    std::fs::write(&broken, b"\0asm not a component").unwrap();
-    apply_policies(&cluster, "wasp-policies-1", "zone-pin.wasm", &broken);
-    wait_for("a PolicyReloadFailed event", Duration::from_secs(120), || {
-        let events = cluster.get_json(&["get", "events", "-n", "wasp-system", "--field-selector", "reason=PolicyReloadFailed"]);
-        events["items"].as_array().is_some_and(|items| items.iter().any(|event| event["message"].as_str().is_some_and(|message| message.contains("zone-pin"))))
-    });
-    assert_eq!(bound_node(&cluster, &format!("pinned-{probe}"), "wasp-pinned"), "realnode-2", "the last good version keeps deciding");
-
-    // The same two processes all along.
-    let after = wasp_pods(&cluster);
-    assert_eq!(after.iter().map(|pod| pod["metadata"]["uid"].as_str().unwrap().to_string()).collect::<Vec<_>>(), uids);
-    assert!(after.iter().all(|pod| restarts(pod) == 0 && ready(pod)), "{}", diagnosis(&cluster));
+    let uids = the_readme_install_runs_two_ready_replicas(&cluster);
+    the_api_server_calls_the_webhooks_through_their_service(&cluster);
+    let placed = a_policy_version_comes_through_the_kubelets_projection(&cluster, images.path(), &uids);
+    explain_answers_from_the_pod_network(&cluster, &placed);
+    the_rescheduler_drains_a_real_node_within_its_budget(&cluster);
+    the_standby_leads_at_once_on_a_rollout_and_a_drain(&cluster);
+    the_webhooks_fail_open_without_replicas(&cluster);
 
     // Torn down, nothing is left on the machine: the sandbox's cgroups are gone with it.
     let pid = cluster.pid();
@@ -262,4 +267,233 @@ fn the_readme_install_runs_on_real_nodes_and_a_new_policy_version_comes_through_
         })
         .collect();
     assert!(left.is_empty(), "cgroups left behind: {left:?}");
+}
+
+/// The README's install: two replicas through the real probes, on the real nodes, one per node; the host's log
+/// through the kubelet. Returns the pods' UIDs.
+fn the_readme_install_runs_two_ready_replicas(cluster: &ControlPlane) -> Vec<String> {
+    let installed = Instant::now();
+    readme_install(cluster);
+    let mut pods = Vec::new();
+    let patience = Duration::from_secs(300);
+    while installed.elapsed() < patience {
+        pods = wasp_pods(cluster);
+        if pods.len() == 2 && pods.iter().all(ready) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(pods.len() == 2 && pods.iter().all(ready), "wasp's pods not Ready after {patience:?}:\n{}", diagnosis(cluster));
+    eprintln!("both replicas Ready {:.1}s after the install", installed.elapsed().as_secs_f64());
+    let mut hosts: Vec<&str> = pods.iter().map(|pod| pod["spec"]["nodeName"].as_str().unwrap()).collect();
+    hosts.sort();
+    assert_eq!(hosts, ["realnode-1", "realnode-2"], "one replica per node (the Deployment's spread)");
+    assert!(pods.iter().all(|pod| restarts(pod) == 0), "{}", diagnosis(cluster));
+    // One leads, the other stands by.
+    let logs: Vec<String> = pods.iter().map(|pod| cluster.must(&["logs", "-n", "wasp-system", pod["metadata"]["name"].as_str().unwrap()])).collect();
+    assert!(logs.iter().all(|log| log.contains("connected to the API server")), "{logs:?}");
+    assert_eq!(logs.iter().filter(|log| log.contains("became leader")).count(), 1, "{logs:?}");
+    pods.iter().map(|pod| pod["metadata"]["uid"].as_str().unwrap().to_string()).collect()
+}
+
+/// The webhooks, served by the pods: the API server reaches them through their Service's endpoints.
+fn the_api_server_calls_the_webhooks_through_their_service(cluster: &ControlPlane) {
+    let typo = cluster.kubectl(&["run", "typo", "--image=registry.k8s.io/pause:3.10.2", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]);
+    assert!(!typo.ok, "the typo pod was created");
+    assert!(typo.stderr.contains(r#"denied the request: no scheduler named "wsap" runs in this cluster"#), "{}", typo.stderr);
+    cluster.must(&["create", "namespace", "team-a"]);
+    cluster.must(&["annotate", "namespace", "team-a", "wasp.dev/scheduler=wasp"]);
+    cluster.must(&["run", "chosen", "-n", "team-a", "--image=registry.k8s.io/pause:3.10.2", "--image-pull-policy=Never"]);
+    let pod = cluster.get_json(&["get", "pod", "chosen", "-n", "team-a"]);
+    assert_eq!(pod["spec"]["schedulerName"], "wasp", "the namespace's scheduler, given by the mutating webhook: {pod}");
+    wait_for("team-a/chosen Running on a real node", Duration::from_secs(60), || {
+        cluster.get_json(&["get", "pod", "chosen", "-n", "team-a"])["status"]["phase"] == "Running"
+    });
+}
+
+/// A policy of the user's own, then a new version of it, through the kubelet's ConfigMap projection; a broken
+/// version refused, the last good one deciding; the same two processes all along. Returns a pod the last good
+/// version placed (default/NAME).
+fn a_policy_version_comes_through_the_kubelets_projection(cluster: &ControlPlane, dir: &Path, uids: &[String]) -> String {
+    cluster.must(&["label", "node", "realnode-1", "topology.kubernetes.io/zone=east"]);
+    cluster.must(&["label", "node", "realnode-2", "topology.kubernetes.io/zone=west"]);
+    let fixtures = common::repo_root().join("target/wasm-fixtures");
+    apply_policies(cluster, "wasp-policies-1", "zone-pin.wasm", &fixtures.join("zone-pin-east.wasm"));
+    let config = cluster.must(&["get", "configmap", "wasp-config", "-n", "wasp-system", "-o", "jsonpath={.data.config\\.yaml}"]);
+    assert!(config.contains("  profiles:\n"), "{config}");
+    let pinned = config.replace("  profiles:\n", "  profiles:\n  - schedulerName: wasp-pinned\n    filters: [resources-fit, zone-pin]\n");
+    let edited = cluster.must(&["create", "configmap", "wasp-config", "-n", "wasp-system", "--from-literal", &format!("config.yaml={pinned}"), "--dry-run=client", "-o", "yaml"]);
+    let applied = cluster.kubectl_input(&["apply", "--server-side", "--force-conflicts", "-f", "-"], &edited);
+    assert!(applied.ok, "{}", applied.stderr);
+    let first = Instant::now();
+    assert_eq!(bound_node(cluster, "pinned-0", "wasp-pinned"), "realnode-1", "the east build places on the east node");
+    eprintln!("the new profile and its policy deciding {:.1}s after the apply", first.elapsed().as_secs_f64());
+
+    // The west build: until the kubelet has projected it, the east one keeps deciding; then the west one.
+    apply_policies(cluster, "wasp-policies-1", "zone-pin.wasm", &fixtures.join("zone-pin-west.wasm"));
+    let swapped = Instant::now();
+    let mut east_after_apply = 0;
+    let mut probe = 1;
+    loop {
+        let node = bound_node(cluster, &format!("pinned-{probe}"), "wasp-pinned");
+        probe += 1;
+        if node == "realnode-2" {
+            break;
+        }
+        assert_eq!(node, "realnode-1");
+        east_after_apply += 1;
+        assert!(swapped.elapsed() < Duration::from_secs(120), "the west build not deciding 120 s after the apply");
+    }
+    eprintln!("ConfigMap apply to the new version deciding: {:.1}s ({east_after_apply} pods placed by the old version meanwhile)", swapped.elapsed().as_secs_f64());
+
+    // A broken version is refused where the pods record it, and the last good one keeps deciding.
+    let broken = dir.join("broken.wasm");
+    std::fs::write(&broken, b"\0asm not a component").unwrap();
+    apply_policies(cluster, "wasp-policies-1", "zone-pin.wasm", &broken);
+    wait_for("a PolicyReloadFailed event", Duration::from_secs(120), || {
+        let events = cluster.get_json(&["get", "events", "-n", "wasp-system", "--field-selector", "reason=PolicyReloadFailed"]);
+        events["items"].as_array().is_some_and(|items| items.iter().any(|event| event["message"].as_str().is_some_and(|message| message.contains("zone-pin"))))
+    });
+    let kept = "kept-west";
+    let created = cluster.kubectl(&["run", kept, "--image=registry.k8s.io/pause:3.10.2", "--image-pull-policy=Never", r#"--overrides={"spec":{"schedulerName":"wasp-pinned"}}"#]);
+    assert!(created.ok, "{}", created.stderr);
+    wait_for("the pod placed by the last good version", Duration::from_secs(60), || {
+        cluster.kubectl(&["get", "pod", kept, "-o", "jsonpath={.spec.nodeName}"]).stdout == "realnode-2"
+    });
+
+    let after = wasp_pods(cluster);
+    assert_eq!(after.iter().map(|pod| pod["metadata"]["uid"].as_str().unwrap().to_string()).collect::<Vec<_>>(), uids);
+    assert!(after.iter().all(|pod| restarts(pod) == 0 && ready(pod)), "{}", diagnosis(cluster));
+    format!("default/{kept}")
+}
+
+/// `wasp explain` finds the leader by its Lease and asks it at its pod's address, reachable inside the sandbox.
+fn explain_answers_from_the_pod_network(cluster: &ControlPlane, pod: &str) {
+    let explained = wasp_in_sandbox(cluster, &["explain", "pod", pod]);
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(explained.status.success(), "wasp explain: {}{}", text, String::from_utf8_lossy(&explained.stderr));
+    assert!(text.contains("realnode-2"), "{text}");
+    assert!(text.contains("node(s) not in zone west"), "the other node's refusal, by the policy version that placed it: {text}");
+}
+
+/// wasp's maintenance drain of a real node: one pod of the workload at a time, the next once the replacement
+/// is Ready through its probe, never past the PodDisruptionBudget; the node ends up empty of the workload.
+fn the_rescheduler_drains_a_real_node_within_its_budget(cluster: &ControlPlane) {
+    let created = cluster.kubectl_input(&["create", "-f", "-"], &web_deployment("web", 4, "wasp"));
+    assert!(created.ok, "{}", created.stderr);
+    wait_for("web available", Duration::from_secs(120), || available(cluster, "web", "default") == 4);
+    let on = |node: &str| {
+        let pods = cluster.get_json(&["get", "pods", "-l", "app=web"]);
+        pods["items"].as_array().unwrap().iter().filter(|pod| pod["spec"]["nodeName"] == node && pod["metadata"]["deletionTimestamp"].is_null()).count()
+    };
+    let (drained, before) = if on("realnode-1") >= on("realnode-2") { ("realnode-1", on("realnode-1")) } else { ("realnode-2", on("realnode-2")) };
+    assert!(before > 0);
+    let least_available = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let (kubeconfig, least, watching) = (cluster.kubeconfig.clone(), least_available.clone(), watching.clone());
+        std::thread::spawn(move || {
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                let pods = common::control_plane::kubectl_with(&kubeconfig, &["get", "pods", "-l", "app=web", "-o", "json"], None);
+                if let Ok(pods) = serde_json::from_str::<Value>(&pods.stdout) {
+                    let count = pods["items"].as_array().unwrap().iter().filter(|pod| ready(pod) && pod["metadata"]["deletionTimestamp"].is_null()).count() as u64;
+                    least.fetch_min(count, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let started = Instant::now();
+    cluster.must(&["label", "node", drained, "wasp.dev/maintenance=test"]);
+    wait_for(&format!("{drained} emptied of web"), Duration::from_secs(180), || on(drained) == 0 && available(cluster, "web", "default") == 4);
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    watcher.join().unwrap();
+    eprintln!("wasp drained {before} web pods from {drained} in {:.1}s", started.elapsed().as_secs_f64());
+    let least = least_available.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(least >= 3, "the budget allows one web pod down; {least} of 4 were Ready at one time");
+    // Every eviction went through the Eviction API, one per pod, from wasp.
+    let evictions: Vec<_> = cluster.audit().into_iter().filter(|event| event.subresource() == "eviction" && event.verb() == "create" && event.code() == 201).collect();
+    assert_eq!(evictions.len(), before, "{:?}", evictions.iter().map(|event| event.name().to_string()).collect::<Vec<_>>());
+    assert!(evictions.iter().all(|event| event.user() == WASP_USER), "evictions by someone else");
+    cluster.must(&["label", "node", drained, "wasp.dev/maintenance-"]);
+}
+
+/// The `wasp` ServiceAccount's user name, as the API server records it.
+const WASP_USER: &str = "system:serviceaccount:wasp-system:wasp";
+
+/// A rollout restart, then `kubectl drain` of the leader's node: the leader stops on the real SIGTERM after its
+/// preStop and releases the Lease, the standby takes it within 2 s, no pod is bound by two replicas, and wasp's
+/// own budget keeps a replica Ready throughout.
+fn the_standby_leads_at_once_on_a_rollout_and_a_drain(cluster: &ControlPlane) {
+    // Scheduling work through both handovers.
+    let created = cluster.kubectl_input(&["create", "-f", "-"], &web_deployment("work", 2, "wasp"));
+    assert!(created.ok, "{}", created.stderr);
+    wait_for("work available", Duration::from_secs(120), || available(cluster, "work", "default") == 2);
+    let least_ready = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let (kubeconfig, least, watching) = (cluster.kubeconfig.clone(), least_ready.clone(), watching.clone());
+        std::thread::spawn(move || {
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                let pods = common::control_plane::kubectl_with(&kubeconfig, &["get", "pods", "-n", "wasp-system", "-o", "json"], None);
+                if let Ok(pods) = serde_json::from_str::<Value>(&pods.stdout) {
+                    least.fetch_min(pods["items"].as_array().unwrap().iter().filter(|pod| ready(pod)).count() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    cluster.must(&["rollout", "restart", "deployment/wasp-scheduler", "-n", "wasp-system"]);
+    cluster.must(&["scale", "deployment/work", "--replicas=6"]);
+    cluster.must(&["rollout", "status", "deployment/wasp-scheduler", "-n", "wasp-system", "--timeout=300s"]);
+    wait_for("work scaled to 6", Duration::from_secs(120), || available(cluster, "work", "default") == 6);
+
+    let holder = cluster.must(&["get", "lease", "wasp-scheduler", "-n", "wasp-system", "-o", "jsonpath={.spec.holderIdentity}"]);
+    let leader = holder.split('_').next().unwrap().to_string();
+    let node = cluster.must(&["get", "pod", &leader, "-n", "wasp-system", "-o", "jsonpath={.spec.nodeName}"]);
+    cluster.must(&["scale", "deployment/work", "--replicas=10"]);
+    let drained = cluster.kubectl(&["drain", &node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=300s"]);
+    assert!(drained.ok, "kubectl drain {node}: {}", drained.stderr);
+    cluster.must(&["uncordon", &node]);
+    wait_for("two wasp replicas Ready", Duration::from_secs(300), || {
+        let pods = wasp_pods(cluster);
+        pods.len() == 2 && pods.iter().all(ready)
+    });
+    wait_for("work scaled to 10", Duration::from_secs(180), || available(cluster, "work", "default") == 10);
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    watcher.join().unwrap();
+    let least = least_ready.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(least >= 1, "no wasp replica was Ready at one time (its PodDisruptionBudget keeps one)");
+
+    // From the audit log: who wrote the Lease, from which pod address, and when.
+    let audit = cluster.audit();
+    let source = |event: &common::control_plane::AuditEvent| event.0["sourceIPs"][0].as_str().unwrap_or("").to_string();
+    let at = |event: &common::control_plane::AuditEvent| event.0["stageTimestamp"].as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
+    let writes: Vec<_> = audit
+        .iter()
+        .filter(|event| event.resource() == "leases" && event.name() == "wasp-scheduler" && ["update", "create", "patch"].contains(&event.verb()) && event.code() < 300)
+        .collect();
+    let mut handovers = Vec::new();
+    for pair in writes.windows(2) {
+        if source(pair[0]) != source(pair[1]) {
+            handovers.push(at(pair[1]).duration_since(at(pair[0])).as_secs_f64());
+        }
+    }
+    eprintln!("Lease handovers (s): {handovers:?}");
+    assert!(handovers.len() >= 2, "the rollout and the drain each moved the Lease: {handovers:?}");
+    assert!(handovers.iter().all(|gap| *gap < 2.0), "a standby took more than 2 s to lead: {handovers:?}");
+    // No pod was bound by two replicas: each pod's binding requests came from one address.
+    let mut binders: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
+    for event in audit.iter().filter(|event| event.subresource() == "binding" && event.user() == WASP_USER) {
+        binders.entry(format!("{}/{}", event.namespace(), event.name())).or_default().insert(source(event));
+    }
+    assert!(binders.len() >= 10, "{binders:?}");
+    let twice: Vec<_> = binders.iter().filter(|(_, sources)| sources.len() > 1).collect();
+    assert!(twice.is_empty(), "pods bound by two replicas: {twice:?}");
+}
+
+/// Both replicas gone: the webhooks fail open, pod creation goes on.
+fn the_webhooks_fail_open_without_replicas(cluster: &ControlPlane) {
+    cluster.must(&["scale", "deployment/wasp-scheduler", "-n", "wasp-system", "--replicas=0"]);
+    wait_for("no wasp pod left", Duration::from_secs(120), || wasp_pods(cluster).is_empty());
+    let slipped = cluster.kubectl(&["run", "slipped", "--image=registry.k8s.io/pause:3.10.2", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]);
+    assert!(slipped.ok, "pod creation failed with wasp gone: {}", slipped.stderr);
 }
