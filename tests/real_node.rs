@@ -129,9 +129,10 @@ fn restarts(pod: &Value) -> u64 {
     pod["status"]["containerStatuses"].as_array().into_iter().flatten().map(|status| status["restartCount"].as_u64().unwrap_or(0)).sum()
 }
 
-/// What to read when the pods did not come up: their description and the kubelets' logs' tails.
+/// What to read when wasp's pods did not come up: every pod and node, wasp's pods described, their logs' tails.
 fn diagnosis(cluster: &ControlPlane) -> String {
-    let described = cluster.kubectl(&["describe", "pods", "-n", "wasp-system"]).stdout;
+    let everything = cluster.kubectl(&["get", "pods,replicasets,nodes", "-A", "-o", "wide"]).stdout;
+    let described = everything + &cluster.kubectl(&["describe", "pods", "-n", "wasp-system"]).stdout;
     let logs = cluster.kubectl(&["logs", "-n", "wasp-system", "-l", "app.kubernetes.io/name=wasp", "--tail=30"]).stdout;
     format!("{described}\n--- logs\n{logs}")
 }
@@ -361,6 +362,11 @@ fn a_policy_version_comes_through_the_kubelets_projection(cluster: &ControlPlane
         cluster.kubectl(&["get", "pod", kept, "-o", "jsonpath={.spec.nodeName}"]).stdout == "realnode-2"
     });
 
+    // Put right again: a replica that starts while a policy in its folder does not compile never turns Ready
+    // (hardening issue: a start-up serves nothing until every policy compiles), so the rollout below would stall
+    // on it, with the old replicas serving (the Deployment's maxUnavailable is 0).
+    apply_policies(cluster, "wasp-policies-1", "zone-pin.wasm", &fixtures.join("zone-pin-west.wasm"));
+
     let after = wasp_pods(cluster);
     assert_eq!(after.iter().map(|pod| pod["metadata"]["uid"].as_str().unwrap().to_string()).collect::<Vec<_>>(), uids);
     assert!(after.iter().all(|pod| restarts(pod) == 0 && ready(pod)), "{}", diagnosis(cluster));
@@ -443,7 +449,8 @@ fn the_standby_leads_at_once_on_a_rollout_and_a_drain(cluster: &ControlPlane) {
     };
     cluster.must(&["rollout", "restart", "deployment/wasp-scheduler", "-n", "wasp-system"]);
     cluster.must(&["scale", "deployment/work", "--replicas=6"]);
-    cluster.must(&["rollout", "status", "deployment/wasp-scheduler", "-n", "wasp-system", "--timeout=300s"]);
+    let rolled = cluster.kubectl(&["rollout", "status", "deployment/wasp-scheduler", "-n", "wasp-system", "--timeout=300s"]);
+    assert!(rolled.ok, "the rollout: {}\n{}", rolled.stderr, diagnosis(cluster));
     wait_for("work scaled to 6", Duration::from_secs(120), || available(cluster, "work", "default") == 6);
 
     let holder = cluster.must(&["get", "lease", "wasp-scheduler", "-n", "wasp-system", "-o", "jsonpath={.spec.holderIdentity}"]);
