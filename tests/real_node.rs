@@ -394,33 +394,54 @@ fn the_rescheduler_drains_a_real_node_within_its_budget(cluster: &ControlPlane) 
     };
     let (drained, before) = if on("realnode-1") >= on("realnode-2") { ("realnode-1", on("realnode-1")) } else { ("realnode-2", on("realnode-2")) };
     assert!(before > 0);
-    let least_available = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
-    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let watcher = {
-        let (kubeconfig, least, watching) = (cluster.kubeconfig.clone(), least_available.clone(), watching.clone());
-        std::thread::spawn(move || {
-            while watching.load(std::sync::atomic::Ordering::Relaxed) {
-                let pods = common::control_plane::kubectl_with(&kubeconfig, &["get", "pods", "-l", "app=web", "-o", "json"], None);
-                if let Ok(pods) = serde_json::from_str::<Value>(&pods.stdout) {
-                    let count = pods["items"].as_array().unwrap().iter().filter(|pod| ready(pod) && pod["metadata"]["deletionTimestamp"].is_null()).count() as u64;
-                    least.fetch_min(count, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
-        })
-    };
+    let least_ready = LeastReady::watch(cluster, &["-n", "default", "-l", "app=web"]);
     let started = Instant::now();
     cluster.must(&["label", "node", drained, "wasp.dev/maintenance=test"]);
     wait_for(&format!("{drained} emptied of web"), Duration::from_secs(180), || on(drained) == 0 && available(cluster, "web", "default") == 4);
-    watching.store(false, std::sync::atomic::Ordering::Relaxed);
-    watcher.join().unwrap();
+    let least = least_ready.stop();
     eprintln!("wasp drained {before} web pods from {drained} in {:.1}s", started.elapsed().as_secs_f64());
-    let least = least_available.load(std::sync::atomic::Ordering::Relaxed);
     assert!(least >= 3, "the budget allows one web pod down; {least} of 4 were Ready at one time");
     // Every eviction went through the Eviction API, one per pod, from wasp.
     let evictions: Vec<_> = cluster.audit().into_iter().filter(|event| event.subresource() == "eviction" && event.verb() == "create" && event.code() == 201).collect();
     assert_eq!(evictions.len(), before, "{:?}", evictions.iter().map(|event| event.name().to_string()).collect::<Vec<_>>());
     assert!(evictions.iter().all(|event| event.user() == WASP_USER), "evictions by someone else");
     cluster.must(&["label", "node", drained, "wasp.dev/maintenance-"]);
+}
+
+/// The fewest Ready pods (not being deleted) of a selection that a poller of the API server saw, from `watch` to
+/// `stop`.
+struct LeastReady {
+    least: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    watching: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    poller: std::thread::JoinHandle<()>,
+}
+
+impl LeastReady {
+    /// `selection`: kubectl's namespace and label selector arguments.
+    fn watch(cluster: &ControlPlane, selection: &[&str]) -> LeastReady {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let least = std::sync::Arc::new(AtomicU64::new(u64::MAX));
+        let watching = std::sync::Arc::new(AtomicBool::new(true));
+        let args: Vec<String> = ["get", "pods", "-o", "json"].iter().chain(selection).map(|arg| arg.to_string()).collect();
+        let (kubeconfig, seen, still) = (cluster.kubeconfig.clone(), least.clone(), watching.clone());
+        let poller = std::thread::spawn(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            while still.load(Ordering::Relaxed) {
+                let pods = common::control_plane::kubectl_with(&kubeconfig, &args, None);
+                if let Ok(pods) = serde_json::from_str::<Value>(&pods.stdout) {
+                    let count = pods["items"].as_array().unwrap().iter().filter(|pod| ready(pod) && pod["metadata"]["deletionTimestamp"].is_null()).count();
+                    seen.fetch_min(count as u64, Ordering::Relaxed);
+                }
+            }
+        });
+        LeastReady { least, watching, poller }
+    }
+
+    fn stop(self) -> u64 {
+        self.watching.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.poller.join().unwrap();
+        self.least.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// The `wasp` ServiceAccount's user name, as the API server records it.
@@ -434,19 +455,7 @@ fn the_standby_leads_at_once_on_a_rollout_and_a_drain(cluster: &ControlPlane) {
     let created = cluster.kubectl_input(&["create", "-f", "-"], &web_deployment("work", 2, "wasp"));
     assert!(created.ok, "{}", created.stderr);
     wait_for("work available", Duration::from_secs(120), || available(cluster, "work", "default") == 2);
-    let least_ready = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
-    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let watcher = {
-        let (kubeconfig, least, watching) = (cluster.kubeconfig.clone(), least_ready.clone(), watching.clone());
-        std::thread::spawn(move || {
-            while watching.load(std::sync::atomic::Ordering::Relaxed) {
-                let pods = common::control_plane::kubectl_with(&kubeconfig, &["get", "pods", "-n", "wasp-system", "-o", "json"], None);
-                if let Ok(pods) = serde_json::from_str::<Value>(&pods.stdout) {
-                    least.fetch_min(pods["items"].as_array().unwrap().iter().filter(|pod| ready(pod)).count() as u64, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
-        })
-    };
+    let least_ready = LeastReady::watch(cluster, &["-n", "wasp-system", "-l", "app.kubernetes.io/name=wasp"]);
     cluster.must(&["rollout", "restart", "deployment/wasp-scheduler", "-n", "wasp-system"]);
     cluster.must(&["scale", "deployment/work", "--replicas=6"]);
     let rolled = cluster.kubectl(&["rollout", "status", "deployment/wasp-scheduler", "-n", "wasp-system", "--timeout=300s"]);
@@ -465,9 +474,7 @@ fn the_standby_leads_at_once_on_a_rollout_and_a_drain(cluster: &ControlPlane) {
         pods.len() == 2 && pods.iter().all(ready)
     });
     wait_for("work scaled to 10", Duration::from_secs(180), || available(cluster, "work", "default") == 10);
-    watching.store(false, std::sync::atomic::Ordering::Relaxed);
-    watcher.join().unwrap();
-    let least = least_ready.load(std::sync::atomic::Ordering::Relaxed);
+    let least = least_ready.stop();
     assert!(least >= 1, "no wasp replica was Ready at one time (its PodDisruptionBudget keeps one)");
 
     // From the audit log: who wrote the Lease, from which pod address, and when.
