@@ -328,7 +328,8 @@ fn deleting_a_policy_in_use_is_refused_and_unchanged_files_do_nothing() {
     let error = &report.errors[0];
     assert_eq!(error.reason, RefusalReason::Missing);
     assert!(error.message.starts_with("policy zone-pin: "), "{}", error.message);
-    assert!(error.message.ends_with("/zone-pin.wasm was removed, but profile wasp (as filter) uses it; the loaded version keeps serving"), "{}", error.message);
+    let serving = format!("version {} ({}) keeps serving", registry.current().policies["zone-pin"].descriptor.version, &sha256(&east())[..12]);
+    assert!(error.message.ends_with(&format!("/zone-pin.wasm was removed, but profile wasp (as filter) uses it; {serving}")), "{}", error.message);
     assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&east()), "the loaded version keeps serving");
     assert_eq!(registry.current().number, 1);
 
@@ -404,7 +405,7 @@ fn a_compressed_component_serves_as_its_uncompressed_self() {
     assert!(report.swapped.is_empty(), "{report:?}");
     let errors = report.error_messages();
     assert!(errors.contains("policy zone-pin: ") && errors.contains("zone-pin.wasm.zst: damaged"), "{errors:?}");
-    assert!(errors.contains("the loaded version keeps serving"), "{errors:?}");
+    assert!(errors.contains(&format!("({}) keeps serving", &sha256(&west())[..12])), "{errors:?}");
     assert_eq!(serving_digest(&registry, "zone-pin"), sha256(&west()));
 }
 
@@ -660,6 +661,61 @@ async fn with_signatures_required_an_unsigned_or_wrongly_signed_update_is_refuse
     cluster.create_pods("after-signed", 10, "wasp").await;
     let placed = cluster.bound(20).await;
     assert!(placed.iter().filter(|(pod, _)| pod.starts_with("after-signed")).all(|(_, node)| node.starts_with("west")));
+}
+
+/// A restarted host finds a file that does not compile in its policy directory (issue 58, item 4): it serves
+/// every profile that does not use it, the profile that does answers by the failure mode with the reason, and
+/// the first version that loads swaps in without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_started_beside_a_policy_that_does_not_compile_serves_the_rest_and_takes_its_first_good_version() {
+    let mut volume = PolicyVolume::new(b"\0asm\x0d\0\x01\0 truncated component".to_vec());
+    let two_profiles = format!("{CONFIG}  - schedulerName: plain\n    filters: [resources-fit]\n");
+    volume.write_config(&two_profiles);
+    let config = HostConfig::load(&volume.config_path()).unwrap();
+    let (registry, refused) = PolicyRegistry::start(&Runtime::new(None).unwrap(), config, Some(volume.config_path())).expect("the host starts");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].reason, RefusalReason::InvalidPolicy);
+    assert!(refused[0].message.contains("zone-pin.wasm: does not compile"), "{}", refused[0].message);
+    let registry = Arc::new(registry);
+    let scenario = Scenario::parse(TWO_ZONES).unwrap();
+    let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let api = ApiClient::from_config(kube::Config::new(simulator.url().parse().unwrap())).unwrap();
+    let host = Host::new(api.clone(), registry.clone(), HostIdentity::named("wasp-host", Some(ObjectRef::pod("default", "wasp-host", ""))));
+    let watcher = host.watch_policies(fast_watch()).unwrap();
+    let cluster = Cluster { _simulator: simulator, client: api.client, host: host.clone(), _watcher: watcher, _worker: tokio::spawn(host.clone().run_loops()) };
+
+    let policies = get_policies(&cluster).await;
+    let zone_pin = policies["policies"].as_array().unwrap().iter().find(|policy| policy["name"] == "zone-pin").unwrap().clone();
+    assert_eq!(zone_pin["loaded"], false, "{zone_pin}");
+    assert!(zone_pin["lastError"].as_str().unwrap().contains("does not compile"), "{zone_pin}");
+    cluster.create_pods("plain", 10, "plain").await;
+    cluster.bound_batch("plain", 10).await;
+    cluster.create_pods("waiting", 3, "wasp").await;
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let failed = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| {
+            event.reason.as_deref() == Some("FailedScheduling") && event.message.as_deref().is_some_and(|message| message.contains("policy zone-pin failed"))
+        });
+        if failed.count() == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the stand-in's failure mode (fail-closed) should fail the three pods");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // A configuration change is taken beside the stand-in, which stays refused (its file is not compiled again).
+    volume.write_config(&two_profiles.replace("weight: 1", "weight: 2"));
+    common::eventually("the changed configuration to serve", || registry.current().number == 2).await;
+    assert!(registry.current().policies["zone-pin"].refusal().is_some());
+    assert!(last_error(&registry, "zone-pin").is_some_and(|error| error.contains("does not compile")), "the refusal stands");
+
+    volume.set("zone-pin.wasm", Some(east()));
+    common::eventually("the first good version to serve", || serving_digest(&registry, "zone-pin") == sha256(&east())).await;
+    assert_eq!(last_error(&registry, "zone-pin"), None);
+    cluster.bound_batch("waiting", 3).await;
+    let placed = cluster.bound(13).await;
+    assert!(placed.iter().filter(|(pod, _)| pod.starts_with("waiting")).all(|(_, node)| node.starts_with("east")), "{placed:?}");
 }
 
 #[test]

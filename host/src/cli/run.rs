@@ -7,7 +7,7 @@ use crate::admission::WebhookServing;
 use crate::host::{Host, Leadership};
 use crate::kube::{ApiClient, HostIdentity};
 use crate::registry::watch::WatchOptions;
-use crate::registry::PolicyRegistry;
+use crate::registry::{PolicyRegistry, Refusal};
 use crate::runtime::{budget_for_container, container_memory_limit, CompileLimits, Compiler, Runtime};
 use anyhow::Context;
 use clap::Args;
@@ -94,10 +94,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let program = std::env::current_exe().context("finding this binary, to compile policies in a child process")?;
         let policy_runtime = Runtime::with_compiler(args.cache_dir.clone(), Compiler::Isolated { program, limits: CompileLimits::default() })?;
         policy_runtime.guest_memory().set_budget(guest_memory_budget(args.guest_memory_mib, container_memory_limit())?);
-        let Some((config, policies)) = first_generation(&policy_runtime, args.config.as_deref(), &mut signals).await? else {
+        let Some((config, policies, refused)) = first_generation(&policy_runtime, args.config.as_deref(), &mut signals).await? else {
             return Ok(());
         };
         let host = Host::new(api, Arc::new(policies), identity);
+        if !refused.is_empty() {
+            let message = refused.iter().map(|refusal| refusal.message.as_str()).collect::<Vec<_>>().join("; ");
+            let events = host.events.clone();
+            tokio::spawn(async move { events.host_event("Warning", "PolicyRefusedAtStart", &message).await });
+        }
         let _watcher = match args.no_watch {
             true => None,
             false => {
@@ -146,9 +151,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 /// its policy ConfigMaps (a chart cannot carry them), or with a configuration it cannot run, the host waits, not
 /// Ready and saying why, instead of crash-looping into the kubelet's backoff, and starts within seconds of the
 /// kubelet projecting what was missing. It tries again when the configuration file or the policy directory
-/// changes, and every 30 s for what no file shows (a registry that answers again). None when a signal stops the
-/// wait.
-async fn first_generation(runtime: &Arc<Runtime>, config_path: Option<&Path>, signals: &mut Signals) -> anyhow::Result<Option<(HostConfig, PolicyRegistry)>> {
+/// changes, and every 30 s for what no file shows (a registry that answers again). A policy file that is there
+/// but refused does not hold the start: its stand-in's failure mode answers for it ([`PolicyRegistry::start`]);
+/// its refusals come back with the registry. None when a signal stops the wait.
+async fn first_generation(runtime: &Arc<Runtime>, config_path: Option<&Path>, signals: &mut Signals) -> anyhow::Result<Option<(HostConfig, PolicyRegistry, Vec<Refusal>)>> {
     const POLL: Duration = Duration::from_secs(2);
     const RETRY_ANYWAY: Duration = Duration::from_secs(30);
     let started = Instant::now();
@@ -158,13 +164,13 @@ async fn first_generation(runtime: &Arc<Runtime>, config_path: Option<&Path>, si
         let due = tried.is_none_or(|(seen, at)| seen != inputs || at.elapsed() >= RETRY_ANYWAY);
         if due {
             let attempt = super::config_or_built_in(config_path)
-                .and_then(|config| Ok((config.clone(), PolicyRegistry::new(runtime, config, config_path.map(Path::to_path_buf))?)));
+                .and_then(|config| Ok((config.clone(), PolicyRegistry::start(runtime, config, config_path.map(Path::to_path_buf))?)));
             match attempt {
-                Ok(first) => {
+                Ok((config, (registry, refused))) => {
                     if tried.is_some() {
                         tracing::info!(waited = %humantime::format_duration(Duration::from_secs(started.elapsed().as_secs())), "the configuration and its policies are there; starting");
                     }
-                    return Ok(Some(first));
+                    return Ok(Some((config, registry, refused)));
                 }
                 // A run outside a cluster (no configuration file) has nothing to wait for.
                 Err(error) if config_path.is_none() => return Err(error),

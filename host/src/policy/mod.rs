@@ -60,7 +60,7 @@ pub struct LoadedPolicy {
     pub signed_by: Option<String>,
     name: Arc<str>,
     runtime: Arc<Runtime>,
-    pre: PolicyComponentPre<crate::runtime::InstanceState>,
+    code: Code,
     pool: Mutex<Pool>,
     /// Signalled when an instance goes back to the pool or is discarded.
     returned: Condvar,
@@ -72,6 +72,14 @@ pub struct LoadedPolicy {
     breaker: breaker::Breaker,
     /// Bytes of linear memory and tables over all live instances.
     memory_in_use: Gauge,
+}
+
+/// What a policy's instances are made from.
+enum Code {
+    Compiled(PolicyComponentPre<crate::runtime::InstanceState>),
+    /// Nothing: no version of the policy has loaded since the host started ([`LoadedPolicy::stand_in`]), for
+    /// this reason. Every call fails with it and the failure mode answers.
+    Refused(String),
 }
 
 /// A policy's instances: idle ones, and how many exist (idle or in a call), never more than
@@ -243,7 +251,7 @@ impl LoadedPolicy {
             signed_by: None,
             name,
             runtime: runtime.clone(),
-            pre,
+            code: Code::Compiled(pre),
             pool: Mutex::new(Pool { idle: vec![SyncedInstance::new(instance)], live: 1 }),
             returned: Condvar::new(),
             last_failure: Mutex::new(String::new()),
@@ -251,6 +259,49 @@ impl LoadedPolicy {
             breaker: breaker::Breaker::default(),
             memory_in_use,
         })
+    }
+
+    /// What serves for a policy whose file is there but refused (it does not compile, its settings are rejected,
+    /// its signature does not check, its canary fails) when the host starts, with no earlier version to keep: a
+    /// policy that implements what its users need (`kinds`) and fails every call with `reason`, so its failure
+    /// mode answers for it (a fail-closed filter rejects every node and says why; a fail-open one is skipped) and
+    /// the host serves everything else. The next version that loads swaps in as any new version does. `digest`
+    /// and `size` are the refused file's: the same file is not compiled again.
+    #[allow(clippy::too_many_arguments)]
+    pub fn stand_in(runtime: &Arc<Runtime>, name: &str, source: &str, digest: String, size: usize, kinds: Vec<PolicyKind>, options: PolicyOptions, reason: String) -> LoadedPolicy {
+        use crate::contract::types::{LabelScope, NodeFacts, PodFacts, ViewScope};
+        let pod_facts = PodFacts { labels: LabelScope::None, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
+        let node_facts = NodeFacts { labels: false, taints: false, conditions: false, images: false };
+        let descriptor = Descriptor { name: name.to_string(), version: "none".into(), kinds, view: ViewScope::Nodes, pod_facts, node_facts, default_settings: "{}".into(), settings_doc: String::new() };
+        LoadedPolicy {
+            source: source.to_string(),
+            descriptor,
+            contract_version: String::new(),
+            digest,
+            size,
+            cache: CacheOutcome::Compiled,
+            options,
+            settings_label_keys: Vec::new(),
+            loaded_at: SystemTime::now(),
+            signed_by: None,
+            name: Arc::from(name),
+            runtime: runtime.clone(),
+            code: Code::Refused(reason),
+            pool: Mutex::new(Pool { idle: Vec::new(), live: 0 }),
+            returned: Condvar::new(),
+            last_failure: Mutex::new(String::new()),
+            metrics: OnceLock::new(),
+            breaker: breaker::Breaker::default(),
+            memory_in_use: Gauge::default(),
+        }
+    }
+
+    /// Why no version of it serves, for a [stand-in](Self::stand_in).
+    pub fn refusal(&self) -> Option<&str> {
+        match &self.code {
+            Code::Compiled(_) => None,
+            Code::Refused(reason) => Some(reason),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -484,7 +535,11 @@ impl LoadedPolicy {
     /// A fresh configured instance, not yet synced with any cluster (the pool makes these on demand; one made
     /// here is the caller's, outside the pool's bound).
     pub fn new_instance(&self) -> Result<SyncedInstance, CallError> {
-        let mut instance = PolicyInstance::instantiate(&self.runtime, &self.pre, &self.name, self.options.limits, &self.memory_in_use)?;
+        let pre = match &self.code {
+            Code::Compiled(pre) => pre,
+            Code::Refused(reason) => return Err(CallError::NotLoaded(reason.clone())),
+        };
+        let mut instance = PolicyInstance::instantiate(&self.runtime, pre, &self.name, self.options.limits, &self.memory_in_use)?;
         // The same settings name the same label keys as when the policy was loaded.
         instance.configure(&self.options.settings)?;
         Ok(SyncedInstance::new(instance))
@@ -611,6 +666,9 @@ fn truncated(text: &str) -> String {
 
 impl Drop for LoadedPolicy {
     fn drop(&mut self) {
-        self.runtime.release(&self.digest);
+        // A stand-in never took the component from the cache.
+        if let Code::Compiled(_) = self.code {
+            self.runtime.release(&self.digest);
+        }
     }
 }

@@ -70,6 +70,12 @@ pub enum RefusalReason {
 }
 
 impl RefusalReason {
+    /// Whether the refusal is about what a file holds (which a stand-in can answer for at start), not about a
+    /// file that is missing or unreadable, or a configuration that cannot run.
+    pub fn concerns_content(self) -> bool {
+        matches!(self, RefusalReason::InvalidPolicy | RefusalReason::NameMismatch | RefusalReason::Canary | RefusalReason::Signature)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             RefusalReason::Unreadable => "unreadable",
@@ -157,6 +163,9 @@ pub struct PolicyStatus {
     pub kinds: Vec<&'static str>,
     pub used_by: Vec<String>,
     pub loaded_at: String,
+    /// False for a stand-in: the file was refused at start and no version of it has loaded since (its failure
+    /// mode answers; `lastError` says why).
+    pub loaded: bool,
     /// Guest memory of its live instances now.
     pub memory_bytes: u64,
     /// Why the last update of this policy was refused (its last good version serves).
@@ -212,6 +221,14 @@ fn options_for(config: &HostConfig, name: &str) -> PolicyOptions {
     PolicyOptions { settings: policy_config.settings_json(), limits: policy_config.limits(), failure_mode: policy_config.failure_mode }
 }
 
+/// What answers while a refused update does not: the serving version, or a stand-in's failure mode.
+fn still_serving(serving: &LoadedPolicy) -> String {
+    match serving.refusal() {
+        None => format!("version {} ({}) keeps serving", serving.descriptor.version, &serving.digest[..serving.digest.len().min(12)]),
+        Some(_) => format!("no version of it has loaded since the host started: its failure mode ({:?}) answers for it", serving.options.failure_mode),
+    }
+}
+
 /// The verification keys a configuration names, read (or why not) once per reload.
 type KeyRing = BTreeMap<PathBuf, Result<PublicKey, String>>;
 
@@ -248,13 +265,23 @@ fn signer_of(file: &PolicyFile, verification: &Verification, keys: &KeyRing) -> 
 type BuiltPolicies = (BTreeMap<String, Arc<LoadedPolicy>>, Vec<String>, Vec<(String, Refusal)>);
 
 impl PolicyRegistry {
-    /// Loads every policy `config` names from its policy directory. Any failure is an error: at start there is
-    /// no last good version to keep. With `config_path`, reloads follow that file too.
+    /// Loads every policy `config` names from its policy directory. Any failure is an error (for commands that
+    /// run once: `wasp simulate`, `wasp reschedule`). With `config_path`, reloads follow that file too.
     pub fn new(runtime: &Arc<Runtime>, config: HostConfig, config_path: Option<PathBuf>) -> anyhow::Result<PolicyRegistry> {
-        off_async_worker(|| Self::load_first(runtime, config, config_path))
+        off_async_worker(|| Self::load_first(runtime, config, config_path, false)).map(|(registry, _)| registry)
     }
 
-    fn load_first(runtime: &Arc<Runtime>, config: HostConfig, config_path: Option<PathBuf>) -> anyhow::Result<PolicyRegistry> {
+    /// [`new`](Self::new) for a host that serves: a policy whose file is there but refused (it does not compile,
+    /// its settings or its signature are refused, its canary fails) gets a [stand-in](LoadedPolicy::stand_in)
+    /// whose failure mode answers for it, so one bad file cannot stop a restarted host from serving the rest.
+    /// Still an error: a configuration that cannot be read or run, and a policy file that is not there yet (the
+    /// host waits for the kubelet to project it). Returns the refusals the stand-ins answer for.
+    pub fn start(runtime: &Arc<Runtime>, config: HostConfig, config_path: Option<PathBuf>) -> anyhow::Result<(PolicyRegistry, Vec<Refusal>)> {
+        off_async_worker(|| Self::load_first(runtime, config, config_path, true))
+    }
+
+    fn load_first(runtime: &Arc<Runtime>, config: HostConfig, config_path: Option<PathBuf>, stand_ins: bool) -> anyhow::Result<(PolicyRegistry, Vec<Refusal>)> {
+        let started = Instant::now();
         let snapshot = SourceSnapshot::read(&config.policy_dir, config_path.as_deref());
         // Said now: a reload reports them only when the directory changes again.
         for message in &snapshot.unreadable {
@@ -262,13 +289,38 @@ impl PolicyRegistry {
         }
         let registry = Self::serving(runtime, &config, config_path, Plans::default());
         *registry.fingerprint.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = snapshot.fingerprint().with_files(&config.key_files());
-        let (policies, _, errors) = registry.build_policies(&config, &snapshot, &registry.current.load());
-        if let Some((_, refusal)) = errors.into_iter().next() {
-            anyhow::bail!(refusal.message);
+        let (mut policies, _, errors) = registry.build_policies(&config, &snapshot, &registry.current.load());
+        if let Some((_, refusal)) = errors.iter().find(|(_, refusal)| !(stand_ins && refusal.reason.concerns_content())) {
+            anyhow::bail!(refusal.message.clone());
+        }
+        let users: BTreeMap<String, Vec<crate::config::PolicyUser>> = config.policy_users().into_iter().collect();
+        let mut outcome = Outcome::default();
+        for (name, refusal) in &errors {
+            let file = snapshot.policies.get(name);
+            let (digest, size) = file.map_or((String::new(), 0), |file| (file.digest.clone(), file.bytes.len()));
+            let source = file.map_or_else(|| name.clone(), |file| file.path.display().to_string());
+            let mut kinds = Vec::new();
+            for kind in users.get(name).into_iter().flatten().map(|user| user.kind()) {
+                if !kinds.contains(&kind) {
+                    kinds.push(kind);
+                }
+            }
+            let stand_in = LoadedPolicy::stand_in(runtime, name, &source, digest, size, kinds, options_for(&config, name), refusal.message.clone());
+            stand_in.report_to(registry.call_metrics.clone());
+            tracing::warn!(policy = %name, reason = refusal.reason.as_str(), error = %refusal.message, failure_mode = ?stand_in.options.failure_mode, "policy refused at start, with no earlier version to keep: its failure mode answers for it until a version of it loads");
+            policies.insert(name.clone(), Arc::new(stand_in));
+            outcome.errors.insert(Subject::Policy(name.clone()), refusal.message.clone());
         }
         let plans = resolve(&config, &policies)?;
+        let refusals: Vec<Refusal> = errors.into_iter().map(|(_, refusal)| refusal).collect();
+        if !refusals.is_empty() {
+            let reasons: Vec<&str> = refusals.iter().map(|refusal| refusal.reason.as_str()).collect();
+            registry.reload_metrics.reloaded("failure", &reasons, started.elapsed());
+            outcome.last_reload = Some(SystemTime::now());
+            registry.outcome.store(Arc::new(outcome));
+        }
         registry.publish(Generation { number: 1, config, policies, plans });
-        Ok(registry)
+        Ok((registry, refusals))
     }
 
     /// A registry serving `plans` as they are (policies compiled into the host, for the benchmark that runs
@@ -380,6 +432,12 @@ impl PolicyRegistry {
             }
         };
         let next = next.or_else(|| self.swap_policies_alone(&snapshot, &old, &mut outcome, &mut report));
+        // A stand-in's refusal stands until a version loads, though its unchanged file is not tried again.
+        for (name, policy) in &next.as_ref().unwrap_or(&*old).policies {
+            if let Some(refusal) = policy.refusal() {
+                outcome.errors.entry(Subject::Policy(name.clone())).or_insert_with(|| refusal.to_string());
+            }
+        }
         outcome.last_reload = Some(SystemTime::now());
         // Refusals first: a reader never sees a new version next to the refusal it replaced.
         self.outcome.store(Arc::new(outcome));
@@ -495,7 +553,7 @@ impl PolicyRegistry {
                     Err(error) => {
                         self.remote.failed(true);
                         let message = match serving {
-                            Some(serving) => format!("policy {name}: {error}; version {} ({}) keeps serving", serving.descriptor.version, &serving.digest[..12]),
+                            Some(serving) => format!("policy {name}: {error}; {}", still_serving(serving)),
                             None => format!("policy {name}: {error} (used by {used_by})"),
                         };
                         errors.push((name.clone(), Refusal::new(RefusalReason::Registry, message)));
@@ -516,7 +574,7 @@ impl PolicyRegistry {
                     None => (RefusalReason::Missing, format!("{} does not exist", path.display())),
                 };
                 let message = match serving {
-                    Some(_) => format!("policy {name}: {what}, but {used_by} uses it; the loaded version keeps serving"),
+                    Some(serving) => format!("policy {name}: {what}, but {used_by} uses it; {}", still_serving(serving)),
                     None => format!("policy {name}: {what} (used by {used_by})"),
                 };
                 errors.push((name.clone(), Refusal::new(reason, message)));
@@ -554,7 +612,7 @@ impl PolicyRegistry {
                 }
                 Err(mut refusal) => {
                     if let Some(serving) = serving {
-                        refusal.message = format!("{}; version {} ({}) keeps serving", refusal.message, serving.descriptor.version, &serving.digest[..12]);
+                        refusal.message = format!("{}; {}", refusal.message, still_serving(serving));
                         policies.insert(name.clone(), serving.clone());
                     }
                     errors.push((name, refusal));
@@ -625,6 +683,7 @@ impl PolicyRegistry {
                     kinds: policy.descriptor.kinds.iter().map(|kind| kind.as_str()).collect(),
                     used_by: config.users_of(policy.name()).iter().map(ToString::to_string).collect(),
                     loaded_at: timestamp(policy.loaded_at),
+                    loaded: policy.refusal().is_none(),
                     memory_bytes: policy.memory_in_use(),
                     breaker: policy.breaker_status(),
                     signed_by: policy.signed_by.clone(),

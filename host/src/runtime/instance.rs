@@ -159,6 +159,9 @@ pub enum CallError {
     Undecodable { operation: &'static str, message: String },
     #[error("could not instantiate: {0}")]
     Instantiate(String),
+    /// Not called: no version of the policy has loaded since the host started.
+    #[error("no version of it has loaded since the host started: {0}")]
+    NotLoaded(String),
     /// Not called: the policy's circuit breaker is open after failures in a row.
     #[error("{operation} not called: the policy failed {failures} calls in a row and is out of calls for {retry_in_seconds} s more (circuit breaker)")]
     CircuitOpen { operation: &'static str, failures: u32, retry_in_seconds: u64 },
