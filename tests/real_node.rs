@@ -1,7 +1,8 @@
 //! wasp on real nodes: `wasp-controlplane --real-nodes 2` runs two real kubelets (containerd, runc, a CNI bridge
 //! each) beside the control plane, in namespaces of their own (controlplane/sandbox.go). wasp's image is assembled
-//! from the test build (scripts/build-image.sh) and loaded into the nodes; the install is the README's, and the
-//! pods run through the real kubelet: its probes, its mounts, its ConfigMap projection. Every count comes from the
+//! from the test build (scripts/build-image.sh) and loaded into the nodes; the install is the README's (the
+//! manifests, then the Helm chart in their place), and the pods run through the real kubelet: its probes, its
+//! mounts, its ConfigMap projection. Every count comes from the
 //! API server (pods' status, bindings, events), none from wasp's logs.
 //!
 //! They need root and the node programs (scripts/build-node.sh); outside CI (no `CI` in the environment) a
@@ -9,8 +10,8 @@
 
 mod common;
 
-use common::control_plane::{wait_for, ControlPlane};
-use common::install::readme_install;
+use common::control_plane::{wait_for, wait_for_or_explain, ControlPlane};
+use common::install::{create_policy_bundle, readme_install};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -254,8 +255,9 @@ fn wasp_runs_on_real_nodes_as_the_readme_installs_it() {
     let placed = a_policy_version_comes_through_the_kubelets_projection(&cluster, images.path(), &uids);
     explain_answers_from_the_pod_network(&cluster, &placed);
     the_rescheduler_drains_a_real_node_within_its_budget(&cluster);
-    the_standby_leads_at_once_on_a_rollout_and_a_drain(&cluster);
+    the_standby_leads_at_once_on_a_rollout_and_a_drain(&cluster, |cluster| replicas_started_beside_a_broken_policy_serve_the_rest(cluster, &uids));
     the_webhooks_fail_open_without_replicas(&cluster);
+    the_helm_chart_runs_two_ready_replicas_in_place_of_the_manifests(&cluster);
 
     // Torn down, nothing is left on the machine: the sandbox's cgroups are gone with it.
     let pid = cluster.pid();
@@ -276,15 +278,11 @@ fn the_readme_install_runs_two_ready_replicas(cluster: &ControlPlane) -> Vec<Str
     let installed = Instant::now();
     readme_install(cluster);
     let mut pods = Vec::new();
-    let patience = Duration::from_secs(300);
-    while installed.elapsed() < patience {
+    let both_ready = || {
         pods = wasp_pods(cluster);
-        if pods.len() == 2 && pods.iter().all(ready) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    assert!(pods.len() == 2 && pods.iter().all(ready), "wasp's pods not Ready after {patience:?}:\n{}", diagnosis(cluster));
+        pods.len() == 2 && pods.iter().all(ready)
+    };
+    wait_for_or_explain("both wasp replicas Ready", Duration::from_secs(300), both_ready, || diagnosis(cluster));
     eprintln!("both replicas Ready {:.1}s after the install", installed.elapsed().as_secs_f64());
     let mut hosts: Vec<&str> = pods.iter().map(|pod| pod["spec"]["nodeName"].as_str().unwrap()).collect();
     hosts.sort();
@@ -362,11 +360,7 @@ fn a_policy_version_comes_through_the_kubelets_projection(cluster: &ControlPlane
         cluster.kubectl(&["get", "pod", kept, "-o", "jsonpath={.spec.nodeName}"]).stdout == "realnode-2"
     });
 
-    // Put right again: a replica that starts while a policy in its folder does not compile never turns Ready
-    // (hardening issue: a start-up serves nothing until every policy compiles), so the rollout below would stall
-    // on it, with the old replicas serving (the Deployment's maxUnavailable is 0).
-    apply_policies(cluster, "wasp-policies-1", "zone-pin.wasm", &fixtures.join("zone-pin-west.wasm"));
-
+    // The broken version stays in the ConfigMap for the rollout below: replicas that start beside it must serve.
     let after = wasp_pods(cluster);
     assert_eq!(after.iter().map(|pod| pod["metadata"]["uid"].as_str().unwrap().to_string()).collect::<Vec<_>>(), uids);
     assert!(after.iter().all(|pod| restarts(pod) == 0 && ready(pod)), "{}", diagnosis(cluster));
@@ -449,8 +443,8 @@ const WASP_USER: &str = "system:serviceaccount:wasp-system:wasp";
 
 /// A rollout restart, then `kubectl drain` of the leader's node: the leader stops on the real SIGTERM after its
 /// preStop and releases the Lease, the standby takes it within 2 s, no pod is bound by two replicas, and wasp's
-/// own budget keeps a replica Ready throughout.
-fn the_standby_leads_at_once_on_a_rollout_and_a_drain(cluster: &ControlPlane) {
+/// own budget keeps a replica Ready throughout. `between` runs after the rollout, before the drain.
+fn the_standby_leads_at_once_on_a_rollout_and_a_drain(cluster: &ControlPlane, between: impl FnOnce(&ControlPlane)) {
     // Scheduling work through both handovers.
     let created = cluster.kubectl_input(&["create", "-f", "-"], &web_deployment("work", 2, "wasp"));
     assert!(created.ok, "{}", created.stderr);
@@ -461,6 +455,7 @@ fn the_standby_leads_at_once_on_a_rollout_and_a_drain(cluster: &ControlPlane) {
     let rolled = cluster.kubectl(&["rollout", "status", "deployment/wasp-scheduler", "-n", "wasp-system", "--timeout=300s"]);
     assert!(rolled.ok, "the rollout: {}\n{}", rolled.stderr, diagnosis(cluster));
     wait_for("work scaled to 6", Duration::from_secs(120), || available(cluster, "work", "default") == 6);
+    between(cluster);
 
     let holder = cluster.must(&["get", "lease", "wasp-scheduler", "-n", "wasp-system", "-o", "jsonpath={.spec.holderIdentity}"]);
     let leader = holder.split('_').next().unwrap().to_string();
@@ -504,10 +499,67 @@ fn the_standby_leads_at_once_on_a_rollout_and_a_drain(cluster: &ControlPlane) {
     assert!(twice.is_empty(), "pods bound by two replicas: {twice:?}");
 }
 
+/// After the rollout with the broken zone-pin in the ConfigMap (the replicas turned Ready: the rollout finished):
+/// the start-up refusal is an event, the profile that uses zone-pin waits on its failure mode with the reason,
+/// and the first good version to come through the projection places that pod, without a restart.
+fn replicas_started_beside_a_broken_policy_serve_the_rest(cluster: &ControlPlane, old_uids: &[String]) {
+    // The old replicas may still be finishing their grace period.
+    let serving: Vec<Value> = wasp_pods(cluster).into_iter().filter(|pod| pod["metadata"]["deletionTimestamp"].is_null()).collect();
+    assert!(serving.iter().all(|pod| !old_uids.contains(&pod["metadata"]["uid"].as_str().unwrap().to_string())), "the rollout replaced both replicas");
+    wait_for("a PolicyRefusedAtStart event naming zone-pin", Duration::from_secs(60), || {
+        let events = cluster.get_json(&["get", "events", "-n", "wasp-system", "--field-selector", "reason=PolicyRefusedAtStart"]);
+        events["items"].as_array().is_some_and(|items| items.iter().any(|event| event["message"].as_str().is_some_and(|message| message.contains("zone-pin.wasm: does not compile"))))
+    });
+    let waiting = "waits-for-zone-pin";
+    let created = cluster.kubectl(&["run", waiting, "--image=registry.k8s.io/pause:3.10.2", "--image-pull-policy=Never", r#"--overrides={"spec":{"schedulerName":"wasp-pinned"}}"#]);
+    assert!(created.ok, "{}", created.stderr);
+    wait_for("the pinned pod's FailedScheduling by the stand-in's failure mode", Duration::from_secs(60), || {
+        let events = cluster.get_json(&["get", "events", "--field-selector", &format!("involvedObject.name={waiting},reason=FailedScheduling")]);
+        events["items"].as_array().is_some_and(|items| items.iter().any(|event| event["message"].as_str().is_some_and(|message| message.contains("policy zone-pin failed"))))
+    });
+    let fixed = Instant::now();
+    apply_policies(cluster, "wasp-policies-1", "zone-pin.wasm", &common::repo_root().join("target/wasm-fixtures/zone-pin-west.wasm"));
+    wait_for("the pinned pod placed by the first good version", Duration::from_secs(120), || {
+        cluster.kubectl(&["get", "pod", waiting, "-o", "jsonpath={.spec.nodeName}"]).stdout == "realnode-2"
+    });
+    eprintln!("a good version placed the waiting pod {:.1}s after the apply", fixed.elapsed().as_secs_f64());
+    assert!(wasp_pods(cluster).iter().all(|pod| restarts(pod) == 0 && ready(pod)), "{}", diagnosis(cluster));
+}
+
 /// Both replicas gone: the webhooks fail open, pod creation goes on.
 fn the_webhooks_fail_open_without_replicas(cluster: &ControlPlane) {
     cluster.must(&["scale", "deployment/wasp-scheduler", "-n", "wasp-system", "--replicas=0"]);
     wait_for("no wasp pod left", Duration::from_secs(120), || wasp_pods(cluster).is_empty());
     let slipped = cluster.kubectl(&["run", "slipped", "--image=registry.k8s.io/pause:3.10.2", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]);
     assert!(slipped.ok, "pod creation failed with wasp gone: {}", slipped.stderr);
+}
+
+/// The README's "Install with Helm" on the same nodes, once the manifests' install is deleted: the namespace and the
+/// policy bundle first, then `helm install --wait`, which returns once both replicas are Ready through the real
+/// probes; the chart's own webhook certificate is the one the API server checks. Uninstalled, no pod of it is left.
+fn the_helm_chart_runs_two_ready_replicas_in_place_of_the_manifests(cluster: &ControlPlane) {
+    let manifests = common::repo_root().join("manifests");
+    cluster.must(&["delete", "-f", manifests.to_str().unwrap(), "--wait=true", "--timeout=180s"]);
+    cluster.must(&["create", "namespace", "wasp-system"]);
+    create_policy_bundle(cluster);
+    let installed = Instant::now();
+    let home = cluster.dir.path().join("helm");
+    let chart = common::helm::chart();
+    let helm = |args: &[&str]| {
+        let done = common::helm::run(&home, Some(&cluster.kubeconfig), args);
+        assert!(done.ok, "helm {}: {}\n{}", args.join(" "), done.stderr, diagnosis(cluster));
+    };
+    helm(&["install", "wasp", chart.to_str().unwrap(), "--namespace", "wasp-system", "--wait", "--timeout", "300s"]);
+    eprintln!("helm install --wait returned {:.1}s after it began", installed.elapsed().as_secs_f64());
+    let pods = wasp_pods(cluster);
+    assert!(pods.len() == 2 && pods.iter().all(|pod| ready(pod) && restarts(pod) == 0), "{}", diagnosis(cluster));
+    // A server-side dry run: the webhooks are called, nothing is created.
+    wait_for("the webhook refusing a misspelled scheduler name", Duration::from_secs(60), || {
+        let typo = cluster.kubectl(&["run", "typo", "--dry-run=server", "--image=registry.k8s.io/pause:3.10.2", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]);
+        !typo.ok && typo.stderr.contains(r#"no scheduler named "wsap" runs in this cluster"#)
+    });
+    let node = bound_node(cluster, "placed-by-the-chart", "wasp");
+    assert!(node.starts_with("realnode-"), "{node}");
+    helm(&["uninstall", "wasp", "--namespace", "wasp-system", "--wait", "--timeout", "120s"]);
+    wait_for("no wasp pod left after the uninstall", Duration::from_secs(120), || wasp_pods(cluster).is_empty());
 }

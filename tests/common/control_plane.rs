@@ -303,10 +303,17 @@ pub fn kubectl_with(kubeconfig: &Path, args: &[&str], input: Option<&str>) -> Ou
 }
 
 /// Polls `condition` every 100 ms until it holds; fails the test naming `what` after `patience`.
-pub fn wait_for(what: &str, patience: Duration, mut condition: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, patience: Duration, condition: impl FnMut() -> bool) {
+    wait_for_or_explain(what, patience, condition, String::new);
+}
+
+/// [`wait_for`], with `explain`'s account of the cluster in the failure.
+pub fn wait_for_or_explain(what: &str, patience: Duration, mut condition: impl FnMut() -> bool, explain: impl FnOnce() -> String) {
     let deadline = Instant::now() + patience;
     while !condition() {
-        assert!(Instant::now() < deadline, "timed out after {patience:?} waiting for {what}");
+        if Instant::now() >= deadline {
+            panic!("timed out after {patience:?} waiting for {what}\n{}", explain());
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
