@@ -5,8 +5,8 @@ package main
 // addresses exist only there. Nothing on the host is configured: no sysctl is written (the few a kubelet insists
 // on are read from files bind-mounted over /proc/sys inside), no interface or route appears, and when the
 // sandbox's first process exits the kernel ends every process in it, containers included. What does touch the
-// host are the kubelets' cgroups (a folder of our own in each hierarchy) and the empty mountpoint /var/lib/cni,
-// both removed when the sandbox has ended.
+// host are the kubelets' cgroups (a folder of our own in each hierarchy), removed when the sandbox has ended, and
+// the empty mountpoint /var/lib/cni, removed when the last sandbox running at once has ended.
 //
 // The API server listens inside (0.0.0.0:443: the `kubernetes` Service's address 10.96.0.1 is one of the
 // sandbox's own, so pods reach it as in-cluster clients do); clients on the host reach it through a listener this
@@ -42,6 +42,56 @@ const (
 	cniCacheDir = "/var/lib/cni"
 )
 
+// cniMountpoint is this sandbox's share of /var/lib/cni on the host. Sandboxes running at once share it: each
+// holds a shared lock on sandboxLock while it runs; the one that made the folder leaves a marker, and the last
+// to end (the one that can take the lock exclusively) removes the folder only if a sandbox made it. A folder the
+// host had before is never removed.
+type cniMountpoint struct{ lock *os.File }
+
+const (
+	sandboxLock = "/run/wasp-controlplane.lock"
+	cniMadeMark = "/run/wasp-controlplane-made-var-lib-cni"
+)
+
+func claimCNIMountpoint() (*cniMountpoint, error) {
+	lock, err := os.OpenFile(sandboxLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	// Exclusive while the folder is looked at and made, then shared for the sandbox's life.
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("locking %s: %w", sandboxLock, err)
+	}
+	if _, err := os.Stat(cniCacheDir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(cniCacheDir, 0o755); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("the mountpoint %s: %w", cniCacheDir, err)
+		}
+		if err := os.WriteFile(cniMadeMark, nil, 0o600); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_SH); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("locking %s: %w", sandboxLock, err)
+	}
+	return &cniMountpoint{lock: lock}, nil
+}
+
+// release removes the folder if this is the last sandbox and a sandbox made it.
+func (c *cniMountpoint) release() {
+	defer c.lock.Close()
+	if syscall.Flock(int(c.lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return // another sandbox still runs on it
+	}
+	if _, err := os.Stat(cniMadeMark); err == nil {
+		os.Remove(cniCacheDir)
+		os.Remove(cniMadeMark)
+	}
+}
+
 // inSandbox says whether this process is the re-executed one, inside the namespaces.
 func inSandbox() bool { return os.Getenv(sandboxEnv) != "" }
 
@@ -63,13 +113,11 @@ func runSandboxed(opts options) error {
 		return err
 	}
 	listener.Close()
-	madeCNICache := false
-	if _, err := os.Stat(cniCacheDir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(cniCacheDir, 0o755); err != nil {
-			return fmt.Errorf("the mountpoint %s: %w", cniCacheDir, err)
-		}
-		madeCNICache = true
+	cniMountpoint, err := claimCNIMountpoint()
+	if err != nil {
+		return err
 	}
+	defer cniMountpoint.release()
 	// The data directory is removed from here, once the sandbox has ended: inside, containers' and volumes' mounts
 	// lie below it (a hostPath volume's is the host's own folder) until the kernel has taken the namespace down.
 	dataDir := opts.dataDir
@@ -82,12 +130,7 @@ func runSandboxed(opts options) error {
 		}
 	}
 	cgroupFolder := fmt.Sprintf("wasp-controlplane-%d", os.Getpid())
-	defer func() {
-		removeCgroups(cgroupFolder)
-		if madeCNICache {
-			os.Remove(cniCacheDir)
-		}
-	}()
+	defer removeCgroups(cgroupFolder)
 	self, err := os.Executable()
 	if err != nil {
 		return err
