@@ -142,6 +142,18 @@ impl Cluster {
         }
     }
 
+    /// Waits until `count` FailedScheduling events (as the API server recorded them) say `policy` failed.
+    async fn failed_by(&self, policy: &str, count: usize) {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        let reason = format!("policy {policy} failed");
+        common::wait_for(&format!("{count} pods failed by {policy}"), Duration::from_secs(20), || async {
+            let listed = events.list(&ListParams::default()).await.map_err(|error| error.to_string())?.items;
+            let failed = listed.iter().filter(|event| event.reason.as_deref() == Some("FailedScheduling") && event.message.as_deref().is_some_and(|message| message.contains(&reason))).count();
+            if failed == count { Ok(()) } else { Err(format!("{failed} so far")) }
+        })
+        .await
+    }
+
     /// Waits until the `count` pods created as `batch` are bound.
     async fn bound_batch(&self, batch: &str, count: usize) {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
@@ -551,18 +563,7 @@ async fn pods_a_broken_policy_failed_are_placed_as_soon_as_a_fixed_version_serve
     volume.write_config(broken);
     let cluster = start_cluster(&volume).await;
     cluster.create_pods("waiting", 3, "wasp").await;
-    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let failed = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| {
-            event.reason.as_deref() == Some("FailedScheduling") && event.message.as_deref().is_some_and(|message| message.contains("policy misbehaving failed"))
-        });
-        if failed.count() == 3 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the broken policy should fail the three pods first");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    cluster.failed_by("misbehaving", 3).await;
     let fixed_at = Instant::now();
     volume.write_config(&broken.replace("filter: trap", "filter: ok"));
     cluster.bound_batch("waiting", 3).await;
@@ -691,18 +692,7 @@ async fn a_host_started_beside_a_policy_that_does_not_compile_serves_the_rest_an
     cluster.create_pods("plain", 10, "plain").await;
     cluster.bound_batch("plain", 10).await;
     cluster.create_pods("waiting", 3, "wasp").await;
-    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let failed = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| {
-            event.reason.as_deref() == Some("FailedScheduling") && event.message.as_deref().is_some_and(|message| message.contains("policy zone-pin failed"))
-        });
-        if failed.count() == 3 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the stand-in's failure mode (fail-closed) should fail the three pods");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    cluster.failed_by("zone-pin", 3).await;
 
     // A configuration change is taken beside the stand-in, which stays refused (its file is not compiled again).
     volume.write_config(&two_profiles.replace("weight: 1", "weight: 2"));
