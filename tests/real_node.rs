@@ -510,13 +510,25 @@ fn replicas_started_beside_a_broken_policy_serve_the_rest(cluster: &ControlPlane
         let events = cluster.get_json(&["get", "events", "-n", "wasp-system", "--field-selector", "reason=PolicyRefusedAtStart"]);
         events["items"].as_array().is_some_and(|items| items.iter().any(|event| event["message"].as_str().is_some_and(|message| message.contains("zone-pin.wasm: does not compile"))))
     });
+    // An old replica leads through its 5 s preStop, serving the good version it had: the pod waits for a new leader.
+    let new_names: Vec<String> = serving.iter().map(|pod| pod["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    wait_for("a new replica holding the Lease", Duration::from_secs(60), || {
+        let holder = cluster.kubectl(&["get", "lease", "wasp-scheduler", "-n", "wasp-system", "-o", "jsonpath={.spec.holderIdentity}"]).stdout;
+        new_names.iter().any(|name| holder.split('_').next() == Some(name.as_str()))
+    });
     let waiting = "waits-for-zone-pin";
     let created = cluster.kubectl(&["run", waiting, "--image=registry.k8s.io/pause:3.10.2", "--image-pull-policy=Never", r#"--overrides={"spec":{"schedulerName":"wasp-pinned"}}"#]);
     assert!(created.ok, "{}", created.stderr);
-    wait_for("the pinned pod's FailedScheduling by the stand-in's failure mode", Duration::from_secs(60), || {
+    let failed_by_stand_in = || {
         let events = cluster.get_json(&["get", "events", "--field-selector", &format!("involvedObject.name={waiting},reason=FailedScheduling")]);
         events["items"].as_array().is_some_and(|items| items.iter().any(|event| event["message"].as_str().is_some_and(|message| message.contains("policy zone-pin failed"))))
-    });
+    };
+    let explain = || {
+        let pod = cluster.kubectl(&["describe", "pod", waiting]).stdout;
+        let lease = cluster.kubectl(&["get", "lease", "wasp-scheduler", "-n", "wasp-system", "-o", "yaml"]).stdout;
+        format!("--- the pinned pod\n{pod}\n--- the Lease\n{lease}\n{}", diagnosis(cluster))
+    };
+    wait_for_or_explain("the pinned pod's FailedScheduling by the stand-in's failure mode", Duration::from_secs(60), failed_by_stand_in, explain);
     let fixed = Instant::now();
     apply_policies(cluster, "wasp-policies-1", "zone-pin.wasm", &common::repo_root().join("target/wasm-fixtures/zone-pin-west.wasm"));
     wait_for("the pinned pod placed by the first good version", Duration::from_secs(120), || {
