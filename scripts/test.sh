@@ -25,7 +25,7 @@ fi
 cargo test --workspace --no-fail-fast --exclude wasp-allocator --no-default-features --features wasp/sim "$@"
 # The side-by-side benchmark's smoke version (100 nodes, the test profile): kube-scheduler and wasp on a real
 # control plane, every binding checked with kube-scheduler's filter plugins. It proves the harness still works;
-# its figures are not the benchmark's (README, "Side by side with kube-scheduler").
+# its figures are not the benchmark's (docs/performance.md, "Side by side with kube-scheduler").
 cargo test --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --bench side_by_side -- --nodes 100
 # The instruction-count workload (scripts/policy-instructions.sh) on a small cluster: the sandboxed and native
 # builds of two filters that see pods, a filter and two scores give the same verdicts and scores.

@@ -2,7 +2,7 @@
 # Try wasp on a real node: builds what is missing (the control plane, the node programs, the policies, wasp's
 # image from the release build), starts the control plane with one real node (kubelet, containerd, runc) and
 # kube-scheduler in private namespaces, installs wasp as the README says, prints the kubeconfig to use, and
-# tears it all down on Ctrl-C. Needs root (README, "Try it on a real node").
+# tears it all down on Ctrl-C. Needs root (docs/real-nodes.md).
 #
 #   scripts/try-real-node.sh [--nodes N] [--binary PATH]     (--binary: a wasp build to put in the image)
 set -euo pipefail

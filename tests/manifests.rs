@@ -173,7 +173,7 @@ fn the_install_is_consistent() {
         assert_eq!(args[args.iter().position(|arg| arg == flag).unwrap() + 1], format!("{}/{file}", mount_of("webhook-tls")));
     }
     // Policy signing keys: an optional Secret (installing as shipped verifies nothing and needs no key), mounted
-    // where the README's "Signed policies" says.
+    // where docs/signing-and-registries.md says.
     let keys_volume = pod_spec.volumes.as_ref().unwrap().iter().find(|volume| volume.name == "policy-keys").unwrap();
     let keys_secret = keys_volume.secret.as_ref().unwrap();
     assert_eq!((keys_secret.secret_name.as_deref(), keys_secret.optional), (Some("wasp-policy-keys"), Some(true)));

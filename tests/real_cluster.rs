@@ -52,7 +52,7 @@ fn helm(cluster: &ControlPlane, args: &[&str]) -> String {
     done.stdout
 }
 
-/// A control plane with wasp installed by the chart (README, "Install with Helm") with its default values, but no
+/// A control plane with wasp installed by the chart (docs/install.md, "Install with Helm") with its default values, but no
 /// replica (there are no kubelets to run its image: wasp runs on this machine), and no policy bundle yet.
 fn install_with_helm() -> Installed {
     let cluster = ControlPlane::start();
@@ -513,7 +513,7 @@ fn webhook_callable(metrics: &str, configuration: &str, webhook: &str) -> Option
     metrics.lines().find_map(|line| line.strip_prefix(&series)).and_then(|value| value.trim().parse().ok())
 }
 
-/// The chart (README, "Install with Helm"), installed by helm with its defaults, before the policies (the host
+/// The chart (docs/install.md, "Install with Helm"), installed by helm with its defaults, before the policies (the host
 /// waits for them): the certificate it made is the one
 /// the real API server verifies when it calls the webhooks, and the shipped RBAC refuses nothing. An upgrade with
 /// new values reaches the running host without a restart (a second profile places pods, admission warns instead
@@ -1163,7 +1163,40 @@ fn the_default_profile_places_pods_by_kube_schedulers_rules_and_says_why_it_cann
     });
     let condition = scheduled_condition(cluster, "default", "pod-level").unwrap();
     assert!(condition["message"].as_str().unwrap().contains("3 Insufficient cpu"), "{condition}");
-    assert!(!cluster.audit().iter().any(|event| event.user() == WASP_USER && event.code() == 403));
+
+    // Devices (dynamic resource allocation, GA since 1.34): one GPU on worker-0 in a ResourceSlice, a claim
+    // template, a pod that asks for the GPU. wasp allocates no devices, so it binds no such pod: the pod waits
+    // with the reason on its condition and in an event, its claim (made by the real resourceclaim controller)
+    // stays unallocated and no binding is sent.
+    create(
+        cluster,
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\nspec:\n  selectors: [{cel: {expression: \"device.driver == 'gpu.example.com'\"}}]\n---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: worker-0-gpu}\nspec:\n  driver: gpu.example.com\n  nodeName: worker-0\n  pool: {name: worker-0, generation: 1, resourceSliceCount: 1}\n  devices: [{name: gpu-0}]\n---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: one-gpu, namespace: default}\nspec:\n  spec:\n    devices:\n      requests: [{name: gpu, exactly: {deviceClassName: gpu.example.com}}]\n",
+    );
+    create(cluster, &pod("with-gpu", "  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]\n  containers: [{name: app, image: nginx, resources: {claims: [{name: gpu}]}}]\n"));
+    let devices = "pod has resource claims (gpu), and wasp does not allocate devices (dynamic resource allocation) yet";
+    wait_for("with-gpu's PodScheduled=False", Duration::from_secs(30), || {
+        scheduled_condition(cluster, "default", "with-gpu").is_some_and(|condition| condition["status"] == "False")
+    });
+    let condition = scheduled_condition(cluster, "default", "with-gpu").unwrap();
+    assert_eq!(condition["reason"], "Unschedulable", "{condition}");
+    assert!(condition["message"].as_str().unwrap().starts_with(&format!("0/4 nodes are available: {devices}")), "{condition}");
+    let events = cluster.get_json(&["get", "events", "-n", "default", "--field-selector", "reason=FailedScheduling,involvedObject.name=with-gpu"]);
+    assert!(events["items"].as_array().unwrap().iter().any(|event| event["message"].as_str().unwrap().contains(devices)), "{events}");
+    let claims_of_the_pod = || {
+        let claims = cluster.get_json(&["get", "resourceclaims", "-n", "default"]);
+        let items = claims["items"].as_array().cloned().unwrap_or_default();
+        items.into_iter().filter(|claim| claim["metadata"]["ownerReferences"][0]["name"] == "with-gpu").collect::<Vec<Value>>()
+    };
+    wait_for("the resourceclaim controller's claim for with-gpu", Duration::from_secs(30), || !claims_of_the_pod().is_empty());
+    // Another node change retries the pod: it still waits.
+    let before = by_wasp(&cluster.audit(), "events", "", "with-gpu.");
+    cluster.must(&["label", "node", "worker-0", "gpu=one", "--overwrite"]);
+    wait_for("with-gpu attempted again", Duration::from_secs(30), || by_wasp(&cluster.audit(), "events", "", "with-gpu.") > before);
+    assert!(node_of("with-gpu").is_none(), "a pod with resource claims was bound");
+    assert!(claims_of_the_pod().iter().all(|claim| claim["status"]["allocation"].is_null()), "{:?}", claims_of_the_pod());
+    let audit = cluster.audit();
+    assert!(!audit.iter().any(|event| event.subresource() == "binding" && event.name() == "with-gpu"), "a binding was sent for a pod with resource claims");
+    assert!(!audit.iter().any(|event| event.user() == WASP_USER && event.code() == 403));
 }
 
 #[test]

@@ -5,6 +5,7 @@ mod configmap;
 mod explain;
 mod manifests;
 mod policy;
+pub mod reference;
 mod reschedule;
 mod run;
 mod scaffold;

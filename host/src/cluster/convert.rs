@@ -385,7 +385,16 @@ pub fn pod_meta(source: &core::Pod) -> PodMeta {
         Some("allow") => EvictionConsent::Allow,
         Some(other) => EvictionConsent::Unreadable(other.chars().take(64).collect()),
     };
-    PodMeta { consent }
+    PodMeta { consent, resource_claims: resource_claims(source) }
+}
+
+/// The names of the pod's `spec.resourceClaims`: devices it asks for through dynamic resource allocation
+/// (ResourceClaims, or templates the resourceclaim controller makes claims from). kube-scheduler's
+/// DynamicResources plugin allocates them and writes the allocation into each claim before binding; the host does
+/// not yet, so it leaves such pods to wait, saying why, rather than bind them where their devices are not.
+pub fn resource_claims(source: &core::Pod) -> Vec<String> {
+    let claims = source.spec.as_ref().and_then(|spec| spec.resource_claims.as_ref());
+    claims.into_iter().flatten().map(|claim| claim.name.clone()).collect()
 }
 
 /// A label selector the host itself evaluates (from configuration, or a PodDisruptionBudget), with the SDK's

@@ -427,6 +427,7 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
             }
             let never_preempts = source.spec.as_ref().and_then(|spec| spec.preemption_policy.as_deref()) == Some("Never");
             cluster.set_preemption_policy(&uid, never_preempts);
+            cluster.set_resource_claims(&uid, convert::resource_claims(source));
             cluster.add_pending(pod.clone());
             cluster.note_scheduled_condition(&uid, scheduled_condition(source));
             cluster.set_nomination(&pod);

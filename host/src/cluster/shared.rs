@@ -279,6 +279,16 @@ impl SharedCluster {
         self.notes.set_preemption_policy(uid, never);
     }
 
+    /// Records the resource claims a pending pod names (none: it names none).
+    pub(super) fn set_resource_claims(&self, uid: &str, claims: Vec<String>) {
+        self.notes.set_resource_claims(uid, claims);
+    }
+
+    /// The resource claims (dynamic resource allocation) of the pending pod `uid`, by name; empty for most pods.
+    pub fn resource_claims(&self, uid: &str) -> Vec<String> {
+        self.notes.resource_claims(uid)
+    }
+
     /// Records where a pending pod is nominated (`status.nominatedNodeName`), or that it is not.
     pub(super) fn set_nomination(&self, pod: &Pod) {
         let waiting = self.pending();
@@ -447,11 +457,29 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_with_resource_claims_gets_no_room_made_for_it() {
+        let cluster = SharedCluster::default();
+        let mut events = cluster.subscribe();
+        for name in ["plain", "with-gpu"] {
+            cluster.add_pending(pending_pod(name, 100, 1));
+        }
+        cluster.set_resource_claims("with-gpu", vec!["gpu".into()]);
+        assert_eq!(cluster.resource_claims("with-gpu"), ["gpu"]);
+        assert!(cluster.resource_claims("plain").is_empty());
+        assert!(!cluster.may_preempt("with-gpu"), "room would not let the host bind it");
+        cluster.note_unschedulable("with-gpu", "0/3 nodes are available: pod has resource claims (gpu).");
+        cluster.note_unschedulable("plain", "0/3 nodes are available: 3 Insufficient cpu.");
+        let wanted: Vec<ClusterEvent> = std::iter::from_fn(|| events.try_recv().ok()).filter(|event| matches!(event, ClusterEvent::PreemptionWanted { .. })).collect();
+        assert!(matches!(wanted.as_slice(), [ClusterEvent::PreemptionWanted { uid }] if uid == "plain"), "{wanted:?}");
+    }
+
+    #[test]
     fn nothing_noted_about_a_pod_outlives_its_wait_whichever_loops_run() {
         let cluster = SharedCluster::default();
         for name in ["deleted", "bound"] {
             cluster.set_preemption_policy(name, true);
             cluster.add_pending(pending_pod(name, 10, 1));
+            cluster.set_resource_claims(name, vec!["gpu".into()]);
             cluster.note_unschedulable(name, "0/3 nodes are available: 3 Insufficient cpu.");
             let condition = ScheduledCondition { status: "False".into(), reason: "Unschedulable".into(), message: "no".into(), last_transition_time: None };
             cluster.note_scheduled_condition(name, Some(condition));

@@ -207,6 +207,9 @@ struct NodeSlot {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodMeta {
     pub consent: EvictionConsent,
+    /// The pod's `spec.resourceClaims` by name (devices through dynamic resource allocation): the host
+    /// allocates no devices, so it neither binds such a pod nor moves one (see `cluster::convert::resource_claims`).
+    pub resource_claims: Vec<String>,
 }
 
 /// The pod owner's word on eviction, from the annotation [`EVICT_ANNOTATION`].

@@ -1,6 +1,6 @@
 //! What the loops note about pods that wait for a scheduler, beside the pods themselves: why a scheduler could
 //! not place each (the rescheduler's preemption reads it), its `PodScheduled` condition as last read or written,
-//! its `preemptionPolicy`, and the room nominated for it. One owner, [`SharedCluster`](super::SharedCluster),
+//! its `preemptionPolicy`, the resource claims it names, and the room nominated for it. One owner, [`SharedCluster`](super::SharedCluster),
 //! notes a pod here only while it waits and calls [`WaitingNotes::forget`] when it stops waiting (bound, deleted,
 //! finished, gone at a relist), whichever loops run: the notes never outgrow the pending pods.
 
@@ -27,6 +27,9 @@ pub struct WaitingNotes {
     scheduled_conditions: Mutex<HashMap<String, ScheduledCondition>>,
     /// Pending pods with `preemptionPolicy: Never`: they wait for room and never take it from other pods.
     never_preempt: Mutex<HashSet<String>>,
+    /// Pending pods with `spec.resourceClaims`, by uid: the claims' names. No scheduler of this host binds them
+    /// (it allocates no devices), and no room is made for them.
+    resource_claims: Mutex<HashMap<String, Vec<String>>>,
     /// Pending pods with a nominated node, by node name.
     nominations: Mutex<HashMap<String, Vec<Nomination>>>,
     /// The pending pods this host nominated itself (preemption), whose `status.nominatedNodeName` the API server
@@ -75,7 +78,21 @@ impl WaitingNotes {
     }
 
     pub(super) fn may_preempt(&self, uid: &str) -> bool {
-        !lock(&self.never_preempt).contains(uid)
+        !lock(&self.never_preempt).contains(uid) && !lock(&self.resource_claims).contains_key(uid)
+    }
+
+    /// The pod's resource claims (none: it names none); set at every observation of the waiting pod.
+    pub(super) fn set_resource_claims(&self, uid: &str, claims: Vec<String>) {
+        let mut noted = lock(&self.resource_claims);
+        if claims.is_empty() {
+            noted.remove(uid);
+        } else {
+            noted.insert(uid.to_string(), claims);
+        }
+    }
+
+    pub(super) fn resource_claims(&self, uid: &str) -> Vec<String> {
+        lock(&self.resource_claims).get(uid).cloned().unwrap_or_default()
     }
 
     /// The pod as read from the API server names its nominated node, or none; `waits` says whether it waits.
@@ -129,6 +146,7 @@ impl WaitingNotes {
         withdraw_nomination(&mut lock(&self.nominations), uid);
         lock(&self.own_nominations).remove(uid);
         lock(&self.scheduled_conditions).remove(uid);
+        lock(&self.resource_claims).remove(uid);
         let mut reasons = lock(&self.unschedulable);
         reasons.remove(uid);
         reasons.shrink_when_sparse();
@@ -140,6 +158,7 @@ impl WaitingNotes {
         let mut uids: HashSet<String> = lock(&self.unschedulable).keys().cloned().collect();
         uids.extend(lock(&self.scheduled_conditions).keys().cloned());
         uids.extend(lock(&self.never_preempt).iter().cloned());
+        uids.extend(lock(&self.resource_claims).keys().cloned());
         uids.extend(lock(&self.own_nominations).iter().cloned());
         uids.extend(lock(&self.nominations).values().flatten().map(|nomination| nomination.uid.clone()));
         uids.len()

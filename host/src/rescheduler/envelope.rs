@@ -54,6 +54,12 @@ impl Envelope {
             EvictionConsent::Allow => return self.selection(pod, now),
             EvictionConsent::Default => {}
         }
+        if !meta.resource_claims.is_empty() {
+            return Some(format!(
+                "uses resource claims ({}): the host cannot tell yet whether its devices can be allocated elsewhere (dynamic resource allocation)",
+                meta.resource_claims.join(", ")
+            ));
+        }
         if pod.priority >= SYSTEM_CRITICAL_PRIORITY && !rules.evict_system_critical_pods {
             return Some(format!("system-critical priority {}", pod.priority));
         }
@@ -150,6 +156,10 @@ mod tests {
             (with(OWNER, "priority: 2000001000"), "system-critical priority 2000001000"),
             (with(OWNER, "volumes: [{name: v, emptyDir: {}}]"), "uses local storage (emptyDir or hostPath)"),
             (with(&format!("{OWNER}, deletionTimestamp: '2026-01-01T00:00:01Z'"), ""), "already terminating"),
+            (
+                with(OWNER, "resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]"),
+                "uses resource claims (gpu): the host cannot tell yet whether its devices can be allocated elsewhere (dynamic resource allocation)",
+            ),
         ];
         for ((pod, meta), expected) in cases {
             assert_eq!(envelope.protection(&pod, &meta, NOW).as_deref(), Some(expected));
@@ -179,6 +189,8 @@ mod tests {
         assert!(envelope.protection(&typo, &meta, NOW).unwrap().contains("\"nevr\" is neither never nor allow"));
         let (bare_allowed, meta) = with("annotations: {wasp.dev/evict: allow}", "volumes: [{name: v, emptyDir: {}}]");
         assert_eq!(envelope.protection(&bare_allowed, &meta, NOW), None, "allow waives bare-pod and local-storage");
+        let (devices_allowed, meta) = with(&format!("{OWNER}, annotations: {{wasp.dev/evict: allow}}"), "resourceClaims: [{name: gpu, resourceClaimName: gpu-0}]");
+        assert_eq!(envelope.protection(&devices_allowed, &meta, NOW), None, "the owner may say its devices will be found elsewhere");
         let (daemon, meta) = with("annotations: {wasp.dev/evict: allow}, ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: d, uid: d, controller: true}]", "");
         assert!(envelope.protection(&daemon, &meta, NOW).is_some(), "a DaemonSet pod would come back on the same node");
         let excluding = Envelope::new(&Protections { namespaces: crate::config::NamespaceFilter { include: vec![], exclude: vec!["shop".into()] }, ..Default::default() }, &[]);

@@ -229,9 +229,16 @@ impl Scheduler {
         let hint = self.cluster.hints.for_pod(&queued.pod);
         let nominations = self.cluster.nominations();
         // The pod's claims as its volumes and their classes stand now (pods without claims are not copied); a
-        // claim no node can satisfy is kube-scheduler's PreFilter rejection, said once for the pod.
+        // claim no node can satisfy is kube-scheduler's PreFilter rejection, said once for the pod. So is a pod
+        // with resource claims: its devices would have to be allocated before it is bound, which the host does not
+        // do (yet), and a pod bound without them never starts.
         let started = std::time::Instant::now();
-        let (resolved, (decision, trace)) = match self.cluster.volumes.resolved(&queued.pod) {
+        let resource_claims = self.cluster.resource_claims(&queued.pod.uid);
+        let prefiltered = match resource_claims.is_empty() {
+            true => self.cluster.volumes.resolved(&queued.pod),
+            false => Err(devices_not_allocated(&resource_claims)),
+        };
+        let (resolved, (decision, trace)) = match prefiltered {
             Ok(resolved) => {
                 let pod = resolved.as_ref().unwrap_or(&queued.pod);
                 let decided = crate::runtime::off_async_worker(|| {
@@ -480,6 +487,15 @@ pub fn placement_record(pod: &Pod, profile: &ProfilePolicies, decision: &Decisio
 }
 
 /// Which unschedulable pods a change of the cluster may help, if any (kube-scheduler's queueing hints, coarsely).
+/// Why a pod with resource claims waits: kube-scheduler's DynamicResources plugin allocates devices to its claims
+/// before binding, and the host does not, so it binds no such pod rather than place it where its devices are not.
+fn devices_not_allocated(claims: &[String]) -> String {
+    format!(
+        "pod has resource claims ({}), and wasp does not allocate devices (dynamic resource allocation) yet: schedule it with a scheduler that does, such as kube-scheduler",
+        claims.join(", ")
+    )
+}
+
 fn requeue_hint(event: &ClusterEvent) -> Option<Change> {
     match event {
         ClusterEvent::NodeChanged { .. } => Some(Change::NodeChanged),
