@@ -104,6 +104,9 @@ fn values_file(dir: &tempfile::TempDir, yaml: &str) -> String {
 
 #[test]
 fn helm_lints_the_chart_with_every_certificate_source_and_without_webhooks() {
+    if !common::can_run(&[common::helm::missing()]) {
+        return;
+    }
     let home = tempfile::tempdir().unwrap();
     let chart = helm::chart();
     for values in [&[][..], &["--set", "webhooks.certificate.source=cert-manager"], &["--set", "webhooks.certificate.source=external"], &["--set", "webhooks.enabled=false"], &[
@@ -122,6 +125,9 @@ fn helm_lints_the_chart_with_every_certificate_source_and_without_webhooks() {
 
 #[test]
 fn with_an_external_certificate_the_chart_renders_exactly_manifests() {
+    if !common::can_run(&[common::helm::missing()]) {
+        return;
+    }
     let chart = by_key(helm::render("wasp-system", &["--set", "webhooks.certificate.source=external"]));
     assert_same(&chart, &manifests(&[]));
     let cert_manager = by_key(helm::render("wasp-system", &["--set", "webhooks.certificate.source=cert-manager"]));
@@ -130,6 +136,9 @@ fn with_an_external_certificate_the_chart_renders_exactly_manifests() {
 
 #[test]
 fn by_default_the_chart_makes_a_certificate_the_api_server_can_verify() {
+    if !common::can_run(&[common::helm::missing()]) {
+        return;
+    }
     let objects = helm::render("wasp-system", &[]);
     // Beside the Secret and the caBundles, the install is manifests/'s.
     let mut rendered = by_key(objects.clone());
@@ -167,6 +176,9 @@ fn by_default_the_chart_makes_a_certificate_the_api_server_can_verify() {
 
 #[test]
 fn every_value_reaches_its_object_and_the_host_runs_the_configuration() {
+    if !common::can_run(&[common::helm::missing()]) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let values = values_file(
         &dir,
@@ -283,6 +295,9 @@ webhooks:
 
 #[test]
 fn the_monitoring_objects_are_manifests_monitoring() {
+    if !common::can_run(&[common::helm::missing()]) {
+        return;
+    }
     let objects = helm::render("ops", &["--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboard.enabled=true", "--set", "monitoring.prometheusRule.labels.release=prometheus"]);
     let shipped = helm::objects(&std::fs::read_to_string(common::repo_root().join("manifests/monitoring/prometheus-rules.yaml")).unwrap()).remove(0);
     let rule = find(&objects, "PrometheusRule", "wasp");
@@ -301,6 +316,9 @@ fn the_monitoring_objects_are_manifests_monitoring() {
 
 #[test]
 fn the_chart_works_as_a_dependency_and_without_its_optional_sections() {
+    if !common::can_run(&[common::helm::missing()]) {
+        return;
+    }
     // A parent chart passes `global`; a user may null a section out.
     for args in [&["--set", "global.registry=example.com"][..], &["--set", "monitoring=null"]] {
         let objects = helm::render("wasp-system", args);
@@ -310,6 +328,9 @@ fn the_chart_works_as_a_dependency_and_without_its_optional_sections() {
 
 #[test]
 fn bad_values_are_refused_naming_the_value() {
+    if !common::can_run(&[common::helm::missing()]) {
+        return;
+    }
     let home = tempfile::tempdir().unwrap();
     let chart = helm::chart();
     for (value, named) in [

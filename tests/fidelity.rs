@@ -171,6 +171,9 @@ fn simulator_kubeconfig(home: &Path) -> (tokio::runtime::Runtime, Simulator, Pat
 
 #[test]
 fn the_simulator_answers_kubectl_as_the_real_api_server_does_but_for_the_known_differences() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let real = ControlPlane::start();
     real.create_nodes("worker", 2, &["zone-a"], "4", "16Gi");
     let real_answers = walk(&real.kubeconfig);

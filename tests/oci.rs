@@ -49,6 +49,9 @@ fn workspace() -> (tempfile::TempDir, Vec<u8>) {
 
 #[test]
 fn a_component_pushed_is_pulled_by_tag_and_by_digest_in_the_wasm_layout_and_a_tampered_blob_is_refused() {
+    if !common::can_run(&[common::cosign::missing(), common::oci_registry::missing()]) {
+        return;
+    }
     let registry = Registry::start();
     let (dir, component) = workspace();
     let path = dir.path();
@@ -97,6 +100,9 @@ fn a_component_pushed_is_pulled_by_tag_and_by_digest_in_the_wasm_layout_and_a_ta
 
 #[test]
 fn signatures_attached_by_wasp_check_with_cosign_and_cosigns_with_wasp() {
+    if !common::can_run(&[common::cosign::missing(), common::oci_registry::missing()]) {
+        return;
+    }
     let registry = Registry::start();
     let (dir, _) = workspace();
     let path = dir.path();
@@ -179,6 +185,9 @@ fn zone_pin(registry: &wasp::registry::PolicyRegistry) -> wasp::registry::Policy
 
 #[test]
 fn a_policy_from_a_registry_is_pulled_verified_and_served_and_a_registry_down_never_stops_what_was_pulled() {
+    if !common::can_run(&[common::cosign::missing(), common::oci_registry::missing()]) {
+        return;
+    }
     let mut registry = Registry::start();
     let (dir, _) = workspace();
     let path = dir.path();

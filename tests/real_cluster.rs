@@ -313,6 +313,9 @@ fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
 
 #[test]
 fn the_shipped_install_schedules_a_deployment_under_the_real_rbac() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
@@ -428,6 +431,9 @@ spec:
 
 #[test]
 fn the_real_api_server_calls_the_shipped_webhooks_and_pod_creation_survives_wasp_stopped() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
@@ -520,6 +526,9 @@ fn webhook_callable(metrics: &str, configuration: &str, webhook: &str) -> Option
 /// of refusing) and keeps the certificate. Uninstalled, it leaves the CRD and what wasp placed.
 #[test]
 fn the_helm_chart_installs_and_an_upgrade_reconfigures_the_running_host() {
+    if !common::can_run(&[common::control_plane::missing(), common::helm::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install_with_helm();
     let cluster = &installed.cluster;
@@ -665,6 +674,9 @@ impl Drop for FewestReady {
 
 #[test]
 fn a_node_labelled_for_maintenance_is_drained_one_pod_at_a_time_within_a_real_budget() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
@@ -729,6 +741,9 @@ fn a_node_labelled_for_maintenance_is_drained_one_pod_at_a_time_within_a_real_bu
 
 #[test]
 fn the_standby_takes_the_real_lease_when_the_leader_dies_and_no_pod_is_bound_twice() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
@@ -759,6 +774,9 @@ fn the_standby_takes_the_real_lease_when_the_leader_dies_and_no_pod_is_bound_twi
 
 #[test]
 fn a_leader_sent_sigterm_releases_the_real_lease_and_the_standby_leads_within_two_seconds() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
@@ -845,6 +863,9 @@ fn eviction_allowed(cluster: &ControlPlane, pod: &str) -> bool {
 
 #[test]
 fn the_plan_judges_an_unready_pod_by_its_budget_as_the_real_eviction_api_does() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let cluster = ControlPlane::start();
     cluster.create_nodes("worker", 3, &["zone-a"], "8", "32Gi");
@@ -918,6 +939,9 @@ fn the_plan_judges_an_unready_pod_by_its_budget_as_the_real_eviction_api_does() 
 
 #[test]
 fn a_new_policy_version_in_the_configmap_is_served_without_a_restart() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
@@ -957,6 +981,9 @@ fn a_new_policy_version_in_the_configmap_is_served_without_a_restart() {
 
 #[test]
 fn a_policy_signed_with_cosign_serves_from_the_configmap_and_an_update_it_did_not_sign_is_refused() {
+    if !common::can_run(&[common::control_plane::missing(), common::cosign::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
@@ -1018,6 +1045,9 @@ fn a_policy_signed_with_cosign_serves_from_the_configmap_and_an_update_it_did_no
 
 #[test]
 fn a_policy_pulled_from_a_registry_places_pods_and_keeps_placing_them_with_the_registry_down() {
+    if !common::can_run(&[common::control_plane::missing(), common::cosign::missing(), common::oci_registry::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut registry = common::oci_registry::Registry::start();
     let installed = install();
@@ -1074,6 +1104,9 @@ fn scheduled_condition(cluster: &ControlPlane, namespace: &str, pod: &str) -> Op
 
 #[test]
 fn the_default_profile_places_pods_by_kube_schedulers_rules_and_says_why_it_cannot() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
@@ -1201,6 +1234,9 @@ fn the_default_profile_places_pods_by_kube_schedulers_rules_and_says_why_it_cann
 
 #[test]
 fn a_high_priority_pod_preempts_through_the_eviction_api_and_is_nominated() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
@@ -1328,6 +1364,9 @@ impl Drop for ScaleChangedMeanwhile {
 
 #[test]
 fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics_and_yields_to_an_hpa() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;
@@ -1463,6 +1502,9 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
 
 #[test]
 fn the_placement_check_names_the_bindings_kube_schedulers_filters_refuse() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let cluster = ControlPlane::start();
     cluster.create_nodes("small", 1, &["zone-a"], "1", "4Gi");
@@ -1501,6 +1543,9 @@ fn the_placement_check_names_the_bindings_kube_schedulers_filters_refuse() {
 
 #[test]
 fn node_metrics_are_listed_by_label_selector_with_idle_nodes_at_zero() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let cluster = ControlPlane::start();
     cluster.create_nodes("worker", 3, &["zone-a", "zone-a", "zone-b"], "8", "32Gi");
@@ -1539,6 +1584,9 @@ fn node_metrics_are_listed_by_label_selector_with_idle_nodes_at_zero() {
 /// certificate pinned from it. What it prints is checked against what the API server recorded.
 #[test]
 fn wasp_explain_says_why_a_pod_is_pending_and_why_another_went_where_it_did() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let installed = install();
     let cluster = &installed.cluster;

@@ -24,23 +24,7 @@ fn missing_prerequisite() -> Option<String> {
     if !root {
         return Some("real nodes need root (kubelet and containerd make cgroups, mounts and network namespaces)".into());
     }
-    let kubelet = common::repo_root().join("target/node/kubelet");
-    if !kubelet.exists() {
-        return Some(format!("{} is missing: build the node programs with scripts/build-node.sh", kubelet.display()));
-    }
-    None
-}
-
-/// True when the test can run; in CI a missing prerequisite fails it instead.
-fn real_nodes_available(test: &str) -> bool {
-    match missing_prerequisite() {
-        None => true,
-        Some(reason) if std::env::var_os("CI").is_some() => panic!("{test}: {reason}"),
-        Some(reason) => {
-            eprintln!("{test}: skipped: {reason}");
-            false
-        }
-    }
+    common::built("target/node/kubelet", "build the node programs with scripts/build-node.sh")
 }
 
 /// wasp's image from this test build, by the script users run.
@@ -234,8 +218,7 @@ fn wasp_in_sandbox(cluster: &ControlPlane, args: &[&str]) -> std::process::Outpu
 
 #[test]
 fn wasp_runs_on_real_nodes_as_the_readme_installs_it() {
-    const TEST: &str = "wasp_runs_on_real_nodes_as_the_readme_installs_it";
-    if !real_nodes_available(TEST) {
+    if !common::can_run(&[missing_prerequisite(), common::control_plane::missing()]) {
         return;
     }
     let images = tempfile::tempdir().unwrap();

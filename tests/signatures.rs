@@ -38,6 +38,9 @@ fn workspace() -> tempfile::TempDir {
 
 #[test]
 fn what_cosign_signs_wasp_verifies_and_the_host_serves_loose_or_compressed() {
+    if !common::can_run(&[common::cosign::missing()]) {
+        return;
+    }
     let dir = workspace();
     let path = dir.path();
     cosign::sign(path, "cosign.key", "least-allocated.wasm", "least-allocated.wasm.sig");
@@ -73,6 +76,9 @@ fn what_cosign_signs_wasp_verifies_and_the_host_serves_loose_or_compressed() {
 
 #[test]
 fn what_wasp_signs_with_a_cosign_key_cosign_verifies() {
+    if !common::can_run(&[common::cosign::missing()]) {
+        return;
+    }
     let dir = workspace();
     let path = dir.path();
     // From the compressed file: the signature is over the uncompressed component, which cosign checks.
@@ -93,6 +99,9 @@ fn what_wasp_signs_with_a_cosign_key_cosign_verifies() {
 
 #[test]
 fn a_key_pair_wasp_generates_is_one_cosign_signs_and_verifies_with() {
+    if !common::can_run(&[common::cosign::missing()]) {
+        return;
+    }
     let dir = workspace();
     let path = dir.path();
     succeeded("wasp policy generate-key-pair", &wasp(path, &["policy", "generate-key-pair", "--output-key-prefix", "team"]));
@@ -110,6 +119,9 @@ fn a_key_pair_wasp_generates_is_one_cosign_signs_and_verifies_with() {
 
 #[test]
 fn a_bundle_made_by_wasp_configmap_carries_the_signatures_and_the_host_checks_them() {
+    if !common::can_run(&[common::cosign::missing()]) {
+        return;
+    }
     let dir = workspace();
     let path = dir.path();
     let signed = path.join("signed");

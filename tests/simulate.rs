@@ -78,9 +78,9 @@ fn the_unreliable_scenario_runs_its_timeline_faster_than_real_time_and_tells_eac
     assert_eq!(drained_node[1] + drained.len(), drained_node[0] + came_back, "{stdout}");
 }
 
-/// Where Debian's chromium is (`.ci/run` installs it).
-fn chromium() -> String {
-    ["/usr/bin/chromium", "/usr/bin/chromium-browser"].into_iter().find(|path| std::path::Path::new(path).exists()).expect("chromium is not installed: .ci/run installs Debian's chromium").to_string()
+/// Where Debian's chromium is (`.ci/run` installs it), if it is.
+fn chromium() -> Option<&'static str> {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"].into_iter().find(|path| std::path::Path::new(path).exists())
 }
 
 fn headless(page: &std::path::Path, extra: &[&str]) -> std::process::Output {
@@ -88,7 +88,7 @@ fn headless(page: &std::path::Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec!["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--virtual-time-budget=5000"];
     args.extend_from_slice(extra);
     args.push(&url);
-    Command::new(chromium()).args(&args).output().unwrap()
+    Command::new(chromium().expect("checked by the test")).args(&args).output().unwrap()
 }
 
 const STORY: &str = "name: story
@@ -116,6 +116,10 @@ events:
 
 #[test]
 fn the_report_page_renders_every_chart_in_headless_chromium() {
+    let missing = chromium().is_none().then(|| "chromium is missing: install Debian's chromium package (.ci/run does)".to_string());
+    if !common::can_run(&[missing]) {
+        return;
+    }
     let directory = tempfile::tempdir().unwrap();
     let scenario = directory.path().join("story.yaml");
     std::fs::write(&scenario, STORY).unwrap();

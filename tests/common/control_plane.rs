@@ -8,6 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// What the tests on a real control plane lack here, if anything (see [`super::can_run`]).
+pub fn missing() -> Option<String> {
+    super::built("target/controlplane/wasp-controlplane", "build it with scripts/build-controlplane.sh (scripts/test.sh does)")
+}
+
 /// The binary `scripts/test.sh` builds from controlplane/.
 pub fn binary() -> PathBuf {
     let path = super::repo_root().join("target/controlplane/wasp-controlplane");

@@ -7,6 +7,11 @@ use std::process::{Command, Output};
 /// The password of the keys the tests make (`COSIGN_PASSWORD`, for cosign and wasp alike).
 pub const PASSWORD: &str = "correct horse battery staple";
 
+/// What the tests that run cosign lack here, if anything (see [`super::can_run`]).
+pub fn missing() -> Option<String> {
+    super::built("target/tools/cosign", "build it with scripts/build-controlplane.sh (scripts/test.sh does)")
+}
+
 fn binary() -> PathBuf {
     let path = super::repo_root().join("target/tools/cosign");
     assert!(path.exists(), "{} is missing: build it with scripts/build-controlplane.sh (scripts/test.sh does)", path.display());

@@ -6,6 +6,11 @@ use std::process::Command;
 
 use super::control_plane::Output;
 
+/// What the tests that run helm lack here, if anything (see [`super::can_run`]).
+pub fn missing() -> Option<String> {
+    super::built("target/tools/helm", "build it with scripts/build-controlplane.sh (scripts/test.sh does)")
+}
+
 fn binary() -> PathBuf {
     let path = super::repo_root().join("target/tools/helm");
     assert!(path.exists(), "{} is missing: build it with scripts/build-controlplane.sh (scripts/test.sh does)", path.display());

@@ -20,6 +20,31 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
+/// Whether the running test can run on this machine: `needs` holds, for each thing it needs, what is missing
+/// and how to get it (None: it is there). Outside CI a test that lacks something is skipped, saying so on stderr
+/// with its name; in CI (`CI` set, as `.ci/run` sets it) it fails instead, so nothing is skipped there unseen.
+pub fn can_run(needs: &[Option<String>]) -> bool {
+    let missing: Vec<&str> = needs.iter().flatten().map(String::as_str).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let test = std::thread::current().name().unwrap_or("this test").to_string();
+    let reason = missing.join("; ");
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {reason}");
+    }
+    // Past the test harness's capture of `eprintln!`, so the skip shows in a plain `cargo test`.
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{test}: skipped: {reason}");
+    false
+}
+
+/// What is missing when the file `relative` to the repository is not there, and the command that makes it.
+pub fn built(relative: &str, how: &str) -> Option<String> {
+    let path = repo_root().join(relative);
+    (!path.exists()).then(|| format!("{} is missing: {how}", path.display()))
+}
+
 fn read_built(path: PathBuf) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|error| {
         panic!("{}: {error}; build the components first with scripts/build-policies.sh", path.display())

@@ -22,6 +22,13 @@ pub struct Registry {
     config: PathBuf,
 }
 
+/// What the tests with a registry lack here, if anything (see [`super::can_run`]).
+pub fn missing() -> Option<String> {
+    let installed = |path: &str| Path::new(path).exists();
+    (!installed("/usr/bin/docker-registry") || !installed("/usr/bin/htpasswd"))
+        .then(|| "docker-registry or htpasswd is missing: install Debian's docker-registry and apache2-utils packages (.ci/run does)".to_string())
+}
+
 fn binary() -> &'static str {
     let path = "/usr/bin/docker-registry";
     assert!(Path::new(path).exists(), "{path} is missing: install Debian's docker-registry and apache2-utils packages (.ci/run does)");
