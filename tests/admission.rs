@@ -62,7 +62,8 @@ async fn start(config: &str) -> Harness {
 
 async fn start_limited(config: &str, limits: ServingLimits) -> Harness {
     let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
-    let simulator = Simulator::start(&Scenario::parse("nodeGroups: [{name: n, count: 2, cpu: '4', memory: 8Gi}]").unwrap(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let simulator =
+        Simulator::start(&Scenario::parse("nodeGroups: [{name: n, count: 2, cpu: '4', memory: 8Gi}]").unwrap(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let api = ApiClient::from_config(kube::Config::new(simulator.url().parse().unwrap())).unwrap();
     let tls_dir = tempfile::tempdir().unwrap();
     let config_path = tls_dir.path().join("config.yaml");
@@ -106,7 +107,11 @@ async fn tls_connect(address: SocketAddr, ca: &str) -> Result<tokio_rustls::clie
         roots.add(certificate.unwrap()).unwrap();
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots).with_no_client_auth();
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     let stream = tokio::net::TcpStream::connect(address).await.map_err(|error| error.to_string())?;
     let name = ServerName::IpAddress(address.ip().into());
     tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, stream).await.map_err(|error| error.to_string())
@@ -117,7 +122,10 @@ async fn https_post(address: SocketAddr, ca: &str, path: &str, body: Vec<u8>) ->
     let tls = tls_connect(address, ca).await?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await.map_err(|error| error.to_string())?;
     tokio::spawn(connection);
-    let request = hyper::Request::post(format!("https://{address}{path}")).header("content-type", "application/json").body(http_body_util::Full::new(Bytes::from(body))).unwrap();
+    let request = hyper::Request::post(format!("https://{address}{path}"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(Bytes::from(body)))
+        .unwrap();
     let response = sender.send_request(request).await.map_err(|error| error.to_string())?;
     let status = response.status().as_u16();
     let body = http_body_util::BodyExt::collect(response.into_body()).await.map_err(|error| error.to_string())?.to_bytes();
@@ -160,7 +168,10 @@ async fn pods_naming_no_running_scheduler_are_denied_or_warned_and_a_reload_admi
     let harness = start(&config_text(&["wasp", "wasp-batch"], "")).await;
     let denied = harness.answer("/validate-pods", review("default", pod("typo", Some("wsap")))).await;
     assert_eq!(denied["allowed"], false);
-    assert_eq!(denied["status"]["message"], r#"no scheduler named "wsap" runs in this cluster; known: default-scheduler, wasp, wasp-batch; did you mean "wasp"?"#);
+    assert_eq!(
+        denied["status"]["message"],
+        r#"no scheduler named "wsap" runs in this cluster; known: default-scheduler, wasp, wasp-batch; did you mean "wasp"?"#
+    );
     assert_eq!((denied["status"]["code"].as_i64(), denied["status"]["reason"].as_str()), (Some(403), Some("Forbidden")));
     for admitted in ["wasp", "wasp-batch", "default-scheduler"] {
         let answer = harness.answer("/validate-pods", review("default", pod("ok", Some(admitted)))).await;
@@ -194,7 +205,9 @@ async fn installed_as_shipped_an_unknown_scheduler_is_warned_not_refused_and_one
     assert_eq!(warned["allowed"], true, "{warned}");
     assert_eq!(
         warned["warnings"],
-        json!([r#"no scheduler named "volcano" runs in this cluster; known: default-scheduler, wasp; admitted: the pod waits until a scheduler of that name runs (list it in admission.otherSchedulers to silence this)"#])
+        json!([
+            r#"no scheduler named "volcano" runs in this cluster; known: default-scheduler, wasp; admitted: the pod waits until a scheduler of that name runs (list it in admission.otherSchedulers to silence this)"#
+        ])
     );
     // The strict mode refuses it, as every unknown name.
     harness.rewrite_config(&config_text(&["wasp"], "admission: {mode: strict, strayPodGrace: 0s}"));
@@ -210,7 +223,10 @@ async fn installed_as_shipped_an_unknown_scheduler_is_warned_not_refused_and_one
     let cluster = harness.host.cluster.clone();
     common::eventually("the informer sees both pods waiting", move || cluster.pending_pods().len() == 2).await;
     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "job-0"}, "target": {"kind": "Node", "name": "n-0"}});
-    let request = http::Request::post("/api/v1/namespaces/default/pods/job-0/binding").header("content-type", "application/json").body(serde_json::to_vec(&binding).unwrap()).unwrap();
+    let request = http::Request::post("/api/v1/namespaces/default/pods/job-0/binding")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&binding).unwrap())
+        .unwrap();
     harness.api.client.request::<Value>(request).await.unwrap();
     let cluster = harness.host.cluster.clone();
     common::eventually("the host sees volcano bind", move || cluster.binding_schedulers().contains(&"volcano".to_string())).await;
@@ -281,7 +297,10 @@ async fn malformed_reviews_get_a_clear_400_and_the_webhook_keeps_serving() {
     assert_eq!(status, 400);
     assert!(message.contains("missing field `uid`"), "{message}");
     let (status, message) = post(serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"})).unwrap()).await.unwrap();
-    assert_eq!((status, message.as_str()), (400, r#"expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got "admission.k8s.io/v1beta1", "AdmissionReview""#));
+    assert_eq!(
+        (status, message.as_str()),
+        (400, r#"expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got "admission.k8s.io/v1beta1", "AdmissionReview""#)
+    );
     let mut not_a_pod: Value = serde_json::from_slice(&review("default", pod("p", None))).unwrap();
     not_a_pod["request"]["object"]["spec"] = json!("a string");
     let (status, message) = post(serde_json::to_vec(&not_a_pod).unwrap()).await.unwrap();
@@ -344,7 +363,10 @@ async fn one_address_holds_at_most_its_share_of_the_connections() {
     for _ in 0..3 {
         idle.push(tls_connect(harness.address, &harness.ca).await.unwrap());
     }
-    assert!(https_post(harness.address, &harness.ca, "/validate-pods", review("default", pod("p", None))).await.is_err(), "a fourth connection from one address was served");
+    assert!(
+        https_post(harness.address, &harness.ca, "/validate-pods", review("default", pod("p", None))).await.is_err(),
+        "a fourth connection from one address was served"
+    );
     // One goes, and its place is free again.
     drop(idle.pop());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -429,7 +451,8 @@ async fn a_pod_that_slipped_through_gets_one_event_and_is_counted() {
     assert_eq!(harness.host.stray_pods.check(now).await, 1);
     assert_eq!(harness.host.stray_pods.check(now + 60).await, 0, "once per pod");
     let events: Api<Event> = Api::namespaced(harness.api.client.clone(), "default");
-    let stray: Vec<Event> = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("NoSuchScheduler")).collect();
+    let stray: Vec<Event> =
+        events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("NoSuchScheduler")).collect();
     assert_eq!(stray.len(), 1);
     assert_eq!(stray[0].involved_object.name.as_deref(), Some("typo"));
     assert_eq!(stray[0].type_.as_deref(), Some("Warning"));
@@ -448,9 +471,11 @@ async fn a_pod_that_slipped_through_gets_one_event_and_is_counted() {
 /// kubectl, with default flags, against the simulator: (success, stdout, stderr).
 async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
     let (kubeconfig, args) = (kubeconfig.to_path_buf(), args.iter().map(ToString::to_string).collect::<Vec<_>>());
-    let output = tokio::task::spawn_blocking(move || std::process::Command::new("kubectl").args(&args).env("KUBECONFIG", &kubeconfig).output().expect("kubectl is installed"))
-        .await
-        .unwrap();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("kubectl").args(&args).env("KUBECONFIG", &kubeconfig).output().expect("kubectl is installed")
+    })
+    .await
+    .unwrap();
     (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
@@ -473,7 +498,10 @@ async fn through_the_api_server_kubectl_prints_the_denial_and_a_namespace_gets_i
     harness.create_namespace("wasp-system", json!({})).await;
     harness.simulator.set_service_endpoint("wasp-system", "wasp-webhook", harness.address).unwrap();
     let shipped = std::fs::read_to_string(repo_root().join("manifests/40-webhooks.yaml")).unwrap();
-    let ca_bundle = { use base64::Engine; base64::engine::general_purpose::STANDARD.encode(&harness.ca) };
+    let ca_bundle = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(&harness.ca)
+    };
     let mut documents = Vec::new();
     for document in serde_yaml::Deserializer::from_str(&shipped) {
         let mut value: Value = serde::Deserialize::deserialize(document).unwrap();
@@ -527,7 +555,10 @@ async fn through_the_api_server_kubectl_prints_the_denial_and_a_namespace_gets_i
     let (created, stdout, stderr) = kubectl(&kubeconfig, &["run", "warned", "--image=nginx", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]).await;
     assert!(created, "{stderr}");
     assert_eq!(stdout.trim_end(), "pod/warned created");
-    assert_eq!(stderr.trim_end(), r#"Warning: no scheduler named "wsap" runs in this cluster; known: default-scheduler, wasp, wasp-batch; did you mean "wasp"?"#);
+    assert_eq!(
+        stderr.trim_end(),
+        r#"Warning: no scheduler named "wsap" runs in this cluster; known: default-scheduler, wasp, wasp-batch; did you mean "wasp"?"#
+    );
     pods.delete("warned", &Default::default()).await.unwrap();
 
     // wasp unreachable (its Service points nowhere): pods are still created, and the one with a typo is reported

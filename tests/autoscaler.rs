@@ -191,7 +191,8 @@ async fn a_behavior_tolerance_is_the_policy_tolerance_on_its_side() {
     assert_eq!((harness.replicas().await, harness.scale_requests()), (2, 0), "status: {}", harness.status("web").await);
     // A scale-up tolerance of 5% (KEP-4951, `behavior.scaleUp.tolerance`): 1.08 is outside it, so ceil(1.08 * 2).
     let autoscalers = Api::<Autoscaler>::namespaced(harness.client.clone(), "default");
-    let tolerance = serde_json::json!({"spec": {"behavior": {"scaleUp": {"tolerance": "0.05"}, "scaleDown": {"tolerance": "0.6", "stabilizationWindowSeconds": 0}}}});
+    let tolerance =
+        serde_json::json!({"spec": {"behavior": {"scaleUp": {"tolerance": "0.05"}, "scaleDown": {"tolerance": "0.6", "stabilizationWindowSeconds": 0}}}});
     autoscalers.patch("web", &PatchParams::default(), &Patch::Merge(&tolerance)).await.unwrap();
     harness.wait_for_replicas(3, Duration::from_secs(20)).await;
     // 4 req/s over 3 pods: 23% of requests, a ratio of 0.47: within the 60% scale-down tolerance; the default
@@ -243,7 +244,10 @@ async fn cpu_up_and_memory_down_is_held_by_all_metrics_agree_and_scaled_by_hpa()
     let active = status["conditions"].as_array().unwrap().iter().find(|condition| condition["type"] == "ScalingActive").unwrap().clone();
     assert_eq!(active["reason"], "ConflictingMetrics", "{status}");
     let message = active["message"].as_str().unwrap();
-    assert!(message.starts_with("metrics disagree (cpu wants ") && message.contains("; memory wants ") && message.ends_with("): holding at 2 replicas"), "{message}");
+    assert!(
+        message.starts_with("metrics disagree (cpu wants ") && message.contains("; memory wants ") && message.ends_with("): holding at 2 replicas"),
+        "{message}"
+    );
     let events = harness.events("ConflictingMetrics").await;
     assert_eq!((events.len(), events[0].count), (1, Some(1)), "{events:?}");
     // The same Autoscaler on the HPA's rule scales up: max(5, 1).

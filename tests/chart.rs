@@ -109,12 +109,13 @@ fn helm_lints_the_chart_with_every_certificate_source_and_without_webhooks() {
     }
     let home = tempfile::tempdir().unwrap();
     let chart = helm::chart();
-    for values in [&[][..], &["--set", "webhooks.certificate.source=cert-manager"], &["--set", "webhooks.certificate.source=external"], &["--set", "webhooks.enabled=false"], &[
-        "--set",
-        "monitoring.prometheusRule.enabled=true",
-        "--set",
-        "monitoring.dashboard.enabled=true",
-    ]] {
+    for values in [
+        &[][..],
+        &["--set", "webhooks.certificate.source=cert-manager"],
+        &["--set", "webhooks.certificate.source=external"],
+        &["--set", "webhooks.enabled=false"],
+        &["--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboard.enabled=true"],
+    ] {
         let mut args = vec!["lint", "--strict", chart.to_str().unwrap()];
         args.extend_from_slice(values);
         let linted = helm::run(home.path(), None, &args);
@@ -165,7 +166,8 @@ fn by_default_the_chart_makes_a_certificate_the_api_server_can_verify() {
     }
     // Another namespace: the certificate names the Service there.
     let elsewhere = helm::render("team-wasp", &[]);
-    let client_config: WebhookClientConfig = serde_yaml::from_value(find(&elsewhere, "ValidatingWebhookConfiguration", "wasp")["webhooks"][0]["clientConfig"].clone()).unwrap();
+    let client_config: WebhookClientConfig =
+        serde_yaml::from_value(find(&elsewhere, "ValidatingWebhookConfiguration", "wasp")["webhooks"][0]["clientConfig"].clone()).unwrap();
     let secret = find(&elsewhere, "Secret", "wasp-webhook-tls");
     let serving: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&decode(&secret["data"]["tls.crt"])).map(Result::unwrap).collect();
     wasp::admission::callable::check(&client_config, &serving, UnixTime::now()).unwrap();
@@ -221,7 +223,8 @@ webhooks:
     // cluster's client CA); the ServiceAccount the bindings name is there too.
     for object in &objects {
         let namespace = object["metadata"]["namespace"].as_str();
-        let cluster_scoped = ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"];
+        let cluster_scoped =
+            ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"];
         match (cluster_scoped.contains(&object["kind"].as_str().unwrap()), object["metadata"]["name"].as_str()) {
             (true, _) => assert_eq!(namespace, None, "{:?}", key(object)),
             (false, Some("wasp-auth-reader")) => assert_eq!(namespace, Some("kube-system")),
@@ -252,8 +255,15 @@ webhooks:
     assert_eq!(pod["spec"]["tolerations"][0]["effect"], "NoSchedule");
     assert_eq!(pod["metadata"]["annotations"]["example.com/team"], "platform");
     assert_eq!(pod["metadata"]["labels"]["example.com/cost-center"], "platform");
-    assert_eq!(pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]["key"], "kubernetes.io/arch");
-    assert_eq!(pod["spec"]["securityContext"], serde_yaml::from_str::<Value>("{runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}").unwrap(), "no runAsUser for platforms that assign one");
+    assert_eq!(
+        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]["key"],
+        "kubernetes.io/arch"
+    );
+    assert_eq!(
+        pod["spec"]["securityContext"],
+        serde_yaml::from_str::<Value>("{runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}").unwrap(),
+        "no runAsUser for platforms that assign one"
+    );
     assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 45);
     assert_eq!(find(&objects, "ServiceAccount", "wasp")["metadata"]["annotations"]["iam.example.com/role"], "wasp");
     let proxy = container["env"].as_sequence().unwrap().iter().find(|variable| variable["name"] == "HTTPS_PROXY").expect("the extra environment");
@@ -266,7 +276,8 @@ webhooks:
     assert!(args.contains(&"--webhook-listen"), "{args:?}");
     let log = container["env"].as_sequence().unwrap().iter().find(|variable| variable["name"] == "RUST_LOG").unwrap();
     assert_eq!(log["value"], "wasp=debug");
-    let sources: Vec<&str> = pod["spec"]["volumes"][0]["projected"]["sources"].as_sequence().unwrap().iter().map(|source| source["configMap"]["name"].as_str().unwrap()).collect();
+    let sources: Vec<&str> =
+        pod["spec"]["volumes"][0]["projected"]["sources"].as_sequence().unwrap().iter().map(|source| source["configMap"]["name"].as_str().unwrap()).collect();
     assert_eq!(sources, ["team-policies", "wasp-policies"]);
 
     let validating = &find(&objects, "ValidatingWebhookConfiguration", "wasp")["webhooks"][0];
@@ -274,7 +285,8 @@ webhooks:
     for webhook in [validating, mutating] {
         assert_eq!(webhook["failurePolicy"], "Fail");
         assert_eq!(webhook["clientConfig"]["service"]["namespace"], "team-wasp");
-        let excluded: Vec<&str> = webhook["namespaceSelector"]["matchExpressions"][0]["values"].as_sequence().unwrap().iter().map(|name| name.as_str().unwrap()).collect();
+        let excluded: Vec<&str> =
+            webhook["namespaceSelector"]["matchExpressions"][0]["values"].as_sequence().unwrap().iter().map(|name| name.as_str().unwrap()).collect();
         assert_eq!(excluded, ["kube-system", "monitoring", "team-wasp"]);
     }
     let opted_in = &mutating["namespaceSelector"]["matchExpressions"][1];
@@ -298,7 +310,17 @@ fn the_monitoring_objects_are_manifests_monitoring() {
     if !common::can_run(&[common::helm::missing()]) {
         return;
     }
-    let objects = helm::render("ops", &["--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboard.enabled=true", "--set", "monitoring.prometheusRule.labels.release=prometheus"]);
+    let objects = helm::render(
+        "ops",
+        &[
+            "--set",
+            "monitoring.prometheusRule.enabled=true",
+            "--set",
+            "monitoring.dashboard.enabled=true",
+            "--set",
+            "monitoring.prometheusRule.labels.release=prometheus",
+        ],
+    );
     let shipped = helm::objects(&std::fs::read_to_string(common::repo_root().join("manifests/monitoring/prometheus-rules.yaml")).unwrap()).remove(0);
     let rule = find(&objects, "PrometheusRule", "wasp");
     // The alerts' `{{ $labels.policy }}` reach Prometheus untouched: the chart reads the rules as a file.
@@ -308,7 +330,8 @@ fn the_monitoring_objects_are_manifests_monitoring() {
     let dashboard = find(&objects, "ConfigMap", "wasp-dashboard");
     assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
     let json: serde_json::Value = serde_json::from_str(dashboard["data"]["wasp-dashboard.json"].as_str().unwrap()).unwrap();
-    let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::repo_root().join("manifests/monitoring/wasp-dashboard.json")).unwrap()).unwrap();
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::repo_root().join("manifests/monitoring/wasp-dashboard.json")).unwrap()).unwrap();
     assert_eq!(json, file);
     // Off by default: the Prometheus Operator's CRDs may not be installed.
     assert!(!has(&helm::render("ops", &[]), "PrometheusRule"));

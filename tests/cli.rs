@@ -8,11 +8,7 @@ use std::process::Command;
 
 fn wasp(args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_wasp")).args(args).current_dir(repo_root()).output().unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
 #[test]
@@ -54,8 +50,7 @@ fn eval_prints_a_verdict_per_node() {
     assert!(stdout.contains("drawn among 2 feasible nodes: the profile has no score policy"), "{stdout}");
 
     let settings = r#"{"resources": [{"name": "cpu", "weight": 1}]}"#;
-    let (ok, stdout, stderr) =
-        wasp(&[&["policy", "eval", "plugins/out/least-allocated.wasm", "--settings", settings][..], &args].concat());
+    let (ok, stdout, stderr) = wasp(&[&["policy", "eval", "plugins/out/least-allocated.wasm", "--settings", settings][..], &args].concat());
     assert!(ok, "{stderr}");
     // cpu only: small (2-3 overcommitted) 0, large (16-15)/16 = 6, gpu (8-3)/8 = 62.
     let scores: Vec<&str> = stdout.lines().skip(2).take_while(|line| !line.is_empty()).map(|line| line.split_whitespace().nth(2).unwrap()).collect();
@@ -70,7 +65,8 @@ fn bad_input_fails_with_the_file_and_reason() {
     assert!(!ok);
     assert!(stderr.contains("policy Cargo.toml: not a WebAssembly binary"), "{stderr}");
 
-    let (ok, _, stderr) = wasp(&["policy", "eval", "plugins/out/resources-fit.wasm", "--pod", "examples/eval/nodes.yaml", "--nodes", "examples/eval/nodes.yaml"]);
+    let (ok, _, stderr) =
+        wasp(&["policy", "eval", "plugins/out/resources-fit.wasm", "--pod", "examples/eval/nodes.yaml", "--nodes", "examples/eval/nodes.yaml"]);
     assert!(!ok);
     assert!(stderr.contains("examples/eval/nodes.yaml: document 1, item 1: expected kind Pod, found Node"), "{stderr}");
 
@@ -78,7 +74,17 @@ fn bad_input_fails_with_the_file_and_reason() {
     assert!(!ok);
     assert!(stderr.contains("reading missing.yaml"), "{stderr}");
 
-    let (ok, _, stderr) = wasp(&["policy", "eval", "plugins/out/hpa.wasm", "--settings", r#"{"tolerance": 2}"#, "--pod", "examples/eval/pod.yaml", "--nodes", "examples/eval/nodes.yaml"]);
+    let (ok, _, stderr) = wasp(&[
+        "policy",
+        "eval",
+        "plugins/out/hpa.wasm",
+        "--settings",
+        r#"{"tolerance": 2}"#,
+        "--pod",
+        "examples/eval/pod.yaml",
+        "--nodes",
+        "examples/eval/nodes.yaml",
+    ]);
     assert!(!ok);
     assert!(stderr.contains("settings rejected: invalid settings for hpa: tolerance: 2 is outside [0, 1)"), "{stderr}");
 }
@@ -196,7 +202,10 @@ fn certs_prints_a_secret_the_webhook_serves_and_the_ca_bundle() {
     let (ok, stdout, stderr) = wasp(&["certs", "--namespace", "wasp-system", "--name", "127.0.0.1", "--out-dir", out]);
     assert!(ok, "{stderr}");
     let secret: k8s_openapi::api::core::v1::Secret = serde_yaml::from_str(&stdout).unwrap();
-    assert_eq!((secret.type_.as_deref(), secret.metadata.name.as_deref(), secret.metadata.namespace.as_deref()), (Some("kubernetes.io/tls"), Some("wasp-webhook-tls"), Some("wasp-system")));
+    assert_eq!(
+        (secret.type_.as_deref(), secret.metadata.name.as_deref(), secret.metadata.namespace.as_deref()),
+        (Some("kubernetes.io/tls"), Some("wasp-webhook-tls"), Some("wasp-system"))
+    );
     let data = secret.data.unwrap();
     use std::os::unix::fs::PermissionsExt;
     let key_mode = std::fs::metadata(dir.path().join("tls.key")).unwrap().permissions().mode() & 0o777;
@@ -239,15 +248,8 @@ fn a_new_policy_is_scaffolded_and_what_it_writes_loads_with_every_kind() {
 
 #[test]
 fn simulate_shows_a_bin_packing_profile_beside_a_spreading_one() {
-    let (ok, stdout, stderr) = wasp(&[
-        "simulate",
-        "--scenario",
-        "sim/scenarios/batch-and-services.yaml",
-        "--config",
-        "examples/config/batch-and-services.yaml",
-        "--timeout",
-        "30s",
-    ]);
+    let (ok, stdout, stderr) =
+        wasp(&["simulate", "--scenario", "sim/scenarios/batch-and-services.yaml", "--config", "examples/config/batch-and-services.yaml", "--timeout", "30s"]);
     assert!(ok, "{stderr}");
     // 20 batch pods of 700m fit on one or two 16-CPU nodes next to the services (whichever profile goes first);
     // least-allocated and anti-affinity put the services on every node.

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use wasp::contract::{EvictContext, PendingPod};
 use wasp::contract::types::{Metric, MetricSource, MetricTarget, PodMetric, PolicyKind, ScaleRequest, ViewScope};
+use wasp::contract::{EvictContext, PendingPod};
 
 #[test]
 fn every_default_policy_describes_itself() {
@@ -39,7 +39,9 @@ fn every_default_policy_describes_itself() {
 fn the_policies_that_read_labels_through_selectors_keep_only_selected_labels_and_settings_name_theirs() {
     use wasp::contract::types::LabelScope;
     let runtime = runtime();
-    for name in ["pod-topology-spread", "inter-pod-affinity", "remove-pods-violating-topology-spread-constraint", "remove-pods-violating-inter-pod-anti-affinity"] {
+    for name in
+        ["pod-topology-spread", "inter-pod-affinity", "remove-pods-violating-topology-spread-constraint", "remove-pods-violating-inter-pod-anti-affinity"]
+    {
         assert_eq!(load(&runtime, name, "").descriptor.pod_facts.labels, LabelScope::Selected, "{name}");
     }
     let settings = r#"{"labelSelector": {"matchLabels": {"team": "a"}, "matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]}}"#;
@@ -70,10 +72,7 @@ fn resources_fit_follows_binding_deltas() {
     cluster.remove_pod("uid-filler-0");
     assert_eq!(reasons(&fit.filter(&cluster, &pod, &ids).unwrap()), vec!["Insufficient cpu", ""]);
     cluster.remove_node("small");
-    assert_eq!(
-        reasons(&fit.filter(&cluster, &pod, &ids).unwrap()),
-        vec!["node(s) were unknown to the policy", ""]
-    );
+    assert_eq!(reasons(&fit.filter(&cluster, &pod, &ids).unwrap()), vec!["node(s) were unknown to the policy", ""]);
 }
 
 #[test]
@@ -133,10 +132,7 @@ fn allocation_scores() {
 #[test]
 fn topology_spread_sees_the_pods_on_each_node() {
     let runtime = runtime();
-    let mut cluster = cluster_of(vec![
-        simple_node("a1", "4", "8Gi", "zone=a"),
-        simple_node("b1", "4", "8Gi", "zone=b"),
-    ]);
+    let mut cluster = cluster_of(vec![simple_node("a1", "4", "8Gi", "zone=a"), simple_node("b1", "4", "8Gi", "zone=b")]);
     cluster.upsert_pod(simple_pod("web-0", "100m", "app=web"), "a1");
     let ids = cluster.node_ids();
     let pod = pod(r#"
@@ -154,10 +150,8 @@ spec:
 #[test]
 fn evict_policy_proposes_pods_the_host_can_name() {
     let runtime = runtime();
-    let mut cluster = cluster_of(vec![
-        node("metadata: {name: n1}\nspec: {taints: [{key: maintenance, value: 'true', effect: NoSchedule}]}"),
-        node("metadata: {name: n2}"),
-    ]);
+    let mut cluster =
+        cluster_of(vec![node("metadata: {name: n1}\nspec: {taints: [{key: maintenance, value: 'true', effect: NoSchedule}]}"), node("metadata: {name: n2}")]);
     cluster.upsert_pod(simple_pod("victim", "100m", ""), "n1");
     cluster.upsert_pod(simple_pod("safe", "100m", ""), "n2");
     let evict = load(&runtime, "remove-pods-violating-node-taints", "");

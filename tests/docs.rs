@@ -62,13 +62,7 @@ fn read_page(path: &Path) -> Page {
 
 /// GitHub's heading anchor: lower case, punctuation but `-` and `_` dropped, each space a `-`.
 fn github_slug(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
-        .map(|c| if c == ' ' { '-' } else { c })
-        .collect()
+    heading.trim().to_lowercase().chars().filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_')).map(|c| if c == ' ' { '-' } else { c }).collect()
 }
 
 #[test]

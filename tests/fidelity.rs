@@ -70,23 +70,51 @@ fn walk(kubeconfig: &Path) -> BTreeMap<String, Value> {
     step("05 list by set selector", &["get", "pods", "-l", "app in (solo,other),!tier", "-o", "json"], None);
     step("06 table", &["get", "pods", "solo"], None);
     step("07 merge patch", &["patch", "pod", "solo", "--type=merge", "-p", r#"{"metadata":{"labels":{"tier":"web"}}}"#, "-o", "json"], None);
-    step("08 json patch", &["patch", "pod", "solo", "--type=json", "-p", r#"[{"op":"add","path":"/metadata/annotations","value":{"note":"x"}}]"#, "-o", "json"], None);
+    step(
+        "08 json patch",
+        &["patch", "pod", "solo", "--type=json", "-p", r#"[{"op":"add","path":"/metadata/annotations","value":{"note":"x"}}]"#, "-o", "json"],
+        None,
+    );
     step("09 strategic patch", &["patch", "pod", "solo", "--type=strategic", "-p", r#"{"metadata":{"labels":{"zone":"a"}}}"#, "-o", "json"], None);
     step("10 not found", &["get", "pod", "missing"], None);
     step("11 not found raw", &["get", "--raw", "/api/v1/namespaces/default/pods/missing"], None);
     step("12 already exists", &["create", "-f", "-"], Some(POD));
     step("13 invalid", &["create", "-f", "-"], Some(BAD_POD));
-    step("13a boolean label", &["create", "-f", "-"], Some("apiVersion: v1\nkind: Pod\nmetadata: {name: flag, namespace: default, labels: {debug: true}}\nspec: {containers: [{name: app, image: nginx}]}\n"));
-    step("13b selector not matching its template", &["create", "-f", "-"], Some(&DEPLOYMENT.replace("name: web", "name: mismatched").replace("labels: {app: web}", "labels: {app: other}")));
-    step("14 binding", &["create", "--raw", "/api/v1/namespaces/default/pods/solo/binding", "-f", "-"], Some(r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"solo"},"target":{"kind":"Node","name":"worker-0"}}"#));
+    step(
+        "13a boolean label",
+        &["create", "-f", "-"],
+        Some("apiVersion: v1\nkind: Pod\nmetadata: {name: flag, namespace: default, labels: {debug: true}}\nspec: {containers: [{name: app, image: nginx}]}\n"),
+    );
+    step(
+        "13b selector not matching its template",
+        &["create", "-f", "-"],
+        Some(&DEPLOYMENT.replace("name: web", "name: mismatched").replace("labels: {app: web}", "labels: {app: other}")),
+    );
+    step(
+        "14 binding",
+        &["create", "--raw", "/api/v1/namespaces/default/pods/solo/binding", "-f", "-"],
+        Some(r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"solo"},"target":{"kind":"Node","name":"worker-0"}}"#),
+    );
     step("15 bound pod", &["get", "pod", "solo", "-o", "jsonpath={.spec.nodeName}"], None);
-    step("16 second binding", &["create", "--raw", "/api/v1/namespaces/default/pods/solo/binding", "-f", "-"], Some(r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"solo"},"target":{"kind":"Node","name":"worker-1"}}"#));
+    step(
+        "16 second binding",
+        &["create", "--raw", "/api/v1/namespaces/default/pods/solo/binding", "-f", "-"],
+        Some(r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"solo"},"target":{"kind":"Node","name":"worker-1"}}"#),
+    );
     step("17 create deployment", &["create", "-f", "-", "-o", "json"], Some(DEPLOYMENT));
     step("18 get scale", &["get", "--raw", "/apis/apps/v1/namespaces/default/deployments/web/scale"], None);
     step("19 scale", &["scale", "deployment", "web", "--replicas=3"], None);
     step("20 scale stale", &["scale", "deployment", "web", "--replicas=4", "--resource-version=1"], None);
-    step("21 eviction", &["create", "--raw", "/api/v1/namespaces/default/pods/solo/eviction", "-f", "-"], Some(r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"solo","namespace":"default"}}"#));
-    step("22 eviction of missing", &["create", "--raw", "/api/v1/namespaces/default/pods/missing/eviction", "-f", "-"], Some(r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"missing","namespace":"default"}}"#));
+    step(
+        "21 eviction",
+        &["create", "--raw", "/api/v1/namespaces/default/pods/solo/eviction", "-f", "-"],
+        Some(r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"solo","namespace":"default"}}"#),
+    );
+    step(
+        "22 eviction of missing",
+        &["create", "--raw", "/api/v1/namespaces/default/pods/missing/eviction", "-f", "-"],
+        Some(r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"missing","namespace":"default"}}"#),
+    );
     step("23 delete", &["delete", "deployment", "web"], None);
     // Watches replayed from a resourceVersion, as an informer resumes: every change since, in order, filtered
     // by selectors; the stream ends at timeoutSeconds. From resourceVersion 1: the whole history, not compacted
@@ -102,7 +130,11 @@ fn walk(kubeconfig: &Path) -> BTreeMap<String, Value> {
     step("30 watch", &["get", "--raw", &watch("")], None);
     step("31 watch by label", &["get", "--raw", &watch("&labelSelector=watch%3Dyes")], None);
     step("32 watch by field", &["get", "--raw", &watch("&fieldSelector=metadata.name%3Dother")], None);
-    step("33 watch from the past", &["get", "--raw", "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=1&resourceVersion=1&fieldSelector=metadata.name!%3Dkube-root-ca.crt"], None);
+    step(
+        "33 watch from the past",
+        &["get", "--raw", "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=1&resourceVersion=1&fieldSelector=metadata.name!%3Dkube-root-ca.crt"],
+        None,
+    );
     answers.extend(protobuf_walk(kubeconfig));
     answers
 }
@@ -110,7 +142,8 @@ fn walk(kubeconfig: &Path) -> BTreeMap<String, Value> {
 /// The requests of client-go's protobuf clients (kube-scheduler's, kube-controller-manager's, kwok's: protobuf
 /// bodies, `Accept: protobuf, json`), made by `wasp-controlplane protobuf-walk`: step name -> answer.
 fn protobuf_walk(kubeconfig: &Path) -> BTreeMap<String, Value> {
-    let output = std::process::Command::new(control_plane::binary()).args(["protobuf-walk", "--kubeconfig"]).arg(kubeconfig).output().expect("wasp-controlplane runs");
+    let output =
+        std::process::Command::new(control_plane::binary()).args(["protobuf-walk", "--kubeconfig"]).arg(kubeconfig).output().expect("wasp-controlplane runs");
     assert!(output.status.success(), "wasp-controlplane protobuf-walk failed against {}: {}", kubeconfig.display(), String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout)
         .unwrap()
@@ -127,7 +160,22 @@ fn protobuf_walk(kubeconfig: &Path) -> BTreeMap<String, Value> {
 fn normalise(value: &mut Value) {
     match value {
         Value::Object(map) => {
-            for key in ["uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "startTime", "podIP", "podIPs", "hostIP", "hostIPs", "lastTransitionTime", "lastProbeTime", "observedGeneration", "eventTime"] {
+            for key in [
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "managedFields",
+                "generation",
+                "startTime",
+                "podIP",
+                "podIPs",
+                "hostIP",
+                "hostIPs",
+                "lastTransitionTime",
+                "lastProbeTime",
+                "observedGeneration",
+                "eventTime",
+            ] {
                 map.remove(key);
             }
             for child in map.values_mut() {
@@ -141,8 +189,17 @@ fn normalise(value: &mut Value) {
                 *text = format!("{head}, was <resourceVersion>");
             }
             // Ages in tables ("3s", "1m2s").
-            if text.split(' ').any(|word| !word.is_empty() && word.chars().next().unwrap().is_ascii_digit() && word.ends_with('s') && word.trim_end_matches(|c: char| c.is_ascii_alphanumeric()).is_empty()) {
-                *text = text.split(' ').map(|word| if word.chars().next().is_some_and(|c| c.is_ascii_digit()) && word.ends_with('s') { "<age>" } else { word }).collect::<Vec<_>>().join(" ");
+            if text.split(' ').any(|word| {
+                !word.is_empty()
+                    && word.chars().next().unwrap().is_ascii_digit()
+                    && word.ends_with('s')
+                    && word.trim_end_matches(|c: char| c.is_ascii_alphanumeric()).is_empty()
+            }) {
+                *text = text
+                    .split(' ')
+                    .map(|word| if word.chars().next().is_some_and(|c| c.is_ascii_digit()) && word.ends_with('s') { "<age>" } else { word })
+                    .collect::<Vec<_>>()
+                    .join(" ");
             }
         }
         _ => {}
@@ -162,7 +219,8 @@ fn leaves(prefix: String, value: &Value, into: &mut BTreeMap<String, String>) {
 
 fn simulator_kubeconfig(home: &Path) -> (tokio::runtime::Runtime, Simulator, PathBuf) {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let scenario = Scenario::parse("kubelet: {readyDelay: 50ms, terminationDelay: 50ms}\nnodeGroups: [{name: worker, count: 2, cpu: '4', memory: 16Gi}]\n").unwrap();
+    let scenario =
+        Scenario::parse("kubelet: {readyDelay: 50ms, terminationDelay: 50ms}\nnodeGroups: [{name: worker, count: 2, cpu: '4', memory: 16Gi}]\n").unwrap();
     let simulator = runtime.block_on(Simulator::start_with(&scenario, "127.0.0.1:0".parse().unwrap(), SimulatorOptions::default())).unwrap();
     let kubeconfig = home.join("kubeconfig");
     simulator.write_kubeconfig(&kubeconfig).unwrap();
@@ -196,13 +254,22 @@ fn the_simulator_answers_kubectl_as_the_real_api_server_does_but_for_the_known_d
             let (real_value, sim_value) = (real_leaves.get(path), sim_leaves.get(path));
             if real_value != sim_value {
                 differences.insert(format!("{step} {path}"));
-                report.push(format!("{step} {path}: real {} | sim {}", real_value.map_or("(absent)", String::as_str), sim_value.map_or("(absent)", String::as_str)));
+                report.push(format!(
+                    "{step} {path}: real {} | sim {}",
+                    real_value.map_or("(absent)", String::as_str),
+                    sim_value.map_or("(absent)", String::as_str)
+                ));
             }
         }
     }
     let is_known = |difference: &str| KNOWN.iter().any(|(fragment, _)| difference.contains(fragment));
     let new: Vec<&String> = report.iter().filter(|line| !is_known(line.split_once(": ").unwrap().0)).collect();
-    let gone: Vec<&str> = KNOWN.iter().map(|(fragment, _)| *fragment).filter(|fragment| !differences.iter().any(|difference| difference.contains(fragment))).collect();
+    let gone: Vec<&str> =
+        KNOWN.iter().map(|(fragment, _)| *fragment).filter(|fragment| !differences.iter().any(|difference| difference.contains(fragment))).collect();
     eprintln!("{} differences, {} of them known", report.len(), report.len() - new.len());
-    assert!(new.is_empty() && gone.is_empty(), "differences not in KNOWN:\n{}\nKNOWN differences that went away: {gone:?}", new.iter().map(|line| line.as_str()).collect::<Vec<_>>().join("\n"));
+    assert!(
+        new.is_empty() && gone.is_empty(),
+        "differences not in KNOWN:\n{}\nKNOWN differences that went away: {gone:?}",
+        new.iter().map(|line| line.as_str()).collect::<Vec<_>>().join("\n")
+    );
 }

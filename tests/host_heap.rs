@@ -50,7 +50,14 @@ fn live_mib() -> f64 {
 fn compiled_components_keep_their_metadata_and_not_the_compilers_working_memory() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let runtime = common::runtime();
-    let names = ["inter-pod-affinity", "pod-topology-spread", "remove-pods-violating-inter-pod-anti-affinity", "resources-fit", "node-affinity", "make-room-for-pending"];
+    let names = [
+        "inter-pod-affinity",
+        "pod-topology-spread",
+        "remove-pods-violating-inter-pod-anti-affinity",
+        "resources-fit",
+        "node-affinity",
+        "make-room-for-pending",
+    ];
     let components: Vec<(String, Vec<u8>)> = names.iter().map(|name| common::policy_wasm(name)).collect();
     let wasm_mib = components.iter().map(|(_, wasm)| wasm.len()).sum::<usize>() as f64 / (1 << 20) as f64;
     let before = live_mib();
@@ -61,11 +68,7 @@ fn compiled_components_keep_their_metadata_and_not_the_compilers_working_memory(
     let kept = live_mib() - before;
     // What the components themselves need (types, function tables, names) is well under their size in bytes
     // (0.6 MiB for these); compiled in the serving engine, they left 90 MiB.
-    assert!(
-        kept < wasm_mib,
-        "compiling {} components ({wasm_mib:.1} MiB of wasm) left {kept:.1} MiB in the heap",
-        names.len()
-    );
+    assert!(kept < wasm_mib, "compiling {} components ({wasm_mib:.1} MiB of wasm) left {kept:.1} MiB in the heap", names.len());
     drop(compiled);
 }
 

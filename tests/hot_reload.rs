@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use wasp::config::HostConfig;
 use wasp::host::Host;
 use wasp::kube::{ApiClient, HostIdentity, ObjectRef};
+use wasp::registry::signature::{self, SigningKey};
 use wasp::registry::watch::{PolicyWatcher, WatchOptions};
 use wasp::registry::{PolicyRegistry, RefusalReason};
-use wasp::registry::signature::{self, SigningKey};
 use wasp::runtime::Runtime;
 use wasp_sim::{Scenario, Simulator};
 
@@ -148,8 +148,17 @@ impl Cluster {
         let reason = format!("policy {policy} failed");
         common::wait_for(&format!("{count} pods failed by {policy}"), Duration::from_secs(20), || async {
             let listed = events.list(&ListParams::default()).await.map_err(|error| error.to_string())?.items;
-            let failed = listed.iter().filter(|event| event.reason.as_deref() == Some("FailedScheduling") && event.message.as_deref().is_some_and(|message| message.contains(&reason))).count();
-            if failed == count { Ok(()) } else { Err(format!("{failed} so far")) }
+            let failed = listed
+                .iter()
+                .filter(|event| {
+                    event.reason.as_deref() == Some("FailedScheduling") && event.message.as_deref().is_some_and(|message| message.contains(&reason))
+                })
+                .count();
+            if failed == count {
+                Ok(())
+            } else {
+                Err(format!("{failed} so far"))
+            }
         })
         .await
     }
@@ -173,14 +182,8 @@ impl Cluster {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let placed: BTreeMap<String, String> = pods
-                .list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter_map(|pod| Some((pod.metadata.name?, pod.spec?.node_name?)))
-                .collect();
+            let placed: BTreeMap<String, String> =
+                pods.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|pod| Some((pod.metadata.name?, pod.spec?.node_name?))).collect();
             if placed.len() >= count {
                 return placed;
             }
@@ -248,7 +251,14 @@ async fn a_bad_update_keeps_the_old_policy_with_an_event_and_a_fixed_one_is_pick
     let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
     let deadline = Instant::now() + Duration::from_secs(10);
     let reload_events = loop {
-        let found: Vec<Event> = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("PolicyReloadFailed")).collect();
+        let found: Vec<Event> = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|event| event.reason.as_deref() == Some("PolicyReloadFailed"))
+            .collect();
         if found.len() >= 2 {
             break found;
         }
@@ -357,7 +367,8 @@ fn a_bundle_swaps_only_the_policies_that_changed_and_a_loose_file_overrides_it()
     let mut volume = PolicyVolume::new(east());
     let loose = volume.files.clone();
     let bundle = |zone_pin: Vec<u8>| {
-        let mut components: Vec<(String, Vec<u8>)> = loose.iter().filter(|(name, _)| *name != "zone-pin.wasm").map(|(name, bytes)| (name.clone(), bytes.clone())).collect();
+        let mut components: Vec<(String, Vec<u8>)> =
+            loose.iter().filter(|(name, _)| *name != "zone-pin.wasm").map(|(name, bytes)| (name.clone(), bytes.clone())).collect();
         components.push(("zone-pin.wasm".into(), zone_pin));
         wasp::registry::bundle::pack(&components).unwrap()
     };
@@ -494,7 +505,11 @@ fn a_configuration_swaps_or_is_refused_as_a_whole() {
     refused(&registry.reload(), RefusalReason::Missing, "ghost.wasm does not exist (used by profile wasp (as filter))");
     // Settings the policy rejects.
     volume.write_config("scheduler: {profiles: [{schedulerName: wasp, filters: [misbehaving]}]}\npolicies: {misbehaving: {settings: {reject-settings: true}}}");
-    refused(&registry.reload(), RefusalReason::InvalidPolicy, "misbehaving.wasm: settings rejected: invalid settings for misbehaving: reject-settings: asked to reject");
+    refused(
+        &registry.reload(),
+        RefusalReason::InvalidPolicy,
+        "misbehaving.wasm: settings rejected: invalid settings for misbehaving: reject-settings: asked to reject",
+    );
     // A policy that traps in the canary.
     volume.write_config("scheduler: {profiles: [{schedulerName: wasp, filters: [misbehaving]}]}\npolicies: {misbehaving: {settings: {filter: trap}}}");
     refused(&registry.reload(), RefusalReason::Canary, "canary filter call failed");
@@ -608,7 +623,8 @@ impl TeamKey {
 
     /// Signs every component of the volume, and requires signatures by this key of every policy.
     fn sign_volume(&self, volume: &mut PolicyVolume) {
-        let components: Vec<(String, Vec<u8>)> = volume.files.iter().filter(|(file, _)| file.ends_with(".wasm")).map(|(file, bytes)| (file.clone(), bytes.clone())).collect();
+        let components: Vec<(String, Vec<u8>)> =
+            volume.files.iter().filter(|(file, _)| file.ends_with(".wasm")).map(|(file, bytes)| (file.clone(), bytes.clone())).collect();
         for (file, bytes) in components {
             volume.files.insert(format!("{file}.sig"), self.sign(&bytes));
         }
@@ -649,8 +665,14 @@ async fn with_signatures_required_an_unsigned_or_wrongly_signed_update_is_refuse
     common::wait_for("a PolicyReloadFailed event naming the signature", Duration::from_secs(10), || async {
         let listed = events.list(&ListParams::default()).await.map_err(|error| error.to_string())?.items;
         let reasons: Vec<(Option<String>, Option<String>)> = listed.into_iter().map(|event| (event.reason, event.message)).collect();
-        let found = reasons.iter().any(|(reason, message)| reason.as_deref() == Some("PolicyReloadFailed") && message.as_deref().unwrap_or("").contains("refused before it was compiled"));
-        if found { Ok(()) } else { Err(format!("{reasons:?}")) }
+        let found = reasons.iter().any(|(reason, message)| {
+            reason.as_deref() == Some("PolicyReloadFailed") && message.as_deref().unwrap_or("").contains("refused before it was compiled")
+        });
+        if found {
+            Ok(())
+        } else {
+            Err(format!("{reasons:?}"))
+        }
     })
     .await;
 
@@ -741,7 +763,10 @@ fn a_rotated_key_checks_every_signature_again_and_without_require_only_a_bad_sig
     volume.set("zone-pin.wasm", Some(west()));
     let report = registry.reload();
     assert!(!report.config_swapped, "a configuration is taken as a whole, or not: {report:?}");
-    let by_old_key = report.errors.iter().find(|refusal| refusal.message.contains("resources-fit.wasm: refused before it was compiled: its signature is not by any of the keys"));
+    let by_old_key = report
+        .errors
+        .iter()
+        .find(|refusal| refusal.message.contains("resources-fit.wasm: refused before it was compiled: its signature is not by any of the keys"));
     assert!(by_old_key.is_some(), "the policies signed by the old key are refused: {report:?}");
     volume.set("resources-fit.wasm.sig", None);
     volume.set("least-allocated.wasm.sig", None);

@@ -85,10 +85,12 @@ fn the_install_is_consistent() {
     let args = container.args.as_ref().unwrap();
     let shutdown_timeout = args.iter().position(|arg| arg == "--shutdown-timeout").map_or("20s", |at| args[at + 1].as_str());
     let shutdown_timeout = humantime::parse_duration(shutdown_timeout).unwrap().as_secs() as i64;
-    let pre_stop = container.lifecycle.as_ref().and_then(|lifecycle| lifecycle.pre_stop.as_ref()).and_then(|hook| hook.sleep.as_ref()).expect("a preStop sleep").seconds;
+    let pre_stop =
+        container.lifecycle.as_ref().and_then(|lifecycle| lifecycle.pre_stop.as_ref()).and_then(|hook| hook.sleep.as_ref()).expect("a preStop sleep").seconds;
     assert!(pre_stop + shutdown_timeout < pod_spec.termination_grace_period_seconds.unwrap(), "preStop {pre_stop}s + shutdown {shutdown_timeout}s");
     // The host's own availability: a budget for its two replicas, kept on different nodes.
-    let budget = documents["PodDisruptionBudget"].iter().find(|budget| budget["metadata"]["name"] == "wasp-scheduler").expect("a PodDisruptionBudget for the host");
+    let budget =
+        documents["PodDisruptionBudget"].iter().find(|budget| budget["metadata"]["name"] == "wasp-scheduler").expect("a PodDisruptionBudget for the host");
     assert_eq!((budget["spec"]["minAvailable"].as_i64(), deployment_replicas(&documents)), (Some(1), 2));
     let spread = pod_spec.topology_spread_constraints.as_ref().expect("the replicas spread over nodes");
     assert!(spread.iter().any(|constraint| constraint.topology_key == "kubernetes.io/hostname" && constraint.max_skew == 1));
@@ -122,13 +124,29 @@ fn the_install_is_consistent() {
     // RBAC: what the scheduler calls, and the Lease in the namespace the configuration names.
     let cluster_role: ClusterRole = typed(&documents["ClusterRole"][0]);
     let rules = cluster_role.rules.unwrap();
-    for (resource, verb) in [("nodes", "list"), ("nodes", "watch"), ("pods", "list"), ("pods", "watch"), ("pods/binding", "create"), ("pods/status", "patch"), ("events", "create"), ("events", "patch")] {
+    for (resource, verb) in [
+        ("nodes", "list"),
+        ("nodes", "watch"),
+        ("pods", "list"),
+        ("pods", "watch"),
+        ("pods/binding", "create"),
+        ("pods/status", "patch"),
+        ("events", "create"),
+        ("events", "patch"),
+    ] {
         assert!(allows(&rules, "", resource, verb), "the ClusterRole does not allow {verb} {resource}");
     }
     assert!(!allows(&rules, "", "pods", "delete") && !allows(&rules, "", "secrets", "get"), "least privilege");
     // Volume topology: claims, volumes and classes read, claims told the node chosen for them, and volumes the
     // claim given to them.
-    let volume_rules = [("", "persistentvolumeclaims", "watch"), ("", "persistentvolumeclaims", "patch"), ("", "persistentvolumes", "watch"), ("", "persistentvolumes", "patch"), ("storage.k8s.io", "storageclasses", "watch"), ("storage.k8s.io", "csinodes", "watch")];
+    let volume_rules = [
+        ("", "persistentvolumeclaims", "watch"),
+        ("", "persistentvolumeclaims", "patch"),
+        ("", "persistentvolumes", "watch"),
+        ("", "persistentvolumes", "patch"),
+        ("storage.k8s.io", "storageclasses", "watch"),
+        ("storage.k8s.io", "csinodes", "watch"),
+    ];
     for (group, resource, verb) in volume_rules {
         assert!(allows(&rules, group, resource, verb), "the ClusterRole does not allow {verb} {resource}");
     }
@@ -154,7 +172,10 @@ fn the_install_is_consistent() {
     }
     // Named objects only: the host's Lease, and the ConfigMap the rescheduler keeps its evictions in.
     let names: Vec<&String> = role_rules.iter().filter_map(|rule| rule.resource_names.as_ref()).flatten().collect();
-    assert!(names.iter().all(|name| **name == config.leader_election.lease_name || name.as_str() == wasp::rescheduler::evictor::MEMORY_CONFIG_MAP), "{names:?}");
+    assert!(
+        names.iter().all(|name| **name == config.leader_election.lease_name || name.as_str() == wasp::rescheduler::evictor::MEMORY_CONFIG_MAP),
+        "{names:?}"
+    );
     assert!(allows(&role_rules, "", "configmaps", "update") && !allows(&rules, "", "configmaps", "update"), "configmaps written in the Lease's namespace only");
 
     // Webhooks: fail open and fast, never sent kube-system or wasp's own pods, called only for pods that may
@@ -191,7 +212,11 @@ fn the_install_is_consistent() {
         assert!(webhook["timeoutSeconds"].as_i64().unwrap() <= 5, "{kind}: a short timeout");
         assert!(webhook["matchConditions"][0]["expression"].as_str().unwrap().contains("schedulerName"), "{kind}");
         let client = &webhook["clientConfig"]["service"];
-        assert_eq!((client["name"].as_str(), client["namespace"].as_str(), client["path"].as_str()), (Some("wasp-webhook"), service.metadata.namespace.as_deref(), Some(path)), "{kind}");
+        assert_eq!(
+            (client["name"].as_str(), client["namespace"].as_str(), client["path"].as_str()),
+            (Some("wasp-webhook"), service.metadata.namespace.as_deref(), Some(path)),
+            "{kind}"
+        );
         assert_eq!(client["port"].as_i64(), Some(i64::from(service_port.port)), "{kind}");
         let excluded = &webhook["namespaceSelector"]["matchExpressions"][0];
         assert_eq!((excluded["key"].as_str(), excluded["operator"].as_str()), (Some("kubernetes.io/metadata.name"), Some("NotIn")));
@@ -244,7 +269,12 @@ impl Logs {
         let logs = Logs::default();
         let writer = logs.clone();
         // A fixed level, whatever RUST_LOG says: the test reads the host's warnings.
-        tracing_subscriber::fmt().with_ansi(false).with_env_filter(tracing_subscriber::EnvFilter::new("wasp=info")).with_writer(move || writer.clone()).try_init().expect("the only subscriber of this test binary");
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_env_filter(tracing_subscriber::EnvFilter::new("wasp=info"))
+            .with_writer(move || writer.clone())
+            .try_init()
+            .expect("the only subscriber of this test binary");
         logs
     }
 
@@ -296,7 +326,11 @@ struct Recorder {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-async fn forward(upstream: SocketAddr, request: hyper::Request<hyper::body::Incoming>, exchanges: Arc<Mutex<Vec<Exchange>>>) -> Result<hyper::Response<hyper::body::Incoming>, BoxError> {
+async fn forward(
+    upstream: SocketAddr,
+    request: hyper::Request<hyper::body::Incoming>,
+    exchanges: Arc<Mutex<Vec<Exchange>>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, BoxError> {
     let method = request.method().to_string();
     let path = request.uri().path().to_string();
     let query = request.uri().query().unwrap_or("").to_string();
@@ -501,7 +535,11 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     wait_for("the api pods to run", patience, || async {
         let listed = pods.list(&ListParams::default().labels("app=api")).await.map_err(|error| error.to_string())?.items;
         let ready = listed.iter().filter(|pod| is_ready(pod)).count();
-        if ready == 2 { Ok(()) } else { Err(format!("{ready} of 2 Ready")) }
+        if ready == 2 {
+            Ok(())
+        } else {
+            Err(format!("{ready} of 2 Ready"))
+        }
     })
     .await;
 
@@ -528,7 +566,10 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     let serving = wasp::admission::WebhookServing::new("127.0.0.1:0".parse().unwrap(), tls.path().join("tls.crt"), tls.path().join("tls.key"));
     let webhook_address = host.serve_webhooks(serving).await.unwrap();
     // The shipped webhook configurations, with the caBundle `wasp certs` prints; the Service resolves to the host.
-    let ca_bundle = { use base64::Engine; base64::engine::general_purpose::STANDARD.encode(&certificate.ca) };
+    let ca_bundle = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(&certificate.ca)
+    };
     install(&admin, "40-webhooks.yaml", |object| {
         for webhook in object["webhooks"].as_array_mut().into_iter().flatten() {
             webhook["clientConfig"]["caBundle"] = json!(ca_bundle);
@@ -541,7 +582,11 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     // Informers: nodes and pods listed and watched (readiness says so), and the webhooks' namespaces listed.
     wait_for("/readyz", patience, || async {
         let (status, body) = common::http_get(endpoints, "/readyz").await;
-        if status == 200 { Ok(()) } else { Err(body) }
+        if status == 200 {
+            Ok(())
+        } else {
+            Err(body)
+        }
     })
     .await;
     assert_eq!(host.cluster.read().node_names().count(), 3);
@@ -560,8 +605,13 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     // Scheduler: web's pods bound by the host, with its Scheduled events.
     let web = wait_for("web's pods to be bound and Ready", patience, || async {
         let listed = pods.list(&ListParams::default().labels("app=web")).await.map_err(|error| error.to_string())?.items;
-        let placed: Vec<(String, String)> = listed.iter().filter(|pod| is_ready(pod)).filter_map(|pod| Some((pod.metadata.name.clone()?, node_of(pod)?))).collect();
-        if placed.len() == 2 { Ok(placed) } else { Err(format!("{placed:?}")) }
+        let placed: Vec<(String, String)> =
+            listed.iter().filter(|pod| is_ready(pod)).filter_map(|pod| Some((pod.metadata.name.clone()?, node_of(pod)?))).collect();
+        if placed.len() == 2 {
+            Ok(placed)
+        } else {
+            Err(format!("{placed:?}"))
+        }
     })
     .await;
     // The event follows the binding: wait for both, counted by the host and written by it.
@@ -572,7 +622,11 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
             let message = format!("Successfully assigned default/{name} to {node}");
             scheduled.iter().any(|event| event.involved_object.name.as_deref() == Some(name) && event.message.as_deref() == Some(message.as_str()))
         });
-        if written && counted >= 2 { Ok(()) } else { Err(format!("{counted} counted; {scheduled:?}")) }
+        if written && counted >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{counted} counted; {scheduled:?}"))
+        }
     })
     .await;
     // A pod that fits nowhere: the FailedScheduling event and the PodScheduled=False condition (pods/status).
@@ -581,9 +635,15 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     wait_for("huge's PodScheduled=False", patience, || async {
         let pod = pods.get("huge").await.map_err(|error| error.to_string())?;
         let conditions = pod.status.and_then(|status| status.conditions).unwrap_or_default();
-        let unschedulable = conditions.iter().any(|condition| condition.type_ == "PodScheduled" && condition.status == "False" && condition.reason.as_deref() == Some("Unschedulable"));
+        let unschedulable = conditions
+            .iter()
+            .any(|condition| condition.type_ == "PodScheduled" && condition.status == "False" && condition.reason.as_deref() == Some("Unschedulable"));
         let failed = events(&admin, "default", "FailedScheduling").await.iter().any(|event| event.involved_object.name.as_deref() == Some("huge"));
-        if unschedulable && failed { Ok(()) } else { Err(format!("{conditions:?}")) }
+        if unschedulable && failed {
+            Ok(())
+        } else {
+            Err(format!("{conditions:?}"))
+        }
     })
     .await;
     pods.delete("huge", &Default::default()).await.unwrap();
@@ -613,10 +673,18 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
         }
     })
     .await;
-    assert_eq!((status["currentReplicas"].as_i64(), status["reference"].as_str(), status["policy"].as_str()), (Some(2), Some("Deployment/api"), Some("hpa")), "{status}");
+    assert_eq!(
+        (status["currentReplicas"].as_i64(), status["reference"].as_str(), status["policy"].as_str()),
+        (Some(2), Some("Deployment/api"), Some("hpa")),
+        "{status}"
+    );
     let condition = |kind: &str| status["conditions"].as_array().unwrap().iter().find(|condition| condition["type"] == kind).cloned().unwrap_or_default();
     assert_eq!(condition("AbleToScale")["status"].as_str(), Some("True"), "{status}");
-    assert_eq!((condition("ScalingActive")["status"].as_str(), condition("ScalingActive")["reason"].as_str()), (Some("True"), Some("ValidMetricFound")), "{status}");
+    assert_eq!(
+        (condition("ScalingActive")["status"].as_str(), condition("ScalingActive")["reason"].as_str()),
+        (Some("True"), Some("ValidMetricFound")),
+        "{status}"
+    );
     assert!(status["currentMetrics"][0]["resource"]["current"]["averageUtilization"].as_i64().is_some_and(|percent| percent >= 59), "{status}");
     assert_eq!(host.autoscaler.stats.scale_requests.load(Ordering::Relaxed), 1);
     assert_eq!((last_pass.autoscalers, last_pass.scaled, last_pass.failed), (1, 1, 0), "{last_pass:?}");
@@ -629,20 +697,32 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     // through the Eviction API once the budget allows a disruption and the host sees both pods Ready.
     let rescheduler = host.rescheduler.clone();
     wait_for("the rescheduler's first run", patience, || async {
-        if rescheduler.stats.runs.load(Ordering::Relaxed) >= 1 { Ok(()) } else { Err("no run".to_string()) }
+        if rescheduler.stats.runs.load(Ordering::Relaxed) >= 1 {
+            Ok(())
+        } else {
+            Err("no run".to_string())
+        }
     })
     .await;
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(admin.clone(), "default");
     wait_for("web's budget to allow a disruption", patience, || async {
         let budget = budgets.get("web").await.map_err(|error| error.to_string())?;
         let allowed = budget.status.map_or(0, |status| status.disruptions_allowed);
-        if allowed >= 1 { Ok(()) } else { Err(format!("{allowed} allowed")) }
+        if allowed >= 1 {
+            Ok(())
+        } else {
+            Err(format!("{allowed} allowed"))
+        }
     })
     .await;
     wait_for("the host to see web Ready", patience, || async {
         let state = host.cluster.read();
         let ready = state.bound_pods().filter(|(pod, _)| pod.ready && pod.labels.iter().any(|(key, value)| key == "app" && value == "web")).count();
-        if ready == 2 { Ok(()) } else { Err(format!("{ready} Ready")) }
+        if ready == 2 {
+            Ok(())
+        } else {
+            Err(format!("{ready} Ready"))
+        }
     })
     .await;
     // A node of web's, other than api's if it can be.
@@ -662,7 +742,10 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     assert!(!last_run.dry_run && rescheduler.stats.evicted.load(Ordering::Relaxed) >= 1, "{last_run:?}");
     let evicted = events(&admin, "default", "Evicted").await;
     let on_tainted: Vec<&String> = web.iter().filter(|(_, node)| *node == tainted).map(|(name, _)| name).collect();
-    let event = evicted.iter().find(|event| on_tainted.iter().any(|name| event.involved_object.name.as_deref() == Some(name.as_str()))).unwrap_or_else(|| panic!("{evicted:?}"));
+    let event = evicted
+        .iter()
+        .find(|event| on_tainted.iter().any(|name| event.involved_object.name.as_deref() == Some(name.as_str())))
+        .unwrap_or_else(|| panic!("{evicted:?}"));
     let message = event.message.as_deref().unwrap();
     assert!(message.starts_with(&format!("Evicted from node {tainted} by policy remove-pods-violating-node-taints")), "{message}");
     // The evicted pod's replacement is bound before the binding rule is taken away below (else its binding is the
@@ -694,7 +777,8 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     assert!(strangers.is_empty(), "requests without the ServiceAccount's token: {strangers:?}");
     assert_eq!(recorder.refused().len(), 0, "refused: {:?}", recorder.refused());
     for (what, method, path, watch) in expected_calls() {
-        let calls: Vec<&Exchange> = exchanges.iter().filter(|exchange| exchange.method == method && path_matches(path, &exchange.path) && exchange.watch() == watch).collect();
+        let calls: Vec<&Exchange> =
+            exchanges.iter().filter(|exchange| exchange.method == method && path_matches(path, &exchange.path) && exchange.watch() == watch).collect();
         assert!(calls.iter().any(|exchange| (200..300).contains(&exchange.status)), "{what}: {method} {path} (watch: {watch}) never succeeded: {calls:?}");
     }
     assert!(!logs.text().contains("forbidden"), "{}", logs.text());
@@ -715,7 +799,9 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     assert_eq!(rules.len(), before - 1);
     let reduced = roles.replace("wasp-scheduler", &PostParams::default(), &reduced).await.unwrap();
     let bind_errors = host.scheduler.stats.bind_errors.load(Ordering::Relaxed);
-    let late: Pod = serde_json::from_value(json!({"metadata": {"name": "late"}, "spec": {"schedulerName": "wasp", "containers": [{"name": "app", "image": "x"}]}})).unwrap();
+    let late: Pod =
+        serde_json::from_value(json!({"metadata": {"name": "late"}, "spec": {"schedulerName": "wasp", "containers": [{"name": "app", "image": "x"}]}}))
+            .unwrap();
     pods.create(&PostParams::default(), &late).await.unwrap();
     let forbidden = format!(r#"pods "late" is forbidden: User "{ACCOUNT}" cannot create resource "pods/binding" in API group "" in the namespace "default""#);
     // The host logs the refusal, then counts it: wait for the line, the counter and the metric.
@@ -735,7 +821,13 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     let refused_at = leases.get("wasp-scheduler").await.unwrap().metadata.resource_version;
     // Only the bindings were refused, and the host still serves, leads and renews its Lease.
     let refused = recorder.refused();
-    assert!(!refused.is_empty() && refused.iter().all(|exchange| exchange.method == "POST" && exchange.path == "/api/v1/namespaces/default/pods/late/binding" && exchange.status == 403), "{refused:?}");
+    assert!(
+        !refused.is_empty()
+            && refused
+                .iter()
+                .all(|exchange| exchange.method == "POST" && exchange.path == "/api/v1/namespaces/default/pods/late/binding" && exchange.status == 403),
+        "{refused:?}"
+    );
     assert!(!leader.is_finished());
     assert_eq!(common::http_get(endpoints, "/healthz").await.0, 200);
     roles.replace("wasp-scheduler", &PostParams::default(), &ClusterRole { metadata: reduced.metadata, ..shipped_role }).await.unwrap();
@@ -746,7 +838,11 @@ async fn the_host_runs_every_loop_with_the_shipped_rbac_and_a_missing_rule_is_re
     .await;
     wait_for("a renewal of the Lease after the refusal", patience, || async {
         let lease = holder().await?;
-        if lease.metadata.resource_version != refused_at { Ok(()) } else { Err("not renewed".to_string()) }
+        if lease.metadata.resource_version != refused_at {
+            Ok(())
+        } else {
+            Err("not renewed".to_string())
+        }
     })
     .await;
     assert!(!leader.is_finished(), "the host still leads");
@@ -783,7 +879,10 @@ async fn without_the_claims_rule_only_pods_with_claims_wait_and_say_why() {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let pod = |name: &str, claim: Option<&str>| {
         let volumes: Vec<Value> = claim.into_iter().map(|claim| json!({"name": "data", "persistentVolumeClaim": {"claimName": claim}})).collect();
-        serde_json::from_value::<Pod>(json!({"metadata": {"name": name}, "spec": {"schedulerName": "wasp", "volumes": volumes, "containers": [{"name": "app", "image": "x"}]}})).unwrap()
+        serde_json::from_value::<Pod>(
+            json!({"metadata": {"name": name}, "spec": {"schedulerName": "wasp", "volumes": volumes, "containers": [{"name": "app", "image": "x"}]}}),
+        )
+        .unwrap()
     };
     pods.create(&PostParams::default(), &pod("plain", None)).await.unwrap();
     pods.create(&PostParams::default(), &pod("stateful", Some("data"))).await.unwrap();
@@ -794,7 +893,11 @@ async fn without_the_claims_rule_only_pods_with_claims_wait_and_say_why() {
     .await;
     let message = wait_for("the pod with a claim to say why it waits", patience, || async {
         let failed = events(&admin, "default", "FailedScheduling").await;
-        failed.into_iter().find(|event| event.involved_object.name.as_deref() == Some("stateful")).and_then(|event| event.message).ok_or_else(|| "no event".to_string())
+        failed
+            .into_iter()
+            .find(|event| event.involved_object.name.as_deref() == Some("stateful"))
+            .and_then(|event| event.message)
+            .ok_or_else(|| "no event".to_string())
     })
     .await;
     assert!(message.starts_with("0/2 nodes are available: the scheduler cannot read persistentvolumeclaims: "), "{message}");

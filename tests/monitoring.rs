@@ -41,7 +41,8 @@ fn queries() -> Vec<String> {
     let dashboard: serde_json::Value = serde_json::from_str(&monitoring("wasp-dashboard.json")).unwrap();
     let panels = dashboard["panels"].as_array().unwrap();
     assert!(panels.len() >= 10, "the dashboard has {} panels", panels.len());
-    let mut queries: Vec<String> = panels.iter().flat_map(|panel| panel["targets"].as_array().unwrap().iter().map(|target| target["expr"].as_str().unwrap().to_string())).collect();
+    let mut queries: Vec<String> =
+        panels.iter().flat_map(|panel| panel["targets"].as_array().unwrap().iter().map(|target| target["expr"].as_str().unwrap().to_string())).collect();
     for group in rule_groups()["groups"].as_sequence().unwrap() {
         for rule in group["rules"].as_sequence().unwrap() {
             queries.push(rule["expr"].as_str().unwrap().to_string());
@@ -51,13 +52,18 @@ fn queries() -> Vec<String> {
 }
 
 /// Series that exist only in some installs, and where they are checked instead.
-const SERVED_ELSEWHERE: [(&str, &str); 1] =
-    [("wasp_admission_webhook_callable", "set once the webhook configurations are checked (wasp run with --tls-cert-file): tests/manifests.rs and tests/real_cluster.rs read it")];
+const SERVED_ELSEWHERE: [(&str, &str); 1] = [(
+    "wasp_admission_webhook_callable",
+    "set once the webhook configurations are checked (wasp run with --tls-cert-file): tests/manifests.rs and tests/real_cluster.rs read it",
+)];
 
 /// The metric families a host serves, by name, with their type (`# TYPE` lines of a scrape): a host with a
 /// profile, a rescheduler strategy and autoscaler policies, once it has bound a pod and run each loop once.
 async fn served_families() -> BTreeMap<String, String> {
-    let scenario = Scenario::parse("nodeGroups: [{name: n, count: 2, cpu: '4', memory: 16Gi}]\nworkloads: [{name: web, replicas: 1, schedulerName: wasp, cpu: 100m, memory: 64Mi}]\n").unwrap();
+    let scenario = Scenario::parse(
+        "nodeGroups: [{name: n, count: 2, cpu: '4', memory: 16Gi}]\nworkloads: [{name: web, replicas: 1, schedulerName: wasp, cpu: 100m, memory: 64Mi}]\n",
+    )
+    .unwrap();
     let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let api = ApiClient::from_config(kube::Config::new(simulator.url().parse().unwrap())).unwrap();
     let built_in = std::fs::read_to_string(common::repo_root().join("host/src/config/default-config.yaml")).unwrap();
@@ -72,12 +78,22 @@ async fn served_families() -> BTreeMap<String, String> {
     let body = common::wait_for("a pod bound and each loop run once", std::time::Duration::from_secs(30), || async {
         let (status, body) = common::http_get(address, "/metrics").await;
         // The autoscaler's pass starts (and makes its policies' series) without the Autoscaler CRD installed.
-        let ran = ["wasp_schedule_attempts_total{", "wasp_rescheduler_run_duration_seconds_count ", "wasp_autoscaler_recommendations_total{"]
-            .iter()
-            .all(|sample| body.lines().any(|line| line.starts_with(sample) && !line.ends_with(" 0") || line.starts_with("wasp_autoscaler_recommendations_total{") && sample.starts_with("wasp_autoscaler")));
+        let ran =
+            ["wasp_schedule_attempts_total{", "wasp_rescheduler_run_duration_seconds_count ", "wasp_autoscaler_recommendations_total{"].iter().all(|sample| {
+                body.lines().any(|line| {
+                    line.starts_with(sample) && !line.ends_with(" 0")
+                        || line.starts_with("wasp_autoscaler_recommendations_total{") && sample.starts_with("wasp_autoscaler")
+                })
+            });
         match status == 200 && ran {
             true => Ok(body),
-            false => Err(format!("{status}: {}", body.lines().filter(|line| line.contains("attempts") || line.contains("_count ") || line.contains("recommendations")).collect::<Vec<_>>().join("; "))),
+            false => Err(format!(
+                "{status}: {}",
+                body.lines()
+                    .filter(|line| line.contains("attempts") || line.contains("_count ") || line.contains("recommendations"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
         }
     })
     .await;
@@ -105,7 +121,8 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_served_with_its_type()
 #[test]
 fn the_alert_rules_pass_promtool_and_fire_as_their_tests_say() {
     let promtool = Command::new("promtool").arg("--version").output();
-    let missing = (!promtool.is_ok_and(|output| output.status.success())).then(|| "promtool is missing: install Debian's prometheus package (.ci/run does)".to_string());
+    let missing =
+        (!promtool.is_ok_and(|output| output.status.success())).then(|| "promtool is missing: install Debian's prometheus package (.ci/run does)".to_string());
     if !common::can_run(&[missing]) {
         return;
     }

@@ -74,7 +74,8 @@ fn a_component_pushed_is_pulled_by_tag_and_by_digest_in_the_wasm_layout_and_a_ta
     assert_eq!(manifest["layers"][0]["mediaType"], "application/wasm");
     let layer = manifest["layers"][0]["digest"].as_str().unwrap().to_string();
     assert_eq!(layer, format!("sha256:{}", wasp::registry::source::sha256_hex(&component)));
-    let config: serde_json::Value = serde_json::from_slice(&std::fs::read(registry.blob_file(manifest["config"]["digest"].as_str().unwrap())).unwrap()).unwrap();
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(registry.blob_file(manifest["config"]["digest"].as_str().unwrap())).unwrap()).unwrap();
     assert_eq!((config["architecture"].as_str(), config["os"].as_str()), (Some("wasm"), Some("wasip2")));
 
     // Without the credentials the registry refuses; with a wrong password too.
@@ -110,7 +111,8 @@ fn signatures_attached_by_wasp_check_with_cosign_and_cosigns_with_wasp() {
 
     // wasp pushes and signs; cosign verifies the image signature.
     let reference = format!("{}:signed", registry.reference("team/least-allocated"));
-    let pushed = succeeded("wasp policy push --sign-key", &wasp(path, &registry, &["policy", "push", "least-allocated.wasm", &reference, "--sign-key", "cosign.key"]));
+    let pushed =
+        succeeded("wasp policy push --sign-key", &wasp(path, &registry, &["policy", "push", "least-allocated.wasm", &reference, "--sign-key", "cosign.key"]));
     assert!(pushed.contains("signature attached as"), "{pushed}");
     let by_digest = pinned(&pushed);
     let bare = &by_digest["oci://".len()..];
@@ -120,7 +122,12 @@ fn signatures_attached_by_wasp_check_with_cosign_and_cosigns_with_wasp() {
     assert!(pulled.contains("signed by cosign.pub"), "{pulled}");
 
     // Another key did not sign it: refused, naming the key.
-    let generated = Command::new(env!("CARGO_BIN_EXE_wasp")).args(["policy", "generate-key-pair", "--output-key-prefix", "other"]).current_dir(path).env("COSIGN_PASSWORD", "").output().unwrap();
+    let generated = Command::new(env!("CARGO_BIN_EXE_wasp"))
+        .args(["policy", "generate-key-pair", "--output-key-prefix", "other"])
+        .current_dir(path)
+        .env("COSIGN_PASSWORD", "")
+        .output()
+        .unwrap();
     succeeded("wasp policy generate-key-pair", &generated);
     let refused = failed("pulling with another key", &wasp(path, &registry, &["policy", "pull", &reference, "--output", "b.wasm", "--key", "other.pub"]));
     assert!(refused.contains("is by any of the keys other.pub") && refused.contains("no signature attached to sha256:"), "{refused}");
@@ -130,14 +137,19 @@ fn signatures_attached_by_wasp_check_with_cosign_and_cosigns_with_wasp() {
     let unsigned = format!("{}:unsigned", registry.reference("team/zone-pin"));
     std::fs::write(path.join("zone-pin.wasm"), common::fixture_wasm("zone-pin-east").1).unwrap();
     succeeded("an unsigned push", &wasp(path, &registry, &["policy", "push", "zone-pin.wasm", &unsigned]));
-    let refused = failed("pulling an unsigned component with --key", &wasp(path, &registry, &["policy", "pull", &unsigned, "--output", "c.wasm", "--key", "cosign.pub"]));
+    let refused =
+        failed("pulling an unsigned component with --key", &wasp(path, &registry, &["policy", "pull", &unsigned, "--output", "c.wasm", "--key", "cosign.pub"]));
     assert!(refused.contains("no signature is attached"), "{refused}");
 
     // cosign signs what wasp pushed unsigned; wasp verifies cosign's signature.
     let pushed = succeeded("the push cosign signs", &wasp(path, &registry, &["policy", "push", "zone-pin.wasm", &unsigned]));
-    let signed = common::cosign::run_with(path, &["sign", "--yes", "--key", "cosign.key", "--tlog-upload=false", &pinned(&pushed)["oci://".len()..]], &environment);
+    let signed =
+        common::cosign::run_with(path, &["sign", "--yes", "--key", "cosign.key", "--tlog-upload=false", &pinned(&pushed)["oci://".len()..]], &environment);
     assert!(signed.status.success(), "cosign sign: {}", text(&signed));
-    let pulled = succeeded("wasp policy pull of cosign's signature", &wasp(path, &registry, &["policy", "pull", &unsigned, "--output", "d.wasm", "--key", "cosign.pub"]));
+    let pulled = succeeded(
+        "wasp policy pull of cosign's signature",
+        &wasp(path, &registry, &["policy", "pull", &unsigned, "--output", "d.wasm", "--key", "cosign.pub"]),
+    );
     assert!(pulled.contains("signed by cosign.pub"), "{pulled}");
 }
 
@@ -222,7 +234,11 @@ fn a_policy_from_a_registry_is_pulled_verified_and_served_and_a_registry_down_ne
     assert!(report.error_messages().contains("refused before it was compiled: no signature is attached"), "{report:?}");
     assert_eq!(zone_pin(&serving).sha256, sha256(&east));
     // Signed after the pull (by cosign): the next rescan pulls it again, though no file changed, and takes it.
-    let signed = common::cosign::run_with(path, &["sign", "--yes", "--key", "cosign.key", "--tlog-upload=false", &unsigned_pinned["oci://".len()..]], &registry.cosign_environment());
+    let signed = common::cosign::run_with(
+        path,
+        &["sign", "--yes", "--key", "cosign.key", "--tlog-upload=false", &unsigned_pinned["oci://".len()..]],
+        &registry.cosign_environment(),
+    );
     assert!(signed.status.success(), "cosign sign: {}", text(&signed));
     let report = serving.reload();
     assert!(!report.unchanged && report.config_swapped, "{report:?}");

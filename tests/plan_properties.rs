@@ -104,9 +104,22 @@ fn case() -> impl Strategy<Value = Case> {
         prop::bool::weighted(0.05),
         prop::bool::weighted(0.05),
     )
-        .prop_map(|(namespace, owner, cpu_millis, node, ready, never, local_storage)| PodSpec { namespace, owner, cpu_millis, node, ready, never, local_storage });
-    let proposal = (0..32usize, 0..3u8, 0..8usize, prop::bool::weighted(0.25), any::<bool>())
-        .prop_map(|(pod, placement, node, room, second)| ProposalSpec { pod, placement, node, room, second });
+        .prop_map(|(namespace, owner, cpu_millis, node, ready, never, local_storage)| PodSpec {
+            namespace,
+            owner,
+            cpu_millis,
+            node,
+            ready,
+            never,
+            local_storage,
+        });
+    let proposal = (0..32usize, 0..3u8, 0..8usize, prop::bool::weighted(0.25), any::<bool>()).prop_map(|(pod, placement, node, room, second)| ProposalSpec {
+        pod,
+        placement,
+        node,
+        room,
+        second,
+    });
     (
         prop::collection::vec(node, 2..6),
         prop::collection::vec(pod, 1..32),
@@ -169,7 +182,8 @@ fn build(case: &Case) -> Built {
     for (index, spec) in case.pods.iter().enumerate() {
         // Pods are where they fit (they may have come before a taint or a cordon).
         let count = case.nodes.len();
-        let Some(node) = (0..count).map(|offset| (spec.node + offset) % count).find(|node| used[*node] + spec.cpu_millis <= case.nodes[*node].cpu_millis) else {
+        let Some(node) = (0..count).map(|offset| (spec.node + offset) % count).find(|node| used[*node] + spec.cpu_millis <= case.nodes[*node].cpu_millis)
+        else {
             continue;
         };
         used[node] += spec.cpu_millis;
@@ -180,7 +194,9 @@ fn build(case: &Case) -> Built {
                 format!("{{app: w{workload}}}"),
                 format!(", ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: w{workload}, uid: rs-{workload}, controller: true}}]"),
             ),
-            Owner::DaemonSet => ("{app: agent}".into(), ", ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: ds, controller: true}]".into()),
+            Owner::DaemonSet => {
+                ("{app: agent}".into(), ", ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: ds, controller: true}]".into())
+            }
             Owner::Bare => ("{app: bare}".into(), String::new()),
         };
         let annotations = if spec.never { ", annotations: {wasp.dev/evict: never}" } else { "" };
@@ -248,7 +264,8 @@ fn answers(case: &Case, built: &Built) -> Vec<(String, Vec<Eviction>)> {
 fn make_plan(generation: &Generation, case: &Case, built: &Built) -> Plan {
     let mut section = ReschedulerSection::with_strategies(Vec::new());
     let (run, node, namespace, workload) = case.limits;
-    section.limits = serde_yaml::from_str(&format!("{{maxPerRun: {run}, maxPerNode: {node}, maxPerNamespace: {namespace}, maxPerWorkload: {workload}}}")).unwrap();
+    section.limits =
+        serde_yaml::from_str(&format!("{{maxPerRun: {run}, maxPerNode: {node}, maxPerNamespace: {namespace}, maxPerWorkload: {workload}}}")).unwrap();
     let (budgets, warnings) = Budgets::from_objects(&built.budgets);
     assert!(warnings.is_empty(), "{warnings:?}");
     let memory = Memory::default();

@@ -44,10 +44,7 @@ fn components_that_are_not_policies_are_refused() {
 fn wrong_contract_version_names_both_versions() {
     let older = wat::parse_str(r#"(component (instance $i) (export "wasp:policy/policy@0.1.0" (instance $i)))"#).unwrap();
     let error = load_error(&older);
-    assert!(
-        error.contains("built against contract wasp:policy@0.1.0, this host implements wasp:policy@0.9.0"),
-        "{error}"
-    );
+    assert!(error.contains("built against contract wasp:policy@0.1.0, this host implements wasp:policy@0.9.0"), "{error}");
 }
 
 #[test]
@@ -78,8 +75,7 @@ fn misbehaving(settings: &str, failure_mode: FailureMode) -> LoadedPolicy {
 fn misbehaving_within(settings: &str, failure_mode: FailureMode, limits: Limits) -> LoadedPolicy {
     let runtime = runtime();
     let (source, wasm) = fixture_wasm("misbehaving");
-    LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions { settings: settings.into(), limits, failure_mode })
-        .unwrap_or_else(|error| panic!("{error}"))
+    LoadedPolicy::load(&runtime, &source, &wasm, PolicyOptions { settings: settings.into(), limits, failure_mode }).unwrap_or_else(|error| panic!("{error}"))
 }
 
 fn two_node_cluster() -> (wasp::cluster::ClusterState, Vec<u32>) {
@@ -173,10 +169,7 @@ fn malformed_answers_are_rejected_without_poisoning() {
     let (cluster, ids) = two_node_cluster();
     let pod = simple_pod("p", "100m", "");
     let short = misbehaving(r#"{"filter": "short"}"#, FailureMode::FailClosed);
-    assert_eq!(
-        short.filter(&cluster, &pod, &ids).unwrap_err().to_string(),
-        "malformed answer from filter: 1 verdicts for 2 candidate nodes"
-    );
+    assert_eq!(short.filter(&cluster, &pod, &ids).unwrap_err().to_string(), "malformed answer from filter: 1 verdicts for 2 candidate nodes");
     assert_eq!(short.idle_instances(), 1, "a malformed answer does not make the instance suspect");
     let bad_code = misbehaving(r#"{"filter": "bad-code"}"#, FailureMode::FailClosed);
     assert!(bad_code.filter(&cluster, &pod, &ids).unwrap_err().to_string().contains("names a rejection that does not exist"));
@@ -320,7 +313,9 @@ fn a_compile_bomb_costs_the_compiling_child_not_the_host_and_its_digest_is_refus
     let isolated = |limits: CompileLimits| {
         Runtime::with_compiler(Some(cache.path().to_path_buf()), Compiler::Isolated { program: env!("CARGO_BIN_EXE_wasp").into(), limits }).unwrap()
     };
-    let load = |runtime: &std::sync::Arc<Runtime>, source: &str, wasm: &[u8]| LoadedPolicy::load(runtime, source, wasm, PolicyOptions::default()).map(|_| ()).map_err(|error| error.to_string());
+    let load = |runtime: &std::sync::Arc<Runtime>, source: &str, wasm: &[u8]| {
+        LoadedPolicy::load(runtime, source, wasm, PolicyOptions::default()).map(|_| ()).map_err(|error| error.to_string())
+    };
     let limits = CompileLimits { memory_bytes: 256 << 20, cpu_time: Duration::from_secs(60) };
     let runtime = isolated(limits);
     // An ordinary policy compiles in the child and loads in the serving engine.

@@ -170,7 +170,14 @@ impl Installed {
             .arg(home.join("config.yaml"))
             .arg("--cache-dir")
             .arg(home.join("cache"))
-            .args(["--listen", &format!("127.0.0.1:{secure}"), "--insecure-listen", &format!("127.0.0.1:{listen}"), "--webhook-listen", &format!("127.0.0.1:{webhook}")])
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{secure}"),
+                "--insecure-listen",
+                &format!("127.0.0.1:{listen}"),
+                "--webhook-listen",
+                &format!("127.0.0.1:{webhook}"),
+            ])
             .arg("--tls-cert-file")
             .arg(self.tls.join("tls.crt"))
             .arg("--tls-private-key-file")
@@ -219,8 +226,17 @@ impl Installed {
 }
 
 /// The ConfigMaps the Deployment projects into the policy directory (manifests/30-deployment.yaml), all optional.
-const POLICY_CONFIG_MAPS: [&str; 9] =
-    ["wasp-policies", "wasp-policies-1", "wasp-policies-2", "wasp-policies-3", "wasp-policies-4", "wasp-policies-5", "wasp-policies-6", "wasp-policies-7", "wasp-policies-8"];
+const POLICY_CONFIG_MAPS: [&str; 9] = [
+    "wasp-policies",
+    "wasp-policies-1",
+    "wasp-policies-2",
+    "wasp-policies-3",
+    "wasp-policies-4",
+    "wasp-policies-5",
+    "wasp-policies-6",
+    "wasp-policies-7",
+    "wasp-policies-8",
+];
 
 impl Installed {
     /// Writes the policy ConfigMaps that exist into `volume` as the kubelet updates a projected volume (there is
@@ -256,7 +272,16 @@ impl Installed {
     /// Stores a ConfigMap of loose policy files (`kubectl create configmap NAME --from-file=...`), replacing it
     /// if it exists.
     fn put_policies(&self, config_map: &str, files: &[(&str, PathBuf)]) {
-        let mut args = vec!["create".to_string(), "configmap".into(), config_map.into(), "-n".into(), "wasp-system".into(), "--dry-run=client".into(), "-o".into(), "json".into()];
+        let mut args = vec![
+            "create".to_string(),
+            "configmap".into(),
+            config_map.into(),
+            "-n".into(),
+            "wasp-system".into(),
+            "--dry-run=client".into(),
+            "-o".into(),
+            "json".into(),
+        ];
         for (name, path) in files {
             args.push(format!("--from-file={name}={}", path.display()));
         }
@@ -290,7 +315,9 @@ fn deployment(name: &str, replicas: u32, cpu: &str) -> String {
 fn wait_available(cluster: &ControlPlane, name: &str, replicas: u64, patience: Duration) {
     wait_for(&format!("Deployment {name}: {replicas} replicas Available"), patience, || {
         let status = &cluster.get_json(&["get", "deployment", name, "-n", "default"])["status"];
-        status["availableReplicas"].as_u64() == Some(replicas) && status["updatedReplicas"].as_u64() == Some(replicas) && status["replicas"].as_u64() == Some(replicas)
+        status["availableReplicas"].as_u64() == Some(replicas)
+            && status["updatedReplicas"].as_u64() == Some(replicas)
+            && status["replicas"].as_u64() == Some(replicas)
     });
 }
 
@@ -393,8 +420,11 @@ spec:
     let refused: Vec<String> =
         audit.iter().filter(|event| event.user() == WASP_USER && event.code() == 403).map(|event| format!("{} {}", event.verb(), event.uri())).collect();
     assert!(refused.is_empty(), "requests of wasp the RBAC refused: {refused:?}");
-    let failed: Vec<String> =
-        audit.iter().filter(|event| event.user() == WASP_USER && event.code() >= 500).map(|event| format!("{} {} {}", event.code(), event.verb(), event.uri())).collect();
+    let failed: Vec<String> = audit
+        .iter()
+        .filter(|event| event.user() == WASP_USER && event.code() >= 500)
+        .map(|event| format!("{} {} {}", event.code(), event.verb(), event.uri()))
+        .collect();
     assert!(failed.is_empty(), "requests of wasp the API server failed: {failed:?}");
     // ... and what it does not grant is refused: wasp may not delete pods.
     let victim = web[0]["metadata"]["name"].as_str().unwrap();
@@ -464,7 +494,8 @@ fn the_real_api_server_calls_the_shipped_webhooks_and_pod_creation_survives_wasp
     let pod = cluster.get_json(&["get", "pod", "web", "-n", "team-a"]);
     assert_eq!(pod["spec"]["schedulerName"], "wasp", "{pod}");
     let audit = cluster.audit();
-    let creation = audit.iter().find(|event| event.verb() == "create" && event.resource() == "pods" && event.namespace() == "team-a" && event.code() == 201).unwrap();
+    let creation =
+        audit.iter().find(|event| event.verb() == "create" && event.resource() == "pods" && event.namespace() == "team-a" && event.code() == 201).unwrap();
     let annotations = creation.0["annotations"].to_string();
     assert!(annotations.contains("namespace-scheduler.pods.wasp.dev"), "the audit log does not name wasp's mutation: {annotations}");
     wait_for("team-a/web bound by wasp", Duration::from_secs(60), || {
@@ -476,7 +507,10 @@ fn the_real_api_server_calls_the_shipped_webhooks_and_pod_creation_survives_wasp
     cluster.must(&["run", "plain", "--image=nginx"]);
     assert_eq!(cluster.get_json(&["get", "pod", "plain"])["spec"]["schedulerName"], "default-scheduler");
     let audit = cluster.audit();
-    let plain = audit.iter().find(|event| event.verb() == "create" && event.resource() == "pods" && event.name() == "plain" && event.code() == 201).expect("plain's creation in the audit log");
+    let plain = audit
+        .iter()
+        .find(|event| event.verb() == "create" && event.resource() == "pods" && event.name() == "plain" && event.code() == 201)
+        .expect("plain's creation in the audit log");
     let plain = plain.0["annotations"].to_string();
     // The mutating webhook is asked (the API server has already written default-scheduler) and changes nothing
     // in a namespace that names no scheduler; the validating one is not asked.
@@ -542,7 +576,8 @@ fn the_helm_chart_installs_and_an_upgrade_reconfigures_the_running_host() {
     let host = std::thread::scope(|scope| {
         let starting = scope.spawn(|| installed.start_host("wasp-0"));
         wait_for("the host to wait for its policies", Duration::from_secs(60), || {
-            std::fs::read_to_string(&log).is_ok_and(|log| log.contains("waiting for a configuration and policies") && log.contains("node-unschedulable.wasm does not exist"))
+            std::fs::read_to_string(&log)
+                .is_ok_and(|log| log.contains("waiting for a configuration and policies") && log.contains("node-unschedulable.wasm does not exist"))
         });
         assert!(!starting.is_finished(), "the host was Ready without its policies");
         create_policy_bundle(cluster);
@@ -554,7 +589,11 @@ fn the_helm_chart_installs_and_an_upgrade_reconfigures_the_running_host() {
         CALLABLE_WEBHOOKS.iter().all(|(configuration, webhook)| webhook_callable(&metrics, configuration, webhook) == Some(1))
     });
     let typo = cluster.kubectl(&["run", "typo", "--image=nginx", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]);
-    assert!(!typo.ok && typo.stderr.contains(r#"no scheduler named "wsap" runs in this cluster"#), "the real API server did not call the webhook: {}", typo.stderr);
+    assert!(
+        !typo.ok && typo.stderr.contains(r#"no scheduler named "wsap" runs in this cluster"#),
+        "the real API server did not call the webhook: {}",
+        typo.stderr
+    );
     create(cluster, &deployment("web", 6, "100m"));
     wait_available(cluster, "web", 6, Duration::from_secs(60));
 
@@ -593,7 +632,8 @@ fn the_helm_chart_installs_and_an_upgrade_reconfigures_the_running_host() {
     let statuses: Vec<&str> = history.as_array().unwrap().iter().map(|revision| revision["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, ["superseded", "deployed"]);
     let audit = cluster.audit();
-    let refused: Vec<String> = audit.iter().filter(|event| event.user() == WASP_USER && event.code() == 403).map(|event| format!("{} {}", event.verb(), event.uri())).collect();
+    let refused: Vec<String> =
+        audit.iter().filter(|event| event.user() == WASP_USER && event.code() == 403).map(|event| format!("{} {}", event.verb(), event.uri())).collect();
     assert!(refused.is_empty(), "requests of wasp the chart's RBAC refused: {refused:?}");
 
     // Uninstalled: the CRD stays (Helm never deletes crds/), what wasp placed stays, pods are created unreviewed.
@@ -852,7 +892,9 @@ fn assert_each_pod_bound_once(cluster: &ControlPlane, audit: &[AuditEvent], sele
 /// Asks the real Eviction API whether `pod` may be evicted now, without evicting it (`dryRun: All`): true for
 /// 201, false for 429; anything else fails the test.
 fn eviction_allowed(cluster: &ControlPlane, pod: &str) -> bool {
-    let eviction = format!(r#"{{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {{"name": "{pod}", "namespace": "default"}}, "deleteOptions": {{"dryRun": ["All"]}}}}"#);
+    let eviction = format!(
+        r#"{{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {{"name": "{pod}", "namespace": "default"}}, "deleteOptions": {{"dryRun": ["All"]}}}}"#
+    );
     let answer = cluster.kubectl_input(&["create", "--raw", &format!("/api/v1/namespaces/default/pods/{pod}/eviction"), "-f", "-"], &eviction);
     match answer.ok {
         true => true,
@@ -933,7 +975,8 @@ fn the_plan_judges_an_unready_pod_by_its_budget_as_the_real_eviction_api_does() 
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success() && stderr.contains("the Lease kube-system/wasp-scheduler is held by wasp-0_abc"), "{stderr}");
     // The test's own dry-run evictions come from kubectl; wasp's client is not kubectl.
-    let by_wasp = cluster.audit().iter().filter(|event| event.subresource() == "eviction" && !event.0["userAgent"].as_str().unwrap_or("").starts_with("kubectl")).count();
+    let by_wasp =
+        cluster.audit().iter().filter(|event| event.subresource() == "eviction" && !event.0["userAgent"].as_str().unwrap_or("").starts_with("kubectl")).count();
     assert_eq!(by_wasp, 0, "an eviction was sent beside the leader");
 }
 
@@ -996,8 +1039,18 @@ fn a_policy_signed_with_cosign_serves_from_the_configmap_and_an_update_it_did_no
         std::fs::copy(fixtures.join(format!("zone-pin-{zone}.wasm")), signing.join(format!("{zone}.wasm"))).unwrap();
         common::cosign::sign(&signing, "cosign.key", &format!("{zone}.wasm"), &format!("{zone}.wasm.sig"));
     }
-    cluster.must(&["create", "secret", "generic", "wasp-policy-keys", "-n", "wasp-system", &format!("--from-file=cosign.pub={}", signing.join("cosign.pub").display())]);
-    let put = |component: &str, signature: &str| installed.put_policies("wasp-policies-1", &[("zone-pin.wasm", signing.join(component)), ("zone-pin.wasm.sig", signing.join(signature))]);
+    cluster.must(&[
+        "create",
+        "secret",
+        "generic",
+        "wasp-policy-keys",
+        "-n",
+        "wasp-system",
+        &format!("--from-file=cosign.pub={}", signing.join("cosign.pub").display()),
+    ]);
+    let put = |component: &str, signature: &str| {
+        installed.put_policies("wasp-policies-1", &[("zone-pin.wasm", signing.join(component)), ("zone-pin.wasm.sig", signing.join(signature))])
+    };
     put("east.wasm", "east.wasm.sig");
     installed.edit_config(|config| {
         assert!(config.contains("\npolicies:\n"), "{config}");
@@ -1067,11 +1120,25 @@ fn a_policy_pulled_from_a_registry_places_pods_and_keeps_placing_them_with_the_r
     let source = String::from_utf8(pushed.stdout).unwrap().lines().find_map(|line| line.strip_prefix("pinned: ").map(str::to_string)).unwrap();
     // The credentials as a dockerconfigjson Secret, the CA and the key beside them, as the README says.
     cluster.must(&[
-        "create", "secret", "generic", "wasp-registry-credentials", "-n", "wasp-system", "--type=kubernetes.io/dockerconfigjson",
+        "create",
+        "secret",
+        "generic",
+        "wasp-registry-credentials",
+        "-n",
+        "wasp-system",
+        "--type=kubernetes.io/dockerconfigjson",
         &format!("--from-file=.dockerconfigjson={}", registry.credentials.display()),
         &format!("--from-file=ca.crt={}", registry.ca_file.display()),
     ]);
-    cluster.must(&["create", "secret", "generic", "wasp-policy-keys", "-n", "wasp-system", &format!("--from-file=cosign.pub={}", signing.join("cosign.pub").display())]);
+    cluster.must(&[
+        "create",
+        "secret",
+        "generic",
+        "wasp-policy-keys",
+        "-n",
+        "wasp-system",
+        &format!("--from-file=cosign.pub={}", signing.join("cosign.pub").display()),
+    ]);
     installed.edit_config(|config| {
         config
             .replace("  profiles:\n", "  profiles:\n  - schedulerName: wasp-pinned\n    filters: [resources-fit, zone-pin]\n")
@@ -1170,7 +1237,16 @@ fn the_default_profile_places_pods_by_kube_schedulers_rules_and_says_why_it_cann
     // Attempts that fail for the same reason write the condition once, as kube-scheduler does (each attempt
     // still counts in the event): a node change that does not help retries the pod three times.
     let by_wasp = |audit: &[control_plane::AuditEvent], resource: &str, subresource: &str, prefix: &str| {
-        audit.iter().filter(|event| event.user() == WASP_USER && event.resource() == resource && event.subresource() == subresource && event.name().starts_with(prefix) && event.code() < 300).count()
+        audit
+            .iter()
+            .filter(|event| {
+                event.user() == WASP_USER
+                    && event.resource() == resource
+                    && event.subresource() == subresource
+                    && event.name().starts_with(prefix)
+                    && event.code() < 300
+            })
+            .count()
     };
     let event_writes = || by_wasp(&cluster.audit(), "events", "", &format!("{pending}."));
     for attempt in 0..3 {
@@ -1249,9 +1325,7 @@ fn a_high_priority_pod_preempts_through_the_eviction_api_and_is_nominated() {
     let low_before = placements(cluster, "default", "app=low");
 
     create(cluster, "apiVersion: v1\nkind: Pod\nmetadata: {name: urgent, namespace: default}\nspec:\n  schedulerName: wasp\n  priorityClassName: high\n  containers: [{name: app, image: nginx, resources: {requests: {cpu: '1'}}}]\n");
-    wait_for("urgent bound", Duration::from_secs(90), || {
-        cluster.get_json(&["get", "pod", "urgent", "-n", "default"])["spec"]["nodeName"].as_str().is_some()
-    });
+    wait_for("urgent bound", Duration::from_secs(90), || cluster.get_json(&["get", "pod", "urgent", "-n", "default"])["spec"]["nodeName"].as_str().is_some());
     let urgent = cluster.get_json(&["get", "pod", "urgent", "-n", "default"]);
     let node = urgent["spec"]["nodeName"].as_str().unwrap();
 
@@ -1266,7 +1340,11 @@ fn a_high_priority_pod_preempts_through_the_eviction_api_and_is_nominated() {
     assert!(audit.iter().filter(|event| event.subresource() == "eviction").all(|event| event.user() == WASP_USER));
     // The audit log keeps the body of status writes (controlplane/apiserver.go's policy).
     let nominated = audit.iter().position(|event| {
-        event.name() == "urgent" && event.subresource() == "status" && event.user() == WASP_USER && event.code() == 200 && event.0["requestObject"].to_string().contains(&format!(r#""nominatedNodeName":"{node}""#))
+        event.name() == "urgent"
+            && event.subresource() == "status"
+            && event.user() == WASP_USER
+            && event.code() == 200
+            && event.0["requestObject"].to_string().contains(&format!(r#""nominatedNodeName":"{node}""#))
     });
     let bound = audit.iter().position(|event| event.name() == "urgent" && event.subresource() == "binding" && event.code() == 201);
     assert!(nominated.is_some() && nominated < bound, "urgent's status.nominatedNodeName = {node} written before its binding");
@@ -1318,7 +1396,11 @@ impl ScaleChangedMeanwhile {
             async move {
                 if !held.swap(true, std::sync::atomic::Ordering::SeqCst) {
                     let scaled = tokio::task::spawn_blocking(move || {
-                        control_plane::kubectl_with(&kubeconfig, &["scale", "deployment", &deployment, "-n", "default", &format!("--replicas={user_replicas}")], None)
+                        control_plane::kubectl_with(
+                            &kubeconfig,
+                            &["scale", "deployment", &deployment, "-n", "default", &format!("--replicas={user_replicas}")],
+                            None,
+                        )
                     })
                     .await
                     .unwrap();
@@ -1386,9 +1468,17 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     // the scale subresource only, never the Deployment itself.
     let audit = cluster.audit();
     let by_wasp = |event: &&control_plane::AuditEvent| event.user() == WASP_USER;
-    assert!(audit.iter().filter(by_wasp).any(|event| event.uri().starts_with("/apis/metrics.k8s.io/v1beta1/namespaces/default/pods") && event.code() == 200), "no metrics read through the aggregation layer");
-    let scales: Vec<_> = audit.iter().filter(by_wasp).filter(|event| event.resource() == "deployments" && ["update", "patch"].contains(&event.verb())).collect();
-    assert!(!scales.is_empty() && scales.iter().all(|event| event.subresource() == "scale" && event.code() == 200), "{:?}", scales.iter().map(|event| event.uri()).collect::<Vec<_>>());
+    assert!(
+        audit.iter().filter(by_wasp).any(|event| event.uri().starts_with("/apis/metrics.k8s.io/v1beta1/namespaces/default/pods") && event.code() == 200),
+        "no metrics read through the aggregation layer"
+    );
+    let scales: Vec<_> =
+        audit.iter().filter(by_wasp).filter(|event| event.resource() == "deployments" && ["update", "patch"].contains(&event.verb())).collect();
+    assert!(
+        !scales.is_empty() && scales.iter().all(|event| event.subresource() == "scale" && event.code() == 200),
+        "{:?}",
+        scales.iter().map(|event| event.uri()).collect::<Vec<_>>()
+    );
     let autoscaler = cluster.get_json(&["get", "autoscaler", "web", "-n", "default"]);
     assert_eq!(autoscaler["status"]["desiredReplicas"], 6, "{autoscaler}");
     // What `wasp explain autoscaler` reads: the metric as read, the policy's answer above the maximum, held to it.
@@ -1403,7 +1493,12 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     assert!(record["recommended"].as_i64().unwrap() > 6 && record["desired"] == 6 && record["outcome"] == "unchanged", "{record}");
     assert!(!record["limitedBy"].as_array().unwrap().is_empty(), "{record}");
     // The pods come from the host's pod informer (one cluster-wide list and watch), not a list per pass.
-    let pod_lists: Vec<&str> = audit.iter().filter(by_wasp).filter(|event| event.verb() == "list" && event.uri().starts_with("/api/v1/namespaces/") && event.resource() == "pods").map(|event| event.uri()).collect();
+    let pod_lists: Vec<&str> = audit
+        .iter()
+        .filter(by_wasp)
+        .filter(|event| event.verb() == "list" && event.uri().starts_with("/api/v1/namespaces/") && event.resource() == "pods")
+        .map(|event| event.uri())
+        .collect();
     assert!(pod_lists.is_empty(), "the autoscaler listed pods per namespace: {pod_lists:?}");
 
     // A user scales a Deployment between wasp's read of its scale and wasp's write: the real API server refuses
@@ -1412,7 +1507,10 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     create(cluster, &deployment("shop", 2, "200m"));
     wait_available(cluster, "shop", 2, Duration::from_secs(60));
     let meanwhile = ScaleChangedMeanwhile::register(cluster, "shop", 3);
-    set_load(cluster, "pods:\n- {namespace: default, selector: app=web, cpu: 400m, memory: 100Mi}\n- {namespace: default, selector: app=shop, cpu: 400m, memory: 100Mi}\n");
+    set_load(
+        cluster,
+        "pods:\n- {namespace: default, selector: app=web, cpu: 400m, memory: 100Mi}\n- {namespace: default, selector: app=shop, cpu: 400m, memory: 100Mi}\n",
+    );
     create(
         cluster,
         "apiVersion: wasp.dev/v1alpha1\nkind: Autoscaler\nmetadata: {name: shop, namespace: default}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: shop}\n  minReplicas: 2\n  maxReplicas: 6\n  metrics:\n  - type: Resource\n    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}\n",
@@ -1422,19 +1520,29 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     let shop_scales: Vec<(String, u64)> = cluster
         .audit()
         .iter()
-        .filter(|event| event.resource() == "deployments" && event.name() == "shop" && event.subresource() == "scale" && ["update", "patch"].contains(&event.verb()))
+        .filter(|event| {
+            event.resource() == "deployments" && event.name() == "shop" && event.subresource() == "scale" && ["update", "patch"].contains(&event.verb())
+        })
         .map(|event| (if event.user() == WASP_USER { "wasp" } else { "user" }.to_string(), event.code()))
         .collect();
     let expected_start = [("user".to_string(), 200), ("wasp".to_string(), 409), ("wasp".to_string(), 200)];
-    assert!(shop_scales.starts_with(&expected_start) && shop_scales[3..].iter().all(|(user, code)| user == "wasp" && *code == 200), "updates of shop's scale, in order: {shop_scales:?}");
-    let rescales: Vec<String> = cluster
-        .get_json(&["get", "events", "-n", "default", "--field-selector", "involvedObject.kind=Autoscaler,involvedObject.name=shop"])["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|event| format!("{}: {}", event["reason"].as_str().unwrap(), event["message"].as_str().unwrap()))
-        .collect();
-    assert!(rescales.iter().any(|event| event.starts_with("FailedRescale: New size: ") && event.contains("(from 2)") && event.contains("changed since it was read")), "{rescales:?}");
+    assert!(
+        shop_scales.starts_with(&expected_start) && shop_scales[3..].iter().all(|(user, code)| user == "wasp" && *code == 200),
+        "updates of shop's scale, in order: {shop_scales:?}"
+    );
+    let rescales: Vec<String> =
+        cluster.get_json(&["get", "events", "-n", "default", "--field-selector", "involvedObject.kind=Autoscaler,involvedObject.name=shop"])["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|event| format!("{}: {}", event["reason"].as_str().unwrap(), event["message"].as_str().unwrap()))
+            .collect();
+    assert!(
+        rescales
+            .iter()
+            .any(|event| event.starts_with("FailedRescale: New size: ") && event.contains("(from 2)") && event.contains("changed since it was read")),
+        "{rescales:?}"
+    );
     let first_rescale = rescales.iter().find(|event| event.starts_with("SuccessfulRescale"));
     assert!(first_rescale.is_some_and(|event| event.contains("(from 3)")), "{rescales:?}");
 
@@ -1443,7 +1551,10 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     // shows the 200% utilization wasp saw) and scales it itself.
     create(cluster, &deployment("api", 2, "200m"));
     wait_available(cluster, "api", 2, Duration::from_secs(60));
-    set_load(cluster, "pods:\n- {namespace: default, selector: app=web, cpu: 400m, memory: 100Mi}\n- {namespace: default, selector: app=api, cpu: 400m, memory: 100Mi}\n");
+    set_load(
+        cluster,
+        "pods:\n- {namespace: default, selector: app=web, cpu: 400m, memory: 100Mi}\n- {namespace: default, selector: app=api, cpu: 400m, memory: 100Mi}\n",
+    );
     create(
         cluster,
         "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: api, namespace: default}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: api}\n  minReplicas: 2\n  maxReplicas: 3\n  metrics:\n  - type: Resource\n    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}\n",
@@ -1464,12 +1575,20 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     let api_scales: Vec<String> = cluster
         .audit()
         .iter()
-        .filter(|event| event.resource() == "deployments" && event.name() == "api" && event.subresource() == "scale" && ["update", "patch"].contains(&event.verb()))
+        .filter(|event| {
+            event.resource() == "deployments" && event.name() == "api" && event.subresource() == "scale" && ["update", "patch"].contains(&event.verb())
+        })
         .map(|event| event.user().to_string())
         .collect();
     assert!(!api_scales.is_empty() && api_scales.iter().all(|user| user != WASP_USER), "scale writes of api: {api_scales:?}");
     let (_, body) = http_get(host.listen, "/explain/autoscalers/default/api").unwrap();
-    assert!(serde_json::from_str::<Value>(&body).unwrap()["outcome"].as_str().unwrap().starts_with("not scaled: ConflictingHorizontalPodAutoscaler: HorizontalPodAutoscaler api also scales"), "{body}");
+    assert!(
+        serde_json::from_str::<Value>(&body).unwrap()["outcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("not scaled: ConflictingHorizontalPodAutoscaler: HorizontalPodAutoscaler api also scales"),
+        "{body}"
+    );
 
     // A custom resource whose scale subresource has no labelSelectorPath: its scale reports no selector, which
     // would select every pod of the namespace. Refused as the HPA refuses it; its scale is read, never written.
@@ -1493,7 +1612,12 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
         status_condition(&autoscaler, "ScalingActive").is_some_and(|active| active["status"] == "False" && active["reason"] == "InvalidSelector")
     });
     let widget_scale = |verbs: &[&str]| {
-        cluster.audit().iter().filter(|event| event.user() == WASP_USER && event.resource() == "widgets" && event.subresource() == "scale" && verbs.contains(&event.verb())).map(|event| event.code()).collect::<Vec<_>>()
+        cluster
+            .audit()
+            .iter()
+            .filter(|event| event.user() == WASP_USER && event.resource() == "widgets" && event.subresource() == "scale" && verbs.contains(&event.verb()))
+            .map(|event| event.code())
+            .collect::<Vec<_>>()
     };
     assert!(widget_scale(&["get"]).contains(&200), "the scale was read");
     assert!(widget_scale(&["update", "patch"]).is_empty(), "a selector-less target's scale was written");
@@ -1516,17 +1640,18 @@ fn the_placement_check_names_the_bindings_kube_schedulers_filters_refuse() {
         let tolerations = if tolerates { "\n  tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]" } else { "" };
         format!("---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  nodeName: {node}\n  containers: [{{name: app, image: app, resources: {{requests: {{cpu: {cpu}}}}}}}]{tolerations}\n")
     };
-    let manifest = [pod("first", "small-0", "600m", false), pod("second", "small-0", "600m", false), pod("untolerated", "tainted-0", "100m", false), pod("tolerated", "tainted-0", "100m", true)].concat();
+    let manifest = [
+        pod("first", "small-0", "600m", false),
+        pod("second", "small-0", "600m", false),
+        pod("untolerated", "tainted-0", "100m", false),
+        pod("tolerated", "tainted-0", "100m", true),
+    ]
+    .concat();
     create(&cluster, &manifest);
     let order = cluster.dir.path().join("order");
     std::fs::write(&order, "default/first\ndefault/second\ndefault/untolerated\ndefault/tolerated\n").unwrap();
-    let output = Command::new(control_plane::binary())
-        .args(["check-placements", "--kubeconfig"])
-        .arg(&cluster.kubeconfig)
-        .arg("--order")
-        .arg(&order)
-        .output()
-        .unwrap();
+    let output =
+        Command::new(control_plane::binary()).args(["check-placements", "--kubeconfig"]).arg(&cluster.kubeconfig).arg("--order").arg(&order).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let violations: Vec<&str> = stdout.lines().filter(|line| line.starts_with("violation ")).collect();
@@ -1554,10 +1679,17 @@ fn node_metrics_are_listed_by_label_selector_with_idle_nodes_at_zero() {
     set_load(&cluster, "pods: [{namespace: default, selector: app=busy, cpu: 300m, memory: 100Mi}]");
     let usage = |path: &str| -> BTreeMap<String, String> {
         let answer: Value = serde_json::from_str(&cluster.must(&["get", "--raw", path])).unwrap();
-        answer["items"].as_array().unwrap().iter().map(|item| (item["metadata"]["name"].as_str().unwrap().to_string(), item["usage"]["cpu"].as_str().unwrap().to_string())).collect()
+        answer["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| (item["metadata"]["name"].as_str().unwrap().to_string(), item["usage"]["cpu"].as_str().unwrap().to_string()))
+            .collect()
     };
     // What metrics-server lists: the nodes the selector matches, an idle one among them.
-    wait_for("worker-0's usage from the load model", Duration::from_secs(30), || usage("/apis/metrics.k8s.io/v1beta1/nodes").get("worker-0").is_some_and(|cpu| cpu == "300m"));
+    wait_for("worker-0's usage from the load model", Duration::from_secs(30), || {
+        usage("/apis/metrics.k8s.io/v1beta1/nodes").get("worker-0").is_some_and(|cpu| cpu == "300m")
+    });
     let zone_a = usage("/apis/metrics.k8s.io/v1beta1/nodes?labelSelector=topology.kubernetes.io%2Fzone%3Dzone-a");
     assert_eq!(zone_a.keys().collect::<Vec<_>>(), ["worker-0", "worker-1"], "{zone_a:?}");
     assert_eq!(zone_a["worker-1"], "0", "an idle node is listed at zero");
@@ -1573,7 +1705,8 @@ fn node_metrics_are_listed_by_label_selector_with_idle_nodes_at_zero() {
     }
     set_load(&cluster, "pods: [{namespace: default, selector: app=shared, totalCpu: 900m}]");
     wait_for("each shared pod's third of 900m", Duration::from_secs(60), || {
-        let answer: Value = serde_json::from_str(&cluster.must(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=app%3Dshared"])).unwrap();
+        let answer: Value =
+            serde_json::from_str(&cluster.must(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=app%3Dshared"])).unwrap();
         let shares: Vec<&Value> = answer["items"].as_array().unwrap().iter().map(|pod| &pod["containers"][0]["usage"]["cpu"]).collect();
         shares.len() == 3 && shares.iter().all(|cpu| *cpu == "300m")
     });
@@ -1593,10 +1726,14 @@ fn wasp_explain_says_why_a_pod_is_pending_and_why_another_went_where_it_did() {
     cluster.create_nodes("worker", 3, &["zone-a", "zone-b"], "4", "16Gi");
     cluster.must(&["taint", "node", "worker-2", "dedicated=gpu:NoSchedule"]);
     let host = installed.start_host("wasp-0");
-    let pod = |name: &str, cpu: &str| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  schedulerName: wasp\n  containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: '{cpu}'}}}}}}]\n");
+    let pod = |name: &str, cpu: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  schedulerName: wasp\n  containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: '{cpu}'}}}}}}]\n")
+    };
     create(cluster, &pod("big", "5"));
     create(cluster, &pod("small", "100m"));
-    wait_for("big's PodScheduled=False", Duration::from_secs(60), || scheduled_condition(cluster, "default", "big").is_some_and(|condition| condition["status"] == "False"));
+    wait_for("big's PodScheduled=False", Duration::from_secs(60), || {
+        scheduled_condition(cluster, "default", "big").is_some_and(|condition| condition["status"] == "False")
+    });
     wait_for("small bound", Duration::from_secs(60), || !cluster.get_json(&["get", "pod", "small", "-n", "default"])["spec"]["nodeName"].is_null());
     let small_node = cluster.get_json(&["get", "pod", "small", "-n", "default"])["spec"]["nodeName"].as_str().unwrap().to_string();
 
@@ -1618,7 +1755,9 @@ fn wasp_explain_says_why_a_pod_is_pending_and_why_another_went_where_it_did() {
     let condition = scheduled_condition(cluster, "default", "big").unwrap();
     assert_eq!(record["message"], condition["message"], "the record says what the pod's condition says");
     assert_eq!(record["nodes"], 3);
-    let step = |policy: &str| record["filters"].as_array().unwrap().iter().find(|step| step["policy"] == policy).cloned().unwrap_or_else(|| panic!("no {policy} in {record}"));
+    let step = |policy: &str| {
+        record["filters"].as_array().unwrap().iter().find(|step| step["policy"] == policy).cloned().unwrap_or_else(|| panic!("no {policy} in {record}"))
+    };
     assert_eq!((step("taint-toleration")["evaluated"].as_u64(), step("taint-toleration")["rejected"].as_u64()), (Some(3), Some(1)), "{record}");
     assert_eq!(step("taint-toleration")["reasons"][0]["reason"], "node(s) had untolerated taint {dedicated: gpu}");
     assert_eq!((step("resources-fit")["evaluated"].as_u64(), step("resources-fit")["rejected"].as_u64()), (Some(2), Some(2)), "{record}");
@@ -1642,7 +1781,10 @@ fn wasp_explain_says_why_a_pod_is_pending_and_why_another_went_where_it_did() {
     let plugin = Command::new("kubectl").args(["wasp", "explain", "pod", "default/big"]).env("KUBECONFIG", &oncall).env("PATH", path).output().unwrap();
     let plugin_out = String::from_utf8_lossy(&plugin.stdout);
     assert!(plugin.status.success(), "{}", String::from_utf8_lossy(&plugin.stderr));
-    assert!(plugin_out.contains("Result:  unschedulable: 0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 2 Insufficient cpu."), "{plugin_out}");
+    assert!(
+        plugin_out.contains("Result:  unschedulable: 0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 2 Insufficient cpu."),
+        "{plugin_out}"
+    );
     assert!(plugin_out.contains("resources-fit") && plugin_out.contains("2 Insufficient cpu"), "{plugin_out}");
 
     // Who may read the Lease but was not granted /explain/*: the host refuses, after asking the API server.

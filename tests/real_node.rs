@@ -59,7 +59,8 @@ fn image_contents(tar: &Path) -> (Value, Vec<String>) {
             .collect()
     };
     let outer = entries(tar);
-    let find = |name: &str| outer.iter().find(|(path, _)| path == name).map(|(_, bytes)| bytes.clone()).unwrap_or_else(|| panic!("{name} not in the image tar"));
+    let find =
+        |name: &str| outer.iter().find(|(path, _)| path == name).map(|(_, bytes)| bytes.clone()).unwrap_or_else(|| panic!("{name} not in the image tar"));
     let manifest: Value = serde_json::from_slice(&find("manifest.json")).unwrap();
     let config: Value = serde_json::from_slice(&find(manifest[0]["Config"].as_str().unwrap())).unwrap();
     // The layer is stored gzip-compressed, as `docker save` stores it.
@@ -80,7 +81,8 @@ fn the_image_has_the_dockerfiles_contents() {
     let (config, paths) = image_contents(&wasp_image(dir.path()));
     let dockerfile = std::fs::read_to_string(common::repo_root().join("Dockerfile")).unwrap();
     let script = std::fs::read_to_string(common::repo_root().join("scripts/build-image.sh")).unwrap();
-    let line = |prefix: &str| dockerfile.lines().rev().find(|line| line.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in the Dockerfile")).to_string();
+    let line =
+        |prefix: &str| dockerfile.lines().rev().find(|line| line.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in the Dockerfile")).to_string();
     // The same program, built the same way, at the same place, run as the same user.
     let entrypoint: Vec<String> = serde_json::from_str(line("ENTRYPOINT ").trim_start_matches("ENTRYPOINT ")).unwrap();
     assert_eq!(config["config"]["Entrypoint"], serde_json::json!(entrypoint), "{config}");
@@ -114,6 +116,24 @@ fn restarts(pod: &Value) -> u64 {
     pod["status"]["containerStatuses"].as_array().into_iter().flatten().map(|status| status["restartCount"].as_u64().unwrap_or(0)).sum()
 }
 
+/// Whether an event `kubectl get events ARGS` lists says `needle`.
+fn has_event(cluster: &ControlPlane, args: &[&str], needle: &str) -> bool {
+    let events = cluster.get_json(&[&["get", "events"], args].concat());
+    events["items"].as_array().is_some_and(|items| items.iter().any(|event| event["message"].as_str().is_some_and(|message| message.contains(needle))))
+}
+
+/// A pause pod of the profile `wasp-pinned` (zone-pin's), from the image loaded into the nodes.
+fn run_pinned(cluster: &ControlPlane, name: &str) {
+    let created = cluster.kubectl(&[
+        "run",
+        name,
+        "--image=registry.k8s.io/pause:3.10.2",
+        "--image-pull-policy=Never",
+        r#"--overrides={"spec":{"schedulerName":"wasp-pinned"}}"#,
+    ]);
+    assert!(created.ok, "{}", created.stderr);
+}
+
 /// What to read when wasp's pods did not come up: every pod and node, wasp's pods described, their logs' tails.
 fn diagnosis(cluster: &ControlPlane) -> String {
     let everything = cluster.kubectl(&["get", "pods,replicasets,nodes", "-A", "-o", "wide"]).stdout;
@@ -143,7 +163,17 @@ fn bound_node(cluster: &ControlPlane, name: &str, scheduler: &str) -> String {
 /// A ConfigMap of policy files applied as a user would: server-side (a client-side apply of a component
 /// overflows the 256 KiB last-applied annotation).
 fn apply_policies(cluster: &ControlPlane, config_map: &str, file: &str, path: &Path) {
-    let document = cluster.must(&["create", "configmap", config_map, "-n", "wasp-system", &format!("--from-file={file}={}", path.display()), "--dry-run=client", "-o", "yaml"]);
+    let document = cluster.must(&[
+        "create",
+        "configmap",
+        config_map,
+        "-n",
+        "wasp-system",
+        &format!("--from-file={file}={}", path.display()),
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ]);
     let applied = cluster.kubectl_input(&["apply", "--server-side", "-f", "-"], &document);
     assert!(applied.ok, "{}", applied.stderr);
 }
@@ -207,13 +237,7 @@ fn available(cluster: &ControlPlane, deployment: &str, namespace: &str) -> u64 {
 fn wasp_in_sandbox(cluster: &ControlPlane, args: &[&str]) -> std::process::Output {
     let sandbox = cluster.printed("sandbox pid").expect("wasp-controlplane printed its sandbox");
     let kubeconfig = cluster.printed("sandbox admin kubeconfig").expect("wasp-controlplane printed the sandbox's kubeconfig");
-    Command::new("nsenter")
-        .args(["-t", sandbox, "-m", "-n", "--"])
-        .arg(env!("CARGO_BIN_EXE_wasp"))
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .unwrap()
+    Command::new("nsenter").args(["-t", sandbox, "-m", "-n", "--"]).arg(env!("CARGO_BIN_EXE_wasp")).args(args).env("KUBECONFIG", kubeconfig).output().unwrap()
 }
 
 #[test]
@@ -225,7 +249,8 @@ fn wasp_runs_on_real_nodes_as_the_readme_installs_it() {
     let (wasp, busybox) = (wasp_image(images.path()), busybox_image(images.path()));
     // A 10 s kubelet sync (the default is 1 min): how soon a ConfigMap volume follows its ConfigMap.
     let started = Instant::now();
-    let flags = ["--real-nodes", "2", "--kube-scheduler", "--kubelet-sync-frequency", "10s", "--image", wasp.to_str().unwrap(), "--image", busybox.to_str().unwrap()];
+    let flags =
+        ["--real-nodes", "2", "--kube-scheduler", "--kubelet-sync-frequency", "10s", "--image", wasp.to_str().unwrap(), "--image", busybox.to_str().unwrap()];
     let cluster = ControlPlane::start_with(&flags);
     eprintln!("control plane and 2 real nodes in {:.1}s", started.elapsed().as_secs_f64());
     let nodes = cluster.get_json(&["get", "nodes"]);
@@ -304,7 +329,18 @@ fn a_policy_version_comes_through_the_kubelets_projection(cluster: &ControlPlane
     let config = cluster.must(&["get", "configmap", "wasp-config", "-n", "wasp-system", "-o", "jsonpath={.data.config\\.yaml}"]);
     assert!(config.contains("  profiles:\n"), "{config}");
     let pinned = config.replace("  profiles:\n", "  profiles:\n  - schedulerName: wasp-pinned\n    filters: [resources-fit, zone-pin]\n");
-    let edited = cluster.must(&["create", "configmap", "wasp-config", "-n", "wasp-system", "--from-literal", &format!("config.yaml={pinned}"), "--dry-run=client", "-o", "yaml"]);
+    let edited = cluster.must(&[
+        "create",
+        "configmap",
+        "wasp-config",
+        "-n",
+        "wasp-system",
+        "--from-literal",
+        &format!("config.yaml={pinned}"),
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ]);
     let applied = cluster.kubectl_input(&["apply", "--server-side", "--force-conflicts", "-f", "-"], &edited);
     assert!(applied.ok, "{}", applied.stderr);
     let first = Instant::now();
@@ -326,19 +362,20 @@ fn a_policy_version_comes_through_the_kubelets_projection(cluster: &ControlPlane
         east_after_apply += 1;
         assert!(swapped.elapsed() < Duration::from_secs(120), "the west build not deciding 120 s after the apply");
     }
-    eprintln!("ConfigMap apply to the new version deciding: {:.1}s ({east_after_apply} pods placed by the old version meanwhile)", swapped.elapsed().as_secs_f64());
+    eprintln!(
+        "ConfigMap apply to the new version deciding: {:.1}s ({east_after_apply} pods placed by the old version meanwhile)",
+        swapped.elapsed().as_secs_f64()
+    );
 
     // A broken version is refused where the pods record it, and the last good one keeps deciding.
     let broken = dir.join("broken.wasm");
     std::fs::write(&broken, b"\0asm not a component").unwrap();
     apply_policies(cluster, "wasp-policies-1", "zone-pin.wasm", &broken);
     wait_for("a PolicyReloadFailed event", Duration::from_secs(120), || {
-        let events = cluster.get_json(&["get", "events", "-n", "wasp-system", "--field-selector", "reason=PolicyReloadFailed"]);
-        events["items"].as_array().is_some_and(|items| items.iter().any(|event| event["message"].as_str().is_some_and(|message| message.contains("zone-pin"))))
+        has_event(cluster, &["-n", "wasp-system", "--field-selector", "reason=PolicyReloadFailed"], "zone-pin")
     });
     let kept = "kept-west";
-    let created = cluster.kubectl(&["run", kept, "--image=registry.k8s.io/pause:3.10.2", "--image-pull-policy=Never", r#"--overrides={"spec":{"schedulerName":"wasp-pinned"}}"#]);
-    assert!(created.ok, "{}", created.stderr);
+    run_pinned(cluster, kept);
     wait_for("the pod placed by the last good version", Duration::from_secs(60), || {
         cluster.kubectl(&["get", "pod", kept, "-o", "jsonpath={.spec.nodeName}"]).stdout == "realnode-2"
     });
@@ -379,7 +416,8 @@ fn the_rescheduler_drains_a_real_node_within_its_budget(cluster: &ControlPlane) 
     eprintln!("wasp drained {before} web pods from {drained} in {:.1}s", started.elapsed().as_secs_f64());
     assert!(least >= 3, "the budget allows one web pod down; {least} of 4 were Ready at one time");
     // Every eviction went through the Eviction API, one per pod, from wasp.
-    let evictions: Vec<_> = cluster.audit().into_iter().filter(|event| event.subresource() == "eviction" && event.verb() == "create" && event.code() == 201).collect();
+    let evictions: Vec<_> =
+        cluster.audit().into_iter().filter(|event| event.subresource() == "eviction" && event.verb() == "create" && event.code() == 201).collect();
     assert_eq!(evictions.len(), before, "{:?}", evictions.iter().map(|event| event.name().to_string()).collect::<Vec<_>>());
     assert!(evictions.iter().all(|event| event.user() == WASP_USER), "evictions by someone else");
     cluster.must(&["label", "node", drained, "wasp.dev/maintenance-"]);
@@ -461,7 +499,9 @@ fn the_standby_leads_at_once_on_a_rollout_and_a_drain(cluster: &ControlPlane, be
     let at = |event: &common::control_plane::AuditEvent| event.0["stageTimestamp"].as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
     let writes: Vec<_> = audit
         .iter()
-        .filter(|event| event.resource() == "leases" && event.name() == "wasp-scheduler" && ["update", "create", "patch"].contains(&event.verb()) && event.code() < 300)
+        .filter(|event| {
+            event.resource() == "leases" && event.name() == "wasp-scheduler" && ["update", "create", "patch"].contains(&event.verb()) && event.code() < 300
+        })
         .collect();
     let mut handovers = Vec::new();
     for pair in writes.windows(2) {
@@ -490,8 +530,7 @@ fn replicas_started_beside_a_broken_policy_serve_the_rest(cluster: &ControlPlane
     let serving: Vec<Value> = wasp_pods(cluster).into_iter().filter(|pod| pod["metadata"]["deletionTimestamp"].is_null()).collect();
     assert!(serving.iter().all(|pod| !old_uids.contains(&pod["metadata"]["uid"].as_str().unwrap().to_string())), "the rollout replaced both replicas");
     wait_for("a PolicyRefusedAtStart event naming zone-pin", Duration::from_secs(60), || {
-        let events = cluster.get_json(&["get", "events", "-n", "wasp-system", "--field-selector", "reason=PolicyRefusedAtStart"]);
-        events["items"].as_array().is_some_and(|items| items.iter().any(|event| event["message"].as_str().is_some_and(|message| message.contains("zone-pin.wasm: does not compile"))))
+        has_event(cluster, &["-n", "wasp-system", "--field-selector", "reason=PolicyRefusedAtStart"], "zone-pin.wasm: does not compile")
     });
     // An old replica leads through its 5 s preStop, serving the good version it had: the pod waits for a new leader.
     let new_names: Vec<String> = serving.iter().map(|pod| pod["metadata"]["name"].as_str().unwrap().to_string()).collect();
@@ -500,12 +539,9 @@ fn replicas_started_beside_a_broken_policy_serve_the_rest(cluster: &ControlPlane
         new_names.iter().any(|name| holder.split('_').next() == Some(name.as_str()))
     });
     let waiting = "waits-for-zone-pin";
-    let created = cluster.kubectl(&["run", waiting, "--image=registry.k8s.io/pause:3.10.2", "--image-pull-policy=Never", r#"--overrides={"spec":{"schedulerName":"wasp-pinned"}}"#]);
-    assert!(created.ok, "{}", created.stderr);
-    let failed_by_stand_in = || {
-        let events = cluster.get_json(&["get", "events", "--field-selector", &format!("involvedObject.name={waiting},reason=FailedScheduling")]);
-        events["items"].as_array().is_some_and(|items| items.iter().any(|event| event["message"].as_str().is_some_and(|message| message.contains("policy zone-pin failed"))))
-    };
+    run_pinned(cluster, waiting);
+    let failed_by_stand_in =
+        || has_event(cluster, &["--field-selector", &format!("involvedObject.name={waiting},reason=FailedScheduling")], "policy zone-pin failed");
     let explain = || {
         let pod = cluster.kubectl(&["describe", "pod", waiting]).stdout;
         let lease = cluster.kubectl(&["get", "lease", "wasp-scheduler", "-n", "wasp-system", "-o", "yaml"]).stdout;
@@ -550,7 +586,8 @@ fn the_helm_chart_runs_two_ready_replicas_in_place_of_the_manifests(cluster: &Co
     assert!(pods.len() == 2 && pods.iter().all(|pod| ready(pod) && restarts(pod) == 0), "{}", diagnosis(cluster));
     // A server-side dry run: the webhooks are called, nothing is created.
     wait_for("the webhook refusing a misspelled scheduler name", Duration::from_secs(60), || {
-        let typo = cluster.kubectl(&["run", "typo", "--dry-run=server", "--image=registry.k8s.io/pause:3.10.2", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]);
+        let typo =
+            cluster.kubectl(&["run", "typo", "--dry-run=server", "--image=registry.k8s.io/pause:3.10.2", r#"--overrides={"spec":{"schedulerName":"wsap"}}"#]);
         !typo.ok && typo.stderr.contains(r#"no scheduler named "wsap" runs in this cluster"#)
     });
     let node = bound_node(cluster, "placed-by-the-chart", "wasp");

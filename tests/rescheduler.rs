@@ -122,7 +122,8 @@ fn track_fewest_ready(client: Client, selector: &str) -> Arc<AtomicI64> {
     tokio::spawn(async move {
         let pods: Api<Pod> = Api::namespaced(client, "default");
         let listed = pods.list(&ListParams::default().labels(&selector)).await.unwrap();
-        let mut ready: HashMap<String, bool> = listed.items.iter().map(|pod| (pod.metadata.name.clone().unwrap(), is_ready(pod) && pod.metadata.deletion_timestamp.is_none())).collect();
+        let mut ready: HashMap<String, bool> =
+            listed.items.iter().map(|pod| (pod.metadata.name.clone().unwrap(), is_ready(pod) && pod.metadata.deletion_timestamp.is_none())).collect();
         kept.store(ready.values().filter(|ready| **ready).count() as i64, Ordering::SeqCst);
         let version = listed.metadata.resource_version.unwrap();
         let mut stream = pods.watch(&WatchParams::default().labels(&selector), &version).await.unwrap().boxed();
@@ -216,9 +217,15 @@ async fn node_in_maintenance_is_emptied(mark: Mark) {
     assert_eq!(solos_after, solos);
     let evicted_events = harness.events_from("wasp-rescheduler").await;
     // What keeps the node from being emptied is said on the node: the bare pods.
-    let blocked = evicted_events.iter().find(|event| event.reason.as_deref() == Some("EvictionBlocked") && event.involved_object.name.as_deref() == Some(marked.as_str()));
+    let blocked = evicted_events
+        .iter()
+        .find(|event| event.reason.as_deref() == Some("EvictionBlocked") && event.involved_object.name.as_deref() == Some(marked.as_str()));
     let blocked = blocked.and_then(|event| event.message.as_deref()).unwrap_or_else(|| panic!("no EvictionBlocked event on {marked}: {evicted_events:?}"));
-    assert!(blocked.contains(&format!("that policy {policy} proposed stay on node {marked}")) && blocked.contains("default/pinned (no controller would recreate it (bare pod))"), "{blocked}");
+    assert!(
+        blocked.contains(&format!("that policy {policy} proposed stay on node {marked}"))
+            && blocked.contains("default/pinned (no controller would recreate it (bare pod))"),
+        "{blocked}"
+    );
     let evicted: Vec<&Event> = evicted_events.iter().filter(|event| event.reason.as_deref() == Some("Evicted")).collect();
     assert_eq!(evicted.len(), moving, "{evicted_events:?}");
     let message = evicted[0].message.as_deref().unwrap();
@@ -479,7 +486,11 @@ async fn wasp_reschedule_dry_run_prints_the_plan_for_any_cluster_and_changes_not
     let evicting: Vec<&&str> = lines.iter().filter(|line| line.contains("evict -> new-")).collect();
     assert_eq!(evicting.len(), 1, "{stdout}");
     assert!(evicting[0].contains("remove-pods-violating-node-taints") && evicting[0].contains("(dry run)"), "{stdout}");
-    assert_eq!(lines.iter().filter(|line| line.contains("skip: limit") && line.contains("maxPerWorkload 1 reached for ReplicaSet default/web-")).count(), 2, "{stdout}");
+    assert_eq!(
+        lines.iter().filter(|line| line.contains("skip: limit") && line.contains("maxPerWorkload 1 reached for ReplicaSet default/web-")).count(),
+        2,
+        "{stdout}"
+    );
     assert_eq!(*lines.last().unwrap(), "3 candidates, 1 to evict (dry run: nothing evicted)");
     assert_eq!(simulator.state.faults.counts(0).0, 0, "a dry run sends no eviction");
 }
@@ -530,7 +541,8 @@ async fn a_pending_pod_gets_room_from_lower_priority_pods_and_is_placed_on_the_n
     // Every nominated node the pod's status shows, as it changes.
     let nominated = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = nominated.clone();
-    let mut changes = harness.pods().watch(&WatchParams::default().fields("metadata.name=vip"), created.metadata.resource_version.as_deref().unwrap()).await.unwrap().boxed();
+    let mut changes =
+        harness.pods().watch(&WatchParams::default().fields("metadata.name=vip"), created.metadata.resource_version.as_deref().unwrap()).await.unwrap().boxed();
     tokio::spawn(async move {
         // Bookmarks come every few seconds on a busy machine: skip them, not stop at them.
         while let Some(Ok(event)) = changes.next().await {
@@ -548,7 +560,8 @@ async fn a_pending_pod_gets_room_from_lower_priority_pods_and_is_placed_on_the_n
     assert!(nominated.lock().unwrap().iter().any(|node| node == "n-0"), "the host nominated the node: {:?}", nominated.lock().unwrap());
     let events = harness.events_from("wasp-rescheduler").await;
     let preemptor = format!("Preempted by pod {} on node n-0 (policy make-room-for-pending: ", created.metadata.uid.unwrap());
-    let preempted: Vec<&Event> = events.iter().filter(|event| event.reason.as_deref() == Some("Preempted") && event.message.as_deref().unwrap_or("").starts_with(&preemptor)).collect();
+    let preempted: Vec<&Event> =
+        events.iter().filter(|event| event.reason.as_deref() == Some("Preempted") && event.message.as_deref().unwrap_or("").starts_with(&preemptor)).collect();
     assert_eq!(preempted.len(), 2, "{events:?}");
 }
 
@@ -592,7 +605,8 @@ async fn the_scheduler_preempts_at_once_and_passes_over_a_node_whose_victim_a_bu
     assert!(patient.status.unwrap().nominated_node_name.is_none());
     let events = harness.events_from("wasp-rescheduler").await;
     let preemptor = format!("Preempted by pod {} on node b-0", vip.metadata.uid.unwrap());
-    let preempted = events.iter().filter(|event| event.reason.as_deref() == Some("Preempted") && event.message.as_deref().unwrap_or("").starts_with(&preemptor)).count();
+    let preempted =
+        events.iter().filter(|event| event.reason.as_deref() == Some("Preempted") && event.message.as_deref().unwrap_or("").starts_with(&preemptor)).count();
     assert_eq!(preempted, 2, "{events:?}");
 }
 
@@ -664,8 +678,10 @@ async fn a_run_whose_budget_list_fails_plans_with_the_last_list() {
     let rescheduler = harness.host.rescheduler.clone();
     let runs = rescheduler.stats.runs.load(Ordering::Relaxed);
     common::eventually_within("two runs that listed the budgets", Duration::from_secs(30), || rescheduler.stats.runs.load(Ordering::Relaxed) >= runs + 2).await;
-    let failing: wasp_sim::faults::FaultSpec =
-        serde_yaml::from_str(&format!("{{seed: 7, rules: [{evictions_counted}, {{verbs: [list], resources: [poddisruptionbudgets.policy], errorRate: 1.0, status: 500}}]}}")).unwrap();
+    let failing: wasp_sim::faults::FaultSpec = serde_yaml::from_str(&format!(
+        "{{seed: 7, rules: [{evictions_counted}, {{verbs: [list], resources: [poddisruptionbudgets.policy], errorRate: 1.0, status: 500}}]}}"
+    ))
+    .unwrap();
     harness.simulator.state.faults.replace(failing);
     harness.taint(before.values().next().unwrap()).await;
     let runs = rescheduler.stats.runs.load(Ordering::Relaxed);
@@ -696,7 +712,8 @@ async fn a_pod_whose_anti_affinity_is_violated_moves_and_the_scheduler_keeps_it_
     let harness = start(&scenario, config(rescheduler), true).await;
     let before = harness.ready_placements("app=web", 1, Duration::from_secs(20)).await;
     assert_eq!(before.values().next().unwrap(), "n-0", "{before:?}");
-    let noisy = json!({"metadata": {"name": "noisy", "labels": {"app": "noisy"}}, "spec": {"nodeName": "n-0", "containers": [{"name": "app", "image": "app"}]}});
+    let noisy =
+        json!({"metadata": {"name": "noisy", "labels": {"app": "noisy"}}, "spec": {"nodeName": "n-0", "containers": [{"name": "app", "image": "app"}]}});
     harness.pods().create(&Default::default(), &serde_json::from_value(noisy).unwrap()).await.unwrap();
 
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -723,7 +740,8 @@ async fn failed_pods_are_cleared_by_reason_and_the_others_stay() {
     config.policies.insert("remove-failed-pods".into(), serde_yaml::from_str("settings: {minPodLifetimeSeconds: 0, reasons: [OutOfcpu]}").unwrap());
     let harness = start(&scenario, config, true).await;
     for name in ["rejected", "crashed", "running"] {
-        let pod = json!({"metadata": {"name": name, "labels": {"test": "failed"}}, "spec": {"nodeName": "n-0", "containers": [{"name": "app", "image": "app"}]}});
+        let pod =
+            json!({"metadata": {"name": name, "labels": {"test": "failed"}}, "spec": {"nodeName": "n-0", "containers": [{"name": "app", "image": "app"}]}});
         harness.pods().create(&Default::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
     }
     let fail = |name: &str, status: serde_json::Value| {
@@ -733,7 +751,8 @@ async fn failed_pods_are_cleared_by_reason_and_the_others_stay() {
         })
     };
     fail("rejected", json!({"phase": "Failed", "reason": "OutOfcpu", "message": "Pod was rejected: Node didn't have enough resource: cpu"})).unwrap();
-    let terminated = json!([{"name": "app", "ready": false, "restartCount": 0, "image": "app", "imageID": "", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]);
+    let terminated =
+        json!([{"name": "app", "ready": false, "restartCount": 0, "image": "app", "imageID": "", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]);
     fail("crashed", json!({"phase": "Failed", "containerStatuses": terminated})).unwrap();
 
     let pods = harness.pods();
@@ -770,7 +789,8 @@ async fn a_pod_with_a_zonal_disk_is_moved_only_within_its_zone() {
     let zone_of = |node: &Node| node.metadata.labels.as_ref().unwrap()["topology.kubernetes.io/zone"].clone();
     let all = nodes.list(&ListParams::default()).await.unwrap().items;
     let zone = zone_of(all.iter().find(|candidate| candidate.metadata.name.as_deref() == Some(&node)).unwrap());
-    let neighbour = all.iter().find(|candidate| candidate.metadata.name.as_deref() != Some(&node) && zone_of(candidate) == zone).unwrap().metadata.name.clone().unwrap();
+    let neighbour =
+        all.iter().find(|candidate| candidate.metadata.name.as_deref() != Some(&node) && zone_of(candidate) == zone).unwrap().metadata.name.clone().unwrap();
     // Load on the neighbour: the scores prefer the other zone's empty nodes.
     let load: Pod = serde_json::from_value(json!({"metadata": {"name": "load"}, "spec": {"nodeName": neighbour, "containers": [{"name": "busy", "image": "busy", "resources": {"requests": {"cpu": "3"}}}]}})).unwrap();
     let load_uid = harness.pods().create(&kube::api::PostParams::default(), &load).await.unwrap().metadata.uid.unwrap();
@@ -797,7 +817,10 @@ async fn a_duplicate_its_bin_packing_profile_would_pack_back_is_not_evicted() {
     );
     let mut config = config("strategies: [{policy: remove-duplicates}]\ninterval: 1h\nlimits: {maxPerWorkload: 5}");
     config.scheduler.profiles.push(
-        serde_yaml::from_str("{schedulerName: packer, filters: [node-unschedulable, taint-toleration, resources-fit], scores: [{policy: most-allocated, weight: 1}]}").unwrap(),
+        serde_yaml::from_str(
+            "{schedulerName: packer, filters: [node-unschedulable, taint-toleration, resources-fit], scores: [{policy: most-allocated, weight: 1}]}",
+        )
+        .unwrap(),
     );
     config.validate().unwrap();
     let harness = start(&scenario, config, true).await;

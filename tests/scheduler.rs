@@ -61,10 +61,8 @@ impl Harness {
         let deadline = std::time::Instant::now() + patience;
         while std::time::Instant::now() < deadline {
             let pods = self.pods().list(&ListParams::default().labels(selector)).await.unwrap().items;
-            let placed: BTreeMap<String, String> = pods
-                .iter()
-                .filter_map(|pod| Some((pod.metadata.name.clone()?, pod.spec.as_ref()?.node_name.clone()?)))
-                .collect();
+            let placed: BTreeMap<String, String> =
+                pods.iter().filter_map(|pod| Some((pod.metadata.name.clone()?, pod.spec.as_ref()?.node_name.clone()?))).collect();
             if pods.len() == count && placed.len() == count {
                 return placed;
             }
@@ -93,12 +91,23 @@ impl Harness {
     async fn failed_scheduling(&self, pod_prefix: &str) -> (Pod, Event) {
         let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
         for _ in 0..400 {
-            let pod = self.pods().list(&ListParams::default()).await.unwrap().items.into_iter().find(|pod| pod.metadata.name.as_deref().unwrap_or("").starts_with(pod_prefix));
+            let pod = self
+                .pods()
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|pod| pod.metadata.name.as_deref().unwrap_or("").starts_with(pod_prefix));
             let event = events.list(&ListParams::default()).await.unwrap().items.into_iter().find(|event| {
                 event.reason.as_deref() == Some("FailedScheduling") && event.involved_object.name.as_deref().unwrap_or("").starts_with(pod_prefix)
             });
             if let (Some(pod), Some(event)) = (pod, event) {
-                let has_condition = pod.status.as_ref().and_then(|status| status.conditions.as_ref()).is_some_and(|conditions| conditions.iter().any(|c| c.type_ == "PodScheduled"));
+                let has_condition = pod
+                    .status
+                    .as_ref()
+                    .and_then(|status| status.conditions.as_ref())
+                    .is_some_and(|conditions| conditions.iter().any(|c| c.type_ == "PodScheduled"));
                 if has_condition {
                     return (pod, event);
                 }
@@ -161,9 +170,13 @@ async fn resources_and_taints_decide_and_failures_read_like_kube_scheduler() {
     assert_eq!((condition.status.as_str(), condition.reason.as_deref(), condition.message.as_deref()), ("False", Some("Unschedulable"), Some(expected)));
 
     let events: Api<Event> = Api::namespaced(harness.client.clone(), "default");
-    let scheduled = events.list(&ListParams::default()).await.unwrap().items.into_iter().find(|event| {
-        event.reason.as_deref() == Some("Scheduled") && event.involved_object.name.as_deref() == Some("tolerant-0")
-    });
+    let scheduled = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|event| event.reason.as_deref() == Some("Scheduled") && event.involved_object.name.as_deref() == Some("tolerant-0"));
     assert_eq!(scheduled.unwrap().message.as_deref(), Some("Successfully assigned default/tolerant-0 to tainted-0"));
 }
 
@@ -172,14 +185,19 @@ async fn a_node_added_later_takes_the_waiting_pod_and_events_are_aggregated() {
     let harness = start(FIT_AND_TAINTS, default_config()).await;
     harness.failed_scheduling("huge").await;
     // More retries of the same failure bump the count of one event instead of creating new ones.
-    harness.simulator.store.mutate(wasp_sim::resources::nodes(), None, "small-0", |node| {
-        node["metadata"]["labels"]["touched"] = json!("1");
-        Ok(())
-    }).unwrap();
+    harness
+        .simulator
+        .store
+        .mutate(wasp_sim::resources::nodes(), None, "small-0", |node| {
+            node["metadata"]["labels"]["touched"] = json!("1");
+            Ok(())
+        })
+        .unwrap();
     let events: Api<Event> = Api::namespaced(harness.client.clone(), "default");
     let mut failures = Vec::new();
     for _ in 0..200 {
-        failures = events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("FailedScheduling")).collect();
+        failures =
+            events.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|event| event.reason.as_deref() == Some("FailedScheduling")).collect();
         if failures.iter().any(|event| event.count.unwrap_or(1) >= 2) {
             break;
         }
@@ -268,7 +286,8 @@ workloads:
     assert_eq!(event.message.as_deref(), Some("0/3 nodes are available: 3 Insufficient cpu."));
     assert_eq!(event.source.unwrap().component.as_deref(), Some("wasp"), "events name the profile");
     let events: Api<Event> = Api::namespaced(harness.client.clone(), "default");
-    let loose = events.list(&ListParams::default()).await.unwrap().items.into_iter().find(|event| event.involved_object.name.as_deref() == Some("loose-0")).unwrap();
+    let loose =
+        events.list(&ListParams::default()).await.unwrap().items.into_iter().find(|event| event.involved_object.name.as_deref() == Some("loose-0")).unwrap();
     assert_eq!(loose.source.unwrap().component.as_deref(), Some("lenient"), "each profile reports under its own name");
     assert_eq!(loose.reporting_component.as_deref(), Some("lenient"));
     assert_eq!(loose.reporting_instance.as_deref(), Some(harness.host.identity.instance.as_str()), "the instance is the host's identity");
@@ -340,10 +359,7 @@ fn configuration_errors_name_the_policy() {
     let mut config = default_config();
     config.scheduler.profiles[0].filters.push("least-allocated".into());
     let error = PolicyRegistry::new(&runtime, config.clone(), None).err().unwrap();
-    assert!(
-        format!("{error:#}").ends_with("least-allocated.wasm: it implements [score], but profile wasp (as filter) needs filter"),
-        "{error:#}"
-    );
+    assert!(format!("{error:#}").ends_with("least-allocated.wasm: it implements [score], but profile wasp (as filter) needs filter"), "{error:#}");
     config.scheduler.profiles[0].filters.pop();
     config.scheduler.profiles[0].filters.push("missing-policy".into());
     let error = PolicyRegistry::new(&runtime, config, None).err().unwrap();
@@ -368,12 +384,8 @@ async fn a_warm_standby_is_ready_and_takes_over_within_the_lease_and_no_pod_is_b
     use wasp::kube::HostIdentity;
     let mut config = default_config();
     let lease_duration = Duration::from_secs(2);
-    config.leader_election = LeaderElection {
-        lease_duration,
-        renew_deadline: Duration::from_millis(1000),
-        retry_period: Duration::from_millis(200),
-        ..LeaderElection::default()
-    };
+    config.leader_election =
+        LeaderElection { lease_duration, renew_deadline: Duration::from_millis(1000), retry_period: Duration::from_millis(200), ..LeaderElection::default() };
     let harness_scenario = "kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 3, cpu: '16', memory: 64Gi}]\n";
     let scenario = Scenario::parse(harness_scenario).unwrap();
     let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
@@ -402,7 +414,13 @@ async fn a_warm_standby_is_ready_and_takes_over_within_the_lease_and_no_pod_is_b
     create_pods(&harness_client, "before", 10).await;
     let pods: Api<Pod> = Api::namespaced(harness_client.clone(), "default");
     let bound = async |batch: &str| {
-        pods.list(&ListParams::default().labels(&format!("batch={batch}"))).await.unwrap().items.iter().filter(|pod| pod.spec.as_ref().unwrap().node_name.is_some()).count()
+        pods.list(&ListParams::default().labels(&format!("batch={batch}")))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|pod| pod.spec.as_ref().unwrap().node_name.is_some())
+            .count()
     };
     for _ in 0..400 {
         if bound("before").await == 10 {
@@ -519,7 +537,12 @@ async fn a_leader_whose_lease_another_holder_took_steps_down() {
     use wasp::kube::leader::LeaderElection;
     use wasp::kube::HostIdentity;
     let mut config = default_config();
-    config.leader_election = LeaderElection { lease_duration: Duration::from_secs(2), renew_deadline: Duration::from_millis(1000), retry_period: Duration::from_millis(200), ..LeaderElection::default() };
+    config.leader_election = LeaderElection {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1000),
+        retry_period: Duration::from_millis(200),
+        ..LeaderElection::default()
+    };
     let scenario = Scenario::parse("kubelet: {readyDelay: 10ms}\nnodeGroups: [{name: n, count: 2, cpu: '16', memory: 64Gi}]\n").unwrap();
     let simulator = Simulator::start(&scenario, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let runtime = Runtime::new(None).unwrap();
@@ -558,7 +581,10 @@ async fn metrics_health_and_readiness_endpoints() {
     assert!(metrics.contains(r#"wasp_policy_info{policy="resources-fit",version="0.1.0",sha256=""#), "{metrics}");
     assert!(metrics.contains("wasp_policy_generation 1"), "{metrics}");
     // Guest memory per policy, over its live instances: at least the linear memory a Rust component starts with.
-    let memory = metrics.lines().find_map(|line| line.strip_prefix(r#"wasp_policy_memory_bytes{policy="pod-topology-spread"} "#)).and_then(|bytes| bytes.parse::<u64>().ok());
+    let memory = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(r#"wasp_policy_memory_bytes{policy="pod-topology-spread"} "#))
+        .and_then(|bytes| bytes.parse::<u64>().ok());
     assert!(memory.is_some_and(|bytes| bytes >= 1 << 20), "{metrics}");
 }
 
@@ -607,14 +633,17 @@ fn large_clusters_are_filtered_in_parallel_with_the_same_verdicts() {
     let huge = common::simple_pod("huge", "64", "");
     assert_eq!(
         schedule(profile, &cluster, &huge, None, &mut Cursor::default(), 0, &Default::default()).0,
-        Decision::Unschedulable { message: "0/600 nodes are available: 600 Insufficient cpu.".into(), helped_by: wasp::scheduler::queue::HelpedBy { pods_added: false, pods_removed: true, retry_soon: false } }
+        Decision::Unschedulable {
+            message: "0/600 nodes are available: 600 Insufficient cpu.".into(),
+            helped_by: wasp::scheduler::queue::HelpedBy { pods_added: false, pods_removed: true, retry_soon: false }
+        }
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_deleted_while_the_watch_was_down_leaves_no_phantom_usage() {
-    use kube::api::DeleteParams;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::DeleteParams;
     use wasp_sim::faults::{FaultRule, FaultSpec};
     let scenario = "kubelet: {readyDelay: 10ms, terminationDelay: 10ms}\nfaults: {dropWatchesAfter: 200ms}\n\
         nodeGroups: [{name: n, count: 1, cpu: '4', memory: 8Gi}]\n\
@@ -719,7 +748,8 @@ async fn a_gated_pod_is_not_attempted_until_its_last_gate_is_removed() {
     }))
     .unwrap();
     harness.pods().create(&PostParams::default(), &pod).await.unwrap();
-    let condition = |pod: &Pod| pod.status.as_ref().and_then(|status| status.conditions.clone()).unwrap_or_default().into_iter().find(|c| c.type_ == "PodScheduled");
+    let condition =
+        |pod: &Pod| pod.status.as_ref().and_then(|status| status.conditions.clone()).unwrap_or_default().into_iter().find(|c| c.type_ == "PodScheduled");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let gated = loop {
         if let Some(found) = condition(&harness.pods().get("gated").await.unwrap()) {
@@ -735,7 +765,10 @@ async fn a_gated_pod_is_not_attempted_until_its_last_gate_is_removed() {
     let one_left = json!({"spec": {"schedulingGates": [{"name": "example.com/images"}]}});
     harness.pods().patch("gated", &PatchParams::default(), &Patch::Merge(one_left)).await.unwrap();
     // A pod created after the patch and placed: the host's one watch has delivered the patch by then.
-    let after: Pod = serde_json::from_value(json!({"metadata": {"name": "after", "labels": {"app": "after"}}, "spec": {"schedulerName": "wasp", "containers": [{"name": "a"}]}})).unwrap();
+    let after: Pod = serde_json::from_value(
+        json!({"metadata": {"name": "after", "labels": {"app": "after"}}, "spec": {"schedulerName": "wasp", "containers": [{"name": "a"}]}}),
+    )
+    .unwrap();
     harness.pods().create(&PostParams::default(), &after).await.unwrap();
     harness.placements("app=after", 1).await;
     assert_eq!(harness.scheduler.stats.bind_requests.load(Ordering::Relaxed), sent_before + 1, "no binding was attempted for the gated pod");
@@ -895,7 +928,13 @@ nodeGroups:
 "#;
 
 /// The store revision at which `pick` first holds for the object `name` of `resource` since revision `since`.
-fn revision_when(simulator: &Simulator, resource: &'static wasp_sim::resources::ResourceType, since: u64, name: &str, pick: impl Fn(&serde_json::Value) -> bool) -> Option<u64> {
+fn revision_when(
+    simulator: &Simulator,
+    resource: &'static wasp_sim::resources::ResourceType,
+    since: u64,
+    name: &str,
+    pick: impl Fn(&serde_json::Value) -> bool,
+) -> Option<u64> {
     let (changes, _, _) = simulator.store.watch(resource, Some(since)).unwrap();
     changes.iter().find(|change| change.object["metadata"]["name"] == name && pick(&change.object)).map(|change| change.revision)
 }
@@ -923,12 +962,18 @@ async fn pods_go_where_their_volumes_are_and_claims_are_provisioned_where_pods_g
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(harness.client.clone(), "default");
     let classes: Api<StorageClass> = Api::all(harness.client.clone());
     let post = PostParams::default();
-    let zone_of_node = async |node: &str| Api::<Node>::all(harness.client.clone()).get(node).await.unwrap().metadata.labels.unwrap()["topology.kubernetes.io/zone"].clone();
-    let disk = |name: &str, zone: &str| serde_json::from_value::<PersistentVolume>(json!({"metadata": {"name": name}, "spec": {
+    let zone_of_node =
+        async |node: &str| Api::<Node>::all(harness.client.clone()).get(node).await.unwrap().metadata.labels.unwrap()["topology.kubernetes.io/zone"].clone();
+    let disk = |name: &str, zone: &str| {
+        serde_json::from_value::<PersistentVolume>(json!({"metadata": {"name": name}, "spec": {
         "capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"], "csi": {"driver": "disk.csi.example.com", "volumeHandle": name},
-        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}})).unwrap();
-    let claim = |name: &str, class: &str, volume: Option<&str>| serde_json::from_value::<PersistentVolumeClaim>(json!({"metadata": {"name": name}, "spec": {
-        "storageClassName": class, "volumeName": volume, "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).unwrap();
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}})).unwrap()
+    };
+    let claim = |name: &str, class: &str, volume: Option<&str>| {
+        serde_json::from_value::<PersistentVolumeClaim>(json!({"metadata": {"name": name}, "spec": {
+        "storageClassName": class, "volumeName": volume, "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))
+        .unwrap()
+    };
 
     // A disk in zone b, claimed by name: its pod can only run there.
     volumes.create(&post, &disk("disk-b", "b")).await.unwrap();
@@ -983,14 +1028,19 @@ async fn a_waiting_claim_is_given_the_smallest_existing_volume_that_fits_and_its
     let post = PostParams::default();
     let class = json!({"metadata": {"name": "local"}, "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"});
     Api::<StorageClass>::all(harness.client.clone()).create(&post, &serde_json::from_value(class).unwrap()).await.unwrap();
-    let local = |name: &str, zone: &str, size: &str| serde_json::from_value::<PersistentVolume>(json!({"metadata": {"name": name}, "spec": {
+    let local = |name: &str, zone: &str, size: &str| {
+        serde_json::from_value::<PersistentVolume>(json!({"metadata": {"name": name}, "spec": {
         "capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"], "storageClassName": "local", "local": {"path": "/mnt/disks/1"},
-        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}})).unwrap();
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}})).unwrap()
+    };
     for (name, zone, size) in [("tiny-a", "a", "1Gi"), ("big-c", "c", "100Gi"), ("fit-c", "c", "10Gi")] {
         volumes.create(&post, &local(name, zone, size)).await.unwrap();
     }
-    let claim = |name: &str| serde_json::from_value::<PersistentVolumeClaim>(json!({"metadata": {"name": name}, "spec": {
-        "storageClassName": "local", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "4Gi"}}}})).unwrap();
+    let claim = |name: &str| {
+        serde_json::from_value::<PersistentVolumeClaim>(json!({"metadata": {"name": name}, "spec": {
+        "storageClassName": "local", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "4Gi"}}}}))
+        .unwrap()
+    };
     claims.create(&post, &claim("scratch")).await.unwrap();
     let before = harness.simulator.store.revision();
     harness.pods().create(&post, &pod_with_claims("batch", &["scratch"])).await.unwrap();
@@ -1002,7 +1052,9 @@ async fn a_waiting_claim_is_given_the_smallest_existing_volume_that_fits_and_its
     let given = volumes.get("fit-c").await.unwrap().spec.unwrap().claim_ref.unwrap();
     assert_eq!((given.namespace.as_deref(), given.name.as_deref()), (Some("default"), Some("scratch")));
     assert!(volumes.get("big-c").await.unwrap().spec.unwrap().claim_ref.is_none());
-    let claim_bound = revision_when(&harness.simulator, wasp_sim::volumes::claims(), before, "scratch", |claim| claim["spec"]["volumeName"] == "fit-c" && claim["status"]["phase"] == "Bound");
+    let claim_bound = revision_when(&harness.simulator, wasp_sim::volumes::claims(), before, "scratch", |claim| {
+        claim["spec"]["volumeName"] == "fit-c" && claim["status"]["phase"] == "Bound"
+    });
     let pod_bound = revision_when(&harness.simulator, wasp_sim::resources::pods(), before, "batch", |pod| pod["spec"]["nodeName"].is_string());
     assert!(claim_bound.unwrap() < pod_bound.unwrap(), "the claim is bound before the pod");
     // Two pods at once for the one volume left: the first decided gets big-c (reserved in its cycle), the other
@@ -1063,8 +1115,11 @@ async fn a_node_at_its_csi_volume_limit_takes_only_pods_whose_volumes_it_already
     let harness = start(ONE_DISK_PER_NODE, default_config()).await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(harness.client.clone(), "default");
     let post = PostParams::default();
-    let claim = |name: &str| serde_json::from_value::<PersistentVolumeClaim>(json!({"metadata": {"name": name}, "spec": {
-        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).unwrap();
+    let claim = |name: &str| {
+        serde_json::from_value::<PersistentVolumeClaim>(json!({"metadata": {"name": name}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))
+        .unwrap()
+    };
     for name in ["first", "second", "third"] {
         claims.create(&post, &claim(name)).await.unwrap();
     }
@@ -1107,7 +1162,8 @@ workloads:
 async fn a_stateful_replica_comes_back_in_the_zone_of_its_disk() {
     use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
     let harness = start(STATEFUL_WITH_DISKS, default_config()).await;
-    let zone_of_node = async |node: &str| Api::<Node>::all(harness.client.clone()).get(node).await.unwrap().metadata.labels.unwrap()["topology.kubernetes.io/zone"].clone();
+    let zone_of_node =
+        async |node: &str| Api::<Node>::all(harness.client.clone()).get(node).await.unwrap().metadata.labels.unwrap()["topology.kubernetes.io/zone"].clone();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(harness.client.clone(), "default");
     let volumes: Api<PersistentVolume> = Api::all(harness.client.clone());
     let disk_zone = async |ordinal: usize| {
@@ -1183,7 +1239,9 @@ async fn a_pod_of_a_thousand_affinity_terms_is_told_why_and_not_kept() {
         "spec": {"schedulerName": "wasp", "containers": [{"name": "a"}], "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}}}
     }))
     .unwrap();
-    let heavy = harness.refused_and_the_others_scheduled(&pod, "scheduling constraints (affinity, tolerations, topology spread, node selector) take more than 64 KiB").await;
+    let heavy = harness
+        .refused_and_the_others_scheduled(&pod, "scheduling constraints (affinity, tolerations, topology spread, node selector) take more than 64 KiB")
+        .await;
     assert!(!harness.host.cluster.is_pending(heavy.metadata.uid.as_deref().unwrap()), "the host does not keep it waiting");
 }
 
@@ -1216,7 +1274,12 @@ async fn a_namespaces_waiting_pods_are_bounded_together_and_the_deferred_ones_sc
             .iter()
             .filter(|pod| {
                 let conditions = pod.status.as_ref().and_then(|status| status.conditions.as_ref());
-                conditions.is_some_and(|conditions| conditions.iter().any(|condition| condition.reason.as_deref() == Some("SchedulerError") && condition.message.as_deref().is_some_and(|message| message.contains("the waiting pods of namespace noisy hold the 1024 KiB"))))
+                conditions.is_some_and(|conditions| {
+                    conditions.iter().any(|condition| {
+                        condition.reason.as_deref() == Some("SchedulerError")
+                            && condition.message.as_deref().is_some_and(|message| message.contains("the waiting pods of namespace noisy hold the 1024 KiB"))
+                    })
+                })
             })
             .count();
         let (held, deferred) = harness.host.cluster.waiting_budget.usage("noisy");
@@ -1235,7 +1298,11 @@ async fn a_namespaces_waiting_pods_are_bounded_together_and_the_deferred_ones_sc
     let bound = common::wait_for("every pod of the namespace bound", Duration::from_secs(60), || async {
         let pods = noisy.list(&ListParams::default()).await.map_err(|error| error.to_string())?.items;
         let bound = pods.iter().filter(|pod| pod.spec.as_ref().is_some_and(|spec| spec.node_name.is_some())).count();
-        if bound == 40 { Ok(bound) } else { Err(format!("{bound} of 40 bound")) }
+        if bound == 40 {
+            Ok(bound)
+        } else {
+            Err(format!("{bound} of 40 bound"))
+        }
     })
     .await;
     assert_eq!(bound, 40);
@@ -1255,7 +1322,10 @@ async fn a_burst_in_one_namespace_does_not_make_another_namespace_wait_for_all_o
     }
     let (noisy, quiet): (Api<Pod>, Api<Pod>) = (Api::namespaced(harness.client.clone(), "noisy"), Api::namespaced(harness.client.clone(), "quiet"));
     let pod = |name: String| -> Pod {
-        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"schedulerName": "wasp", "containers": [{"name": "a", "resources": {"requests": {"cpu": "10m"}}}]}})).unwrap()
+        serde_json::from_value(
+            json!({"metadata": {"name": name}, "spec": {"schedulerName": "wasp", "containers": [{"name": "a", "resources": {"requests": {"cpu": "10m"}}}]}}),
+        )
+        .unwrap()
     };
     for index in 0..200 {
         noisy.create(&PostParams::default(), &pod(format!("burst-{index}"))).await.unwrap();

@@ -113,7 +113,10 @@ fn a_key_pair_wasp_generates_is_one_cosign_signs_and_verifies_with() {
     succeeded("wasp policy verify", &wasp(path, &["policy", "verify", "least-allocated.wasm", "--key", "team.pub", "--signature", "by-cosign.sig"]));
     succeeded("cosign verify-blob with wasp's public key", &cosign::verify(path, "team.pub", "by-cosign.sig", "least-allocated.wasm"));
     // Signed by one key, checked against another: refused, naming the key it was checked with.
-    let wrong = failed("verifying with cosign's other key", &wasp(path, &["policy", "verify", "least-allocated.wasm", "--key", "cosign.pub", "--signature", "by-cosign.sig"]));
+    let wrong = failed(
+        "verifying with cosign's other key",
+        &wasp(path, &["policy", "verify", "least-allocated.wasm", "--key", "cosign.pub", "--signature", "by-cosign.sig"]),
+    );
     assert!(wrong.contains("not by any of the keys cosign.pub"), "{wrong}");
 }
 

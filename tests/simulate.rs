@@ -44,10 +44,12 @@ fn the_unreliable_scenario_runs_its_timeline_faster_than_real_time_and_tells_eac
     let real: f64 = heading.split(" in ").nth(1).unwrap().trim_end_matches("s):").parse().unwrap();
     assert!(real < 90.0, "faster than real time: {heading}");
     let timeline = section(&stdout, "timeline (");
-    let events: Vec<&str> = timeline.iter().filter(|line| !line.starts_with("            ") && !line.contains("(before any event)")).map(|line| line.trim()).collect();
+    let events: Vec<&str> =
+        timeline.iter().filter(|line| !line.starts_with("            ") && !line.contains("(before any event)")).map(|line| line.trim()).collect();
     assert_eq!(events, ["30s  fail-node worker-3", "1m30s  recover-node worker-3", "2m00s  drain worker-0", "2m30s  scale default/api to 12"], "{stdout}");
     // The drain: the pods on worker-0 left it, and their replacements were bound.
-    let drain = timeline.iter().skip_while(|line| !line.contains("drain worker-0")).skip(1).take_while(|line| line.starts_with("            ")).collect::<Vec<_>>();
+    let drain =
+        timeline.iter().skip_while(|line| !line.contains("drain worker-0")).skip(1).take_while(|line| line.starts_with("            ")).collect::<Vec<_>>();
     assert!(drain.iter().any(|line| line.contains(" left worker-0: ")), "{stdout}");
     let moves = section(&stdout, "evictions and deletions (");
     let drained: Vec<Vec<&str>> = moves.iter().skip(1).map(|line| line.split_whitespace().collect()).filter(|row: &Vec<&str>| row[2] == "worker-0").collect();
@@ -66,14 +68,25 @@ fn the_unreliable_scenario_runs_its_timeline_faster_than_real_time_and_tells_eac
     let rows: Vec<Vec<&str>> = changes.iter().map(|line| line.split_whitespace().collect()).collect();
     assert!(rows.contains(&vec!["2m30s", "Deployment", "default/api", "9", "->", "12", "scenario:", "scale", "default/api", "to", "12"]), "{changes:?}");
     // Every node before and after, in natural order.
-    let nodes: Vec<&str> = section(&stdout, "nodes before and after").iter().skip(1).filter_map(|line| line.split_whitespace().next()).filter(|name| name.starts_with("worker-")).collect();
+    let nodes: Vec<&str> = section(&stdout, "nodes before and after")
+        .iter()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| name.starts_with("worker-"))
+        .collect();
     let expected: Vec<String> = (0..12).map(|index| format!("worker-{index}")).collect();
     assert_eq!(nodes, expected, "{stdout}");
     // The table of nodes agrees with the evictions: worker-0 ends with what it had, less what left it, plus the
     // replacements bound there before the host saw the cordon (the drain cordons and evicts in the same instant,
     // and the host's views of nodes and of pods are two watches, as kube-scheduler's are; the drain evicts those
     // again).
-    let drained_node: Vec<usize> = section(&stdout, "nodes before and after").into_iter().find(|line| line.starts_with("worker-0 ")).unwrap().split_whitespace().filter_map(|field| field.parse().ok()).collect();
+    let drained_node: Vec<usize> = section(&stdout, "nodes before and after")
+        .into_iter()
+        .find(|line| line.starts_with("worker-0 "))
+        .unwrap()
+        .split_whitespace()
+        .filter_map(|field| field.parse().ok())
+        .collect();
     let came_back = moves.iter().skip(1).filter(|line| line.split_whitespace().nth(3) == Some("worker-0")).count();
     assert_eq!(drained_node[1] + drained.len(), drained_node[0] + came_back, "{stdout}");
 }
@@ -140,7 +153,8 @@ fn the_report_page_renders_every_chart_in_headless_chromium() {
     assert!(!html.contains("http://") && !html.contains("https://") && !html.contains(" src="), "self-contained: nothing from the network");
 
     // What the text report says there is to draw.
-    let waiting_reasons: std::collections::BTreeSet<&str> = section(&stdout, "unschedulable:").iter().filter_map(|line| line.split_once(": ").map(|(_, message)| message)).collect();
+    let waiting_reasons: std::collections::BTreeSet<&str> =
+        section(&stdout, "unschedulable:").iter().filter_map(|line| line.split_once(": ").map(|(_, message)| message)).collect();
     assert_eq!(waiting_reasons.len(), 1, "too-big waits, for one reason: {stdout}");
     let changes = section(&stdout, "replica changes (");
     let by_autoscaler = |name: &str| changes.iter().filter(|line| line.contains(&format!("Autoscaler default/{name} "))).count();
@@ -148,7 +162,11 @@ fn the_report_page_renders_every_chart_in_headless_chromium() {
 
     let dumped = headless(&page, &["--dump-dom"]);
     let dom = String::from_utf8_lossy(&dumped.stdout);
-    let rendered = dom.split("<pre id=\"rendered\">").nth(1).and_then(|rest| rest.split("</pre>").next()).unwrap_or_else(|| panic!("no count in the DOM: {}", String::from_utf8_lossy(&dumped.stderr)));
+    let rendered = dom
+        .split("<pre id=\"rendered\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_else(|| panic!("no count in the DOM: {}", String::from_utf8_lossy(&dumped.stderr)));
     let rendered: BTreeMap<String, usize> = serde_json::from_str(rendered).unwrap_or_else(|error| panic!("{error}: {rendered}"));
     assert_eq!(rendered["nodes-before"], 5, "a cell per node: {rendered:?}");
     assert_eq!(rendered["nodes-after"], 5, "{rendered:?}");

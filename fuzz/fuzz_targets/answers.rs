@@ -143,7 +143,8 @@ fn proposals(input: &mut Unstructured) -> Result<()> {
 fn scale(input: &mut Unstructured) -> Result<()> {
     let metrics = input.int_in_range(0..=4usize)?;
     let count = input.int_in_range(0..=6usize)?;
-    let proposals: Vec<MetricProposal> = (0..count).map(|_| Ok(MetricProposal { metric: text(input)?, replicas: input.arbitrary()? })).collect::<Result<_>>()?;
+    let proposals: Vec<MetricProposal> =
+        (0..count).map(|_| Ok(MetricProposal { metric: text(input)?, replicas: input.arbitrary()? })).collect::<Result<_>>()?;
     let decision = ScaleDecision { desired_replicas: input.arbitrary()?, reason: text(input)?, proposals };
     if answers::validate_scale_decision(&decision, metrics).is_ok() {
         assert!(decision.proposals.len() <= metrics);

@@ -8,7 +8,8 @@ use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
 
 fuzz_target!(|data: &[u8]| {
-    let labels: BTreeMap<String, String> = [("app", "web"), ("tier", "a"), ("", "")].into_iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
+    let labels: BTreeMap<String, String> =
+        [("app", "web"), ("tier", "a"), ("", "")].into_iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
     if let Ok(text) = std::str::from_utf8(data) {
         if let Some(selector) = wasp::autoscaler::metrics_source::parse_selector(text) {
             let _ = selector.selects(&labels);

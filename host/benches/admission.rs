@@ -31,7 +31,11 @@ async fn connect(address: SocketAddr, ca: &str) -> Sender {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap()).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots).with_no_client_auth();
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     let stream = tokio::net::TcpStream::connect(address).await.unwrap();
     stream.set_nodelay(true).unwrap();
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(ServerName::IpAddress(address.ip().into()), stream).await.unwrap();
@@ -113,7 +117,8 @@ fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
 
 fn line(label: &str, latencies: &[Duration], baseline: Option<&[Duration]>) -> String {
     let (p50, p99, max) = (percentile(latencies, 0.5), percentile(latencies, 0.99), *latencies.last().unwrap());
-    let ratio = baseline.map(|baseline| format!("  {:.2}x the baseline's p99", p99.as_secs_f64() / percentile(baseline, 0.99).as_secs_f64())).unwrap_or_default();
+    let ratio =
+        baseline.map(|baseline| format!("  {:.2}x the baseline's p99", p99.as_secs_f64() / percentile(baseline, 0.99).as_secs_f64())).unwrap_or_default();
     format!(
         "{label:<32} p50 {:>6.3} ms  p99 {:>6.3} ms  max {:>6.3} ms  ({:.2}x the 5 ms target){ratio}",
         p50.as_secs_f64() * 1e3,

@@ -69,7 +69,14 @@ fn main() {
         let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::all(api.client.clone());
         let started = Instant::now();
         loop {
-            let running = pods.list(&ListParams::default()).await.unwrap().items.iter().filter(|pod| pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Running")).count();
+            let running = pods
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|pod| pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Running"))
+                .count();
             if running == 2 * AUTOSCALERS {
                 break;
             }

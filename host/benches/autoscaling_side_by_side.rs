@@ -54,7 +54,9 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--sync-period" => sync_seconds = args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--sync-period takes whole seconds"),
+            "--sync-period" => {
+                sync_seconds = args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--sync-period takes whole seconds")
+            }
             "--autoscaler" => {
                 let name = args.next().unwrap_or_default();
                 let autoscaler = Autoscaler::ALL.into_iter().find(|autoscaler| autoscaler.name() == name);
@@ -191,7 +193,8 @@ impl Autoscaler {
             return None;
         }
         let config = plane.dir.path().join("wasp-config.yaml");
-        std::fs::write(&config, format!("{}autoscaler:\n  syncPeriod: {sync_seconds}s\n  policies: [hpa, predictive]\n", control_plane::built_in_config())).unwrap();
+        std::fs::write(&config, format!("{}autoscaler:\n  syncPeriod: {sync_seconds}s\n  policies: [hpa, predictive]\n", control_plane::built_in_config()))
+            .unwrap();
         let log = plane.dir.path().join("wasp.log");
         Some(WaspProcess { process: plane.run_wasp(&config, &log), log })
     }
@@ -249,7 +252,11 @@ async fn run(autoscaler: Autoscaler, trace: &Trace, sync_seconds: u32) -> Run {
         kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&plane.kubeconfig).unwrap(), &Default::default()).await.unwrap(),
     )
     .unwrap();
-    let (deployments, pods, config_maps) = (Api::<Deployment>::namespaced(client.clone(), "default"), Api::<Pod>::namespaced(client.clone(), "default"), Api::<ConfigMap>::namespaced(client, "kube-system"));
+    let (deployments, pods, config_maps) = (
+        Api::<Deployment>::namespaced(client.clone(), "default"),
+        Api::<Pod>::namespaced(client.clone(), "default"),
+        Api::<ConfigMap>::namespaced(client, "kube-system"),
+    );
     let deadline = Instant::now() + Duration::from_secs(120);
     while read(&deployments, &pods).await.running < MIN_REPLICAS {
         assert!(Instant::now() < deadline, "{}: the Deployment's {MIN_REPLICAS} pods not Running after 2 minutes", autoscaler.label());
@@ -261,7 +268,17 @@ async fn run(autoscaler: Autoscaler, trace: &Trace, sync_seconds: u32) -> Run {
     let ready_since = web_pods(&pods)
         .await
         .iter()
-        .filter_map(|pod| pod.status.as_ref()?.conditions.as_ref()?.iter().find(|condition| condition.type_ == "Ready" && condition.status == "True")?.last_transition_time.as_ref().map(|time| time.0))
+        .filter_map(|pod| {
+            pod.status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|condition| condition.type_ == "Ready" && condition.status == "True")?
+                .last_transition_time
+                .as_ref()
+                .map(|time| time.0)
+        })
         .max()
         .expect("Ready pods");
     let counted_in = ready_since.as_millisecond() + METRICS_WINDOW.as_millis() as i64 + 1000 - jiff::Timestamp::now().as_millisecond();
@@ -332,7 +349,12 @@ async fn write_load(config_maps: &Api<ConfigMap>, millis: u64) {
 /// Trace seconds over the target utilization (every pod busier than the target, or no pod Running under load)
 /// and replica-seconds (Running pods, summed over the ticks).
 fn cost(trace: &Trace, run: &Run) -> (u64, u64) {
-    let over = run.samples.iter().zip(&trace.millis).filter(|(sample, millis)| sample.running == 0 || **millis * 100 > sample.running * REQUEST_MILLIS * TARGET_PERCENT).count() as u64;
+    let over = run
+        .samples
+        .iter()
+        .zip(&trace.millis)
+        .filter(|(sample, millis)| sample.running == 0 || **millis * 100 > sample.running * REQUEST_MILLIS * TARGET_PERCENT)
+        .count() as u64;
     (over, run.samples.iter().map(|sample| sample.running).sum())
 }
 

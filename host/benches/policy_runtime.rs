@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasp::cluster::ClusterState;
-use wasp::policy::{LoadedPolicy, PolicyOptions};
 use wasp::contract::types as host;
+use wasp::policy::{LoadedPolicy, PolicyOptions};
 use wasp::runtime::Runtime;
 use wasp_sdk::testing::{NodeBuilder, PodBuilder};
 use wasp_sdk::{Filter, Policy};
@@ -104,12 +104,7 @@ fn main() {
             black_box(native_taints.filter_all(&native_pod, &native_cluster, &native_ids));
         });
         let per_pair = |duration: Duration| duration.as_nanos() as f64 / nodes as f64;
-        println!(
-            "{nodes:>6}  {:>18.1}  {:>20.1}  {:>11.2}x",
-            per_pair(wasm),
-            per_pair(native),
-            per_pair(wasm) / per_pair(native)
-        );
+        println!("{nodes:>6}  {:>18.1}  {:>20.1}  {:>11.2}x", per_pair(wasm), per_pair(native), per_pair(wasm) / per_pair(native));
     }
 
     let mut cluster = ClusterState::new();
@@ -146,11 +141,8 @@ fn main() {
 
 fn resident_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0.0);
+    let kib: f64 =
+        status.lines().find_map(|line| line.strip_prefix("VmRSS:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0.0);
     kib / 1024.0
 }
 

@@ -17,12 +17,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wasp::registry::watch::{PolicyWatcher, WatchOptions};
-use wasp::registry::PolicyRegistry;
-use wasp::runtime::Runtime;
 use wasp::config::HostConfig;
 use wasp::host::Host;
 use wasp::kube::HostIdentity;
+use wasp::registry::watch::{PolicyWatcher, WatchOptions};
+use wasp::registry::PolicyRegistry;
+use wasp::runtime::Runtime;
 
 const SWAPS: usize = 20;
 const SWAP_EVERY: Duration = Duration::from_millis(100);
@@ -86,7 +86,11 @@ impl Volume {
 
     /// The `index`th version to swap in: alternating cached ones, or a new one each time.
     fn version(&self, index: u32, cold: bool) -> Vec<u8> {
-        if cold { variant(&self.original, 1000 + index) } else { self.versions[index as usize % 2].clone() }
+        if cold {
+            variant(&self.original, 1000 + index)
+        } else {
+            self.versions[index as usize % 2].clone()
+        }
     }
 }
 

@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use wasp::cluster::{convert, ClusterState};
 use wasp::config::{HostConfig, ReschedulerSection};
+use wasp::contract::EvictContext;
 use wasp::registry::PolicyRegistry;
 use wasp::rescheduler::budgets::Budgets;
 use wasp::rescheduler::memory::Memory;
 use wasp::rescheduler::plan::{self, Plan};
-use wasp::contract::EvictContext;
 use wasp::runtime::Runtime;
 
 const NODES: usize = 5000;
@@ -95,8 +95,18 @@ fn run(registry: &PolicyRegistry, live: &ClusterState) -> (Plan, Duration) {
     let started = Instant::now();
     let wall = jiff::Timestamp::now().as_second();
     let volumes = wasp::cluster::volumes::VolumeObjects::default();
-    let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets: Budgets::default(), now: tokio::time::Instant::now(), wall, volumes: &volumes, host_namespaces: &[] };
-    let proposals = plan::propose(&generation.plans.eviction, &generation.plans, live, EvictContext { now: wall, ..EvictContext::default() }, section.keep_strategies_warm);
+    let inputs = plan::Inputs {
+        section,
+        plans: &generation.plans,
+        memory: &memory,
+        budgets: Budgets::default(),
+        now: tokio::time::Instant::now(),
+        wall,
+        volumes: &volumes,
+        host_namespaces: &[],
+    };
+    let proposals =
+        plan::propose(&generation.plans.eviction, &generation.plans, live, EvictContext { now: wall, ..EvictContext::default() }, section.keep_strategies_warm);
     let plan = plan::plan(inputs, proposals);
     (plan, started.elapsed())
 }
@@ -132,11 +142,22 @@ fn main() {
         let (plan, first) = last.unwrap();
         let mean = totals.iter().sum::<Duration>() / totals.len() as u32;
         println!();
-        println!("fit check with {label}: a run takes {:.0} ms (mean of {} runs after the first; last {:.0} ms)", mean.as_secs_f64() * 1e3, totals.len(), first.as_secs_f64() * 1e3);
+        println!(
+            "fit check with {label}: a run takes {:.0} ms (mean of {} runs after the first; last {:.0} ms)",
+            mean.as_secs_f64() * 1e3,
+            totals.len(),
+            first.as_secs_f64() * 1e3
+        );
         for (policy, took, proposed) in &plan.proposals {
             println!("  {policy:<40} {:>7.1} ms  {proposed:>6} proposed", took.as_secs_f64() * 1e3);
         }
-        println!("  {:<40} {:>7.1} ms  {:>6} candidates, {} to evict", "envelope, budgets and fit check", plan.checks.as_secs_f64() * 1e3, plan.entries.len(), plan.evictions().count());
+        println!(
+            "  {:<40} {:>7.1} ms  {:>6} candidates, {} to evict",
+            "envelope, budgets and fit check",
+            plan.checks.as_secs_f64() * 1e3,
+            plan.entries.len(),
+            plan.evictions().count()
+        );
         if !plan.failures.is_empty() {
             println!("  failures: {:?}", plan.failures);
         }

@@ -40,14 +40,22 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--interval" => interval_seconds = args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--interval takes whole seconds"),
+            "--interval" => {
+                interval_seconds = args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--interval takes whole seconds")
+            }
             "--case" => chosen.push(args.next().expect("--case takes a case name")),
             // `cargo bench` passes `--bench`.
             "--bench" => {}
-            other => panic!("unknown argument {other:?}: --interval SECONDS, --case NAME (one of {:?})", CASES.iter().map(|case| case.name).collect::<Vec<_>>()),
+            other => {
+                panic!("unknown argument {other:?}: --interval SECONDS, --case NAME (one of {:?})", CASES.iter().map(|case| case.name).collect::<Vec<_>>())
+            }
         }
     }
-    let cases: Vec<&Case> = if chosen.is_empty() { CASES.iter().collect() } else { chosen.iter().map(|name| CASES.iter().find(|case| case.name == name).unwrap_or_else(|| panic!("no case {name:?}"))).collect() };
+    let cases: Vec<&Case> = if chosen.is_empty() {
+        CASES.iter().collect()
+    } else {
+        chosen.iter().map(|name| CASES.iter().find(|case| case.name == name).unwrap_or_else(|| panic!("no case {name:?}"))).collect()
+    };
     let interval = Duration::from_secs(interval_seconds);
     println!("{INTERVALS} intervals of {interval_seconds} s per tool; kube-scheduler places every pod");
     let (mut pending, mut untouched) = (Vec::new(), Vec::new());
@@ -212,8 +220,14 @@ const CASES: &[Case] = &[
 const ZONES: &[&str] = &["zone-a", "zone-b"];
 
 /// Two nodes at 60% and four with one 0.5-CPU pod each (12.5%), for a bin-packing scheduler.
-const THIN_AND_PACKED: &[Workload] =
-    &[Workload("base-a", 2, 1200, ""), Workload("base-b", 2, 1200, ""), Workload("thin-0", 1, 500, ""), Workload("thin-1", 1, 500, ""), Workload("thin-2", 1, 500, ""), Workload("thin-3", 1, 500, "")];
+const THIN_AND_PACKED: &[Workload] = &[
+    Workload("base-a", 2, 1200, ""),
+    Workload("base-b", 2, 1200, ""),
+    Workload("thin-0", 1, 500, ""),
+    Workload("thin-1", 1, 500, ""),
+    Workload("thin-2", 1, 500, ""),
+    Workload("thin-3", 1, 500, ""),
+];
 
 // ---------------------------------------------------------------------------------------------------------------
 // The tools.
@@ -257,7 +271,16 @@ impl Tool {
             }
             Tool::Wasp => {
                 let config = plane.dir.path().join("wasp-config.yaml");
-                std::fs::write(&config, format!("{}rescheduler:\n  interval: {}s\n  strategies: [{{policy: {}}}]\n  fitProfile: wasp\n", control_plane::built_in_config(), interval.as_secs(), case.wasp)).unwrap();
+                std::fs::write(
+                    &config,
+                    format!(
+                        "{}rescheduler:\n  interval: {}s\n  strategies: [{{policy: {}}}]\n  fitProfile: wasp\n",
+                        control_plane::built_in_config(),
+                        interval.as_secs(),
+                        case.wasp
+                    ),
+                )
+                .unwrap();
                 plane.run_wasp(&config, &log)
             }
         }
@@ -297,7 +320,8 @@ fn run(case: &Case, tool: Tool, interval: Duration) -> Run {
         assert!(created.ok, "{}: {}", case.name, created.stderr);
     };
     let mut replicas = 0;
-    let running = |replicas: u32| wait_for(&format!("{}: {replicas} pods Running", case.name), Duration::from_secs(120), || running_pods(&plane) == replicas as usize);
+    let running =
+        |replicas: u32| wait_for(&format!("{}: {replicas} pods Running", case.name), Duration::from_secs(120), || running_pods(&plane) == replicas as usize);
     match case.placement {
         // Only the first group takes the workloads' pods: the others are cordoned until they are placed.
         Placement::FirstGroup => {
@@ -337,7 +361,8 @@ fn run(case: &Case, tool: Tool, interval: Duration) -> Run {
             plane.must(&["taint", "node", &format!("{first}-0"), "bench/maintenance=true:NoSchedule"]);
         }
         Change::NoisyNeighbours(nodes) => {
-            let occupied: std::collections::BTreeSet<String> = pods(&plane).iter().filter_map(|pod| pod["spec"]["nodeName"].as_str().map(str::to_string)).collect();
+            let occupied: std::collections::BTreeSet<String> =
+                pods(&plane).iter().filter_map(|pod| pod["spec"]["nodeName"].as_str().map(str::to_string)).collect();
             for (index, node) in occupied.iter().take(nodes).enumerate() {
                 let created = plane.kubectl_input(
                     &["create", "-f", "-"],
@@ -370,7 +395,9 @@ fn run(case: &Case, tool: Tool, interval: Duration) -> Run {
     let usage = control_plane::process_usage(process.id());
     control_plane::stop(&mut process, Duration::from_secs(10));
     // The last evictions' replacements are placed (or stay Pending) within seconds.
-    wait_for(&format!("{}: {replicas} pods Running or Pending", case.name), Duration::from_secs(60), || pods(&plane).iter().filter(|pod| pod["metadata"]["deletionTimestamp"].is_null()).count() == replicas as usize);
+    wait_for(&format!("{}: {replicas} pods Running or Pending", case.name), Duration::from_secs(60), || {
+        pods(&plane).iter().filter(|pod| pod["metadata"]["deletionTimestamp"].is_null()).count() == replicas as usize
+    });
     let _ = wait_until(Duration::from_secs(15), || running_pods(&plane) == replicas as usize);
 
     let mut per_workload: BTreeMap<String, usize> = BTreeMap::new();
@@ -429,11 +456,17 @@ fn running_pods(plane: &ControlPlane) -> usize {
 
 /// Each node's CPU requests in % of its allocatable CPU: (lowest, highest, standard deviation).
 fn spread(plane: &ControlPlane) -> (f64, f64, f64) {
-    let millis = |text: &str| -> f64 { text.strip_suffix('m').map_or_else(|| text.parse::<f64>().unwrap_or(0.0) * 1000.0, |millis| millis.parse().unwrap_or(0.0)) };
+    let millis =
+        |text: &str| -> f64 { text.strip_suffix('m').map_or_else(|| text.parse::<f64>().unwrap_or(0.0) * 1000.0, |millis| millis.parse().unwrap_or(0.0)) };
     let mut requested: BTreeMap<String, f64> = BTreeMap::new();
     for pod in pods(plane).iter().filter(|pod| pod["metadata"]["deletionTimestamp"].is_null()) {
         if let Some(node) = pod["spec"]["nodeName"].as_str() {
-            let cpu: f64 = pod["spec"]["containers"].as_array().unwrap().iter().map(|container| container["resources"]["requests"]["cpu"].as_str().map_or(0.0, millis)).sum();
+            let cpu: f64 = pod["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|container| container["resources"]["requests"]["cpu"].as_str().map_or(0.0, millis))
+                .sum();
             *requested.entry(node.to_string()).or_default() += cpu;
         }
     }
@@ -441,7 +474,10 @@ fn spread(plane: &ControlPlane) -> (f64, f64, f64) {
         .as_array()
         .unwrap()
         .iter()
-        .map(|node| 100.0 * requested.get(node["metadata"]["name"].as_str().unwrap()).copied().unwrap_or(0.0) / millis(node["status"]["allocatable"]["cpu"].as_str().unwrap()))
+        .map(|node| {
+            100.0 * requested.get(node["metadata"]["name"].as_str().unwrap()).copied().unwrap_or(0.0)
+                / millis(node["status"]["allocatable"]["cpu"].as_str().unwrap())
+        })
         .collect();
     let mean = percents.iter().sum::<f64>() / percents.len() as f64;
     let deviation = (percents.iter().map(|percent| (percent - mean).powi(2)).sum::<f64>() / percents.len() as f64).sqrt();
@@ -449,10 +485,17 @@ fn spread(plane: &ControlPlane) -> (f64, f64, f64) {
 }
 
 fn print_table(runs: &[Run]) {
-    println!("  {:<12} {:>9} {:>13} {:>22} {:>8} {:>8} {:>22} {:>22} {:>12}", "tool", "evictions", "replacements", "workloads evicted 2x+", "refused", "pending", "CPU % before (sd)", "CPU % after (sd)", "CPU s/run");
+    println!(
+        "  {:<12} {:>9} {:>13} {:>22} {:>8} {:>8} {:>22} {:>22} {:>12}",
+        "tool", "evictions", "replacements", "workloads evicted 2x+", "refused", "pending", "CPU % before (sd)", "CPU % after (sd)", "CPU s/run"
+    );
     let shown = |(low, high, deviation): (f64, f64, f64)| format!("{low:.0}-{high:.0} ({deviation:.1})");
     for run in runs {
-        let repeated = if run.repeated.is_empty() { "0".to_string() } else { run.repeated.iter().map(|(workload, count)| format!("{workload} x{count}")).collect::<Vec<_>>().join(", ") };
+        let repeated = if run.repeated.is_empty() {
+            "0".to_string()
+        } else {
+            run.repeated.iter().map(|(workload, count)| format!("{workload} x{count}")).collect::<Vec<_>>().join(", ")
+        };
         println!(
             "  {:<12} {:>9} {:>13} {:>22} {:>8} {:>8} {:>22} {:>22} {:>12.3}",
             run.tool.label(),

@@ -18,11 +18,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wasp::registry::PolicyRegistry;
-use wasp::runtime::Runtime;
 use wasp::config::HostConfig;
 use wasp::host::Host;
 use wasp::kube::{ApiClient, HostIdentity};
+use wasp::registry::PolicyRegistry;
+use wasp::runtime::Runtime;
 
 /// `wasp sim serve` in its own process, stopped on drop.
 struct SimulatorProcess {
@@ -48,9 +48,8 @@ impl SimulatorProcess {
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let url = lines
-            .find_map(|line| line.ok()?.split_once(" serving on ").map(|(_, url)| url.trim().to_string()))
-            .expect("the simulator prints its address");
+        let url =
+            lines.find_map(|line| line.ok()?.split_once(" serving on ").map(|(_, url)| url.trim().to_string())).expect("the simulator prints its address");
         SimulatorProcess { child, url, _stdout: lines, _files: files }
     }
 }

@@ -60,7 +60,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The test cases compared, in scheduler_perf's names.
-const WORKLOADS: &[&str] = &["SchedulingBasic", "SchedulingPodAntiAffinity", "SchedulingPodAffinity", "TopologySpreading", "Unschedulable", "PreemptionAsync", "SchedulingWithMixedChurn"];
+const WORKLOADS: &[&str] = &[
+    "SchedulingBasic",
+    "SchedulingPodAntiAffinity",
+    "SchedulingPodAffinity",
+    "TopologySpreading",
+    "Unschedulable",
+    "PreemptionAsync",
+    "SchedulingWithMixedChurn",
+];
 
 /// Requests in flight while creating nodes and pods.
 const CREATORS: usize = 16;
@@ -94,19 +102,24 @@ fn main() {
                 let name = args.next().expect("--scheduler takes a scheduler's name");
                 let known = Scheduler::ALL.into_iter().chain([Scheduler::KubeSchedulerJson]);
                 let names: Vec<&str> = known.clone().map(Scheduler::name).collect();
-                schedulers.push(known.into_iter().find(|scheduler| scheduler.name() == name).unwrap_or_else(|| panic!("no scheduler {name:?}: one of {names:?}")));
+                schedulers
+                    .push(known.into_iter().find(|scheduler| scheduler.name() == name).unwrap_or_else(|| panic!("no scheduler {name:?}: one of {names:?}")));
             }
             "--node-lease-seconds" => {
-                let seconds: u32 = args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--node-lease-seconds takes whole seconds");
+                let seconds: u32 =
+                    args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--node-lease-seconds takes whole seconds");
                 plane_flags = vec!["--node-lease-duration".into(), format!("{seconds}s")];
             }
             "--give-up-after" => {
-                let seconds: u64 = args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--give-up-after takes whole seconds");
+                let seconds: u64 =
+                    args.next().and_then(|value| value.parse().ok()).filter(|seconds| *seconds > 0).expect("--give-up-after takes whole seconds");
                 give_up_after = Duration::from_secs(seconds);
             }
             // `cargo bench` passes `--bench`.
             "--bench" => {}
-            other => panic!("unknown argument {other:?}: --nodes N, --workload NAME (one of {WORKLOADS:?}), --scheduler NAME, --node-lease-seconds S, --give-up-after S"),
+            other => panic!(
+                "unknown argument {other:?}: --nodes N, --workload NAME (one of {WORKLOADS:?}), --scheduler NAME, --node-lease-seconds S, --give-up-after S"
+            ),
         }
     }
     if chosen.is_empty() {
@@ -122,7 +135,11 @@ fn main() {
     for name in &chosen {
         let workload = catalogue.workload(name, nodes);
         println!("\n{name}: {}", workload.describe());
-        assert_eq!(workload.operations.iter().filter(|operation| matches!(operation, Operation::CreatePods { measured: true, .. })).count(), 1, "{name}: one measured operation");
+        assert_eq!(
+            workload.operations.iter().filter(|operation| matches!(operation, Operation::CreatePods { measured: true, .. })).count(),
+            1,
+            "{name}: one measured operation"
+        );
         let results: Vec<RunResult> = schedulers.iter().map(|scheduler| runtime.block_on(run(&workload, *scheduler, &plane_flags, give_up_after))).collect();
         print_table(&workload, &results);
         for result in results.iter() {
@@ -136,7 +153,11 @@ fn main() {
             }
         }
         for result in results.iter().filter(|result| result.bound_after_error > 0) {
-            println!("  {}: {} pods bound by a binding the API server answered with an error (a timeout under load)", result.scheduler.label(), result.bound_after_error);
+            println!(
+                "  {}: {} pods bound by a binding the API server answered with an error (a timeout under load)",
+                result.scheduler.label(),
+                result.bound_after_error
+            );
         }
         for result in results.iter().filter(|result| result.check.gone > 0) {
             println!("  {}: {} pods bound, then deleted (preemption's victims)", result.scheduler.label(), result.check.gone);
@@ -195,12 +216,8 @@ impl Catalogue {
             .or(thresholded.first())
             .map(|workload| (*workload).clone())
             .unwrap_or_else(|| panic!("{name}: no workload with a threshold"));
-        let params: BTreeMap<String, usize> = measured["params"]
-            .as_mapping()
-            .unwrap()
-            .iter()
-            .filter_map(|(key, value)| Some((key.as_str()?.to_string(), value.as_u64()? as usize)))
-            .collect();
+        let params: BTreeMap<String, usize> =
+            measured["params"].as_mapping().unwrap().iter().filter_map(|(key, value)| Some((key.as_str()?.to_string(), value.as_u64()? as usize))).collect();
         let reference_nodes = params["initNodes"];
         let scale = |count: usize| (count * nodes).div_ceil(reference_nodes).max(1);
         let count = |op: &Value| -> usize {
@@ -221,7 +238,13 @@ impl Catalogue {
                         template: template(op["nodeTemplatePath"].as_str()),
                         labels: op["labelNodePrepareStrategy"].as_mapping().map(|strategy| {
                             let key = strategy.get("labelKey").and_then(Value::as_str).unwrap().to_string();
-                            let values = strategy.get("labelValues").and_then(Value::as_sequence).unwrap().iter().map(|value| value.as_str().unwrap().to_string()).collect();
+                            let values = strategy
+                                .get("labelValues")
+                                .and_then(Value::as_sequence)
+                                .unwrap()
+                                .iter()
+                                .map(|value| value.as_str().unwrap().to_string())
+                                .collect();
                             (key, values)
                         }),
                     });
@@ -270,11 +293,7 @@ impl Catalogue {
                 panic!("{name}: operation {index} ({}) uses {unknown:?}, which this benchmark does not support yet", op["opcode"].as_str().unwrap_or_default());
             }
         }
-        Workload {
-            variant: measured["name"].as_str().unwrap_or_default().to_string(),
-            threshold: measured["threshold"].as_f64(),
-            operations,
-        }
+        Workload { variant: measured["name"].as_str().unwrap_or_default().to_string(), threshold: measured["threshold"].as_f64(), operations }
     }
 }
 
@@ -304,12 +323,26 @@ struct Workload {
 
 enum Operation {
     /// `labels`: scheduler_perf's labelNodePrepareStrategy, a key and values given to the nodes round-robin.
-    CreateNodes { count: usize, template: Option<Value>, labels: Option<(String, Vec<String>)> },
+    CreateNodes {
+        count: usize,
+        template: Option<Value>,
+        labels: Option<(String, Vec<String>)>,
+    },
     CreateNamespace(String),
-    CreatePods { count: usize, namespace: String, template: Value, measured: bool },
+    CreatePods {
+        count: usize,
+        namespace: String,
+        template: Value,
+        measured: bool,
+    },
     /// scheduler_perf's `churn`: from its place on, every `interval`, an object of each template (pods, nodes,
     /// Services) made or, in `recreate` mode, deleted again, until the measured pods are placed.
-    Churn { templates: Vec<Value>, namespace: String, interval: Duration, mode: ChurnMode },
+    Churn {
+        templates: Vec<Value>,
+        namespace: String,
+        interval: Duration,
+        mode: ChurnMode,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -328,7 +361,9 @@ impl Workload {
             .iter()
             .filter_map(|operation| match operation {
                 Operation::CreateNodes { count, .. } => Some(format!("{count} nodes")),
-                Operation::CreatePods { count, namespace, measured, .. } => Some(format!("{count} {} pods in {namespace}", if *measured { "measured" } else { "initial" })),
+                Operation::CreatePods { count, namespace, measured, .. } => {
+                    Some(format!("{count} {} pods in {namespace}", if *measured { "measured" } else { "initial" }))
+                }
                 Operation::Churn { templates, interval, mode, .. } => {
                     let kinds: Vec<&str> = templates.iter().map(|template| template["kind"].as_str().unwrap_or_default()).collect();
                     let how = match mode {
@@ -344,10 +379,13 @@ impl Workload {
     }
 
     fn measured_pods(&self) -> usize {
-        self.operations.iter().map(|operation| match operation {
-            Operation::CreatePods { count, measured: true, .. } => *count,
-            _ => 0,
-        }).sum()
+        self.operations
+            .iter()
+            .map(|operation| match operation {
+                Operation::CreatePods { count, measured: true, .. } => *count,
+                _ => 0,
+            })
+            .sum()
     }
 }
 
@@ -485,7 +523,8 @@ impl Drop for SchedulerProcess {
 fn wasp_config(plane: &ControlPlane) -> PathBuf {
     let built_in = control_plane::built_in_config();
     let path = plane.dir.path().join("wasp-config.yaml");
-    std::fs::write(&path, format!("{built_in}rescheduler:\n  preemption: {{policy: make-room-for-pending}}\n  protections: {{evictBarePods: true}}\n")).unwrap();
+    std::fs::write(&path, format!("{built_in}rescheduler:\n  preemption: {{policy: make-room-for-pending}}\n  protections: {{evictBarePods: true}}\n"))
+        .unwrap();
     path
 }
 
@@ -506,8 +545,14 @@ async fn wait_schedulable(client: &kube::Client, count: usize) {
             .iter()
             .filter(|node| {
                 let status = node.status.as_ref();
-                let ready = status.and_then(|status| status.conditions.as_ref()).is_some_and(|conditions| conditions.iter().any(|condition| condition.type_ == "Ready" && condition.status == "True"));
-                let tainted = node.spec.as_ref().and_then(|spec| spec.taints.as_ref()).is_some_and(|taints| taints.iter().any(|taint| taint.key.starts_with("node.kubernetes.io/")));
+                let ready = status
+                    .and_then(|status| status.conditions.as_ref())
+                    .is_some_and(|conditions| conditions.iter().any(|condition| condition.type_ == "Ready" && condition.status == "True"));
+                let tainted = node
+                    .spec
+                    .as_ref()
+                    .and_then(|spec| spec.taints.as_ref())
+                    .is_some_and(|taints| taints.iter().any(|taint| taint.key.starts_with("node.kubernetes.io/")));
                 ready && !tainted
             })
             .count();
@@ -696,7 +741,9 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String], 
     let check = check_placements(&plane, &order);
     let created_at: HashMap<String, SystemTime> = audit
         .iter()
-        .filter(|event| event.resource() == "pods" && event.subresource().is_empty() && event.verb() == "create" && event.namespace() == "latency" && event.code() == 201)
+        .filter(|event| {
+            event.resource() == "pods" && event.subresource().is_empty() && event.verb() == "create" && event.namespace() == "latency" && event.code() == 201
+        })
         .map(|event| (event.name().to_string(), received(event)))
         .collect();
     assert_eq!(created_at.len(), if gave_up.is_some() { 0 } else { LATENCY_PODS }, "the audit log names every pod created");
@@ -707,10 +754,19 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String], 
         assert!(!measured.is_empty(), "{}: stopped before it bound a measured pod", scheduler.label());
         gave_up.bound = measured.len();
     }
-    let measured_times: Vec<SystemTime> = measured.iter().map(|name| *bindings.get(name).unwrap_or_else(|| {
-            let attempts: Vec<u64> = audit.iter().filter(|event| event.subresource() == "binding" && format!("{}/{}", event.namespace(), event.name()) == *name).map(AuditEvent::code).collect();
-            panic!("no binding of {name} in the audit log (its binding requests' codes: {attempts:?}; bound: {:?})", placements.get(name))
-        })).collect();
+    let measured_times: Vec<SystemTime> = measured
+        .iter()
+        .map(|name| {
+            *bindings.get(name).unwrap_or_else(|| {
+                let attempts: Vec<u64> = audit
+                    .iter()
+                    .filter(|event| event.subresource() == "binding" && format!("{}/{}", event.namespace(), event.name()) == *name)
+                    .map(AuditEvent::code)
+                    .collect();
+                panic!("no binding of {name} in the audit log (its binding requests' codes: {attempts:?}; bound: {:?})", placements.get(name))
+            })
+        })
+        .collect();
     let first = *measured_times.iter().min().unwrap();
     let last = *measured_times.iter().max().unwrap();
     let span = last.duration_since(first).unwrap_or_default().as_secs_f64().max(0.001);
@@ -820,9 +876,14 @@ fn check_placements(plane: &ControlPlane, order: &[&str]) -> Check {
         String::from_utf8_lossy(&output.stderr)
     );
     // `checked N gone G violations M out-of-order K`
-    let counts: Vec<usize> = stdout.lines().find_map(|line| line.strip_prefix("checked ")).unwrap().split_whitespace().filter_map(|word| word.parse().ok()).collect();
+    let counts: Vec<usize> =
+        stdout.lines().find_map(|line| line.strip_prefix("checked ")).unwrap().split_whitespace().filter_map(|word| word.parse().ok()).collect();
     assert_eq!(counts.len(), 4, "check-placements' summary: {stdout}");
-    Check { violations: stdout.lines().filter_map(|line| line.strip_prefix("violation ")).map(str::to_string).collect(), out_of_order: counts[3], gone: counts[1] }
+    Check {
+        violations: stdout.lines().filter_map(|line| line.strip_prefix("violation ")).map(str::to_string).collect(),
+        out_of_order: counts[3],
+        gone: counts[1],
+    }
 }
 
 /// `count` pods from a scheduler_perf template, named `{prefix}-{i}`, for `scheduler`.
@@ -855,7 +916,8 @@ async fn priority_classes(client: &kube::Client, workload: &Workload) {
     });
     let priorities: std::collections::BTreeSet<i64> = templates.filter_map(|template| template["spec"]["priority"].as_i64()).collect();
     for priority in priorities {
-        let class: PriorityClass = serde_json::from_value(serde_json::json!({"metadata": {"name": format!("scheduler-perf-{priority}")}, "value": priority})).unwrap();
+        let class: PriorityClass =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": format!("scheduler-perf-{priority}")}, "value": priority})).unwrap();
         Api::<PriorityClass>::all(client.clone()).create(&PostParams::default(), &class).await.unwrap();
     }
 }
@@ -895,7 +957,8 @@ impl Churn {
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             // Per template, the objects that exist (`recreate`: a slot each, deleted when its turn comes again).
-            let mut slots: Vec<Vec<Option<String>>> = templates.iter().map(|_| vec![None; if let ChurnMode::Recreate { number } = mode { number } else { 0 }]).collect();
+            let mut slots: Vec<Vec<Option<String>>> =
+                templates.iter().map(|_| vec![None; if let ChurnMode::Recreate { number } = mode { number } else { 0 }]).collect();
             for turn in 0.. {
                 tick.tick().await;
                 if let ChurnMode::Create { limit: Some(limit) } = mode {
@@ -932,11 +995,19 @@ impl Churn {
 
 /// The object of `template` for churn turn `turn`, and the API it is made through: a pod as the measured ones are
 /// (for `scheduler`), a node or a Service named after the turn.
-fn churned(client: &kube::Client, namespace: &str, template: &Value, turn: usize, scheduler: Scheduler) -> (Api<kube::api::DynamicObject>, kube::api::DynamicObject) {
+fn churned(
+    client: &kube::Client,
+    namespace: &str,
+    template: &Value,
+    turn: usize,
+    scheduler: Scheduler,
+) -> (Api<kube::api::DynamicObject>, kube::api::DynamicObject) {
     use kube::api::{ApiResource, DynamicObject};
     let kind = template["kind"].as_str().unwrap_or_default();
     let (resource, object) = match kind {
-        "Pod" => (ApiResource::erase::<Pod>(&()), serde_json::to_value(pods_from(template, namespace, &format!("churn-{turn}"), 1, scheduler).remove(0)).unwrap()),
+        "Pod" => {
+            (ApiResource::erase::<Pod>(&()), serde_json::to_value(pods_from(template, namespace, &format!("churn-{turn}"), 1, scheduler).remove(0)).unwrap())
+        }
         "Node" => {
             let mut node = template.clone();
             let name = format!("node-churn-{turn}");
@@ -1051,7 +1122,9 @@ fn print_table(workload: &Workload, results: &[RunResult]) {
     for result in results {
         let ratio = reference.map_or("-".to_string(), |reference| format!("{:.2}x", result.pods_per_second / reference));
         let zones: Vec<String> = result.per_zone.iter().map(|(zone, count)| format!("{zone}={count}")).collect();
-        let milliseconds = |latency: fn((Duration, Duration)) -> Duration| result.latency.map_or("-".to_string(), |pair| format!("{:.0}ms", latency(pair).as_secs_f64() * 1000.0));
+        let milliseconds = |latency: fn((Duration, Duration)) -> Duration| {
+            result.latency.map_or("-".to_string(), |pair| format!("{:.0}ms", latency(pair).as_secs_f64() * 1000.0))
+        };
         println!(
             "  {:<16} {:>8} {:>7} {:>14.1}s {:>9} {:>9} {:>8.1} {:>10.0} {:>13.1} {:>10} {:>12} {:>14}  {}",
             result.scheduler.label(),

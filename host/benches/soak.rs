@@ -178,7 +178,10 @@ async fn main() {
     let configured = built_in.replace("policyDir: plugins/out", &format!("policyDir: {}", policies.path().display()));
     std::fs::write(&config, format!("{}{RESCHEDULER}", configured.trim_end())).unwrap();
 
-    let client = kube::Client::try_from(kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(), &Default::default()).await.unwrap()).unwrap();
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(), &Default::default()).await.unwrap(),
+    )
+    .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
     let deployment = json!({
@@ -212,7 +215,10 @@ async fn main() {
         RELOAD_EVERY.as_secs(),
         failover_every.as_secs()
     );
-    println!("{:>8} {:>22} {:>22} {:>9} {:>9} {:>8} {:>9} {:>9}", "time", "replica RSS", "replica RSS", "created", "deleted", "reloads", "evicted", "failovers");
+    println!(
+        "{:>8} {:>22} {:>22} {:>9} {:>9} {:>8} {:>9} {:>9}",
+        "time", "replica RSS", "replica RSS", "created", "deleted", "reloads", "evicted", "failovers"
+    );
 
     let started = Instant::now();
     let (mut live, mut created, mut deleted, mut reloads) = (VecDeque::new(), 0usize, 0usize, 0u32);
@@ -268,7 +274,13 @@ async fn main() {
                 columns.push(format!("{:>11} {resident:>6.1} MiB", replica.name));
             }
             let evicted = AuditLog::read(&audit_log).unwrap_or_default().iter().filter(|entry| entry.subresource == "eviction" && entry.code == 201).count();
-            println!("{:>7.0}s {:>22} {:>22} {created:>9} {deleted:>9} {reloads:>8} {evicted:>9} {:>9}", started.elapsed().as_secs_f64(), columns[0], columns[1], failovers.len());
+            println!(
+                "{:>7.0}s {:>22} {:>22} {created:>9} {deleted:>9} {reloads:>8} {evicted:>9} {:>9}",
+                started.elapsed().as_secs_f64(),
+                columns[0],
+                columns[1],
+                failovers.len()
+            );
             last_sample = Instant::now();
         }
         tokio::time::sleep(Duration::from_secs(1).saturating_sub(tick.elapsed())).await;
@@ -278,7 +290,12 @@ async fn main() {
     for replica in retired.iter().chain(&replicas) {
         if let (Some(first), Some(last)) = (replica.warm_samples.first(), replica.warm_samples.last()) {
             let peak = replica.warm_samples.iter().copied().fold(0.0, f64::max);
-            println!("  {}: {first:.1} MiB -> {last:.1} MiB ({:.2}x), peak {peak:.1} MiB over {} samples", replica.name, last / first, replica.warm_samples.len());
+            println!(
+                "  {}: {first:.1} MiB -> {last:.1} MiB ({:.2}x), peak {peak:.1} MiB over {} samples",
+                replica.name,
+                last / first,
+                replica.warm_samples.len()
+            );
         }
     }
     let audit = AuditLog::read(&audit_log).unwrap();
@@ -298,7 +315,11 @@ fn check_bindings(audit: &[AuditEntry]) {
     let twice: Vec<_> = bound.iter().filter(|(_, count)| **count > 1).collect();
     let conflicts = bindings.iter().filter(|entry| entry.code == 409).count();
     let injected = bindings.iter().filter(|entry| entry.code == 500).count();
-    println!("bindings: {} pods bound, {} bound twice, {conflicts} refused as already bound, {injected} failed by injection (and retried)", bound.len(), twice.len());
+    println!(
+        "bindings: {} pods bound, {} bound twice, {conflicts} refused as already bound, {injected} failed by injection (and retried)",
+        bound.len(),
+        twice.len()
+    );
     assert!(twice.is_empty() && conflicts == 0, "pods bound twice: {twice:?}; {conflicts} bindings refused as already bound");
 }
 

@@ -50,7 +50,11 @@ const LOOP_WEDGED_AFTER: std::time::Duration = std::time::Duration::from_secs(60
 const RECORDS_PRUNED_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A liveness check that fails when a loop's `unit` of work (a run, a pass) has been under way too long.
-fn wedged_when_busy(unit: &'static str, limit: std::time::Duration, busy_for: impl Fn() -> Option<std::time::Duration> + Send + Sync + 'static) -> crate::serve::ReadinessCheck {
+fn wedged_when_busy(
+    unit: &'static str,
+    limit: std::time::Duration,
+    busy_for: impl Fn() -> Option<std::time::Duration> + Send + Sync + 'static,
+) -> crate::serve::ReadinessCheck {
     Box::new(move || {
         let Some(busy) = busy_for() else { return Some(Ok(())) };
         Some(match busy > limit {
@@ -108,12 +112,27 @@ impl Host {
         let rescheduler_metrics = ReschedulerMetrics::register(&mut endpoints.metrics);
         let rescheduler_api = api.with_own_budget(crate::kube::client::LOOP_IN_FLIGHT);
         let host_namespace = std::env::var("POD_NAMESPACE").ok().filter(|namespace| !namespace.is_empty());
-        let rescheduler = Rescheduler::new(policies.clone(), cluster.clone(), rescheduler_api.clone(), &events.sending_through(rescheduler_api), rescheduler_metrics, host_namespace, records.clone());
+        let rescheduler = Rescheduler::new(
+            policies.clone(),
+            cluster.clone(),
+            rescheduler_api.clone(),
+            &events.sending_through(rescheduler_api),
+            rescheduler_metrics,
+            host_namespace,
+            records.clone(),
+        );
         let reported = rescheduler.clone();
         endpoints.status_section("rescheduler", Box::new(move || serde_json::json!({"lastRun": reported.last_run()})));
         let autoscaler_metrics = AutoscalerMetrics::register(&mut endpoints.metrics);
         let autoscaler_api = api.with_own_budget(crate::kube::client::LOOP_IN_FLIGHT);
-        let autoscaler = AutoscalerLoop::new(policies.clone(), cluster.clone(), autoscaler_api.clone(), &events.sending_through(autoscaler_api), autoscaler_metrics, records.clone());
+        let autoscaler = AutoscalerLoop::new(
+            policies.clone(),
+            cluster.clone(),
+            autoscaler_api.clone(),
+            &events.sending_through(autoscaler_api),
+            autoscaler_metrics,
+            records.clone(),
+        );
         let reported = autoscaler.clone();
         endpoints.status_section("autoscaler", Box::new(move || serde_json::json!({"lastPass": reported.last_pass()})));
         let admission_metrics = AdmissionMetrics::register(&mut endpoints.metrics);
@@ -181,7 +200,25 @@ impl Host {
         let endpoints = Arc::new(endpoints);
         let informers = Mutex::new(None);
         let advertised = Arc::new(Mutex::new(None));
-        Arc::new(Host { api, identity, cluster, policies, events, scheduler, rescheduler, autoscaler, stray_pods, endpoints, records, advertised, admission_metrics, webhooks, informers, stopping, servers: TaskTracker::new() })
+        Arc::new(Host {
+            api,
+            identity,
+            cluster,
+            policies,
+            events,
+            scheduler,
+            rescheduler,
+            autoscaler,
+            stray_pods,
+            endpoints,
+            records,
+            advertised,
+            admission_metrics,
+            webhooks,
+            informers,
+            stopping,
+            servers: TaskTracker::new(),
+        })
     }
 
     /// A host on `api` with `config` (policy files still reload when watched, the configuration does not).
@@ -210,7 +247,12 @@ impl Host {
     ///
     /// While this host leads, its Lease carries `advertised_address` (default: the Pod's IP from `POD_IP`, else the
     /// bound address) and the certificate's SHA-256, for `wasp explain` to reach it and pin the certificate.
-    pub async fn serve_secure(&self, address: SocketAddr, certificate: Option<crate::admission::tls::CertificateFiles>, advertised_address: Option<&str>) -> anyhow::Result<SocketAddr> {
+    pub async fn serve_secure(
+        &self,
+        address: SocketAddr,
+        certificate: Option<crate::admission::tls::CertificateFiles>,
+        advertised_address: Option<&str>,
+    ) -> anyhow::Result<SocketAddr> {
         let certificate = match certificate {
             Some(files) => {
                 let loaded = ReloadingCertificate::load(files)?;
@@ -245,7 +287,8 @@ impl Host {
         let address = listener.local_addr()?;
         self.webhooks.store(WEBHOOKS_STARTING, Ordering::Relaxed);
         let namespaces = crate::admission::watch_namespaces(self.api.client.clone());
-        let webhooks = Arc::new(Webhooks::new(self.policies.clone(), namespaces.clone(), self.admission_metrics.clone(), self.cluster.clone(), self.api.client.clone()));
+        let webhooks =
+            Arc::new(Webhooks::new(self.policies.clone(), namespaces.clone(), self.admission_metrics.clone(), self.cluster.clone(), self.api.client.clone()));
         let state = self.webhooks.clone();
         let stop = self.stopping.clone();
         self.servers.spawn(async move {
@@ -258,7 +301,13 @@ impl Host {
                 listener.serve(crate::admission::webhook::router(webhooks), stop).await;
             }
         });
-        tokio::spawn(crate::admission::callable::watch(self.api.client.clone(), certificate.clone(), self.events.clone(), self.admission_metrics.clone(), self.stopping.clone()));
+        tokio::spawn(crate::admission::callable::watch(
+            self.api.client.clone(),
+            certificate.clone(),
+            self.events.clone(),
+            self.admission_metrics.clone(),
+            self.stopping.clone(),
+        ));
         tokio::spawn(certificate.keep_current(serving.reload_interval));
         Ok(address)
     }

@@ -86,7 +86,8 @@ struct DockerConfig {
 fn credentials(file: Option<&Path>, registry: &str) -> anyhow::Result<RegistryAuth> {
     let Some(file) = file else { return Ok(RegistryAuth::Anonymous) };
     let text = std::fs::read(file).with_context(|| format!("reading the registry credentials {}", file.display()))?;
-    let config: DockerConfig = serde_json::from_slice(&text).with_context(|| format!("{}: not a Docker config file ({{\"auths\": {{...}}}})", file.display()))?;
+    let config: DockerConfig =
+        serde_json::from_slice(&text).with_context(|| format!("{}: not a Docker config file ({{\"auths\": {{...}}}})", file.display()))?;
     let host = |key: &str| key.trim_start_matches("https://").trim_start_matches("http://").split('/').next().unwrap_or_default().to_string();
     let Some(entry) = config.auths.iter().find(|(key, _)| host(key) == registry).map(|(_, entry)| entry) else {
         if config.creds_store.is_some() || config.cred_helpers.contains_key(registry) {
@@ -99,7 +100,10 @@ fn credentials(file: Option<&Path>, registry: &str) -> anyhow::Result<RegistryAu
     }
     let encoded = entry.auth.as_deref().with_context(|| format!("{}: the entry of {registry} has neither auth nor username and password", file.display()))?;
     let decoded = base64::engine::general_purpose::STANDARD.decode(encoded).ok().and_then(|bytes| String::from_utf8(bytes).ok());
-    let (username, password) = decoded.as_deref().and_then(|text| text.split_once(':')).with_context(|| format!("{}: the auth of {registry} is not base64 of USER:PASSWORD", file.display()))?;
+    let (username, password) = decoded
+        .as_deref()
+        .and_then(|text| text.split_once(':'))
+        .with_context(|| format!("{}: the auth of {registry} is not base64 of USER:PASSWORD", file.display()))?;
     Ok(RegistryAuth::Basic(username.to_string(), password.to_string()))
 }
 
@@ -159,7 +163,10 @@ impl Artifact {
         if self.signatures.is_empty() {
             return Err(format!("no signature is attached to {} (cosign's sha256-HEX.sig), and one by {names} is required", self.digest));
         }
-        let signs_this = |payload: &[u8]| serde_json::from_slice::<SimpleSigning>(payload).is_ok_and(|claim| claim.critical.kind == SIGNATURE_TYPE && claim.critical.image.digest == self.digest);
+        let signs_this = |payload: &[u8]| {
+            serde_json::from_slice::<SimpleSigning>(payload)
+                .is_ok_and(|claim| claim.critical.kind == SIGNATURE_TYPE && claim.critical.image.digest == self.digest)
+        };
         self.signatures
             .iter()
             .filter(|attached| signs_this(&attached.payload))
@@ -217,7 +224,10 @@ impl RegistryClient {
         }
         let parsed: OciImageManifest = serde_json::from_slice(&manifest).with_context(|| format!("{}: not an OCI image manifest", reference.whole()))?;
         let layer = parsed.layers.first().with_context(|| format!("{}: a manifest without layers", reference.whole()))?;
-        let component = self.pull_bounded(reference, layer, crate::registry::source::MAX_POLICY_BYTES).await.with_context(|| format!("pulling the component layer of {}", reference.whole()))?;
+        let component = self
+            .pull_bounded(reference, layer, crate::registry::source::MAX_POLICY_BYTES)
+            .await
+            .with_context(|| format!("pulling the component layer of {}", reference.whole()))?;
         let signatures = self.attached_signatures(reference, &digest).await?;
         let artifact = Artifact { digest, manifest: manifest.to_vec(), component, signatures };
         artifact.check().map_err(|error| anyhow::anyhow!("{}: {error}", reference.whole()))?;
@@ -264,7 +274,10 @@ impl RegistryClient {
         let mut attached = Vec::new();
         for layer in manifest.layers.iter().filter(|layer| layer.media_type == SIMPLE_SIGNING_MEDIA_TYPE).take(MAX_SIGNATURES) {
             let Some(signature) = layer.annotations.as_ref().and_then(|annotations| annotations.get(SIGNATURE_ANNOTATION)) else { continue };
-            let payload = self.pull_bounded(&signatures, layer, MAX_PAYLOAD_BYTES).await.with_context(|| format!("pulling a signature payload of {}", signatures.whole()))?;
+            let payload = self
+                .pull_bounded(&signatures, layer, MAX_PAYLOAD_BYTES)
+                .await
+                .with_context(|| format!("pulling a signature payload of {}", signatures.whole()))?;
             attached.push(AttachedSignature { payload, signature: signature.clone() });
         }
         Ok(attached)
@@ -281,7 +294,14 @@ impl RegistryClient {
         let payload_digest = sha256_digest(&payload);
         self.client.push_blob(&signatures, payload.clone(), &payload_digest).await.context("pushing the signature payload")?;
         let annotations = BTreeMap::from([(SIGNATURE_ANNOTATION.to_string(), signature)]);
-        layers.push(OciDescriptor { media_type: SIMPLE_SIGNING_MEDIA_TYPE.into(), digest: payload_digest.clone(), size: payload.len() as i64, urls: None, annotations: Some(annotations), artifact_type: None });
+        layers.push(OciDescriptor {
+            media_type: SIMPLE_SIGNING_MEDIA_TYPE.into(),
+            digest: payload_digest.clone(),
+            size: payload.len() as i64,
+            urls: None,
+            annotations: Some(annotations),
+            artifact_type: None,
+        });
         let diff_ids: Vec<&str> = layers.iter().map(|layer| layer.digest.as_str()).collect();
         let config = serde_json::json!({"architecture": "", "os": "", "config": {}, "rootfs": {"type": "layers", "diff_ids": diff_ids}});
         let config = Config { data: serde_json::to_vec(&config)?.into(), media_type: IMAGE_CONFIG_MEDIA_TYPE.into(), annotations: None };
@@ -290,7 +310,14 @@ impl RegistryClient {
         let manifest = OciImageManifest {
             schema_version: 2,
             media_type: Some(oci_client::manifest::OCI_IMAGE_MEDIA_TYPE.into()),
-            config: OciDescriptor { media_type: IMAGE_CONFIG_MEDIA_TYPE.into(), digest: config_digest, size: config.data.len() as i64, urls: None, annotations: None, artifact_type: None },
+            config: OciDescriptor {
+                media_type: IMAGE_CONFIG_MEDIA_TYPE.into(),
+                digest: config_digest,
+                size: config.data.len() as i64,
+                urls: None,
+                annotations: None,
+                artifact_type: None,
+            },
             layers,
             ..Default::default()
         };
@@ -349,7 +376,11 @@ impl SimpleSigning {
     fn of(reference: &Reference, digest: &str) -> SimpleSigning {
         let repository = format!("{}/{}", reference.registry(), reference.repository());
         SimpleSigning {
-            critical: Critical { identity: Identity { docker_reference: repository }, image: Image { digest: digest.to_string() }, kind: SIGNATURE_TYPE.into() },
+            critical: Critical {
+                identity: Identity { docker_reference: repository },
+                image: Image { digest: digest.to_string() },
+                kind: SIGNATURE_TYPE.into(),
+            },
             optional: None,
         }
     }

@@ -28,11 +28,8 @@ impl PodRequests {
 /// resource the pod does not request, or one the node does not have, does not count.
 pub fn requested_and_allocatable(wanted: &PodRequests, node: &NodeInfo, resource: &ResourceName) -> Option<(u64, u64)> {
     let allocatable = node.node.allocatable.amount(resource);
-    let (placed, wanted) = if resource.has_scoring_default() {
-        (&node.usage.non_zero_requested, &wanted.non_zero)
-    } else {
-        (&node.usage.requested, &wanted.requests)
-    };
+    let (placed, wanted) =
+        if resource.has_scoring_default() { (&node.usage.non_zero_requested, &wanted.non_zero) } else { (&node.usage.requested, &wanted.requests) };
     let wanted = wanted.amount(resource);
     let extended = matches!(resource, ResourceName::Extended(_));
     if allocatable == 0 || (extended && wanted == 0) {
@@ -66,7 +63,11 @@ pub fn weighted(wanted: &PodRequests, node: &NodeInfo, resources: &WeightedResou
             weights += weight;
         }
     }
-    if weights == 0 { 0 } else { total / weights }
+    if weights == 0 {
+        0
+    } else {
+        total / weights
+    }
 }
 
 /// The share `part / whole` in percent, rounded down (kube-scheduler's `part * 100 / whole`), in 64-bit arithmetic
@@ -74,7 +75,11 @@ pub fn weighted(wanted: &PodRequests, node: &NodeInfo, resources: &WeightedResou
 /// are library calls in a sandbox, and the common case needs neither.
 #[inline]
 pub fn percent_of(part: u64, whole: u64) -> i64 {
-    if part <= u64::MAX / 100 { (part * 100 / whole) as i64 } else { (u128::from(part) * 100 / u128::from(whole)) as i64 }
+    if part <= u64::MAX / 100 {
+        (part * 100 / whole) as i64
+    } else {
+        (u128::from(part) * 100 / u128::from(whole)) as i64
+    }
 }
 
 /// [`weighted`] for every candidate, with the pod's requests computed once: a strategy's `score_all`.

@@ -119,7 +119,11 @@ fn ceil_replicas(value: f64) -> u32 {
 /// What one unit of `metric`'s values is worth in the HPA's milli-units: the contract carries CPU in
 /// millicores already, every other quantity in its unit.
 fn milli_per_unit(metric: &Metric) -> f64 {
-    if matches!(metric.source, MetricSource::Resource) && metric.name == "cpu" { 1.0 } else { 1000.0 }
+    if matches!(metric.source, MetricSource::Resource) && metric.name == "cpu" {
+        1.0
+    } else {
+        1000.0
+    }
 }
 
 /// A contract value as the HPA's whole milli-value (`i64`, saturating). The host's values are quantities
@@ -178,7 +182,11 @@ pub fn propose(metric: &Metric, current_replicas: u32, tolerance: impl Into<Tole
         return Err(format!("metric {name}: {error}"));
     }
     let positive = |target: f64| {
-        if target.is_finite() && target > 0.0 { Ok(target) } else { Err(format!("metric {name}: the target must be positive, not {target}")) }
+        if target.is_finite() && target > 0.0 {
+            Ok(target)
+        } else {
+            Err(format!("metric {name}: the target must be positive, not {target}"))
+        }
     };
     match (metric.source, metric.target) {
         (MetricSource::Resource, MetricTarget::Utilization(target)) => per_pod(metric, PerPod::Utilization(positive(target)?), current_replicas, tolerance),

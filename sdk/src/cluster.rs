@@ -3,11 +3,11 @@
 //! tests fill it with [`Cluster::add_node`] and [`Cluster::bind`], which keep the usage totals exactly as the host
 //! does (build it with [`Cluster::for_policy`] so tests see the pods as the policy's instances will).
 
+use crate::collections::FastHashMap;
 use crate::index::{PodIndex, TermGroup};
 use crate::resources::ResourceVector;
 use crate::topology::{Topologies, TopologyDomains};
 use crate::types::{ClusterDelta, LabelSelector, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources};
-use crate::collections::FastHashMap;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -103,7 +103,8 @@ impl NodeFacts {
 }
 
 impl PodFacts {
-    pub const NONE: PodFacts = PodFacts { labels: LabelScope::None, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
+    pub const NONE: PodFacts =
+        PodFacts { labels: LabelScope::None, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
     pub const ALL: PodFacts = PodFacts { labels: LabelScope::All, containers: true, images: true, placement: true, pod_affinity: true, host_ports: true };
 
     /// Drops from `pod` what these facts do not keep (what the host does not send).
@@ -254,8 +255,7 @@ impl Cluster {
     /// without (`KEEPS_PODS` false) their bookkeeping (indexes, affinity sets) is left out of the component.
     pub(crate) fn apply_to_view<const KEEPS_PODS: bool>(&mut self, delta: ClusterDelta) {
         match delta {
-            ClusterDelta::PodUpsert(_) | ClusterDelta::PodRemove(_) | ClusterDelta::NamespaceUpsert(_) | ClusterDelta::NamespaceRemove(_)
-                if !KEEPS_PODS => {}
+            ClusterDelta::PodUpsert(_) | ClusterDelta::PodRemove(_) | ClusterDelta::NamespaceUpsert(_) | ClusterDelta::NamespaceRemove(_) if !KEEPS_PODS => {}
             ClusterDelta::NodeUpsert((id, node, usage)) => self.upsert_node(id, node, usage),
             ClusterDelta::NodeUsageUpdate((id, usage)) => {
                 if let Some(info) = self.node_mut(id) {
@@ -273,9 +273,7 @@ impl Cluster {
             ClusterDelta::NamespaceRemove(name) => {
                 self.namespaces.remove(&name);
             }
-            ClusterDelta::Reset => {
-                *self = Self::empty(self.keeps, self.node_keeps, self.keeps_pod, self.indexing, self.image_counting, self.next_test_id)
-            }
+            ClusterDelta::Reset => *self = Self::empty(self.keeps, self.node_keeps, self.keeps_pod, self.indexing, self.image_counting, self.next_test_id),
         }
     }
 
@@ -551,7 +549,14 @@ mod tests {
         let facts = PodFacts { labels: LabelScope::All, ..PodFacts::NONE };
         let mut cluster = Cluster::keeping(facts);
         let node = cluster.add_node(NodeBuilder::new("n1").cpu("4").build());
-        let pod = PodBuilder::new("a").label("app", "web").cpu("1").toleration("dedicated", None, None).annotation("note", "x").host_port(80, "TCP").owner("ReplicaSet", "web").build();
+        let pod = PodBuilder::new("a")
+            .label("app", "web")
+            .cpu("1")
+            .toleration("dedicated", None, None)
+            .annotation("note", "x")
+            .host_port(80, "TCP")
+            .owner("ReplicaSet", "web")
+            .build();
         let id = cluster.bind(pod, node);
         let kept = &cluster.pod(id).unwrap().pod;
         assert_eq!((kept.name.as_str(), kept.labels.len(), kept.owner.as_ref().map(|owner| owner.name.as_str())), ("a", 1, Some("web")));

@@ -4,8 +4,8 @@
 use crate::cluster::Cluster;
 use crate::policy::{Evict, Filter, Policy, Scale, Score};
 use crate::types::{
-    ClusterDelta, Descriptor, EvictContext, Eviction, FailedPod, FilterResult, NodeId, PendingPod, Pod, PodPlace, PolicyKind,
-    ScaleDecision, ScaleRequest, ViewScope,
+    ClusterDelta, Descriptor, EvictContext, Eviction, FailedPod, FilterResult, NodeId, PendingPod, Pod, PodPlace, PolicyKind, ScaleDecision, ScaleRequest,
+    ViewScope,
 };
 
 pub struct GuestState<P: Policy> {
@@ -93,8 +93,8 @@ macro_rules! exports_of {
         // brought in here would take its place in `$policy`.
         #[allow(unused_imports)]
         use $crate::guest::detect::{
-            ImplementsEvict as _, ImplementsFilter as _, ImplementsScale as _, ImplementsScore as _, LacksEvict as _, LacksFilter as _,
-            LacksScale as _, LacksScore as _,
+            ImplementsEvict as _, ImplementsFilter as _, ImplementsScale as _, ImplementsScore as _, LacksEvict as _, LacksFilter as _, LacksScale as _,
+            LacksScore as _,
         };
         fn filter(policy: &$policy) -> ::std::option::Option<&dyn $crate::Filter> {
             (&&$crate::guest::detect::Probe::<$policy>::new()).as_filter(policy)
@@ -252,7 +252,9 @@ macro_rules! export_policy {
                 }
             }
             impl $crate::bindings::exports::wasp::policy::evict::Guest for __WaspComponent {
-                fn propose(context: $crate::bindings::wasp::policy::types::EvictContext) -> ::std::result::Result<::std::vec::Vec<$crate::types::Eviction>, ::std::string::String> {
+                fn propose(
+                    context: $crate::bindings::wasp::policy::types::EvictContext,
+                ) -> ::std::result::Result<::std::vec::Vec<$crate::types::Eviction>, ::std::string::String> {
                     __WASP_STATE.with_borrow_mut(|state| state.propose(context.now))
                 }
             }
@@ -262,7 +264,7 @@ macro_rules! export_policy {
                 }
             }
 
-            $crate::bindings::__export_policy_component!(__WaspComponent with_types_in $crate::bindings);
+    $crate::bindings::__export_policy_component!(__WaspComponent with_types_in $crate::bindings);
         };
     };
 }
@@ -328,7 +330,11 @@ mod tests {
 
     impl Filter for Echo {
         fn filter(&self, pod: &Pod, _node: &NodeInfo, _cluster: &Cluster) -> Verdict {
-            if pod.name == "wanted" { Verdict::Pass } else { Verdict::reject("not wanted") }
+            if pod.name == "wanted" {
+                Verdict::Pass
+            } else {
+                Verdict::reject("not wanted")
+            }
         }
     }
 

@@ -260,12 +260,8 @@ mod tests {
         variants.push(changed(&|term| term.label_selector = None));
         variants.push(changed(&|term| term.label_selector.as_mut().unwrap().match_labels[0].1 = "db".into()));
         variants.push(changed(&|term| term.namespace_selector = Some(LabelSelector { match_labels: vec![], match_expressions: vec![] })));
-        variants.push(changed(&|term| {
-            term.label_selector.as_mut().unwrap().match_expressions.push(requirement("tier", SelectorOperator::NotIn, &["front"]))
-        }));
-        variants.push(changed(&|term| {
-            term.label_selector.as_mut().unwrap().match_expressions.push(requirement("tier", SelectorOperator::In, &["front"]))
-        }));
+        variants.push(changed(&|term| term.label_selector.as_mut().unwrap().match_expressions.push(requirement("tier", SelectorOperator::NotIn, &["front"]))));
+        variants.push(changed(&|term| term.label_selector.as_mut().unwrap().match_expressions.push(requirement("tier", SelectorOperator::In, &["front"]))));
         let count = variants.len();
         variants.push(same);
         variants.sort();

@@ -1,9 +1,6 @@
 //! Kubernetes matching rules: taints against tolerations, node selectors and affinity terms, label selectors.
 
-use crate::types::{
-    LabelSelector, Node, NodeSelectorTerm, Pod, SelectorOperator, SelectorRequirement, Taint, TaintEffect,
-    Toleration, TolerationOperator,
-};
+use crate::types::{LabelSelector, Node, NodeSelectorTerm, Pod, SelectorOperator, SelectorRequirement, Taint, TaintEffect, Toleration, TolerationOperator};
 
 /// The value of a label in a `(key, value)` list.
 pub fn label<'a>(labels: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -49,15 +46,8 @@ impl Toleration {
 
 /// The first taint with one of `effects` that no toleration tolerates.
 #[inline]
-pub fn first_untolerated_taint<'a>(
-    taints: &'a [Taint],
-    tolerations: &[Toleration],
-    effects: &[TaintEffect],
-) -> Option<&'a Taint> {
-    taints
-        .iter()
-        .filter(|taint| effects.contains(&taint.effect))
-        .find(|taint| !tolerations.iter().any(|toleration| toleration.tolerates(taint)))
+pub fn first_untolerated_taint<'a>(taints: &'a [Taint], tolerations: &[Toleration], effects: &[TaintEffect]) -> Option<&'a Taint> {
+    taints.iter().filter(|taint| effects.contains(&taint.effect)).find(|taint| !tolerations.iter().any(|toleration| toleration.tolerates(taint)))
 }
 
 impl SelectorRequirement {
@@ -70,13 +60,16 @@ impl SelectorRequirement {
             SelectorOperator::Exists => value.is_some(),
             SelectorOperator::DoesNotExist => value.is_none(),
             SelectorOperator::Gt | SelectorOperator::Lt => {
-                let (Some(actual), Some(bound)) = (
-                    value.and_then(|value| value.parse::<i64>().ok()),
-                    self.values.first().and_then(|bound| bound.parse::<i64>().ok()),
-                ) else {
+                let (Some(actual), Some(bound)) =
+                    (value.and_then(|value| value.parse::<i64>().ok()), self.values.first().and_then(|bound| bound.parse::<i64>().ok()))
+                else {
                     return false;
                 };
-                if self.operator == SelectorOperator::Gt { actual > bound } else { actual < bound }
+                if self.operator == SelectorOperator::Gt {
+                    actual > bound
+                } else {
+                    actual < bound
+                }
             }
         }
     }
@@ -107,8 +100,7 @@ impl LabelSelector {
 impl Pod {
     /// `spec.nodeSelector` and the required node affinity terms (ORed), as kube-scheduler's NodeAffinity filter.
     pub fn matches_node_selector_and_required_affinity(&self, node: &Node) -> bool {
-        let selector_matches =
-            self.node_selector.iter().all(|(key, value)| label(&node.labels, key) == Some(value.as_str()));
+        let selector_matches = self.node_selector.iter().all(|(key, value)| label(&node.labels, key) == Some(value.as_str()));
         let required = self.node_affinity.as_ref().and_then(|affinity| affinity.required.as_ref());
         selector_matches && required.is_none_or(|terms| terms.iter().any(|term| term.matches(node)))
     }
@@ -161,7 +153,15 @@ mod tests {
 
     #[test]
     fn same_text_is_string_equality() {
-        for (a, b) in [("", ""), ("a", "a"), ("kubernetes.io/hostname", "kubernetes.io/hostname"), ("kubernetes.io/hostnamf", "kubernetes.io/hostname"), ("12345678", "12345679"), ("ab", "abc"), ("zone", "Zone")] {
+        for (a, b) in [
+            ("", ""),
+            ("a", "a"),
+            ("kubernetes.io/hostname", "kubernetes.io/hostname"),
+            ("kubernetes.io/hostnamf", "kubernetes.io/hostname"),
+            ("12345678", "12345679"),
+            ("ab", "abc"),
+            ("zone", "Zone"),
+        ] {
             assert_eq!(same_text(a, b), a == b, "{a:?} {b:?}");
         }
         // Every length around the word size, with one byte changed at every position.
@@ -180,18 +180,12 @@ mod tests {
     #[test]
     fn toleration_rules() {
         let taint = Taint { key: "dedicated".into(), value: "gpu".into(), effect: TaintEffect::NoSchedule };
-        let equal = |value: &str, effect| Toleration {
-            key: "dedicated".into(),
-            operator: TolerationOperator::Equal,
-            value: value.into(),
-            effect,
-        };
+        let equal = |value: &str, effect| Toleration { key: "dedicated".into(), operator: TolerationOperator::Equal, value: value.into(), effect };
         assert!(equal("gpu", None).tolerates(&taint));
         assert!(equal("gpu", Some(TaintEffect::NoSchedule)).tolerates(&taint));
         assert!(!equal("gpu", Some(TaintEffect::NoExecute)).tolerates(&taint));
         assert!(!equal("cpu", None).tolerates(&taint));
-        let everything =
-            Toleration { key: String::new(), operator: TolerationOperator::Exists, value: String::new(), effect: None };
+        let everything = Toleration { key: String::new(), operator: TolerationOperator::Exists, value: String::new(), effect: None };
         assert!(everything.tolerates(&taint));
     }
 
@@ -213,10 +207,7 @@ mod tests {
     fn empty_node_selector_term_matches_nothing() {
         let node = NodeBuilder::new("n1").label("zone", "a").build();
         assert!(!NodeSelectorTerm { match_expressions: vec![], match_fields: vec![] }.matches(&node));
-        let by_name = NodeSelectorTerm {
-            match_expressions: vec![],
-            match_fields: vec![requirement("metadata.name", SelectorOperator::In, &["n1"])],
-        };
+        let by_name = NodeSelectorTerm { match_expressions: vec![], match_fields: vec![requirement("metadata.name", SelectorOperator::In, &["n1"])] };
         assert!(by_name.matches(&node));
     }
 

@@ -136,11 +136,7 @@ impl FilterResultBuilder {
     pub fn finish(self) -> FilterResult {
         FilterResult {
             verdicts: self.verdicts,
-            rejections: self
-                .rejections
-                .into_iter()
-                .map(|reasons| reasons.into_iter().map(Cow::into_owned).collect())
-                .collect(),
+            rejections: self.rejections.into_iter().map(|reasons| reasons.into_iter().map(Cow::into_owned).collect()).collect(),
         }
     }
 }

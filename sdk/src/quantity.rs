@@ -70,10 +70,7 @@ pub fn parse_milli(input: &str) -> Result<i128, QuantityError> {
     // Thousandths: shift the decimal point by the suffix, three places for milli, back by the fraction digits.
     let exponent = decimal_exponent + 3 - fraction.len() as i32;
     let magnitude = if exponent >= 0 {
-        10i128
-            .checked_pow(exponent as u32)
-            .and_then(|factor| scaled.checked_mul(factor))
-            .ok_or_else(|| fail("too large"))?
+        10i128.checked_pow(exponent as u32).and_then(|factor| scaled.checked_mul(factor)).ok_or_else(|| fail("too large"))?
     } else {
         let divisor = 10i128.checked_pow((-exponent) as u32).ok_or_else(|| fail("too small"))?;
         (scaled + divisor - 1) / divisor

@@ -105,7 +105,8 @@ mod tests {
 
     #[test]
     fn namespaces_and_selector_filter_pods() {
-        let selector: Selector = serde_json::from_str(r#"{"matchLabels": {"tier": "web"}, "matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]}"#).unwrap();
+        let selector: Selector =
+            serde_json::from_str(r#"{"matchLabels": {"tier": "web"}, "matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]}"#).unwrap();
         let filter = PodFilter::new(&Namespaces { include: vec!["shop".into()], exclude: vec![] }, Some(&selector)).unwrap();
         assert!(filter.admits(&PodBuilder::new("a").namespace("shop").label("tier", "web").build()));
         assert!(!filter.admits(&PodBuilder::new("b").namespace("shop").label("tier", "web").label("canary", "1").build()));

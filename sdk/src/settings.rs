@@ -49,7 +49,6 @@ impl de::Error for SettingsError {
     fn invalid_value(unexpected: Unexpected, expected: &dyn Expected) -> Self {
         SettingsError::new(format!("invalid value: {}, expected {expected}", Described(unexpected)))
     }
-
 }
 
 /// serde's wording for an unexpected value, without core's float printer.
@@ -240,12 +239,7 @@ impl<'de> Deserializer<'de> for Json {
     }
 
     /// As serde_json has enums: a unit variant is its name, any other variant a map with one key.
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _variants: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, SettingsError> {
+    fn deserialize_enum<V: Visitor<'de>>(self, _name: &'static str, _variants: &'static [&'static str], visitor: V) -> Result<V::Value, SettingsError> {
         match self {
             Json::String(variant) => visitor.visit_enum(variant.into_deserializer()),
             Json::Object(entries) if entries.len() == 1 => visitor.visit_enum(MapAccessDeserializer::new(MapDeserializer::new(entries.into_iter()))),
@@ -287,7 +281,10 @@ mod tests {
         Spread,
         Pack,
         Limit(u32),
-        Range { low: u32, high: u32 },
+        Range {
+            low: u32,
+            high: u32,
+        },
     }
 
     #[derive(Debug, Default, PartialEq, Deserialize)]

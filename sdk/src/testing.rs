@@ -2,11 +2,11 @@
 //! quantities (`"500m"`, `"2Gi"`). They panic on malformed quantities: they are for tests.
 
 use crate::quantity;
-use crate::types::{AttachedVolume, NodeImage, ClaimRequirement, VolumeClaim,
-    Condition, Container, ContainerState, HostPort, InclusionPolicy, PodAffinity, PodAffinityTerm, PortProtocol,
-    Termination, WeightedPodAffinityTerm, LabelSelector, Metric, Node, NodeAffinity, NodeSelectorTerm, Owner, Pod,
-    MetricSample, MetricSource, MetricTarget, PodMetric, PodPhase, PreferredTerm, Resources, ScaleRequest, SelectorRequirement, Taint, TaintEffect,
-    Toleration, TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction,
+use crate::types::{
+    AttachedVolume, ClaimRequirement, Condition, Container, ContainerState, HostPort, InclusionPolicy, LabelSelector, Metric, MetricSample, MetricSource,
+    MetricTarget, Node, NodeAffinity, NodeImage, NodeSelectorTerm, Owner, Pod, PodAffinity, PodAffinityTerm, PodMetric, PodPhase, PortProtocol, PreferredTerm,
+    Resources, ScaleRequest, SelectorRequirement, Taint, TaintEffect, Termination, Toleration, TolerationOperator, TopologySpreadConstraint,
+    UnsatisfiableAction, VolumeClaim, WeightedPodAffinityTerm,
 };
 
 fn set_quantity(resources: &mut Resources, name: &str, value: &str) {
@@ -230,13 +230,7 @@ impl PodBuilder {
     }
 
     /// A topology spread constraint selecting pods with `selector_labels`.
-    pub fn spread(
-        mut self,
-        topology_key: &str,
-        max_skew: i32,
-        when_unsatisfiable: UnsatisfiableAction,
-        selector_labels: &[(&str, &str)],
-    ) -> Self {
+    pub fn spread(mut self, topology_key: &str, max_skew: i32, when_unsatisfiable: UnsatisfiableAction, selector_labels: &[(&str, &str)]) -> Self {
         self.pod.topology_spread.push(TopologySpreadConstraint {
             max_skew,
             topology_key: topology_key.into(),

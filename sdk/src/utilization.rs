@@ -39,7 +39,11 @@ pub struct Utilization {
 }
 
 fn percent(used: u64, total: u64) -> f64 {
-    if total == 0 { 100.0 } else { used as f64 * 100.0 / total as f64 }
+    if total == 0 {
+        100.0
+    } else {
+        used as f64 * 100.0 / total as f64
+    }
 }
 
 impl Utilization {

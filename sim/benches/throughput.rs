@@ -17,7 +17,8 @@ wasp_allocator::binary_allocator!();
 
 fn resident_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status.lines().find_map(|line| line.strip_prefix("VmRSS:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+    status.lines().find_map(|line| line.strip_prefix("VmRSS:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).unwrap_or(0.0)
+        / 1024.0
 }
 
 fn client(simulator: &Simulator) -> Client {
@@ -54,7 +55,10 @@ async fn bindings_per_second() {
         .await;
     let rate = PODS as f64 / started.elapsed().as_secs_f64();
     let cpu = (process_cpu_seconds() - cpu_before) * 1e6 / PODS as f64;
-    println!("bindings over HTTP (kube-rs, {IN_FLIGHT} in flight, 5000 nodes)  {rate:>9.0}/s   target 5000/s   {:.2}x (process CPU {cpu:.0} us per binding)", rate / 5000.0);
+    println!(
+        "bindings over HTTP (kube-rs, {IN_FLIGHT} in flight, 5000 nodes)  {rate:>9.0}/s   target 5000/s   {:.2}x (process CPU {cpu:.0} us per binding)",
+        rate / 5000.0
+    );
 }
 
 async fn watch_fan_out() {
@@ -123,9 +127,8 @@ async fn deployment_bindings(nodes: u32, pods: u32, deployments: u32) {
     const IN_FLIGHT: usize = 64;
     let before = resident_mib();
     let cpu_before = process_cpu_seconds();
-    let workloads: String = (0..deployments)
-        .map(|index| format!("{{name: d{index}, replicas: {}, schedulerName: wasp, cpu: 10m}},", pods / deployments))
-        .collect();
+    let workloads: String =
+        (0..deployments).map(|index| format!("{{name: d{index}, replicas: {}, schedulerName: wasp, cpu: 10m}},", pods / deployments)).collect();
     let scenario = Scenario::parse(&format!(
         "kubelet: {{readyDelay: 100ms}}\nnodeGroups: [{{name: n, count: {nodes}, cpu: '64', memory: 256Gi, pods: 200}}]\nworkloads: [{workloads}]\n"
     ))
@@ -159,7 +162,13 @@ async fn deployment_bindings(nodes: u32, pods: u32, deployments: u32) {
                 let all = store.all(resources::pods());
                 let bound = all.iter().filter(|pod| pod.pointer("/spec/nodeName").is_some()).count();
                 let running = all.iter().filter(|pod| pod.pointer("/status/phase").and_then(|phase| phase.as_str()) == Some("Running")).count();
-                eprintln!("{:>5.1}s pods {} bound {bound} running {running} rss {:.0} MiB revision {}", started.elapsed().as_secs_f64(), all.len(), resident_mib(), store.revision());
+                eprintln!(
+                    "{:>5.1}s pods {} bound {bound} running {running} rss {:.0} MiB revision {}",
+                    started.elapsed().as_secs_f64(),
+                    all.len(),
+                    resident_mib(),
+                    store.revision()
+                );
             }
         })
     });
@@ -217,7 +226,10 @@ fn load() -> (f64, usize) {
 
 fn main() {
     let (average, cpus) = load();
-    println!("load average {average:.2} on {cpus} CPUs{}", if average > 0.5 * cpus as f64 { " (busy: rates below are not comparable with an idle run)" } else { "" });
+    println!(
+        "load average {average:.2} on {cpus} CPUs{}",
+        if average > 0.5 * cpus as f64 { " (busy: rates below are not comparable with an idle run)" } else { "" }
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     // WASP_SIM_BENCH=deployments[:nodes:pods:deployments] runs only the Deployment case, =bindings only bare pods,
     // =watch only the watch fan-out.

@@ -56,16 +56,39 @@ pub enum Target {
     ApiVersions,
     GroupList,
     Group(String),
-    ResourceList { group: String, version: String },
-    Collection { resource: &'static ResourceType, namespace: Option<String> },
-    Object { resource: &'static ResourceType, namespace: Option<String>, name: String },
-    Subresource { resource: &'static ResourceType, namespace: Option<String>, name: String, sub: String },
+    ResourceList {
+        group: String,
+        version: String,
+    },
+    Collection {
+        resource: &'static ResourceType,
+        namespace: Option<String>,
+    },
+    Object {
+        resource: &'static ResourceType,
+        namespace: Option<String>,
+        name: String,
+    },
+    Subresource {
+        resource: &'static ResourceType,
+        namespace: Option<String>,
+        name: String,
+        sub: String,
+    },
     OpenApiIndex,
     OpenApiDocument(String),
     /// custom.metrics.k8s.io: a metric of one object, `namespaces/{ns}/{resource}/{name}/{metric}`.
-    ObjectMetric { namespace: String, described: String, name: String, metric: String },
+    ObjectMetric {
+        namespace: String,
+        described: String,
+        name: String,
+        metric: String,
+    },
     /// external.metrics.k8s.io: `namespaces/{ns}/{metric}`.
-    ExternalMetric { namespace: String, metric: String },
+    ExternalMetric {
+        namespace: String,
+        metric: String,
+    },
 }
 
 pub fn parse_path(path: &str) -> Result<Target, ApiError> {
@@ -132,9 +155,20 @@ async fn handle(
 }
 
 /// Records a request to a resource (not discovery, health or OpenAPI) with the answer's status.
-fn audit_request(state: &ServerState, audit: &crate::audit::AuditLog, method: &Method, uri: &Uri, query: &HashMap<String, String>, headers: &HeaderMap, status: StatusCode) {
+fn audit_request(
+    state: &ServerState,
+    audit: &crate::audit::AuditLog,
+    method: &Method,
+    uri: &Uri,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    status: StatusCode,
+) {
     let Ok(target) = parse_path(uri.path()) else { return };
-    let (Target::Collection { resource, namespace } | Target::Object { resource, namespace, .. } | Target::Subresource { resource, namespace, .. }) = &target else { return };
+    let (Target::Collection { resource, namespace } | Target::Object { resource, namespace, .. } | Target::Subresource { resource, namespace, .. }) = &target
+    else {
+        return;
+    };
     let (name, subresource) = match &target {
         Target::Object { name, .. } => (name.clone(), String::new()),
         Target::Subresource { name, sub, .. } => (name.clone(), sub.clone()),
@@ -210,16 +244,19 @@ async fn route(
     }
     let store = &state.store;
     match (method.clone(), target) {
-        (Method::GET, Target::Version) => Ok(json_response(StatusCode::OK, &json!({
-            "major": "1", "minor": "33", "gitVersion": "v1.33.0-wasp-sim", "platform": "linux/amd64",
-            "gitCommit": "wasp-sim", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
-        }))),
+        (Method::GET, Target::Version) => Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "major": "1", "minor": "33", "gitVersion": "v1.33.0-wasp-sim", "platform": "linux/amd64",
+                "gitCommit": "wasp-sim", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
+            }),
+        )),
         (Method::GET, Target::Health) => Ok((StatusCode::OK, "ok").into_response()),
         (Method::GET, Target::ApiVersions) => Ok(json_response(StatusCode::OK, &resources::api_versions())),
         (Method::GET, Target::GroupList) => Ok(json_response(StatusCode::OK, &resources::api_group_list())),
-        (Method::GET, Target::Group(group)) => resources::api_group(&group)
-            .map(|body| json_response(StatusCode::OK, &body))
-            .ok_or_else(|| ApiError::not_found("groups", "", &group)),
+        (Method::GET, Target::Group(group)) => {
+            resources::api_group(&group).map(|body| json_response(StatusCode::OK, &body)).ok_or_else(|| ApiError::not_found("groups", "", &group))
+        }
         (Method::GET, Target::OpenApiIndex) => Ok(json_response(StatusCode::OK, &crate::openapi::index())),
         (Method::GET, Target::OpenApiDocument(path)) => crate::openapi::document(&path)
             .map(|bytes| (StatusCode::OK, [("content-type", "application/json")], bytes).into_response())
@@ -227,17 +264,15 @@ async fn route(
         (Method::GET, Target::ResourceList { group, version }) => resources::resource_list(&group, &version)
             .map(|body| json_response(StatusCode::OK, &body))
             .ok_or_else(|| ApiError::not_found("groupversions", "", &format!("{group}/{version}"))),
-        (Method::GET, Target::ObjectMetric { namespace, described, name, metric }) => crate::metrics::object_metric(state, &namespace, &described, &name, &metric),
+        (Method::GET, Target::ObjectMetric { namespace, described, name, metric }) => {
+            crate::metrics::object_metric(state, &namespace, &described, &name, &metric)
+        }
         // One series per metric, the same in every namespace.
         (Method::GET, Target::ExternalMetric { metric, .. }) => crate::metrics::external_metric(state, &metric),
-        (_, target @ (Target::Collection { .. } | Target::Object { .. } | Target::Subresource { .. }))
-            if target_resource(&target).read_only =>
-        {
+        (_, target @ (Target::Collection { .. } | Target::Object { .. } | Target::Subresource { .. })) if target_resource(&target).read_only => {
             crate::metrics::serve(state, method, &target, query)
         }
-        (Method::GET, Target::Collection { resource, namespace }) if verb == "watch" => {
-            watch(state, resource, namespace, query, headers)
-        }
+        (Method::GET, Target::Collection { resource, namespace }) if verb == "watch" => watch(state, resource, namespace, query, headers),
         (Method::GET, Target::Collection { resource, namespace }) => list(store, resource, namespace.as_deref(), query, headers),
         (Method::GET, Target::Object { resource, namespace, name }) => {
             let stored = store.get(events::storage(resource), namespace.as_deref(), &name)?;
@@ -417,12 +452,42 @@ fn known_fields(resource: &ResourceType) -> &'static [&'static str] {
     match (resource.group, resource.kind) {
         ("", "ConfigMap") => &["apiVersion", "kind", "metadata", "data", "binaryData", "immutable"],
         ("", "Event") => &[
-            "apiVersion", "kind", "metadata", "involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp",
-            "count", "type", "eventTime", "series", "action", "related", "reportingComponent", "reportingInstance",
+            "apiVersion",
+            "kind",
+            "metadata",
+            "involvedObject",
+            "reason",
+            "message",
+            "source",
+            "firstTimestamp",
+            "lastTimestamp",
+            "count",
+            "type",
+            "eventTime",
+            "series",
+            "action",
+            "related",
+            "reportingComponent",
+            "reportingInstance",
         ],
         ("events.k8s.io", "Event") => &[
-            "apiVersion", "kind", "metadata", "eventTime", "series", "reportingController", "reportingInstance", "action", "reason",
-            "regarding", "related", "note", "type", "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp", "deprecatedCount",
+            "apiVersion",
+            "kind",
+            "metadata",
+            "eventTime",
+            "series",
+            "reportingController",
+            "reportingInstance",
+            "action",
+            "reason",
+            "regarding",
+            "related",
+            "note",
+            "type",
+            "deprecatedSource",
+            "deprecatedFirstTimestamp",
+            "deprecatedLastTimestamp",
+            "deprecatedCount",
         ],
         ("", "Secret") => &["apiVersion", "kind", "metadata", "data", "stringData", "type", "immutable"],
         ("", "ServiceAccount") => &["apiVersion", "kind", "metadata", "secrets", "imagePullSecrets", "automountServiceAccountToken"],
@@ -431,8 +496,16 @@ fn known_fields(resource: &ResourceType) -> &'static [&'static str] {
         ("rbac.authorization.k8s.io", "ClusterRoleBinding" | "RoleBinding") => &["apiVersion", "kind", "metadata", "roleRef", "subjects"],
         ("", "Endpoints") => &["apiVersion", "kind", "metadata", "subsets"],
         ("storage.k8s.io", "StorageClass") => &[
-            "apiVersion", "kind", "metadata", "provisioner", "parameters", "reclaimPolicy", "mountOptions", "allowVolumeExpansion",
-            "volumeBindingMode", "allowedTopologies",
+            "apiVersion",
+            "kind",
+            "metadata",
+            "provisioner",
+            "parameters",
+            "reclaimPolicy",
+            "mountOptions",
+            "allowVolumeExpansion",
+            "volumeBindingMode",
+            "allowedTopologies",
         ],
         ("admissionregistration.k8s.io", _) => &["apiVersion", "kind", "metadata", "webhooks"],
         _ => &["apiVersion", "kind", "metadata", "spec", "status"],
@@ -512,9 +585,10 @@ fn replace(store: &Store, resource: &'static ResourceType, namespace: Option<&st
 }
 
 fn grace_period(query: &HashMap<String, String>, body: &[u8]) -> Option<i64> {
-    query.get("gracePeriodSeconds").and_then(|value| value.parse().ok()).or_else(|| {
-        serde_json::from_slice::<Value>(body).ok().and_then(|options| options.get("gracePeriodSeconds").and_then(Value::as_i64))
-    })
+    query
+        .get("gracePeriodSeconds")
+        .and_then(|value| value.parse().ok())
+        .or_else(|| serde_json::from_slice::<Value>(body).ok().and_then(|options| options.get("gracePeriodSeconds").and_then(Value::as_i64)))
 }
 
 /// A PATCH body with its content type.
@@ -533,9 +607,9 @@ impl PatchBody {
             "application/merge-patch+json" | "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
                 Ok(PatchBody::Merge(parse_body(body)?))
             }
-            "application/json-patch+json" => serde_json::from_slice(body)
-                .map(PatchBody::Json)
-                .map_err(|error| ApiError::bad_request(format!("invalid JSON patch: {error}"))),
+            "application/json-patch+json" => {
+                serde_json::from_slice(body).map(PatchBody::Json).map_err(|error| ApiError::bad_request(format!("invalid JSON patch: {error}")))
+            }
             other => Err(ApiError::unsupported_media_type(other)),
         }
     }
@@ -546,8 +620,12 @@ impl PatchBody {
                 json_patch::merge(object, patch);
                 Ok(())
             }
-            PatchBody::Json(patch) => json_patch::patch(object, patch)
-                .map_err(|error| ApiError { code: 422, reason: "Invalid", message: format!("the JSON patch could not be applied: {error}"), details: None }),
+            PatchBody::Json(patch) => json_patch::patch(object, patch).map_err(|error| ApiError {
+                code: 422,
+                reason: "Invalid",
+                message: format!("the JSON patch could not be applied: {error}"),
+                details: None,
+            }),
         }
     }
 }
@@ -599,9 +677,8 @@ fn list(
         Some(limit) => limit.parse().map_err(|_| ApiError::bad_request(format!("limit: {limit:?} is not a number")))?,
         None => 0,
     };
-    let page = store.list(events::storage(resource), namespace, limit, query.get("continue").map(String::as_str), |object| {
-        selected(resource, &labels, &fields, object)
-    })?;
+    let page = store
+        .list(events::storage(resource), namespace, limit, query.get("continue").map(String::as_str), |object| selected(resource, &labels, &fields, object))?;
     if let Some(version) = tables::requested(headers) {
         let include = tables::Include::from_query(query.get("includeObject").map(String::as_str));
         let items = items_of(resource, &items_ref(&page.items));
@@ -629,8 +706,7 @@ struct WatchFilter {
 
 impl WatchFilter {
     fn matches(&self, object: &Value) -> bool {
-        self.namespace.as_deref().is_none_or(|namespace| namespace_of(object) == namespace)
-            && selected(self.resource, &self.labels, &self.fields, object)
+        self.namespace.as_deref().is_none_or(|namespace| namespace_of(object) == namespace) && selected(self.resource, &self.labels, &self.fields, object)
     }
 
     /// How an event looks through this watch's selectors: an object entering them is ADDED, one leaving them

@@ -62,7 +62,16 @@ mod tests {
         let directory = tempfile::tempdir().unwrap();
         let path = directory.path().join("audit.log");
         let log = AuditLog::open(&path).unwrap();
-        let entry = |name: &str, code| AuditEntry { at_ms: 0, user: "admin".into(), verb: "create".into(), resource: "pods".into(), subresource: "binding".into(), namespace: "default".into(), name: name.into(), code };
+        let entry = |name: &str, code| AuditEntry {
+            at_ms: 0,
+            user: "admin".into(),
+            verb: "create".into(),
+            resource: "pods".into(),
+            subresource: "binding".into(),
+            namespace: "default".into(),
+            name: name.into(),
+            code,
+        };
         log.record(entry("a", 201));
         log.record(entry("a", 409));
         let read = AuditLog::read(&path).unwrap();

@@ -24,7 +24,10 @@ pub enum User {
     Admin,
     /// No credentials and auth not required.
     Anonymous,
-    ServiceAccount { namespace: String, name: String },
+    ServiceAccount {
+        namespace: String,
+        name: String,
+    },
 }
 
 impl User {
@@ -82,11 +85,8 @@ pub fn service_account_token(store: &Store, namespace: &str, name: &str) -> Resu
 pub fn token_request(store: &Store, namespace: &str, name: &str, request: &Value) -> Result<Value, ApiError> {
     let token = service_account_token(store, namespace, name)?;
     let seconds = request.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
-    let expires = jiff::Timestamp::now()
-        .checked_add(jiff::SignedDuration::from_secs(seconds))
-        .unwrap_or(jiff::Timestamp::MAX)
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
+    let expires =
+        jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_secs(seconds)).unwrap_or(jiff::Timestamp::MAX).strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     Ok(json!({
         "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
         "metadata": {"name": name, "namespace": namespace, "creationTimestamp": crate::store::now_rfc3339()},
@@ -152,8 +152,7 @@ fn binds(binding: &Value, user: &User) -> bool {
     let groups = user.groups();
     binding["subjects"].as_array().into_iter().flatten().any(|subject| match subject["kind"].as_str() {
         Some("ServiceAccount") => {
-            subject["name"].as_str() == Some(name.as_str())
-                && subject["namespace"].as_str().unwrap_or(namespace_of(binding)) == namespace.as_str()
+            subject["name"].as_str() == Some(name.as_str()) && subject["namespace"].as_str().unwrap_or(namespace_of(binding)) == namespace.as_str()
         }
         Some("User") => subject["name"].as_str() == Some(user.username().as_str()),
         Some("Group") => subject["name"].as_str().is_some_and(|group| groups.iter().any(|mine| mine == group)),
@@ -178,8 +177,7 @@ pub fn allowed(store: &Store, user: &User, attributes: &Attributes) -> bool {
         return true;
     }
     let allows = |binding: &Value| {
-        binds(binding, user)
-            && role_rules(store, binding).is_some_and(|rules| rules.as_array().into_iter().flatten().any(|rule| rule_allows(rule, attributes)))
+        binds(binding, user) && role_rules(store, binding).is_some_and(|rules| rules.as_array().into_iter().flatten().any(|rule| rule_allows(rule, attributes)))
     };
     if store.all(rbac("clusterrolebindings")).iter().any(|binding| allows(binding)) {
         return true;
@@ -200,11 +198,6 @@ pub fn forbidden(user: &User, attributes: &Attributes) -> ApiError {
         Some(namespace) => format!("in the namespace \"{namespace}\""),
         None => "at the cluster scope".into(),
     };
-    let reason = format!(
-        "User \"{}\" cannot {} resource \"{full}\" in API group \"{}\" {scope}",
-        user.username(),
-        attributes.verb,
-        resource.group
-    );
+    let reason = format!("User \"{}\" cannot {} resource \"{full}\" in API group \"{}\" {scope}", user.username(), attributes.verb, resource.group);
     ApiError::forbidden(resource.plural, resource.group, attributes.name, &reason)
 }

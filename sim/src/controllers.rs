@@ -66,7 +66,12 @@ impl Dirty {
 }
 
 fn controller_of(object: &Value) -> Option<(&str, &str)> {
-    object.pointer("/metadata/ownerReferences")?.as_array()?.iter().find(|owner| owner["controller"] == true).and_then(|owner| Some((owner["kind"].as_str()?, owner["name"].as_str()?)))
+    object
+        .pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|owner| owner["controller"] == true)
+        .and_then(|owner| Some((owner["kind"].as_str()?, owner["name"].as_str()?)))
 }
 
 /// The simulated kubelets: their settings, and each node's InternalIP (a pod's `hostIP`), kept so that starting a
@@ -346,7 +351,14 @@ fn warn(store: &Store, controller: &str, owner: &Value, reason: &str, message: &
 
 /// A create the API refused (an admission webhook's denial, most often) is reported on the owner and ends this
 /// reconcile; the next full pass tries again. Anything else is the caller's error.
-fn refused(store: &Store, controller: &str, owner: &Value, reason: &str, message: impl FnOnce(&ApiError) -> String, result: Result<(), ApiError>) -> Result<bool, ApiError> {
+fn refused(
+    store: &Store,
+    controller: &str,
+    owner: &Value,
+    reason: &str,
+    message: impl FnOnce(&ApiError) -> String,
+    result: Result<(), ApiError>,
+) -> Result<bool, ApiError> {
     match result {
         Ok(()) => Ok(false),
         Err(error) if (400..500).contains(&error.code) && error.code != 404 && error.code != 409 => {

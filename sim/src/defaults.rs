@@ -75,7 +75,12 @@ pub fn apply(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError
             // A workload whose selector does not select its own pods would create them without end.
             if !crate::selectors_k8s::label_selector_matches(&object["spec"]["selector"], template) {
                 let labels = template.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
-                return Err(ApiError::invalid(resource.kind, &name, "spec.template.metadata.labels", &format!("Invalid value: {labels}: `selector` does not match template `labels`")));
+                return Err(ApiError::invalid(
+                    resource.kind,
+                    &name,
+                    "spec.template.metadata.labels",
+                    &format!("Invalid value: {labels}: `selector` does not match template `labels`"),
+                ));
             }
             if object.pointer("/spec/replicas").is_none_or(Value::is_null) {
                 object["spec"]["replicas"] = json!(1);

@@ -33,8 +33,7 @@ impl ApiError {
 
     pub fn conflict(resource: &str, group: &str, name: &str, why: &str) -> Self {
         let qualified = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
-        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {qualified} \"{name}\": {why}"))
-            .with_details(name, group, resource)
+        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {qualified} \"{name}\": {why}")).with_details(name, group, resource)
     }
 
     /// `pods "x" is forbidden: <why>` (`pods is forbidden: <why>` without a name), as `apierrors.NewForbidden`.

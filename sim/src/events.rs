@@ -85,7 +85,11 @@ fn micro_time(time: &str) -> String {
 /// watch line and response goes through here: a copy of every pod per watcher would cost more than the rest of
 /// the request.
 pub fn view<'a>(resource: &ResourceType, stored: &'a Value) -> std::borrow::Cow<'a, Value> {
-    if is_events_v1(resource) { std::borrow::Cow::Owned(to_events_v1(stored)) } else { std::borrow::Cow::Borrowed(stored) }
+    if is_events_v1(resource) {
+        std::borrow::Cow::Owned(to_events_v1(stored))
+    } else {
+        std::borrow::Cow::Borrowed(stored)
+    }
 }
 
 #[cfg(test)]

@@ -149,7 +149,11 @@ impl LoadModel {
         let workloads = self.workloads.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         let base = workloads.get(workload).map_or(default, |load| {
             let curve = pick(load);
-            if curve.0.is_empty() { default } else { curve.at(self.started.elapsed()) }
+            if curve.0.is_empty() {
+                default
+            } else {
+                curve.at(self.started.elapsed())
+            }
         });
         base * self.factor(workload)
     }

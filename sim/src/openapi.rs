@@ -36,16 +36,17 @@ fn documents() -> &'static Documents {
 
 /// `api/v1`, `apis/apps/v1`: the document's key in the index.
 pub fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
 }
 
 /// `GET /openapi/v3`.
 pub fn index() -> Value {
-    let paths: Map<String, Value> = documents()
-        .by_path
-        .iter()
-        .map(|(path, (hash, _))| (path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={hash}")})))
-        .collect();
+    let paths: Map<String, Value> =
+        documents().by_path.iter().map(|(path, (hash, _))| (path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={hash}")}))).collect();
     json!({"paths": paths})
 }
 
@@ -196,11 +197,8 @@ fn object_schema(resource: &ResourceType) -> Value {
 /// Paths and operations of one resource.
 fn resource_paths(resource: &ResourceType, paths: &mut Map<String, Value>) {
     let prefix = format!("/{}", gv_path(resource.group, resource.version));
-    let collection = if resource.namespaced {
-        format!("{prefix}/namespaces/{{namespace}}/{}", resource.plural)
-    } else {
-        format!("{prefix}/{}", resource.plural)
-    };
+    let collection =
+        if resource.namespaced { format!("{prefix}/namespaces/{{namespace}}/{}", resource.plural) } else { format!("{prefix}/{}", resource.plural) };
     let kind_gvk = gvk(resource.group, resource.version, resource.kind);
     let schema = object_schema(resource);
     let id = |verb: &str, suffix: &str| format!("{verb}{}{}{suffix}", resource.group.replace('.', ""), resource.kind);
@@ -310,7 +308,8 @@ fn group_version_document(embedded: &Value, group: &str, version: &str) -> Value
         resource_paths(resource, &mut paths);
     }
     // Every root schema reachable from this group-version's operations, with the kinds it serves as.
-    let mut kinds: Vec<(String, &str, &str, &str)> = served.iter().map(|resource| (resource.api_version(), resource.group, resource.version, resource.kind)).collect();
+    let mut kinds: Vec<(String, &str, &str, &str)> =
+        served.iter().map(|resource| (resource.api_version(), resource.group, resource.version, resource.kind)).collect();
     for resource in &served {
         for sub in resource.subresources {
             match *sub {
@@ -348,7 +347,13 @@ mod tests {
     fn required_fields_are_found_at_any_depth() {
         let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"image": "x"}]}, "status": {"containerStatuses": [{"name": "a", "image": null}]}});
         let missing = missing_required("v1", "Pod", &pod);
-        for field in ["spec.containers[0].name", "status.containerStatuses[0].image", "status.containerStatuses[0].imageID", "status.containerStatuses[0].ready", "status.containerStatuses[0].restartCount"] {
+        for field in [
+            "spec.containers[0].name",
+            "status.containerStatuses[0].image",
+            "status.containerStatuses[0].imageID",
+            "status.containerStatuses[0].ready",
+            "status.containerStatuses[0].restartCount",
+        ] {
             assert!(missing.contains(&field.to_string()), "{field} not in {missing:?}");
         }
         let node = json!({"metadata": {"name": "n"}, "status": {"nodeInfo": {"kubeletVersion": "v1"}}});

@@ -16,9 +16,7 @@ pub fn is_ready(pod: &Value) -> bool {
     pod.get("status")
         .and_then(|status| status.get("conditions"))
         .and_then(Value::as_array)
-        .is_some_and(|conditions| {
-            conditions.iter().any(|condition| condition["type"] == "Ready" && condition["status"] == "True")
-        })
+        .is_some_and(|conditions| conditions.iter().any(|condition| condition["type"] == "Ready" && condition["status"] == "True"))
         && pod.get("metadata").and_then(|metadata| metadata.get("deletionTimestamp")).is_none()
 }
 

@@ -183,7 +183,11 @@ fn well_known(name: &str, object: &Map<String, Value>) -> Option<Value> {
         }
         "k8s.io.apimachinery.pkg.api.resource.Quantity" => text("string"),
         "k8s.io.apimachinery.pkg.util.intstr.IntOrString" => {
-            if int("type") == 1 { text("strVal") } else { json!(int("intVal")) }
+            if int("type") == 1 {
+                text("strVal")
+            } else {
+                json!(int("intVal"))
+            }
         }
         "k8s.io.apimachinery.pkg.apis.meta.v1.Duration" => {
             let nanos = int("duration");
@@ -301,10 +305,7 @@ mod tests {
         let mut body = MAGIC.to_vec();
         bytes_field(1, &type_meta, &mut body);
         bytes_field(2, &config_map, &mut body);
-        assert_eq!(
-            decode(&body).unwrap(),
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"mode": "fast"}})
-        );
+        assert_eq!(decode(&body).unwrap(), json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"mode": "fast"}}));
     }
 
     #[test]

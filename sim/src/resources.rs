@@ -32,7 +32,11 @@ pub struct PrinterColumn {
 
 impl ResourceType {
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.to_string() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 
     pub fn list_kind(&self) -> String {
@@ -41,7 +45,11 @@ impl ResourceType {
 
     /// `pods`, `apps/deployments`: identifies the resource in the store and in errors.
     pub fn id(&self) -> String {
-        if self.group.is_empty() { self.plural.to_string() } else { format!("{}.{}", self.plural, self.group) }
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
     }
 }
 
@@ -88,9 +96,39 @@ pub static RESOURCES: &[ResourceType] = &[
     resource!("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", true, [], [], false),
     resource!("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", true, [], [], false),
     resource!("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler", true, ["hpa"], ["status"], false),
-    resource!("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "mutatingwebhookconfiguration", false, [], [], false),
-    resource!("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "validatingwebhookconfiguration", false, [], [], false),
-    resource!("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition", false, ["crd", "crds"], ["status"], false),
+    resource!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        "mutatingwebhookconfiguration",
+        false,
+        [],
+        [],
+        false
+    ),
+    resource!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        "validatingwebhookconfiguration",
+        false,
+        [],
+        [],
+        false
+    ),
+    resource!(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        false,
+        ["crd", "crds"],
+        ["status"],
+        false
+    ),
     resource!("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", true, [], [], true),
     resource!("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", false, [], [], true),
     resource!("custom.metrics.k8s.io", "v1beta2", "MetricValue", "pods", "", true, [], [], true),
@@ -130,7 +168,8 @@ pub fn register_custom(crd: &Value) -> Result<(), String> {
     let plural = text("/names/plural").ok_or("spec.names.plural: Required value")?;
     let singular = text("/names/singular").map_or_else(|| kind.to_lowercase(), str::to_string);
     let namespaced = text("/scope") != Some("Cluster");
-    let short_names: Vec<&'static str> = spec.pointer("/names/shortNames").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(leak).collect();
+    let short_names: Vec<&'static str> =
+        spec.pointer("/names/shortNames").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(leak).collect();
     let versions = spec["versions"].as_array().filter(|versions| !versions.is_empty()).ok_or("spec.versions: Required value")?;
     let mut custom = CUSTOM.write().unwrap_or_else(|poisoned| poisoned.into_inner());
     for version in versions.iter().filter(|version| version["served"] != false) {
@@ -223,11 +262,8 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     }
     let mut entries = Vec::new();
     for resource in &served {
-        let verbs: &[&str] = if resource.read_only {
-            &["get", "list"]
-        } else {
-            &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-        };
+        let verbs: &[&str] =
+            if resource.read_only { &["get", "list"] } else { &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"] };
         let mut entry = json!({
             "name": resource.plural, "singularName": resource.singular, "namespaced": resource.namespaced,
             "kind": resource.kind, "verbs": verbs, "shortNames": resource.short_names,
@@ -246,7 +282,8 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "exec" => ("PodExecOptions".into(), &["create", "get"]),
                 _ => (resource.kind.to_string(), &["get", "patch", "update"]),
             };
-            let mut entry = json!({"name": format!("{}/{sub}", resource.plural), "singularName": "", "namespaced": resource.namespaced, "kind": kind, "verbs": verbs});
+            let mut entry =
+                json!({"name": format!("{}/{sub}", resource.plural), "singularName": "", "namespaced": resource.namespaced, "kind": kind, "verbs": verbs});
             if *sub == "scale" {
                 entry["group"] = json!("autoscaling");
                 entry["version"] = json!("v1");

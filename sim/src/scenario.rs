@@ -192,17 +192,46 @@ pub struct TimedEvent {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(tag = "action", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Action {
-    Cordon { node: String },
-    Uncordon { node: String },
-    Taint { node: String, key: String, #[serde(default)] value: String, effect: String },
-    Untaint { node: String, key: String },
+    Cordon {
+        node: String,
+    },
+    Uncordon {
+        node: String,
+    },
+    Taint {
+        node: String,
+        key: String,
+        #[serde(default)]
+        value: String,
+        effect: String,
+    },
+    Untaint {
+        node: String,
+        key: String,
+    },
     /// Cordon, then evict every pod (retrying while budgets block), like `kubectl drain`.
-    Drain { node: String },
+    Drain {
+        node: String,
+    },
     /// The node stops reporting: Ready becomes Unknown and the unreachable taints are added.
-    FailNode { node: String },
-    RecoverNode { node: String },
-    Scale { workload: String, #[serde(default = "default_namespace")] namespace: String, replicas: u32 },
-    LoadSpike { workload: String, factor: f64, #[serde(with = "humantime_serde")] duration: Duration },
+    FailNode {
+        node: String,
+    },
+    RecoverNode {
+        node: String,
+    },
+    Scale {
+        workload: String,
+        #[serde(default = "default_namespace")]
+        namespace: String,
+        replicas: u32,
+    },
+    LoadSpike {
+        workload: String,
+        factor: f64,
+        #[serde(with = "humantime_serde")]
+        duration: Duration,
+    },
 }
 
 /// As a timeline reads it: `drain worker-0`, `scale default/api to 12`.
@@ -218,7 +247,9 @@ impl std::fmt::Display for Action {
             Action::FailNode { node } => write!(f, "fail-node {node}"),
             Action::RecoverNode { node } => write!(f, "recover-node {node}"),
             Action::Scale { workload, namespace, replicas } => write!(f, "scale {namespace}/{workload} to {replicas}"),
-            Action::LoadSpike { workload, factor, duration } => write!(f, "load-spike {workload} x{factor} for {}", humantime_serde::re::humantime::format_duration(*duration)),
+            Action::LoadSpike { workload, factor, duration } => {
+                write!(f, "load-spike {workload} x{factor} for {}", humantime_serde::re::humantime::format_duration(*duration))
+            }
         }
     }
 }
@@ -284,7 +315,13 @@ impl Scenario {
         for (index, event) in self.events.iter().enumerate() {
             let field = format!("events[{index}]");
             match &event.action {
-                Action::Cordon { node } | Action::Uncordon { node } | Action::Drain { node } | Action::FailNode { node } | Action::RecoverNode { node } | Action::Untaint { node, .. } | Action::Taint { node, .. } => {
+                Action::Cordon { node }
+                | Action::Uncordon { node }
+                | Action::Drain { node }
+                | Action::FailNode { node }
+                | Action::RecoverNode { node }
+                | Action::Untaint { node, .. }
+                | Action::Taint { node, .. } => {
                     if !nodes.contains(node) {
                         bail!("{field}.node: no node {node:?} in the node groups (nodes are named <group>-<index>)");
                     }
@@ -467,7 +504,10 @@ fn create_storage_class(store: &Store, class: &StorageClassSpec) -> Result<(), A
     if !class.zones.is_empty() {
         object["allowedTopologies"] = json!([{"matchLabelExpressions": [{"key": "topology.kubernetes.io/zone", "values": class.zones}]}]);
     }
-    store.create(crate::volumes::classes(), None, object).map(drop).map_err(|error| ApiError { message: format!("storage class {}: {}", class.name, error.message), ..error })
+    store
+        .create(crate::volumes::classes(), None, object)
+        .map(drop)
+        .map_err(|error| ApiError { message: format!("storage class {}: {}", class.name, error.message), ..error })
 }
 
 fn create_workload(store: &Store, workload: &Workload) -> Result<(), ApiError> {
@@ -508,7 +548,8 @@ fn create_workload(store: &Store, workload: &Workload) -> Result<(), ApiError> {
                     .collect();
                 object["spec"]["volumeClaimTemplates"] = json!(templates);
             }
-            store.create(resources::find("apps", "v1", plural).expect("served"), namespace, object)
+            store
+                .create(resources::find("apps", "v1", plural).expect("served"), namespace, object)
                 .map_err(|error| ApiError { message: format!("{kind} {}: {}", workload.name, error.message), ..error })?;
         }
     }
@@ -630,7 +671,8 @@ mod tests {
         let error = Scenario::parse("events:\n- {at: 5s, action: cordon, node: ghost-0}\n").unwrap_err();
         assert!(format!("{error:#}").contains("events[0].node: no node \"ghost-0\""), "{error:#}");
 
-        let error = Scenario::parse("events:\n- {at: 1s, action: scale, workload: web, replicas: 2, colour: blue}\nworkloads: [{name: web, replicas: 1}]\n").unwrap_err();
+        let error = Scenario::parse("events:\n- {at: 1s, action: scale, workload: web, replicas: 2, colour: blue}\nworkloads: [{name: web, replicas: 1}]\n")
+            .unwrap_err();
         assert!(format!("{error:#}").contains("unknown field `colour`"), "{error:#}");
         let error = Scenario::parse("workloads:\n- {name: web, replicas: 1, colour: blue}\n").unwrap_err();
         assert!(format!("{error:#}").contains("unknown field `colour`"), "{error:#}");

@@ -95,9 +95,7 @@ impl LabelSelector {
 
     pub fn matches(&self, object: &Value) -> bool {
         let labels = crate::store::field(object, &["metadata", "labels"]);
-        self.0.iter().all(|requirement| {
-            requirement.matches(labels.and_then(|labels| labels.get(&requirement.key)).and_then(Value::as_str))
-        })
+        self.0.iter().all(|requirement| requirement.matches(labels.and_then(|labels| labels.get(&requirement.key)).and_then(Value::as_str)))
     }
 }
 

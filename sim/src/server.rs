@@ -61,10 +61,8 @@ impl Simulator {
                 None => None,
             },
         });
-        let background = vec![
-            crate::controllers::spawn(store.clone(), scenario.kubelet.clone()).abort_handle(),
-            scenario.spawn_events(store.clone(), load).abort_handle(),
-        ];
+        let background =
+            vec![crate::controllers::spawn(store.clone(), scenario.kubelet.clone()).abort_handle(), scenario.spawn_events(store.clone(), load).abort_handle()];
         let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;
         let address = listener.local_addr()?;
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -106,10 +104,9 @@ impl Simulator {
 
     /// A kubeconfig like [`Simulator::kubeconfig`] whose user presents `token` (say, a ServiceAccount's).
     pub fn kubeconfig_with_token(&self, token: &str, namespace: &str) -> String {
-        self.kubeconfig().replace("    namespace: default\n", &format!("    namespace: {namespace}\n")).replace(
-            &format!("    token: {}\n", crate::auth::ADMIN_TOKEN),
-            &format!("    token: {token}\n"),
-        )
+        self.kubeconfig()
+            .replace("    namespace: default\n", &format!("    namespace: {namespace}\n"))
+            .replace(&format!("    token: {}\n", crate::auth::ADMIN_TOKEN), &format!("    token: {token}\n"))
     }
 
     /// Points Service `namespace/name` at `address` for admission webhook calls (the simulator has no cluster

@@ -266,7 +266,15 @@ impl Store {
     /// A store that keeps `limit` changes for resuming watches.
     pub fn with_history(limit: usize) -> Self {
         let (events, _) = broadcast::channel(FAN_OUT_BUFFER);
-        let state = State { revision: 1, objects: HashMap::new(), owned: HashMap::new(), history: VecDeque::new(), history_limit: limit.max(1), history_bytes: 0, history_bytes_limit: history_bytes_limit() };
+        let state = State {
+            revision: 1,
+            objects: HashMap::new(),
+            owned: HashMap::new(),
+            history: VecDeque::new(),
+            history_limit: limit.max(1),
+            history_bytes: 0,
+            history_bytes_limit: history_bytes_limit(),
+        };
         Store { state: Mutex::new(state), events }
     }
 
@@ -365,12 +373,7 @@ impl Store {
     }
 
     /// Creates an object, filling in server-set metadata. `namespace` comes from the request path.
-    pub fn create(
-        &self,
-        resource: &'static ResourceType,
-        namespace: Option<&str>,
-        mut object: Value,
-    ) -> Result<Arc<Value>, ApiError> {
+    pub fn create(&self, resource: &'static ResourceType, namespace: Option<&str>, mut object: Value) -> Result<Arc<Value>, ApiError> {
         if !object.is_object() {
             return Err(ApiError::bad_request(format!("the body of a {} must be a JSON object", resource.kind)));
         }
@@ -384,9 +387,7 @@ impl Store {
             let in_body = object.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
             match (namespace, in_body) {
                 (Some(path), Some(body)) if path != body => {
-                    return Err(ApiError::bad_request(
-                        "the namespace of the provided object does not match the namespace sent on the request",
-                    ))
+                    return Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"))
                 }
                 (Some(path), _) => Some(path.to_string()),
                 (None, body) => Some(body.unwrap_or_else(|| "default".into())),
@@ -405,9 +406,8 @@ impl Store {
                 return Err(ApiError::not_found("namespaces", "", namespace));
             }
         }
-        let taken = |state: &State, name: &str| {
-            state.objects.get(&resource.id()).is_some_and(|table| table.contains_key(&key(resource, namespace.as_deref(), name)))
-        };
+        let taken =
+            |state: &State, name: &str| state.objects.get(&resource.id()).is_some_and(|table| table.contains_key(&key(resource, namespace.as_deref(), name)));
         let name = match object.pointer("/metadata/name").and_then(Value::as_str) {
             Some(name) if !name.is_empty() => name.to_string(),
             _ => match object.pointer("/metadata/generateName").and_then(Value::as_str) {
@@ -423,9 +423,7 @@ impl Store {
                     }
                     name
                 }
-                _ => {
-                    return Err(ApiError::invalid(resource.kind, "", "metadata.name", "Required value: name or generateName is required"))
-                }
+                _ => return Err(ApiError::invalid(resource.kind, "", "metadata.name", "Required value: name or generateName is required")),
             },
         };
         validate_name(resource, &name)?;
@@ -466,7 +464,8 @@ impl Store {
             (current, updated)
         });
         let mut state = self.lock();
-        let still_current = |text: &Stored| state.objects.get(&resource.id()).and_then(|table| table.get(&object_key)).is_some_and(|now| Arc::ptr_eq(now, text));
+        let still_current =
+            |text: &Stored| state.objects.get(&resource.id()).and_then(|table| table.get(&object_key)).is_some_and(|now| Arc::ptr_eq(now, text));
         let (current, mut updated) = match (read.as_ref(), prepared) {
             (Some(text), Some(prepared)) if still_current(text) => prepared,
             _ => {
@@ -531,11 +530,7 @@ impl Store {
 
     /// Starts a watch: the changes after `since` still in history (or, without `since`, every existing object as
     /// ADDED), then a live stream. Too old a `since` is `410 Gone`, and the client relists.
-    pub fn watch(
-        &self,
-        resource: &'static ResourceType,
-        since: Option<u64>,
-    ) -> Result<WatchStart, ApiError> {
+    pub fn watch(&self, resource: &'static ResourceType, since: Option<u64>) -> Result<WatchStart, ApiError> {
         let state = self.lock();
         let receiver = self.events.subscribe();
         let backlog = match since {
@@ -544,12 +539,7 @@ impl Store {
                 if since + 1 < oldest && since < state.revision {
                     return Err(ApiError::gone(format!("too old resource version: {since} ({})", oldest - 1)));
                 }
-                state
-                    .history
-                    .iter()
-                    .filter(|change| change.revision > since && std::ptr::eq(change.resource, resource))
-                    .map(Change::event)
-                    .collect()
+                state.history.iter().filter(|change| change.revision > since && std::ptr::eq(change.resource, resource)).map(Change::event).collect()
             }
             None => state
                 .objects
@@ -559,11 +549,7 @@ impl Store {
                         .values()
                         .map(|text| {
                             let object = parse(text);
-                            let revision = object
-                                .pointer("/metadata/resourceVersion")
-                                .and_then(Value::as_str)
-                                .and_then(|text| text.parse().ok())
-                                .unwrap_or(0);
+                            let revision = object.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|text| text.parse().ok()).unwrap_or(0);
                             Arc::new(Event { resource, kind: EventKind::Added, object, text: text.clone(), previous: None, revision })
                         })
                         .collect()
@@ -706,7 +692,11 @@ mod tests {
         let long = "x".repeat(64);
         let refused = error(json!({"name": "p", "labels": {"app": long}}));
         assert_eq!(refused.code, 422);
-        assert!(refused.message.contains("metadata.labels: Invalid value: \"xxxx") && refused.message.contains("must be no more than 63 characters"), "{}", refused.message);
+        assert!(
+            refused.message.contains("metadata.labels: Invalid value: \"xxxx") && refused.message.contains("must be no more than 63 characters"),
+            "{}",
+            refused.message
+        );
         assert!(error(json!({"name": "p", "labels": {"bad key": "v"}})).message.contains("name part must consist of alphanumeric characters"));
         assert!(error(json!({"name": "p", "labels": {"Example.com/k": "v"}})).message.contains("prefix part a lowercase RFC 1123 subdomain"));
         assert!(error(json!({"name": "p", "labels": {"k": "-v"}})).message.contains("a valid label must be an empty string"));

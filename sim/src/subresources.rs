@@ -99,7 +99,12 @@ pub fn serve(
                 }
                 let replicas = scale.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
                 if replicas < 0 {
-                    return Err(ApiError::invalid("Scale", crate::store::name_of(current), "spec.replicas", "Invalid value: must be greater than or equal to 0"));
+                    return Err(ApiError::invalid(
+                        "Scale",
+                        crate::store::name_of(current),
+                        "spec.replicas",
+                        "Invalid value: must be greater than or equal to 0",
+                    ));
                 }
                 current["spec"]["replicas"] = json!(replicas);
                 Ok(())
@@ -172,14 +177,20 @@ fn evict_with_grace(store: &Store, namespace: Option<&str>, name: &str, grace: O
         .filter(|pdb| crate::selectors_k8s::label_selector_matches(pdb.pointer("/spec/selector").unwrap_or(&Value::Null), &pod))
         .collect();
     if covering.len() > 1 {
-        return Err(ApiError { code: 500, reason: "InternalError", message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into(), details: None });
+        return Err(ApiError {
+            code: 500,
+            reason: "InternalError",
+            message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into(),
+            details: None,
+        });
     }
     // An unready or finished pod does not count toward the budget, so evicting it never violates it.
     if let (Some(pdb), true) = (covering.first(), pdb::is_ready(&pod)) {
         // Only the pods the budget selects, parsed one at a time: a parsed copy of every pod per eviction made the
         // simulator's memory jump by ~500 MB for each eviction in a 50k-pod scenario.
         let selector = pdb.pointer("/spec/selector").unwrap_or(&Value::Null);
-        let selected = store.list(resources::pods(), Some(namespace_name), 0, None, |candidate| crate::selectors_k8s::label_selector_matches(selector, candidate))?.items;
+        let selected =
+            store.list(resources::pods(), Some(namespace_name), 0, None, |candidate| crate::selectors_k8s::label_selector_matches(selector, candidate))?.items;
         let budget = pdb::budget(pdb, selected.iter().map(|pod| pod.as_ref()), |pod| pdb::controller_scale(store, pod));
         if budget.disruptions_allowed < 1 {
             let pdb_name = crate::store::name_of(pdb);
@@ -209,7 +220,8 @@ fn no_containers(store: &Store, namespace: Option<&str>, name: &str, query: &Has
         Ok(pod) => pod,
         Err(error) => return error,
     };
-    let containers: Vec<&str> = pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten().filter_map(|container| container["name"].as_str()).collect();
+    let containers: Vec<&str> =
+        pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten().filter_map(|container| container["name"].as_str()).collect();
     let container = match query.get("container").map(String::as_str).filter(|container| !container.is_empty()) {
         Some(container) if containers.contains(&container) => container,
         Some(container) => return ApiError::bad_request(format!("container {container} is not valid for pod {name}")),

@@ -63,7 +63,12 @@ const fn column(name: &'static str, kind: &'static str, priority: u8, descriptio
     Column { name, kind, priority, description }
 }
 
-const NAME: Column = column("Name", "string", 0, "Name must be unique within a namespace. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names");
+const NAME: Column = column(
+    "Name",
+    "string",
+    0,
+    "Name must be unique within a namespace. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+);
 const AGE: Column = column("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.");
 const CONTAINERS: Column = column("Containers", "string", 1, "Names of each container in the template.");
 const IMAGES: Column = column("Images", "string", 1, "Images referenced by each container in the template.");
@@ -207,7 +212,11 @@ fn access_modes(modes: Option<&Value>) -> String {
 }
 
 fn or_unset(text: String) -> String {
-    if text.is_empty() { "<unset>".into() } else { text }
+    if text.is_empty() {
+        "<unset>".into()
+    } else {
+        text
+    }
 }
 
 /// kube's `duration.HumanDuration`.
@@ -267,7 +276,11 @@ fn text(value: Option<&Value>) -> String {
 }
 
 fn or_none(text: String) -> String {
-    if text.is_empty() { "<none>".into() } else { text }
+    if text.is_empty() {
+        "<none>".into()
+    } else {
+        text
+    }
 }
 
 fn int(value: Option<&Value>) -> i64 {
@@ -308,7 +321,11 @@ fn pod_status(pod: &Value) -> String {
     if pod.pointer("/metadata/deletionTimestamp").is_some() {
         reason = if pod.pointer("/status/reason").and_then(Value::as_str) == Some("NodeLost") { "Unknown".into() } else { "Terminating".into() };
     }
-    if reason.is_empty() { "Pending".into() } else { reason }
+    if reason.is_empty() {
+        "Pending".into()
+    } else {
+        reason
+    }
 }
 
 fn pod_cells(pod: &Value) -> Vec<Value> {
@@ -394,7 +411,11 @@ fn node_cells(node: &Value) -> Vec<Value> {
         json!(or_none(address("ExternalIP"))),
         json!(if text(node.pointer("/status/nodeInfo/osImage")).is_empty() { "<unknown>".to_string() } else { info("osImage") }),
         json!(if text(node.pointer("/status/nodeInfo/kernelVersion")).is_empty() { "<unknown>".to_string() } else { info("kernelVersion") }),
-        json!(if text(node.pointer("/status/nodeInfo/containerRuntimeVersion")).is_empty() { "<unknown>".to_string() } else { info("containerRuntimeVersion") }),
+        json!(if text(node.pointer("/status/nodeInfo/containerRuntimeVersion")).is_empty() {
+            "<unknown>".to_string()
+        } else {
+            info("containerRuntimeVersion")
+        }),
     ]
 }
 
@@ -468,10 +489,11 @@ fn cells(resource: &ResourceType, object: &Value) -> Vec<Value> {
             ]
         }
         ("", "PersistentVolume") => {
-            let claim = match (object.pointer("/spec/claimRef/namespace").and_then(Value::as_str), object.pointer("/spec/claimRef/name").and_then(Value::as_str)) {
-                (Some(namespace), Some(claim)) => format!("{namespace}/{claim}"),
-                _ => String::new(),
-            };
+            let claim =
+                match (object.pointer("/spec/claimRef/namespace").and_then(Value::as_str), object.pointer("/spec/claimRef/name").and_then(Value::as_str)) {
+                    (Some(namespace), Some(claim)) => format!("{namespace}/{claim}"),
+                    _ => String::new(),
+                };
             vec![
                 name,
                 json!(text(object.pointer("/spec/capacity/storage"))),
@@ -576,7 +598,13 @@ fn cells(resource: &ResourceType, object: &Value) -> Vec<Value> {
         }
         ("apps", "StatefulSet") => {
             let (containers, images) = template_containers(object);
-            vec![name, json!(format!("{}/{}", int(object.pointer("/status/readyReplicas")), int(object.pointer("/spec/replicas")))), age(object), containers, images]
+            vec![
+                name,
+                json!(format!("{}/{}", int(object.pointer("/status/readyReplicas")), int(object.pointer("/spec/replicas")))),
+                age(object),
+                containers,
+                images,
+            ]
         }
         ("policy", "PodDisruptionBudget") => {
             let spec = |field: &str| object.pointer(&format!("/spec/{field}")).map_or_else(|| "N/A".to_string(), |value| text(Some(value)));
@@ -706,7 +734,9 @@ mod tests {
 
     #[test]
     fn human_durations_match_kube() {
-        for (seconds, expected) in [(5, "5s"), (119, "119s"), (150, "2m30s"), (600, "10m"), (3 * 3600 + 60, "3h1m"), (30 * 3600, "30h"), (50 * 3600, "2d2h"), (400 * 86400, "400d")] {
+        for (seconds, expected) in
+            [(5, "5s"), (119, "119s"), (150, "2m30s"), (600, "10m"), (3 * 3600 + 60, "3h1m"), (30 * 3600, "30h"), (50 * 3600, "2d2h"), (400 * 86400, "400d")]
+        {
             assert_eq!(human_duration(seconds), expected);
         }
     }
@@ -714,7 +744,10 @@ mod tests {
     #[test]
     fn accept_headers_pick_the_table_version() {
         let mut headers = HeaderMap::new();
-        headers.insert("accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json".parse().unwrap());
+        headers.insert(
+            "accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json".parse().unwrap(),
+        );
         assert_eq!(requested(&headers), Some("v1"));
         headers.insert("accept", "application/json;as=Table;v=v1beta1;g=meta.k8s.io".parse().unwrap());
         assert_eq!(requested(&headers), Some("v1beta1"));

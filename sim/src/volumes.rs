@@ -40,7 +40,9 @@ fn text<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
 }
 
 fn is_default(class: &Value) -> bool {
-    [DEFAULT_CLASS, DEFAULT_CLASS_BETA].iter().any(|key| class.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1"))).and_then(Value::as_str) == Some("true"))
+    [DEFAULT_CLASS, DEFAULT_CLASS_BETA]
+        .iter()
+        .any(|key| class.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1"))).and_then(Value::as_str) == Some("true"))
 }
 
 /// Binds or provisions `claim` if it is pending and can be.
@@ -110,8 +112,11 @@ fn immediate_zone(store: &Store, class: &Value) -> Option<String> {
         .find(|expression| expression["key"] == ZONE)
         .and_then(|expression| expression.pointer("/values/0").and_then(Value::as_str).map(str::to_string));
     from_class.or_else(|| {
-        let mut zones: Vec<String> =
-            store.all(resources::nodes()).iter().filter_map(|node| node.pointer(&format!("/metadata/labels/{}", ZONE.replace('/', "~1"))).and_then(Value::as_str).map(str::to_string)).collect();
+        let mut zones: Vec<String> = store
+            .all(resources::nodes())
+            .iter()
+            .filter_map(|node| node.pointer(&format!("/metadata/labels/{}", ZONE.replace('/', "~1"))).and_then(Value::as_str).map(str::to_string))
+            .collect();
         zones.sort();
         zones.into_iter().next()
     })
@@ -145,7 +150,8 @@ fn provision(store: &Store, claim: &Value, class: &Value, zone: Option<&str>) ->
 
 /// The volume claimed by the claim and the claim bound to the volume, as the PersistentVolume controller does.
 fn bind(store: &Store, claim: &Value, volume: &Value) -> Result<(), ApiError> {
-    let claim_ref = json!({"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": namespace_of(claim), "name": name_of(claim), "uid": claim["metadata"]["uid"]});
+    let claim_ref =
+        json!({"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": namespace_of(claim), "name": name_of(claim), "uid": claim["metadata"]["uid"]});
     let uid = claim["metadata"]["uid"].clone();
     // Checked under the store's lock, in the write: two claims never both take one volume.
     let claimed = store.mutate(volumes(), None, name_of(volume), |volume| {

@@ -97,11 +97,19 @@ async fn crud_selectors_and_conflicts() {
         other => panic!("expected a conflict, got {other:?}"),
     }
     let current = pods.get("solo").await.unwrap().metadata.resource_version;
-    let patched = pods.patch("solo", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"resourceVersion": current, "labels": {"v": "5"}}}))).await.unwrap();
+    let patched =
+        pods.patch("solo", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"resourceVersion": current, "labels": {"v": "5"}}}))).await.unwrap();
     assert_eq!(patched.metadata.labels.unwrap()["v"], "5");
 
     // JSON patch and strategic merge (cordon).
-    let patched = pods.patch("solo", &PatchParams::default(), &Patch::<()>::Json(serde_json::from_value(json!([{"op": "add", "path": "/metadata/annotations", "value": {"a": "b"}}])).unwrap())).await.unwrap();
+    let patched = pods
+        .patch(
+            "solo",
+            &PatchParams::default(),
+            &Patch::<()>::Json(serde_json::from_value(json!([{"op": "add", "path": "/metadata/annotations", "value": {"a": "b"}}])).unwrap()),
+        )
+        .await
+        .unwrap();
     assert_eq!(patched.metadata.annotations.unwrap()["a"], "b");
     let cordoned = nodes.patch("worker-0", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"unschedulable": true}}))).await.unwrap();
     assert_eq!(cordoned.spec.unwrap().unschedulable, Some(true));
@@ -109,7 +117,9 @@ async fn crud_selectors_and_conflicts() {
     // Unbound pods are deleted at once; errors are Status objects with the right reason.
     pods.delete("solo", &DeleteParams::default()).await.unwrap();
     match pods.get("solo").await {
-        Err(kube::Error::Api(status)) => assert_eq!((status.code, status.reason.as_str(), status.message.as_str()), (404, "NotFound", "pods \"solo\" not found")),
+        Err(kube::Error::Api(status)) => {
+            assert_eq!((status.code, status.reason.as_str(), status.message.as_str()), (404, "NotFound", "pods \"solo\" not found"))
+        }
         other => panic!("expected not found, got {other:?}"),
     }
     match pods.create(&PostParams::default(), &pod("web-x")).await.and(pods.create(&PostParams::default(), &pod("web-x")).await) {
@@ -126,9 +136,13 @@ async fn the_audit_log_records_each_request_to_a_resource_with_its_answer() {
     let (_simulator, client) = start_with(QUIET, SimulatorOptions { audit_log: Some(path.clone()), ..Default::default() }).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(&PostParams::default(), &pod("audited")).await.unwrap();
-    let binding = |node: &str| serde_json::json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "audited"}, "target": {"kind": "Node", "name": node}});
+    let binding =
+        |node: &str| serde_json::json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "audited"}, "target": {"kind": "Node", "name": node}});
     for node in ["worker-0", "worker-1"] {
-        let request = http::Request::post("/api/v1/namespaces/default/pods/audited/binding").header("content-type", "application/json").body(serde_json::to_vec(&binding(node)).unwrap()).unwrap();
+        let request = http::Request::post("/api/v1/namespaces/default/pods/audited/binding")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&binding(node)).unwrap())
+            .unwrap();
         let _ = client.request::<serde_json::Value>(request).await;
     }
     assert!(pods.get("missing").await.is_err());
@@ -140,7 +154,12 @@ async fn the_audit_log_records_each_request_to_a_resource_with_its_answer() {
     let expected = |verb: &str, subresource: &str, name: &str, code| (verb.to_string(), "pods".to_string(), subresource.to_string(), name.to_string(), code);
     assert_eq!(
         recorded,
-        [expected("create", "", "", 201), expected("create", "binding", "audited", 201), expected("create", "binding", "audited", 409), expected("get", "", "missing", 404)]
+        [
+            expected("create", "", "", 201),
+            expected("create", "binding", "audited", 201),
+            expected("create", "binding", "audited", 409),
+            expected("get", "", "missing", 404)
+        ]
     );
 }
 
@@ -180,7 +199,8 @@ async fn a_started_pod_has_its_nodes_address() {
     let (_simulator, client) = start(QUIET).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let nodes: Api<Node> = Api::all(client.clone());
-    let internal_ip = |node: &Node| node.status.as_ref()?.addresses.as_ref()?.iter().find(|address| address.type_ == "InternalIP").map(|address| address.address.clone());
+    let internal_ip =
+        |node: &Node| node.status.as_ref()?.addresses.as_ref()?.iter().find(|address| address.type_ == "InternalIP").map(|address| address.address.clone());
     let started_on = async |name: &str, node: &str| {
         pods.create(&PostParams::default(), &pod(name)).await.unwrap();
         bind(&client, name, node).await;
@@ -294,7 +314,9 @@ async fn deployments_scale_through_the_scale_subresource() {
     let (_simulator, client) = start(SCENARIO).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let count = async || pods.list(&ListParams::default().labels("app=web")).await.unwrap().items.iter().filter(|pod| pod.metadata.deletion_timestamp.is_none()).count();
+    let count = async || {
+        pods.list(&ListParams::default().labels("app=web")).await.unwrap().items.iter().filter(|pod| pod.metadata.deletion_timestamp.is_none()).count()
+    };
     eventually("two pods", async || (count().await == 2).then_some(())).await;
     let scale = deployments.patch_scale("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}}))).await.unwrap();
     assert_eq!(scale.spec.unwrap().replicas, Some(5));
@@ -337,10 +359,13 @@ async fn watch_resumes_from_a_version_and_expires_when_too_old() {
     }
     // A version older than the retained history is 410 Gone, and the client relists.
     for index in 0..1010 {
-        simulator.store.mutate(wasp_sim::resources::nodes(), None, "worker-0", |node| {
-            node["metadata"]["labels"]["churn"] = json!(index.to_string());
-            Ok(())
-        }).unwrap();
+        simulator
+            .store
+            .mutate(wasp_sim::resources::nodes(), None, "worker-0", |node| {
+                node["metadata"]["labels"]["churn"] = json!(index.to_string());
+                Ok(())
+            })
+            .unwrap();
     }
     let mut expired = pods.watch(&WatchParams::default(), &resume).await.unwrap().boxed();
     match expired.try_next().await {
@@ -371,10 +396,7 @@ async fn metrics_apis_serve_the_load_model() {
     assert_eq!(pod_metrics["items"][0]["containers"][0]["usage"]["cpu"], "500000000n", "half of a 1 CPU request");
     let node_metrics: serde_json::Value = client.request(request("/apis/metrics.k8s.io/v1beta1/nodes/n-0")).await.unwrap();
     assert_eq!(node_metrics["usage"]["cpu"], "1000000000n");
-    let custom: serde_json::Value = client
-        .request(request("/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/requests_per_second"))
-        .await
-        .unwrap();
+    let custom: serde_json::Value = client.request(request("/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/requests_per_second")).await.unwrap();
     assert_eq!(custom["items"][0]["value"], "150000m", "300 rps over two ready pods");
 }
 
@@ -392,7 +414,14 @@ async fn bad_input_gets_status_errors_and_changes_nothing() {
         (post("/api/v1/namespaces/nowhere/pods", r#"{"metadata": {"name": "x"}, "spec": {"containers": [{"name": "a"}]}}"#), 404, "NotFound"),
         (http::Request::get("/api/v1/pods?labelSelector=a%20in%20b").body(Vec::new()).unwrap(), 400, "BadRequest"),
         (http::Request::get("/api/v1/widgets").body(Vec::new()).unwrap(), 404, "NotFound"),
-        (post("/api/v1/namespaces/default/pods?fieldValidation=Strict", r#"{"metadata": {"name": "x"}, "spek": {}, "spec": {"containers": [{"name": "a"}]}}"#), 400, "BadRequest"),
+        (
+            post(
+                "/api/v1/namespaces/default/pods?fieldValidation=Strict",
+                r#"{"metadata": {"name": "x"}, "spek": {}, "spec": {"containers": [{"name": "a"}]}}"#,
+            ),
+            400,
+            "BadRequest",
+        ),
     ];
     for (request, code, reason) in cases {
         let path = request.uri().to_string();
@@ -403,14 +432,11 @@ async fn bad_input_gets_status_errors_and_changes_nothing() {
     }
     assert_eq!(simulator.store.revision(), before, "no failed request wrote anything");
     // Without strict validation an unknown field is dropped, as the API server does by default.
-    let created: serde_json::Value = client
-        .request(post("/api/v1/namespaces/default/configmaps", r#"{"metadata": {"name": "c"}, "data": {"k": "v"}, "colour": "blue"}"#))
-        .await
-        .unwrap();
+    let created: serde_json::Value =
+        client.request(post("/api/v1/namespaces/default/configmaps", r#"{"metadata": {"name": "c"}, "data": {"k": "v"}, "colour": "blue"}"#)).await.unwrap();
     assert!(created.get("colour").is_none());
     assert_eq!(created["data"]["k"], "v");
 }
-
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_delay_fail_and_cut_watches_which_clients_survive() {
@@ -511,9 +537,12 @@ async fn claims_are_provisioned_where_the_scheduler_says() {
         let class = json!({"metadata": {"name": name}, "provisioner": "disk.csi.example.com", "volumeBindingMode": mode});
         classes.create(&PostParams::default(), &serde_json::from_value(class).unwrap()).await.unwrap();
     }
-    let claim = |name: &str, class: &str| serde_json::from_value::<PersistentVolumeClaim>(json!({
-        "metadata": {"name": name}, "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}
-    })).unwrap();
+    let claim = |name: &str, class: &str| {
+        serde_json::from_value::<PersistentVolumeClaim>(json!({
+            "metadata": {"name": name}, "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}
+        }))
+        .unwrap()
+    };
     let bound = async |name: &str| {
         eventually("the claim to be bound", async || {
             let claim = claims.get(name).await.unwrap();
@@ -545,7 +574,8 @@ async fn claims_are_provisioned_where_the_scheduler_says() {
     assert_eq!(volume.status.as_ref().unwrap().phase.as_deref(), Some("Bound"));
 
     // A volume made by hand, named by its claim.
-    let manual = json!({"metadata": {"name": "manual"}, "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/data"}}});
+    let manual =
+        json!({"metadata": {"name": "manual"}, "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/data"}}});
     volumes.create(&PostParams::default(), &serde_json::from_value(manual).unwrap()).await.unwrap();
     let mut named = claim("named", "");
     named.spec.as_mut().unwrap().volume_name = Some("manual".into());

@@ -56,11 +56,9 @@ impl Cluster {
     async fn run(&self, args: &[&str]) -> Output {
         let home = self.home.clone();
         let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
-        tokio::task::spawn_blocking(move || {
-            Command::new("kubectl").args(&args).env("HOME", &home).env("KUBECONFIG", home.join("kubeconfig")).output().unwrap()
-        })
-        .await
-        .unwrap()
+        tokio::task::spawn_blocking(move || Command::new("kubectl").args(&args).env("HOME", &home).env("KUBECONFIG", home.join("kubeconfig")).output().unwrap())
+            .await
+            .unwrap()
     }
 
     /// Runs kubectl and returns its stdout; fails the test with stderr if kubectl fails.
@@ -174,16 +172,23 @@ async fn claims_apply_and_print_like_kube_apiserver() {
         return;
     }
     let cluster = start().await;
-    let storage = "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: zonal\n  annotations: {storageclass.kubernetes.io/is-default-class: \"true\"}\n\
+    let storage =
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: zonal\n  annotations: {storageclass.kubernetes.io/is-default-class: \"true\"}\n\
         provisioner: disk.csi.example.com\nvolumeBindingMode: WaitForFirstConsumer\n---\n\
         apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 5Gi}}\n";
     cluster.ok(&["apply", "-f", &cluster.file("storage.yaml", storage)]).await;
     let classes = cluster.ok(&["get", "storageclass"]).await;
     let header: Vec<&str> = classes.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(header, ["NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"]);
-    assert_eq!(line_of(&classes, "zonal").split_whitespace().collect::<Vec<_>>()[..5], ["zonal", "(default)", "disk.csi.example.com", "Delete", "WaitForFirstConsumer"]);
+    assert_eq!(
+        line_of(&classes, "zonal").split_whitespace().collect::<Vec<_>>()[..5],
+        ["zonal", "(default)", "disk.csi.example.com", "Delete", "WaitForFirstConsumer"]
+    );
     let pending = cluster.ok(&["get", "pvc"]).await;
-    assert_eq!(pending.lines().next().unwrap().split_whitespace().collect::<Vec<_>>(), ["NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS", "MODES", "STORAGECLASS", "VOLUMEATTRIBUTESCLASS", "AGE"]);
+    assert_eq!(
+        pending.lines().next().unwrap().split_whitespace().collect::<Vec<_>>(),
+        ["NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS", "MODES", "STORAGECLASS", "VOLUMEATTRIBUTESCLASS", "AGE"]
+    );
     assert_eq!(line_of(&pending, "data").split_whitespace().collect::<Vec<_>>()[..4], ["data", "Pending", "zonal", "<unset>"]);
     cluster.ok(&["annotate", "pvc", "data", "volume.kubernetes.io/selected-node=worker-1"]).await;
     let bound = cluster.until(&["get", "pvc"], |output| line_of(output, "data").contains("Bound")).await;
@@ -232,7 +237,8 @@ async fn events_are_served_by_both_apis() {
     let v1 = "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {name: v1-made}\nregarding: {kind: Node, name: worker-0}\nreason: Cordoned\nnote: cordoned by test\ntype: Warning\nreportingController: test\nreportingInstance: test-1\naction: Cordon\neventTime: '2026-01-01T00:00:00.000000Z'\n";
     cluster.ok(&["create", "-f", &cluster.file("v1.yaml", v1)]).await;
     let listed: Value = serde_json::from_str(&cluster.ok(&["get", "events.v1.events.k8s.io", "-o", "json"]).await).unwrap();
-    let notes: Vec<(&str, &str)> = listed["items"].as_array().unwrap().iter().map(|event| (event["metadata"]["name"].as_str().unwrap(), event["note"].as_str().unwrap())).collect();
+    let notes: Vec<(&str, &str)> =
+        listed["items"].as_array().unwrap().iter().map(|event| (event["metadata"]["name"].as_str().unwrap(), event["note"].as_str().unwrap())).collect();
     assert_eq!(notes, [("core-made", "assigned to worker-0"), ("v1-made", "cordoned by test")]);
     let core_view: Value = serde_json::from_str(&cluster.ok(&["get", "events", "v1-made", "-o", "json"]).await).unwrap();
     assert_eq!((core_view["message"].as_str(), core_view["involvedObject"]["name"].as_str()), (Some("cordoned by test"), Some("worker-0")));

@@ -8,7 +8,6 @@ use serde_json::json;
 use std::process::Command;
 use wasp_sim::resources;
 
-
 fn python() -> Option<String> {
     let chosen = std::env::var("WASP_SIM_PYTHON").ok();
     let python = chosen.clone().unwrap_or_else(|| "python3".into());
@@ -39,7 +38,9 @@ async fn typed_models_accept_every_served_object() {
     let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    for expected in ["pods 4", "nodes 3", "events 1", "events.k8s.io 1", "statefulsets 1", "persistentvolumeclaims 1", "persistentvolumes 1", "storageclasses 1"] {
+    for expected in
+        ["pods 4", "nodes 3", "events 1", "events.k8s.io 1", "statefulsets 1", "persistentvolumeclaims 1", "persistentvolumes 1", "storageclasses 1"]
+    {
         assert!(stdout.lines().any(|line| line == expected), "{expected:?} not in\n{stdout}");
     }
 }

@@ -54,7 +54,8 @@ async fn post(client: &Client, path: &str, body: &Value) -> Result<Value, kube::
 /// Installs every manifest of the repository's `manifests/` (top level, in file order) as the admin.
 async fn install_manifests(admin: &Client) {
     let directory = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
-    let mut files: Vec<_> = std::fs::read_dir(&directory).unwrap().map(|entry| entry.unwrap().path()).filter(|path| path.extension().is_some_and(|ext| ext == "yaml")).collect();
+    let mut files: Vec<_> =
+        std::fs::read_dir(&directory).unwrap().map(|entry| entry.unwrap().path()).filter(|path| path.extension().is_some_and(|ext| ext == "yaml")).collect();
     files.sort();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
@@ -74,9 +75,13 @@ async fn start() -> (Simulator, Client, Client) {
     let simulator = Simulator::start_with(&scenario, "127.0.0.1:0".parse().unwrap(), options).await.unwrap();
     let admin = client(&simulator, wasp_sim::auth::ADMIN_TOKEN);
     install_manifests(&admin).await;
-    let answer = post(&admin, "/api/v1/namespaces/wasp-system/serviceaccounts/wasp/token", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}))
-        .await
-        .unwrap();
+    let answer = post(
+        &admin,
+        "/api/v1/namespaces/wasp-system/serviceaccounts/wasp/token",
+        &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+    )
+    .await
+    .unwrap();
     let token = answer.pointer("/status/token").and_then(Value::as_str).unwrap().to_string();
     assert_eq!(token, simulator.service_account_token("wasp-system", "wasp").unwrap());
     let account = client(&simulator, &token);

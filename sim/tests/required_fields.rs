@@ -8,7 +8,6 @@ use serde_json::json;
 use wasp_sim::resources::{self, RESOURCES};
 use wasp_sim::{events, openapi};
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_served_object_has_its_required_fields() {
     let simulator = common::start_running(common::EVERY_KIND, "worker-1", common::EVERY_KIND_PODS).await;

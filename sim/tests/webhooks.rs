@@ -192,7 +192,8 @@ async fn a_denial_refuses_the_create_with_the_webhooks_status() {
     });
     let server = HookServer::start(&pki, Duration::ZERO, answer).await;
     let simulator = simulator().await;
-    configure(&simulator, "ValidatingWebhookConfiguration", "schedulers", json!([pod_hook("schedulers.wasp.dev", &server.url("/validate"), &pki, json!({}))])).await;
+    configure(&simulator, "ValidatingWebhookConfiguration", "schedulers", json!([pod_hook("schedulers.wasp.dev", &server.url("/validate"), &pki, json!({}))]))
+        .await;
 
     let (status, _, answer) = create_pod(&simulator, "default", &pod("x", json!({}))).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
@@ -228,7 +229,8 @@ async fn a_denial_refuses_the_create_with_the_webhooks_status() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warnings_come_back_as_warning_headers() {
     let pki = pki();
-    let server = HookServer::start(&pki, Duration::ZERO, Arc::new(|_| json!({"allowed": true, "warnings": ["scheduler \"wsap\" looks like a typo", "second"]}))).await;
+    let server =
+        HookServer::start(&pki, Duration::ZERO, Arc::new(|_| json!({"allowed": true, "warnings": ["scheduler \"wsap\" looks like a typo", "second"]}))).await;
     let simulator = simulator().await;
     configure(&simulator, "ValidatingWebhookConfiguration", "warn", json!([pod_hook("warn.wasp.dev", &server.url("/warn"), &pki, json!({}))])).await;
     let (status, headers, answer) = create_pod(&simulator, "default", &pod("x", json!({}))).await;
@@ -242,17 +244,24 @@ async fn warnings_come_back_as_warning_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mutating_webhooks_patch_is_stored_and_validating_webhooks_see_it() {
     let pki = pki();
-    let patch = base64(r#"[{"op": "replace", "path": "/spec/schedulerName", "value": "wasp"}, {"op": "add", "path": "/metadata/annotations", "value": {"mutated": "yes"}}]"#);
-    let server = HookServer::start(&pki, Duration::ZERO, Arc::new(move |review: &Value| {
-        if review.pointer("/request/object/spec/schedulerName") == Some(&json!("wsap")) {
-            json!({"allowed": true, "patchType": "JSONPatch", "patch": patch})
-        } else {
-            json!({"allowed": true})
-        }
-    }))
+    let patch = base64(
+        r#"[{"op": "replace", "path": "/spec/schedulerName", "value": "wasp"}, {"op": "add", "path": "/metadata/annotations", "value": {"mutated": "yes"}}]"#,
+    );
+    let server = HookServer::start(
+        &pki,
+        Duration::ZERO,
+        Arc::new(move |review: &Value| {
+            if review.pointer("/request/object/spec/schedulerName") == Some(&json!("wsap")) {
+                json!({"allowed": true, "patchType": "JSONPatch", "patch": patch})
+            } else {
+                json!({"allowed": true})
+            }
+        }),
+    )
     .await;
     let simulator = simulator().await;
-    configure(&simulator, "MutatingWebhookConfiguration", "scheduler-name", json!([pod_hook("mutate.wasp.dev", &server.url("/mutate"), &pki, json!({}))])).await;
+    configure(&simulator, "MutatingWebhookConfiguration", "scheduler-name", json!([pod_hook("mutate.wasp.dev", &server.url("/mutate"), &pki, json!({}))]))
+        .await;
     configure(&simulator, "ValidatingWebhookConfiguration", "check", json!([pod_hook("check.wasp.dev", &server.url("/validate"), &pki, json!({}))])).await;
     let (status, _, answer) = create_pod(&simulator, "default", &pod("x", json!({}))).await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
@@ -275,14 +284,39 @@ async fn selectors_and_match_conditions_decide_which_webhooks_are_called() {
     assert_eq!(status, StatusCode::CREATED, "{answer}");
     assert_eq!(answer["metadata"]["labels"]["kubernetes.io/metadata.name"], "team-a", "namespaces are labelled with their name");
     let hooks = json!([
-        pod_hook("team-a-only.wasp.dev", &server.url("/namespace"), &pki, json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}}})),
-        pod_hook("web-only.wasp.dev", &server.url("/object"), &pki, json!({"objectSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]}})),
-        pod_hook("cel.wasp.dev", &server.url("/cel"), &pki, json!({"matchConditions": [
-            {"name": "not-system", "expression": "!request.userInfo.username.startsWith('system:')"},
-            {"name": "wasp-scheduled", "expression": "object.spec.schedulerName == 'wasp' && oldObject == null"},
-        ]})),
-        pod_hook("deployments-only.wasp.dev", &server.url("/deployments"), &pki, json!({"rules": [{"operations": ["*"], "apiGroups": ["apps"], "apiVersions": ["*"], "resources": ["deployments"]}]})),
-        pod_hook("cluster-scope.wasp.dev", &server.url("/cluster"), &pki, json!({"rules": [{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "scope": "Cluster"}]})),
+        pod_hook(
+            "team-a-only.wasp.dev",
+            &server.url("/namespace"),
+            &pki,
+            json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}}})
+        ),
+        pod_hook(
+            "web-only.wasp.dev",
+            &server.url("/object"),
+            &pki,
+            json!({"objectSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]}})
+        ),
+        pod_hook(
+            "cel.wasp.dev",
+            &server.url("/cel"),
+            &pki,
+            json!({"matchConditions": [
+                {"name": "not-system", "expression": "!request.userInfo.username.startsWith('system:')"},
+                {"name": "wasp-scheduled", "expression": "object.spec.schedulerName == 'wasp' && oldObject == null"},
+            ]})
+        ),
+        pod_hook(
+            "deployments-only.wasp.dev",
+            &server.url("/deployments"),
+            &pki,
+            json!({"rules": [{"operations": ["*"], "apiGroups": ["apps"], "apiVersions": ["*"], "resources": ["deployments"]}]})
+        ),
+        pod_hook(
+            "cluster-scope.wasp.dev",
+            &server.url("/cluster"),
+            &pki,
+            json!({"rules": [{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "scope": "Cluster"}]})
+        ),
     ]);
     configure(&simulator, "ValidatingWebhookConfiguration", "selective", hooks).await;
 
@@ -346,7 +380,8 @@ async fn unreachable_webhooks_follow_the_failure_policy() {
     let simulator = simulator().await;
     let port = closed_port().await;
     let url = format!("https://127.0.0.1:{port}/validate");
-    configure(&simulator, "ValidatingWebhookConfiguration", "ignored", json!([pod_hook("ignored.wasp.dev", &url, &pki, json!({"failurePolicy": "Ignore"}))])).await;
+    configure(&simulator, "ValidatingWebhookConfiguration", "ignored", json!([pod_hook("ignored.wasp.dev", &url, &pki, json!({"failurePolicy": "Ignore"}))]))
+        .await;
     let (status, _, answer) = create_pod(&simulator, "default", &pod("proceeds", json!({}))).await;
     assert_eq!(status, StatusCode::CREATED, "Ignore: the create proceeds: {answer}");
 
@@ -392,11 +427,21 @@ async fn a_certificate_the_ca_bundle_does_not_trust_is_a_failed_call() {
     let server = HookServer::start(&pki, Duration::ZERO, allow()).await;
     let simulator = simulator().await;
     // Trusts another CA than the one that signed the server's certificate.
-    configure(&simulator, "ValidatingWebhookConfiguration", "mistrusted", json!([pod_hook("mistrusted.wasp.dev", &server.url("/validate"), &other, json!({}))])).await;
+    configure(
+        &simulator,
+        "ValidatingWebhookConfiguration",
+        "mistrusted",
+        json!([pod_hook("mistrusted.wasp.dev", &server.url("/validate"), &other, json!({}))]),
+    )
+    .await;
     let (status, _, answer) = create_pod(&simulator, "default", &pod("x", json!({}))).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{answer}");
     let message = answer["message"].as_str().unwrap();
-    assert!(message.contains("failed calling webhook \"mistrusted.wasp.dev\": failed to call webhook: Post") && message.contains("tls: failed to verify certificate"), "{message}");
+    assert!(
+        message.contains("failed calling webhook \"mistrusted.wasp.dev\": failed to call webhook: Post")
+            && message.contains("tls: failed to verify certificate"),
+        "{message}"
+    );
     assert_eq!(server.calls("/validate").len(), 0, "no request gets past the handshake");
     assert!(stored_pod(&simulator, "default", "x").is_none());
 }
@@ -455,7 +500,14 @@ async fn configurations_are_served_to_kube_rs_with_tables() {
     let patched = api.patch("schedulers", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     assert_eq!(patched.webhooks.unwrap()[0].failure_policy.as_deref(), Some("Ignore"));
 
-    let (status, _, table) = send(&simulator, Method::GET, "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", None, "application/json;as=Table;v=v1;g=meta.k8s.io").await;
+    let (status, _, table) = send(
+        &simulator,
+        Method::GET,
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        None,
+        "application/json;as=Table;v=v1;g=meta.k8s.io",
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     let columns: Vec<&str> = table["columnDefinitions"].as_array().unwrap().iter().map(|column| column["name"].as_str().unwrap()).collect();
     assert_eq!(columns, ["Name", "Webhooks", "Age"]);
@@ -500,14 +552,18 @@ impl Drop for Kubectl {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_prints_denials_and_warnings() {
     let pki = pki();
-    let server = HookServer::start(&pki, Duration::ZERO, Arc::new(|review: &Value| {
-        let scheduler = review.pointer("/request/object/spec/schedulerName").and_then(Value::as_str).unwrap_or("");
-        if scheduler == "wsap" {
-            json!({"allowed": false, "status": {"code": 403, "message": "no running scheduler is named \"wsap\""}})
-        } else {
-            json!({"allowed": true, "warnings": [format!("scheduled by {scheduler}")]})
-        }
-    }))
+    let server = HookServer::start(
+        &pki,
+        Duration::ZERO,
+        Arc::new(|review: &Value| {
+            let scheduler = review.pointer("/request/object/spec/schedulerName").and_then(Value::as_str).unwrap_or("");
+            if scheduler == "wsap" {
+                json!({"allowed": false, "status": {"code": 403, "message": "no running scheduler is named \"wsap\""}})
+            } else {
+                json!({"allowed": true, "warnings": [format!("scheduled by {scheduler}")]})
+            }
+        }),
+    )
     .await;
     let simulator = simulator().await;
     let Some(kubectl) = Kubectl::new(&simulator, "print") else { return };
@@ -556,13 +612,17 @@ async fn the_controllers_pods_go_through_admission_and_a_refusal_is_an_event_on_
     let pki = pki();
     let patch = base64(r#"[{"op": "add", "path": "/metadata/labels/admitted", "value": "yes"}]"#);
     let mutator = HookServer::start(&pki, Duration::ZERO, Arc::new(move |_: &Value| json!({"allowed": true, "patchType": "JSONPatch", "patch": patch}))).await;
-    let validator = HookServer::start(&pki, Duration::ZERO, Arc::new(|review: &Value| {
-        if review.pointer("/request/object/metadata/labels/app") == Some(&json!("refused")) {
-            json!({"allowed": false, "status": {"code": 403, "message": "app refused is not welcome"}})
-        } else {
-            json!({"allowed": true})
-        }
-    }))
+    let validator = HookServer::start(
+        &pki,
+        Duration::ZERO,
+        Arc::new(|review: &Value| {
+            if review.pointer("/request/object/metadata/labels/app") == Some(&json!("refused")) {
+                json!({"allowed": false, "status": {"code": 403, "message": "app refused is not welcome"}})
+            } else {
+                json!({"allowed": true})
+            }
+        }),
+    )
     .await;
     let simulator = simulator().await;
     configure(&simulator, "MutatingWebhookConfiguration", "label", json!([pod_hook("label.wasp.dev", &mutator.url("/mutate"), &pki, json!({}))])).await;
@@ -585,7 +645,11 @@ async fn the_controllers_pods_go_through_admission_and_a_refusal_is_an_event_on_
     // The refused pods do not exist; each owner says why, as kube-controller-manager's controllers do.
     let events = resources::find("", "v1", "events").unwrap();
     let warning = |kind: &str| {
-        simulator.store.all_in(events, "default").into_iter().find(|event| event["involvedObject"]["kind"] == kind && event["involvedObject"]["name"] == "refused")
+        simulator
+            .store
+            .all_in(events, "default")
+            .into_iter()
+            .find(|event| event["involvedObject"]["kind"] == kind && event["involvedObject"]["name"] == "refused")
     };
     let replica_set = eventually("the ReplicaSet's FailedCreate event", || warning("ReplicaSet")).await;
     assert_eq!(replica_set["reason"], "FailedCreate");
@@ -599,7 +663,8 @@ async fn the_controllers_pods_go_through_admission_and_a_refusal_is_an_event_on_
     );
     assert!(pods_labelled(&simulator, "refused").is_empty());
     // The webhooks were told which controller created each pod.
-    let users: HashSet<String> = validator.calls("/validate").iter().map(|review| review["request"]["userInfo"]["username"].as_str().unwrap().to_string()).collect();
+    let users: HashSet<String> =
+        validator.calls("/validate").iter().map(|review| review["request"]["userInfo"]["username"].as_str().unwrap().to_string()).collect();
     assert!(users.contains("system:serviceaccount:kube-system:replicaset-controller"), "{users:?}");
     assert!(users.contains("system:serviceaccount:kube-system:statefulset-controller"), "{users:?}");
     let failures = simulator.store.all_in(events, "default").into_iter().filter(|event| event["reason"] == "FailedCreate").count();

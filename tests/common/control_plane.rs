@@ -211,7 +211,9 @@ impl ControlPlane {
                 .unwrap()
                 .iter()
                 .filter(|node| node["metadata"]["name"].as_str().unwrap().starts_with(&format!("{prefix}-")))
-                .filter(|node| node["status"]["conditions"].as_array().is_some_and(|conditions| conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")))
+                .filter(|node| {
+                    node["status"]["conditions"].as_array().is_some_and(|conditions| conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+                })
                 .count()
                 == count
         });
@@ -268,7 +270,8 @@ pub fn process_usage(pid: u32) -> Usage {
     let ticks: f64 = [11, 12].iter().filter_map(|index| fields.get(*index)?.parse::<f64>().ok()).sum();
     let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status of a running process");
-    let peak_kib: f64 = status.lines().find_map(|line| line.strip_prefix("VmHWM:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmHWM");
+    let peak_kib: f64 =
+        status.lines().find_map(|line| line.strip_prefix("VmHWM:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmHWM");
     Usage { cpu_seconds: ticks / ticks_per_second, peak_mib: peak_kib / 1024.0 }
 }
 
@@ -304,7 +307,11 @@ pub fn kubectl_with(kubeconfig: &Path, args: &[&str], input: Option<&str>) -> Ou
         child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     }
     let output = child.wait_with_output().unwrap();
-    Output { ok: output.status.success(), stdout: String::from_utf8_lossy(&output.stdout).into_owned(), stderr: String::from_utf8_lossy(&output.stderr).into_owned() }
+    Output {
+        ok: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
 }
 
 /// Polls `condition` every 100 ms until it holds; fails the test naming `what` after `patience`.

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1 as core;
 use std::path::PathBuf;
 use std::sync::Arc;
 use wasp::cluster::{convert, ClusterState};
-use wasp::policy::{LoadedPolicy, PolicyOptions};
 use wasp::contract::types::Pod;
+use wasp::policy::{LoadedPolicy, PolicyOptions};
 use wasp::runtime::Runtime;
 
 pub fn repo_root() -> PathBuf {
@@ -46,9 +46,7 @@ pub fn built(relative: &str, how: &str) -> Option<String> {
 }
 
 fn read_built(path: PathBuf) -> Vec<u8> {
-    std::fs::read(&path).unwrap_or_else(|error| {
-        panic!("{}: {error}; build the components first with scripts/build-policies.sh", path.display())
-    })
+    std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}; build the components first with scripts/build-policies.sh", path.display()))
 }
 
 /// A default policy component from plugins/out.
@@ -84,8 +82,7 @@ pub fn pod(yaml: &str) -> Pod {
 
 /// A Ready node with the given CPU, memory and labels (`k=v,k2=v2`).
 pub fn simple_node(name: &str, cpu: &str, memory: &str, labels: &str) -> wasp::contract::types::Node {
-    let labels: Vec<String> =
-        labels.split(',').filter(|pair| !pair.is_empty()).map(|pair| pair.replacen('=', ": ", 1)).collect();
+    let labels: Vec<String> = labels.split(',').filter(|pair| !pair.is_empty()).map(|pair| pair.replacen('=', ": ", 1)).collect();
     node(&format!(
         "metadata: {{name: {name}, labels: {{{}}}}}\nstatus: {{allocatable: {{cpu: '{cpu}', memory: {memory}, pods: '110'}}, conditions: [{{type: Ready, status: 'True'}}]}}",
         labels.join(", ")
@@ -94,8 +91,7 @@ pub fn simple_node(name: &str, cpu: &str, memory: &str, labels: &str) -> wasp::c
 
 /// A pod with one container requesting `cpu`, and the given labels.
 pub fn simple_pod(name: &str, cpu: &str, labels: &str) -> Pod {
-    let labels: Vec<String> =
-        labels.split(',').filter(|pair| !pair.is_empty()).map(|pair| pair.replacen('=', ": ", 1)).collect();
+    let labels: Vec<String> = labels.split(',').filter(|pair| !pair.is_empty()).map(|pair| pair.replacen('=', ": ", 1)).collect();
     pod(&format!(
         "metadata: {{name: {name}, namespace: default, uid: uid-{name}, labels: {{{}}}}}\nspec: {{containers: [{{name: app, resources: {{requests: {{cpu: '{cpu}'}}}}}}]}}",
         labels.join(", ")
@@ -112,11 +108,7 @@ pub fn cluster_of(nodes: Vec<wasp::contract::types::Node>) -> ClusterState {
 
 /// Rejection reasons per candidate ("" for a pass), resolving the compact filter result.
 pub fn reasons(result: &wasp::contract::types::FilterResult) -> Vec<String> {
-    result
-        .verdicts
-        .iter()
-        .map(|&code| if code == 0 { String::new() } else { result.rejections[code as usize - 1].join(", ") })
-        .collect()
+    result.verdicts.iter().map(|&code| if code == 0 { String::new() } else { result.rejections[code as usize - 1].join(", ") }).collect()
 }
 
 /// GET `path` from a local HTTP server: status and body.

@@ -72,11 +72,16 @@ impl Registry {
     /// Starts the registry process and waits until it answers (401: it asks for credentials).
     fn run(&mut self) {
         let log = std::fs::File::options().create(true).append(true).open(self.dir.path().join("registry.log")).unwrap();
-        let process = Command::new(binary()).arg("serve").arg(&self.config).stdout(Stdio::from(log.try_clone().unwrap())).stderr(Stdio::from(log)).spawn().unwrap();
+        let process =
+            Command::new(binary()).arg("serve").arg(&self.config).stdout(Stdio::from(log.try_clone().unwrap())).stderr(Stdio::from(log)).spawn().unwrap();
         self.process = Some(process);
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(&self.address).is_err() {
-            assert!(Instant::now() < deadline, "the registry did not listen: {}", std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default());
+            assert!(
+                Instant::now() < deadline,
+                "the registry did not listen: {}",
+                std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

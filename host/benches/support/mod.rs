@@ -51,5 +51,6 @@ pub async fn pending_pods_cluster(nodes: u32, pods: u32) -> (Simulator, ApiClien
 #[allow(dead_code)] // not every benchmark reports memory
 pub fn resident_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status.lines().find_map(|line| line.strip_prefix("VmRSS:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+    status.lines().find_map(|line| line.strip_prefix("VmRSS:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).unwrap_or(0.0)
+        / 1024.0
 }

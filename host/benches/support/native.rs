@@ -9,14 +9,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use wasp::cluster::{ClusterState, DeltaSink, SyncPoint};
+use wasp::config::HostConfig;
 use wasp::contract::encode_deltas;
 use wasp::contract::types::{ClusterDelta, FilterResult, NodeId, Pod, PodPlace, ViewScope};
-use wasp::runtime::CallError;
-use wasp::config::HostConfig;
-use wasp::policy::SchedulingPolicy;
 use wasp::host::Host;
 use wasp::kube::{ApiClient, HostIdentity};
+use wasp::policy::SchedulingPolicy;
 use wasp::registry::{Plans, PolicyRegistry, ProfilePolicies};
+use wasp::runtime::CallError;
 use wasp::runtime::Runtime;
 use wasp_sdk::guest::GuestState;
 use wasp_sdk::Policy;
@@ -122,17 +122,37 @@ impl<P: Policy + Send + Sync + 'static> SchedulingPolicy for NativePolicy<P> {
 /// defaults).
 pub fn native(name: &str, settings: String) -> Arc<dyn SchedulingPolicy> {
     match name {
-        "node-unschedulable" => NativePolicy::<node_unschedulable::NodeUnschedulable>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(node_unschedulable::NodeUnschedulable))),
-        "resources-fit" => NativePolicy::<resources_fit::ResourcesFit>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(resources_fit::ResourcesFit))),
-        "node-affinity" => NativePolicy::<node_affinity::NodeAffinity>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(node_affinity::NodeAffinity))),
-        "taint-toleration" => NativePolicy::<taint_toleration::TaintToleration>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(taint_toleration::TaintToleration))),
-        "pod-topology-spread" => NativePolicy::<pod_topology_spread::PodTopologySpread>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(pod_topology_spread::PodTopologySpread))),
-        "least-allocated" => NativePolicy::<least_allocated::LeastAllocated>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(least_allocated::LeastAllocated))),
+        "node-unschedulable" => NativePolicy::<node_unschedulable::NodeUnschedulable>::shared(settings, || {
+            GuestState::new(wasp_sdk::exports_of!(node_unschedulable::NodeUnschedulable))
+        }),
+        "resources-fit" => {
+            NativePolicy::<resources_fit::ResourcesFit>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(resources_fit::ResourcesFit)))
+        }
+        "node-affinity" => {
+            NativePolicy::<node_affinity::NodeAffinity>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(node_affinity::NodeAffinity)))
+        }
+        "taint-toleration" => {
+            NativePolicy::<taint_toleration::TaintToleration>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(taint_toleration::TaintToleration)))
+        }
+        "pod-topology-spread" => NativePolicy::<pod_topology_spread::PodTopologySpread>::shared(settings, || {
+            GuestState::new(wasp_sdk::exports_of!(pod_topology_spread::PodTopologySpread))
+        }),
+        "least-allocated" => {
+            NativePolicy::<least_allocated::LeastAllocated>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(least_allocated::LeastAllocated)))
+        }
         "node-ports" => NativePolicy::<node_ports::NodePorts>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(node_ports::NodePorts))),
-        "volume-topology" => NativePolicy::<volume_topology::VolumeTopology>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(volume_topology::VolumeTopology))),
-        "image-locality" => NativePolicy::<image_locality::ImageLocality>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(image_locality::ImageLocality))),
-        "inter-pod-affinity" => NativePolicy::<inter_pod_affinity::InterPodAffinity>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(inter_pod_affinity::InterPodAffinity))),
-        "balanced-allocation" => NativePolicy::<balanced_allocation::BalancedAllocation>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(balanced_allocation::BalancedAllocation))),
+        "volume-topology" => {
+            NativePolicy::<volume_topology::VolumeTopology>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(volume_topology::VolumeTopology)))
+        }
+        "image-locality" => {
+            NativePolicy::<image_locality::ImageLocality>::shared(settings, || GuestState::new(wasp_sdk::exports_of!(image_locality::ImageLocality)))
+        }
+        "inter-pod-affinity" => NativePolicy::<inter_pod_affinity::InterPodAffinity>::shared(settings, || {
+            GuestState::new(wasp_sdk::exports_of!(inter_pod_affinity::InterPodAffinity))
+        }),
+        "balanced-allocation" => NativePolicy::<balanced_allocation::BalancedAllocation>::shared(settings, || {
+            GuestState::new(wasp_sdk::exports_of!(balanced_allocation::BalancedAllocation))
+        }),
         other => panic!("no native build of {other}"),
     }
 }

@@ -42,7 +42,9 @@ struct Registered {
 pub fn check(client_config: &WebhookClientConfig, serving: &[CertificateDer<'static>], now: UnixTime) -> Result<(), String> {
     let name = match (&client_config.service, &client_config.url) {
         (Some(service), _) => format!("{}.{}.svc", service.name, service.namespace),
-        (None, Some(url)) => url.parse::<http::Uri>().ok().and_then(|uri| uri.host().map(str::to_string)).ok_or_else(|| format!("its URL {url:?} has no host"))?,
+        (None, Some(url)) => {
+            url.parse::<http::Uri>().ok().and_then(|uri| uri.host().map(str::to_string)).ok_or_else(|| format!("its URL {url:?} has no host"))?
+        }
         (None, None) => return Err("its clientConfig names neither a Service nor a URL".to_string()),
     };
     let bundle = client_config.ca_bundle.as_ref().map(|bundle| bundle.0.as_slice()).unwrap_or_default();
@@ -155,7 +157,12 @@ mod tests {
 
     fn service(bundle: Option<&str>) -> WebhookClientConfig {
         WebhookClientConfig {
-            service: Some(ServiceReference { name: "wasp-webhook".into(), namespace: "wasp-system".into(), path: Some("/validate-pods".into()), port: Some(443) }),
+            service: Some(ServiceReference {
+                name: "wasp-webhook".into(),
+                namespace: "wasp-system".into(),
+                path: Some("/validate-pods".into()),
+                port: Some(443),
+            }),
             ca_bundle: bundle.map(|pem| ByteString(pem.as_bytes().to_vec())),
             url: None,
         }

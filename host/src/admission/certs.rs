@@ -23,7 +23,11 @@ pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
 /// An IP address, or a DNS name of RFC 1123 labels.
 fn check_name(name: &str) -> anyhow::Result<()> {
     let label = |label: &str| {
-        !label.is_empty() && label.len() <= 63 && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') && !label.starts_with('-') && !label.ends_with('-')
+        !label.is_empty()
+            && label.len() <= 63
+            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
     };
     if name.parse::<std::net::IpAddr>().is_ok() || (name.len() <= 253 && name.split('.').all(label)) {
         Ok(())

@@ -40,7 +40,12 @@ pub struct WebhookServing {
 
 impl WebhookServing {
     pub fn new(address: SocketAddr, certificate: PathBuf, private_key: PathBuf) -> WebhookServing {
-        WebhookServing { address, certificate: tls::CertificateFiles { certificate, private_key }, reload_interval: Duration::from_secs(10), limits: Default::default() }
+        WebhookServing {
+            address,
+            certificate: tls::CertificateFiles { certificate, private_key },
+            reload_interval: Duration::from_secs(10),
+            limits: Default::default(),
+        }
     }
 }
 

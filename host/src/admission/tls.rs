@@ -33,7 +33,9 @@ fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {
 
 /// The certificate chain and key in `pem` files, checked to belong together.
 fn certified_key(files: &CertificateFiles, certificate: &[u8], key: &[u8]) -> anyhow::Result<CertifiedKey> {
-    let chain = CertificateDer::pem_slice_iter(certificate).collect::<Result<Vec<_>, _>>().with_context(|| format!("{}: not a PEM certificate chain", files.certificate.display()))?;
+    let chain = CertificateDer::pem_slice_iter(certificate)
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("{}: not a PEM certificate chain", files.certificate.display()))?;
     if chain.is_empty() {
         bail!("{}: no certificate in it", files.certificate.display());
     }
@@ -118,7 +120,10 @@ impl ReloadingCertificate {
     }
 
     /// Serving this certificate; asking clients for theirs when `client_certificates` is given.
-    pub fn server_config(self: &Arc<Self>, client_certificates: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>) -> anyhow::Result<rustls::ServerConfig> {
+    pub fn server_config(
+        self: &Arc<Self>,
+        client_certificates: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> anyhow::Result<rustls::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?;
         let builder = match client_certificates {

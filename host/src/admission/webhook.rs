@@ -20,8 +20,8 @@ use axum::Router;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
-use kube::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::Api;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,7 +93,13 @@ enum Unread {
 }
 
 impl Webhooks {
-    pub fn new(policies: Arc<PolicyRegistry>, namespaces: Store<Namespace>, metrics: AdmissionMetrics, cluster: Arc<SharedCluster>, client: kube::Client) -> Webhooks {
+    pub fn new(
+        policies: Arc<PolicyRegistry>,
+        namespaces: Store<Namespace>,
+        metrics: AdmissionMetrics,
+        cluster: Arc<SharedCluster>,
+        client: kube::Client,
+    ) -> Webhooks {
         Webhooks { policies, namespaces, metrics, cluster, client, review_memory: Semaphore::new(REVIEW_MEMORY_SHARED >> 10) }
     }
 
@@ -133,7 +139,10 @@ impl Webhooks {
                     // busy. (The API server applies its failure policy to the 503 or to the closed connection
                     // alike.)
                     (Err(_), _) => {
-                        return Err(Unread::Busy(format!("other reviews being answered hold the {} MiB this webhook gives them; try again", REVIEW_MEMORY_SHARED >> 20)));
+                        return Err(Unread::Busy(format!(
+                            "other reviews being answered hold the {} MiB this webhook gives them; try again",
+                            REVIEW_MEMORY_SHARED >> 20
+                        )));
                     }
                 }
             }
@@ -210,7 +219,9 @@ impl Webhooks {
     fn mutate(&self, response: AdmissionResponse, pod: &Pod, namespace: &NamespaceChoice, pod_name: &str) -> (AdmissionResponse, &'static str) {
         let Some(scheduler) = review::namespace_default(pod, namespace) else { return (response, "allowed") };
         let operation = serde_json::json!([{"op": "add", "path": "/spec/schedulerName", "value": scheduler}]);
-        let patched = serde_json::from_value::<json_patch::Patch>(operation).map_err(|error| error.to_string()).and_then(|patch| response.clone().with_patch(patch).map_err(|error| error.to_string()));
+        let patched = serde_json::from_value::<json_patch::Patch>(operation)
+            .map_err(|error| error.to_string())
+            .and_then(|patch| response.clone().with_patch(patch).map_err(|error| error.to_string()));
         match patched {
             Ok(patched) => {
                 tracing::debug!(pod = %pod_name, %scheduler, namespace = %namespace.namespace, "scheduler set from the namespace");
@@ -288,7 +299,11 @@ pub fn parse_review(bytes: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, Op
 }
 
 pub fn router(webhooks: Arc<Webhooks>) -> Router {
-    Router::new().route("/validate-pods", post(validate_pods)).route("/mutate-pods", post(mutate_pods)).route("/healthz", get(|| async { "ok" })).with_state(webhooks)
+    Router::new()
+        .route("/validate-pods", post(validate_pods))
+        .route("/mutate-pods", post(mutate_pods))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(webhooks)
 }
 
 /// What one TLS listener lets its clients hold, so that a flood of connections costs that listener's clients
@@ -327,7 +342,11 @@ impl TlsListener {
 
     /// [`bind`](Self::bind), asking clients for a certificate when `client_certificates` is given; each request
     /// then carries the chain its connection presented ([`PeerCertificates`]).
-    pub async fn bind_with(certificate: &Arc<ReloadingCertificate>, client_certificates: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>, address: SocketAddr) -> anyhow::Result<TlsListener> {
+    pub async fn bind_with(
+        certificate: &Arc<ReloadingCertificate>,
+        client_certificates: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+        address: SocketAddr,
+    ) -> anyhow::Result<TlsListener> {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(certificate.server_config(client_certificates)?));
         let listener = tokio::net::TcpListener::bind(address).await.map_err(|error| anyhow::anyhow!("binding the webhook address {address}: {error}"))?;
         Ok(TlsListener { listener, acceptor, limits: ServingLimits::default() })
@@ -386,7 +405,9 @@ impl TlsListener {
                     Err(_) => return tracing::debug!(%peer, "webhook: TLS handshake timed out"),
                 };
                 let router = match tls.get_ref().1.peer_certificates() {
-                    Some(chain) => router.layer(axum::Extension(PeerCertificates(Arc::new(chain.iter().map(|certificate| certificate.clone().into_owned()).collect())))),
+                    Some(chain) => {
+                        router.layer(axum::Extension(PeerCertificates(Arc::new(chain.iter().map(|certificate| certificate.clone().into_owned()).collect()))))
+                    }
                     None => router,
                 };
                 let service = hyper_util::service::TowerToHyperService::new(router);

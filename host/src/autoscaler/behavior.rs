@@ -3,9 +3,9 @@
 //! events, then `[minReplicas, maxReplicas]`. Defaults, reasons and messages are kube-controller-manager's.
 
 use super::resource::{ScaleEvent, TimedRecommendation};
+use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::{HPAScalingRules, HorizontalPodAutoscalerBehavior};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use jiff::Timestamp;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Select {
@@ -54,7 +54,11 @@ impl Behavior {
 fn rules(spec: Option<&HPAScalingRules>, default: Rules, field: &str) -> Result<Rules, String> {
     let Some(spec) = spec else { return Ok(default) };
     let stabilization_seconds = i64::from(spec.stabilization_window_seconds.map_or(Ok(default.stabilization_seconds as i32), |seconds| {
-        if (0..=3600).contains(&seconds) { Ok(seconds) } else { Err(format!("{field}.stabilizationWindowSeconds: {seconds} is outside 0..3600")) }
+        if (0..=3600).contains(&seconds) {
+            Ok(seconds)
+        } else {
+            Err(format!("{field}.stabilizationWindowSeconds: {seconds} is outside 0..3600"))
+        }
     })?);
     let select = match spec.select_policy.as_deref() {
         None | Some("Max") => Select::Max,
@@ -122,7 +126,10 @@ impl History {
     pub fn restored(recommendations: &[TimedRecommendation], scale_events: &[ScaleEvent]) -> History {
         let later = |time: &Time| Time(time.0.checked_add(jiff::SignedDuration::from_secs(STATUS_TIME_SLACK)).unwrap_or(time.0));
         History {
-            recommendations: recommendations.iter().map(|recommendation| TimedRecommendation { time: later(&recommendation.time), replicas: recommendation.replicas }).collect(),
+            recommendations: recommendations
+                .iter()
+                .map(|recommendation| TimedRecommendation { time: later(&recommendation.time), replicas: recommendation.replicas })
+                .collect(),
             scale_events: scale_events.to_vec(),
         }
     }
@@ -370,7 +377,10 @@ mod tests {
         let behavior = Behavior::from_spec(Some(&spec)).unwrap();
         assert_eq!(normalize(&behavior, &mut History::default(), at(0), 9, 1, 1, 100).replicas, 9);
         let bad = HorizontalPodAutoscalerBehavior {
-            scale_up: Some(HPAScalingRules { policies: Some(vec![HPAScalingPolicy { type_: "Pods".into(), value: 0, period_seconds: 15 }]), ..Default::default() }),
+            scale_up: Some(HPAScalingRules {
+                policies: Some(vec![HPAScalingPolicy { type_: "Pods".into(), value: 0, period_seconds: 15 }]),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         assert_eq!(Behavior::from_spec(Some(&bad)).unwrap_err(), "spec.behavior.scaleUp.policies[0].value: 0 must be positive");
@@ -384,8 +394,11 @@ mod tests {
         fn rules(longest_window: i64) -> impl Strategy<Value = Rules> {
             let step = prop_oneof![(1..6i32).prop_map(Step::Pods), (10..200i32).prop_map(Step::Percent)];
             let select = prop_oneof![4 => Just(Select::Max), 4 => Just(Select::Min), 1 => Just(Select::Disabled)];
-            (0..=longest_window, select, prop::collection::vec((step, 5..60i64), 1..3))
-                .prop_map(|(stabilization_seconds, select, policies)| Rules { stabilization_seconds, select, policies })
+            (0..=longest_window, select, prop::collection::vec((step, 5..60i64), 1..3)).prop_map(|(stabilization_seconds, select, policies)| Rules {
+                stabilization_seconds,
+                select,
+                policies,
+            })
         }
 
         /// A behavior, bounds, a starting size within them, and syncs: (seconds since the last, recommendation).
@@ -430,17 +443,22 @@ mod tests {
                         now += elapsed;
                         let replicas = normalize(&behavior, &mut history, at(now), current, recommended, min, max).replicas;
                         recommended_at.push((now, recommended));
-                        let sync = format!("at {now}s: {current} -> {replicas}, recommended {recommended}, bounds [{min}, {max}], {behavior:?}, events {events:?}");
+                        let sync =
+                            format!("at {now}s: {current} -> {replicas}, recommended {recommended}, bounds [{min}, {max}], {behavior:?}, events {events:?}");
                         prop_assert!((min..=max).contains(&replicas), "out of bounds {sync}");
                         let goal = recommended.clamp(min, max);
-                        prop_assert!(replicas.min(current) >= goal.min(current) && replicas.max(current) <= goal.max(current), "not towards the recommendation {sync}");
+                        prop_assert!(
+                            replicas.min(current) >= goal.min(current) && replicas.max(current) <= goal.max(current),
+                            "not towards the recommendation {sync}"
+                        );
                         if replicas != current {
                             let up = replicas > current;
                             let rules = if up { &behavior.up } else { &behavior.down };
                             prop_assert!(rules.select != Select::Disabled, "moved in a disabled direction {sync}");
                             let window = recommended_at.iter().filter(|(time, _)| now - time < rules.stabilization_seconds || *time == now);
                             let held = window.map(|(_, held)| *held);
-                            let past_held = if up { held.min().is_some_and(|lowest| replicas > lowest) } else { held.max().is_some_and(|highest| replicas < highest) };
+                            let past_held =
+                                if up { held.min().is_some_and(|lowest| replicas > lowest) } else { held.max().is_some_and(|highest| replicas < highest) };
                             prop_assert!(!past_held, "past a recommendation the stabilization window holds {sync}");
                             events.push((now, replicas - current));
                             let mut verdicts = rules.policies.iter().map(|(step, period)| allows(*step, *period, now, replicas, &events, up));

@@ -4,11 +4,11 @@
 //! pods unready, a pod's CPU untrusted during its initialization period); a metric that cannot be read is
 //! passed on with its error, so the policy and the fallback can act on it.
 
+use crate::cluster::ScaledPod;
 use crate::contract::types::{Metric, MetricSource, MetricTarget, PodMetric};
 use crate::kube::ApiClient;
 use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::{MetricSpec, MetricStatus};
-use crate::cluster::ScaledPod;
 use kube::core::{Expression, Selector, SelectorExt};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -199,7 +199,11 @@ pub fn current_reading(metric: &Metric, replicas: i32) -> Option<(f64, u32)> {
 /// A plain number as a Kubernetes quantity: whole, or in thousandths.
 fn format_quantity(value: f64) -> String {
     let milli = (value * 1000.0).round();
-    if milli % 1000.0 == 0.0 { format!("{}", milli / 1000.0) } else { format!("{milli}m") }
+    if milli % 1000.0 == 0.0 {
+        format!("{}", milli / 1000.0)
+    } else {
+        format!("{milli}m")
+    }
 }
 
 pub struct MetricsReader<'a> {
@@ -279,7 +283,14 @@ impl MetricsReader<'_> {
         let target = match (source.target.type_.as_str(), source.target.average_utilization, &source.target.average_value) {
             ("Utilization", Some(percent), _) => MetricTarget::Utilization(f64::from(percent)),
             ("AverageValue", _, Some(value)) => MetricTarget::AverageValue(quantity(&value.0).unwrap_or(0.0) * scale),
-            (kind, ..) => return Err((name, MetricSource::Resource, MetricTarget::Value(0.0), format!("target type {kind:?} needs its value (Utilization: averageUtilization, AverageValue: averageValue)"))),
+            (kind, ..) => {
+                return Err((
+                    name,
+                    MetricSource::Resource,
+                    MetricTarget::Value(0.0),
+                    format!("target type {kind:?} needs its value (Utilization: averageUtilization, AverageValue: averageValue)"),
+                ))
+            }
         };
         let usage = usage.as_ref().map_err(|error| (name.clone(), MetricSource::Resource, target, error.clone()))?;
         let pods = self
@@ -310,7 +321,14 @@ impl MetricsReader<'_> {
             _ => return Err((name, MetricSource::Pods, MetricTarget::Value(0.0), "a Pods metric needs an AverageValue target".into())),
         };
         let mut path = format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{}/pods/*/{}?{}", self.namespace, name, Self::selector_query(self.selector));
-        let selector = source.metric.selector.as_ref().map(selector_string).transpose().map_err(|error| (name.clone(), MetricSource::Pods, target.clone(), error))?.flatten();
+        let selector = source
+            .metric
+            .selector
+            .as_ref()
+            .map(selector_string)
+            .transpose()
+            .map_err(|error| (name.clone(), MetricSource::Pods, target.clone(), error))?
+            .flatten();
         if let Some(selector) = selector {
             path.push_str(&format!("&metricLabelSelector={}", urlencode(&selector)));
         }
@@ -340,9 +358,14 @@ impl MetricsReader<'_> {
         let object = &source.described_object;
         let group_version = object.api_version.as_deref().unwrap_or("v1");
         let plural = kube::core::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("", "", &object.kind)).plural;
-        let prefix = if group_version.contains('/') { format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{}/{}.{}", self.namespace, plural, group_version.split('/').next().unwrap_or("")) } else { format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{}/{}", self.namespace, plural) };
+        let prefix = if group_version.contains('/') {
+            format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{}/{}.{}", self.namespace, plural, group_version.split('/').next().unwrap_or(""))
+        } else {
+            format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{}/{}", self.namespace, plural)
+        };
         let path = format!("{prefix}/{}/{}", object.name, name);
-        let fail = |error: String| (name.clone(), MetricSource::Object, target, format!("unable to get metric {name} of {} {}: {error}", object.kind, object.name));
+        let fail =
+            |error: String| (name.clone(), MetricSource::Object, target, format!("unable to get metric {name} of {} {}: {error}", object.kind, object.name));
         let list = self.get(&path).await.map_err(fail)?;
         let value = list["items"].as_array().and_then(|items| items.first()).and_then(|item| item["value"].as_str()).and_then(quantity);
         let value = value.ok_or_else(|| fail("no value in the answer".into()))?;
@@ -355,11 +378,19 @@ impl MetricsReader<'_> {
         let target = whole_target(&source.target.type_, source.target.value.as_ref(), source.target.average_value.as_ref())
             .map_err(|error| (name.clone(), MetricSource::External, MetricTarget::Value(0.0), error))?;
         let mut path = format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/{}", self.namespace, name);
-        let selector = source.metric.selector.as_ref().map(selector_string).transpose().map_err(|error| (name.clone(), MetricSource::External, target.clone(), error))?.flatten();
+        let selector = source
+            .metric
+            .selector
+            .as_ref()
+            .map(selector_string)
+            .transpose()
+            .map_err(|error| (name.clone(), MetricSource::External, target.clone(), error))?
+            .flatten();
         if let Some(selector) = selector {
             path.push_str(&format!("?labelSelector={}", urlencode(&selector)));
         }
-        let list = self.get(&path).await.map_err(|error| (name.clone(), MetricSource::External, target, format!("unable to get external metric {name}: {error}")))?;
+        let list =
+            self.get(&path).await.map_err(|error| (name.clone(), MetricSource::External, target, format!("unable to get external metric {name}: {error}")))?;
         let values: Vec<f64> = list["items"].as_array().into_iter().flatten().filter_map(|item| item["value"].as_str().and_then(quantity)).collect();
         if values.is_empty() {
             return Err((name.clone(), MetricSource::External, target, format!("unable to get external metric {name}: no series matched")));
@@ -382,7 +413,11 @@ fn unnamed(kind: &str, error: &str) -> MetricFailure {
     (kind.to_lowercase(), source, MetricTarget::Value(0.0), error.to_string())
 }
 
-fn whole_target(kind: &str, value: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>, average: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Result<MetricTarget, String> {
+fn whole_target(
+    kind: &str,
+    value: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    average: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) -> Result<MetricTarget, String> {
     match (kind, value, average) {
         ("Value", Some(value), _) => Ok(MetricTarget::Value(quantity(&value.0).unwrap_or(0.0))),
         ("AverageValue", _, Some(average)) => Ok(MetricTarget::AverageValue(quantity(&average.0).unwrap_or(0.0))),
@@ -427,8 +462,12 @@ fn describe_target(metric: &Metric, current: Option<f64>) -> String {
     let shown = |value: f64| if value.fract() == 0.0 { format!("{value}") } else { format!("{value:.2}") };
     let now = current.filter(|_| metric.error.is_none());
     match metric.target {
-        MetricTarget::Utilization(target) => format!("{}: {}/{}%", metric.name, now.map_or("<unknown>".to_string(), |now| format!("{}%", shown(now))), shown(target)),
-        MetricTarget::AverageValue(target) | MetricTarget::Value(target) => format!("{}: {}/{}", metric.name, now.map_or("<unknown>".to_string(), shown), shown(target)),
+        MetricTarget::Utilization(target) => {
+            format!("{}: {}/{}%", metric.name, now.map_or("<unknown>".to_string(), |now| format!("{}%", shown(now))), shown(target))
+        }
+        MetricTarget::AverageValue(target) | MetricTarget::Value(target) => {
+            format!("{}: {}/{}", metric.name, now.map_or("<unknown>".to_string(), shown), shown(target))
+        }
     }
 }
 
@@ -437,18 +476,23 @@ fn status_of(spec: &MetricSpec, metric: &Metric, current: Option<f64>) -> Option
     let current = current.filter(|_| metric.error.is_none())?;
     let value = match metric.target {
         MetricTarget::Utilization(_) => {
-            let average = metric.pods.iter().filter(|pod| pod.ready).filter_map(|pod| pod.value).sum::<f64>() / metric.pods.iter().filter(|pod| pod.ready && pod.value.is_some()).count().max(1) as f64;
+            let average = metric.pods.iter().filter(|pod| pod.ready).filter_map(|pod| pod.value).sum::<f64>()
+                / metric.pods.iter().filter(|pod| pod.ready && pod.value.is_some()).count().max(1) as f64;
             let average = if metric.name == "cpu" { format!("{}m", average.round()) } else { format_quantity(average.round()) };
             json!({"averageUtilization": current as i32, "averageValue": average})
         }
-        MetricTarget::AverageValue(_) if metric.name == "cpu" && metric.source == MetricSource::Resource => json!({"averageValue": format!("{}m", current.round())}),
+        MetricTarget::AverageValue(_) if metric.name == "cpu" && metric.source == MetricSource::Resource => {
+            json!({"averageValue": format!("{}m", current.round())})
+        }
         MetricTarget::AverageValue(_) => json!({"averageValue": format_quantity(current)}),
         MetricTarget::Value(_) => json!({"value": format_quantity(current)}),
     };
     let status = match spec.type_.as_str() {
         "Resource" => json!({"type": "Resource", "resource": {"name": metric.name, "current": value}}),
         "Pods" => json!({"type": "Pods", "pods": {"metric": {"name": metric.name}, "current": value}}),
-        "Object" => json!({"type": "Object", "object": {"metric": {"name": metric.name}, "describedObject": spec.object.as_ref()?.described_object, "current": value}}),
+        "Object" => {
+            json!({"type": "Object", "object": {"metric": {"name": metric.name}, "describedObject": spec.object.as_ref()?.described_object, "current": value}})
+        }
         _ => json!({"type": "External", "external": {"metric": {"name": metric.name}, "current": value}}),
     };
     serde_json::from_value(status).ok()
@@ -477,7 +521,15 @@ mod tests {
         assert_eq!(describe_target(&metric, Some(70.0)), "cpu: 70%/50%");
         metric.error = Some("down".into());
         assert_eq!(describe_target(&metric, None), "cpu: <unknown>/50%");
-        let external = Metric { name: "queue".into(), source: MetricSource::External, target: MetricTarget::AverageValue(10.0), pods: vec![], value: Some(45.0), error: None, history: vec![] };
+        let external = Metric {
+            name: "queue".into(),
+            source: MetricSource::External,
+            target: MetricTarget::AverageValue(10.0),
+            pods: vec![],
+            value: Some(45.0),
+            error: None,
+            history: vec![],
+        };
         assert_eq!(current_reading(&external, 3), Some((15.0, 3)));
     }
 
@@ -540,9 +592,23 @@ mod tests {
     fn the_label_index_finds_exactly_what_the_selector_selects() {
         let pod = |name: &str, labels: &[(&str, &str)]| {
             let labels = labels.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
-            Arc::new(ScaledPod { name: name.into(), labels, pending: false, ready: true, ready_since: None, started: None, cpu_request: None, memory_request: None })
+            Arc::new(ScaledPod {
+                name: name.into(),
+                labels,
+                pending: false,
+                ready: true,
+                ready_since: None,
+                started: None,
+                cpu_request: None,
+                memory_request: None,
+            })
         };
-        let pods = NamespacePods::new(vec![pod("a", &[("app", "web"), ("tier", "a")]), pod("b", &[("app", "web"), ("tier", "c")]), pod("c", &[("app", "db")]), pod("d", &[])]);
+        let pods = NamespacePods::new(vec![
+            pod("a", &[("app", "web"), ("tier", "a")]),
+            pod("b", &[("app", "web"), ("tier", "c")]),
+            pod("c", &[("app", "db")]),
+            pod("d", &[]),
+        ]);
         let names = |selector: &str| -> Vec<String> {
             let selector = parse_selector(selector).unwrap();
             pods.selected(&selector).map(|pod| pod.name.clone()).collect()

@@ -42,8 +42,8 @@ use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio_util::sync::CancellationToken;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// The reporting component of the autoscaler's events.
 pub const COMPONENT: &str = "wasp-autoscaler";
@@ -115,7 +115,8 @@ pub struct AutoscalerLoop {
 /// Sets `kind` to (status, reason, message), keeping the transition time when the status did not change.
 fn set_condition(conditions: &mut Vec<HorizontalPodAutoscalerCondition>, kind: &str, status: bool, reason: &str, message: &str, now: Timestamp) {
     let status = if status { "True" } else { "False" }.to_string();
-    let transition = conditions.iter().find(|condition| condition.type_ == kind && condition.status == status).and_then(|condition| condition.last_transition_time.clone());
+    let transition =
+        conditions.iter().find(|condition| condition.type_ == kind && condition.status == status).and_then(|condition| condition.last_transition_time.clone());
     conditions.retain(|condition| condition.type_ != kind);
     conditions.push(HorizontalPodAutoscalerCondition {
         type_: kind.into(),
@@ -128,7 +129,6 @@ fn set_condition(conditions: &mut Vec<HorizontalPodAutoscalerCondition>, kind: &
     conditions.sort_by_key(|condition| order(&condition.type_));
 }
 
-
 /// Why the policy holds at `current` replicas while its metrics pull both ways (one proposes more, another fewer),
 /// if it does.
 fn conflicting_metrics(current: i32, desired: u32, proposals: &[crate::contract::types::MetricProposal]) -> Option<String> {
@@ -137,7 +137,8 @@ fn conflicting_metrics(current: i32, desired: u32, proposals: &[crate::contract:
         proposals.iter().filter(|proposal| keep(proposal.replicas)).map(|proposal| format!("{} wants {}", proposal.metric, proposal.replicas)).collect()
     };
     let (up, down) = (wants(&|replicas| replicas > current), wants(&|replicas| replicas < current));
-    (desired == current && !up.is_empty() && !down.is_empty()).then(|| format!("metrics disagree ({}; {}): holding at {current} replicas", up.join(", "), down.join(", ")))
+    (desired == current && !up.is_empty() && !down.is_empty())
+        .then(|| format!("metrics disagree ({}; {}): holding at {current} replicas", up.join(", "), down.join(", ")))
 }
 
 /// The API the target's `scale` subresource is served by.
@@ -208,7 +209,14 @@ impl Reconciliation<'_> {
 }
 
 impl AutoscalerLoop {
-    pub fn new(policies: Arc<PolicyRegistry>, cluster: Arc<SharedCluster>, api: ApiClient, events: &EventRecorder, metrics: metrics::AutoscalerMetrics, records: Arc<DecisionRecords>) -> Arc<Self> {
+    pub fn new(
+        policies: Arc<PolicyRegistry>,
+        cluster: Arc<SharedCluster>,
+        api: ApiClient,
+        events: &EventRecorder,
+        metrics: metrics::AutoscalerMetrics,
+        records: Arc<DecisionRecords>,
+    ) -> Arc<Self> {
         Arc::new(AutoscalerLoop {
             policies,
             cluster,
@@ -278,7 +286,8 @@ impl AutoscalerLoop {
             }
         };
         let owners = TargetOwners { hpas: self.hpa_targets().await, autoscalers: autoscalers_by_target(&autoscalers) };
-        let reads: HashMap<String, NamespaceReads> = autoscalers.iter().filter_map(|autoscaler| autoscaler.metadata.namespace.clone()).map(|namespace| (namespace, NamespaceReads::default())).collect();
+        let reads: HashMap<String, NamespaceReads> =
+            autoscalers.iter().filter_map(|autoscaler| autoscaler.metadata.namespace.clone()).map(|namespace| (namespace, NamespaceReads::default())).collect();
         let (generation, section, owners, reads) = (&generation, &section, &owners, &reads);
         // Owned items: a stream of futures that borrow their item trips the compiler's higher-ranked lifetimes.
         let outcomes: Vec<Outcome> = futures::stream::iter(autoscalers.iter().cloned())
@@ -301,7 +310,14 @@ impl AutoscalerLoop {
             duration_ms: took.as_millis(),
             policy_ms: u128::from((self.stats.policy_nanos.load(Ordering::Relaxed) - policy_nanos_before) / 1_000_000),
         };
-        tracing::info!(autoscalers = summary.autoscalers, scaled = summary.scaled, failed = summary.failed, took_ms = summary.duration_ms, policy_ms = summary.policy_ms, "autoscaling pass");
+        tracing::info!(
+            autoscalers = summary.autoscalers,
+            scaled = summary.scaled,
+            failed = summary.failed,
+            took_ms = summary.duration_ms,
+            policy_ms = summary.policy_ms,
+            "autoscaling pass"
+        );
         *self.last_pass.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(summary.clone());
         Some(summary)
     }
@@ -340,7 +356,14 @@ impl AutoscalerLoop {
         }
     }
 
-    async fn reconcile(&self, autoscaler: &Autoscaler, generation: &Generation, section: &AutoscalerSection, owners: &TargetOwners, reads: &HashMap<String, NamespaceReads>) -> Outcome {
+    async fn reconcile(
+        &self,
+        autoscaler: &Autoscaler,
+        generation: &Generation,
+        section: &AutoscalerSection,
+        owners: &TargetOwners,
+        reads: &HashMap<String, NamespaceReads>,
+    ) -> Outcome {
         let (namespace, name) = (autoscaler.metadata.namespace.clone().unwrap_or_default(), autoscaler.metadata.name.clone().unwrap_or_default());
         let spec = &autoscaler.spec;
         let record = ScaleRecord {
@@ -369,7 +392,9 @@ impl AutoscalerLoop {
         if run.record.outcome.is_empty() {
             run.record.outcome = match outcome {
                 Outcome::Scaled => format!("scaled from {} to {}", run.record.current, run.record.desired),
-                Outcome::Unchanged if section.dry_run && run.record.desired != run.record.current => format!("dry run: would scale from {} to {}", run.record.current, run.record.desired),
+                Outcome::Unchanged if section.dry_run && run.record.desired != run.record.current => {
+                    format!("dry run: would scale from {} to {}", run.record.current, run.record.desired)
+                }
                 Outcome::Unchanged => "unchanged".into(),
                 Outcome::Failed => "the scale write failed (see the Autoscaler's events)".into(),
             };
@@ -409,7 +434,8 @@ impl AutoscalerLoop {
             }
             // Unknown is not "none": both controllers could scale one workload.
             Err(error) => {
-                let message = format!("could not list HorizontalPodAutoscalers ({error}); not scaling {}/{} until a conflict can be ruled out", target.kind, target.name);
+                let message =
+                    format!("could not list HorizontalPodAutoscalers ({error}); not scaling {}/{} until a conflict can be ruled out", target.kind, target.name);
                 return self.refuse(run, "AbleToScale", "FailedListHorizontalPodAutoscalers", &message).await;
             }
         }
@@ -511,7 +537,15 @@ impl AutoscalerLoop {
     }
 
     /// The policy and behavior the spec asks for, or why the spec cannot be followed.
-    fn check_spec(&self, autoscaler: &Autoscaler, generation: &Generation, section: &AutoscalerSection, policy_name: &str, min: i32, max: i32) -> Result<(Arc<LoadedPolicy>, Behavior), String> {
+    fn check_spec(
+        &self,
+        autoscaler: &Autoscaler,
+        generation: &Generation,
+        section: &AutoscalerSection,
+        policy_name: &str,
+        min: i32,
+        max: i32,
+    ) -> Result<(Arc<LoadedPolicy>, Behavior), String> {
         let spec = &autoscaler.spec;
         if min < 1 {
             return Err(format!("spec.minReplicas: {min} must be at least 1"));
@@ -521,7 +555,10 @@ impl AutoscalerLoop {
         }
         if let Some(fallback) = &spec.fallback {
             if fallback.failure_threshold == 0 || !(min..=max).contains(&fallback.replicas) {
-                return Err(format!("spec.fallback: failureThreshold must be at least 1 and replicas within [{min}, {max}], not {} and {}", fallback.failure_threshold, fallback.replicas));
+                return Err(format!(
+                    "spec.fallback: failureThreshold must be at least 1 and replicas within [{min}, {max}], not {} and {}",
+                    fallback.failure_threshold, fallback.replicas
+                ));
             }
         }
         if spec.settings.as_ref().is_some_and(|settings| !settings.is_object()) {
@@ -538,7 +575,11 @@ impl AutoscalerLoop {
     /// Records a condition that stops this reconciliation, and a warning event with the same words.
     async fn refuse(&self, run: &mut Reconciliation<'_>, condition: &str, reason: &str, message: &str) -> Outcome {
         run.record.outcome = format!("not scaled: {reason}: {message}");
-        let known = run.status.conditions.iter().any(|existing| existing.type_ == condition && existing.status == "False" && existing.reason.as_deref() == Some(reason));
+        let known = run
+            .status
+            .conditions
+            .iter()
+            .any(|existing| existing.type_ == condition && existing.status == "False" && existing.reason.as_deref() == Some(reason));
         run.condition(condition, false, reason, message);
         let autoscaler = format!("{}/{}", run.namespace, run.name);
         // Said once at warning level; every sync after that, while nothing changes, only at debug level.
@@ -679,7 +720,11 @@ impl AutoscalerLoop {
                 match conflicting_metrics(current, desired_replicas, &proposals) {
                     // Holding because metrics pull both ways looks like "the size is right" unless it is said.
                     Some(message) => {
-                        let said = run.status.conditions.iter().any(|condition| condition.type_ == "ScalingActive" && condition.reason.as_deref() == Some("ConflictingMetrics"));
+                        let said = run
+                            .status
+                            .conditions
+                            .iter()
+                            .any(|condition| condition.type_ == "ScalingActive" && condition.reason.as_deref() == Some("ConflictingMetrics"));
                         run.condition("ScalingActive", true, "ConflictingMetrics", &message);
                         if !said {
                             self.events.event(&run.object(), "Warning", "ConflictingMetrics", &message).await;
@@ -726,7 +771,16 @@ impl AutoscalerLoop {
     /// Changes the replicas through the `scale` subresource, on the resourceVersion read: a change made by
     /// someone else meanwhile makes this one fail rather than overwrite it.
     #[allow(clippy::too_many_arguments)]
-    async fn scale(&self, run: &mut Reconciliation<'_>, scales: &Api<DynamicObject>, read: &Scale, current: i32, desired: i32, why: &str, history: &mut History) -> Outcome {
+    async fn scale(
+        &self,
+        run: &mut Reconciliation<'_>,
+        scales: &Api<DynamicObject>,
+        read: &Scale,
+        current: i32,
+        desired: i32,
+        why: &str,
+        history: &mut History,
+    ) -> Outcome {
         let mut update = read.clone();
         update.spec.get_or_insert_with(Default::default).replicas = Some(desired);
         update.status = None;

@@ -3,7 +3,9 @@
 //! recommendations and scale events, for stabilization and rate limits). The CRD in `manifests/` is generated
 //! from these types (`wasp crd`), never written by hand.
 
-use k8s_openapi::api::autoscaling::v2::{CrossVersionObjectReference, HorizontalPodAutoscalerBehavior, HorizontalPodAutoscalerCondition, MetricSpec, MetricStatus};
+use k8s_openapi::api::autoscaling::v2::{
+    CrossVersionObjectReference, HorizontalPodAutoscalerBehavior, HorizontalPodAutoscalerCondition, MetricSpec, MetricStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -75,7 +77,12 @@ impl AutoscalerSpec {
         if up.is_none() && down.is_none() {
             return Ok(self.settings.as_ref().map(|settings| settings.to_string()));
         }
-        let mut settings = self.settings.clone().or_else(|| serde_json::from_str(configured).ok()).filter(serde_json::Value::is_object).unwrap_or_else(|| serde_json::json!({}));
+        let mut settings = self
+            .settings
+            .clone()
+            .or_else(|| serde_json::from_str(configured).ok())
+            .filter(serde_json::Value::is_object)
+            .unwrap_or_else(|| serde_json::json!({}));
         let current = settings["tolerance"].clone();
         let kept = |name: &str| current.as_f64().or_else(|| current[name].as_f64());
         let mut each = serde_json::Map::new();

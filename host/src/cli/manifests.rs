@@ -27,8 +27,7 @@ pub fn parse_objects<T: DeserializeOwned>(text: &str, kind: &str) -> anyhow::Res
             if item_kind != kind {
                 bail!("document {}, item {}: expected kind {kind}, found {item_kind}", index + 1, position + 1);
             }
-            let object = serde_yaml::from_value(item)
-                .with_context(|| format!("document {}, item {}: not a valid {kind}", index + 1, position + 1))?;
+            let object = serde_yaml::from_value(item).with_context(|| format!("document {}, item {}: not a valid {kind}", index + 1, position + 1))?;
             objects.push(object);
         }
     }

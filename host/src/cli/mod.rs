@@ -156,8 +156,7 @@ pub fn main() -> ExitCode {
 
 /// Logs go to stderr so command output on stdout stays clean; `RUST_LOG` overrides the level.
 fn init_logging(default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     // Locked for the whole line, so that a cut line and its note are not split by another thread's.
     let writer = || BoundedLines(std::io::stderr().lock());
     // Colours only for a terminal: a log captured to a file or a pipe reads without escape codes.

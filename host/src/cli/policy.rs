@@ -3,9 +3,9 @@
 
 use super::manifests;
 use crate::cluster::{convert, ClusterState};
-use crate::policy::{LoadedPolicy, PolicyOptions};
 use crate::contract::types::PolicyKind;
 use crate::contract::{EvictContext, PendingPod};
+use crate::policy::{LoadedPolicy, PolicyOptions};
 use crate::registry::signature;
 use crate::runtime::Runtime;
 use crate::scheduler::cycle;
@@ -142,9 +142,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             Ok(())
         }
         PolicyCommand::Inspect { file, json } => inspect(&file, json),
-        PolicyCommand::Eval { file, pod, nodes, pods, settings } => {
-            eval(&file, &pod, &nodes, pods.as_deref(), settings.as_deref())
-        }
+        PolicyCommand::Eval { file, pod, nodes, pods, settings } => eval(&file, &pod, &nodes, pods.as_deref(), settings.as_deref()),
         PolicyCommand::Sign { file, key, output_signature } => sign(&file, &key, output_signature),
         PolicyCommand::Verify { file, keys, signature } => verify(&file, &keys, signature),
         PolicyCommand::GenerateKeyPair { output_key_prefix } => generate_key_pair(&output_key_prefix),
@@ -214,7 +212,8 @@ fn verify(file: &Path, keys: &[PathBuf], signature_file: Option<PathBuf>) -> any
     let component = crate::registry::bundle::read_component(file)?;
     let keys = keys.iter().map(|path| signature::PublicKey::read(path)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
     let signature_file = signature_file.unwrap_or_else(|| signature::signature_path(file));
-    let text = crate::registry::source::read_regular(&signature_file, signature::MAX_SIGNATURE_BYTES).with_context(|| format!("reading the signature {}", signature_file.display()))?;
+    let text = crate::registry::source::read_regular(&signature_file, signature::MAX_SIGNATURE_BYTES)
+        .with_context(|| format!("reading the signature {}", signature_file.display()))?;
     let key = signature::verify(&keys.iter().collect::<Vec<_>>(), &component, Some(&text)).map_err(|error| anyhow::anyhow!("{}: {error}", file.display()))?;
     println!("verified {} (sha256 {}): signed by {}", file.display(), crate::registry::source::sha256_hex(&component), key.name);
     Ok(())
@@ -222,14 +221,23 @@ fn verify(file: &Path, keys: &[PathBuf], signature_file: Option<PathBuf>) -> any
 
 fn generate_key_pair(prefix: &str) -> anyhow::Result<()> {
     // A key is never encrypted with an empty password by accident (set it empty to mean it).
-    anyhow::ensure!(std::env::var_os(signature::PASSWORD_VARIABLE).is_some(), "set {} to the password that encrypts the private key", signature::PASSWORD_VARIABLE);
+    anyhow::ensure!(
+        std::env::var_os(signature::PASSWORD_VARIABLE).is_some(),
+        "set {} to the password that encrypts the private key",
+        signature::PASSWORD_VARIABLE
+    );
     let (private, public) = signature::generate_key_pair(&password()).map_err(anyhow::Error::msg)?;
     let (private_path, public_path) = (format!("{prefix}.key"), format!("{prefix}.pub"));
     // Never over an existing key (a lost private key cannot be recovered), and readable by its owner only.
     let write_new = |path: &str, text: &str, mode: u32| {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
-        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path).with_context(|| format!("writing {path} (an existing file is not overwritten)"))?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+            .with_context(|| format!("writing {path} (an existing file is not overwritten)"))?;
         file.write_all(text.as_bytes()).with_context(|| format!("writing {path}"))
     };
     write_new(&private_path, &private, 0o600)?;
@@ -252,7 +260,8 @@ pub struct RegistryArgs {
 
 impl RegistryArgs {
     fn options(&self) -> crate::oci::RegistryOptions {
-        let docker_config = std::env::var_os("DOCKER_CONFIG").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".docker")));
+        let docker_config =
+            std::env::var_os("DOCKER_CONFIG").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".docker")));
         let default = docker_config.map(|dir| dir.join("config.json")).filter(|file| file.exists());
         crate::config::Registries { credentials: self.registry_config.clone().or(default), ca_file: self.registry_ca.clone() }.options()
     }
@@ -341,21 +350,13 @@ fn eval(file: &Path, pod_file: &Path, nodes_file: &Path, pods_file: Option<&Path
     let ids = cluster.node_ids();
     let verdicts: Vec<Option<String>> = if policy.implements(PolicyKind::Filter) {
         let result = policy.filter(&cluster, &pod, &ids)?;
-        result
-            .verdicts
-            .iter()
-            .map(|&code| (code != 0).then(|| result.rejections[code as usize - 1].join(", ")))
-            .collect()
+        result.verdicts.iter().map(|&code| (code != 0).then(|| result.rejections[code as usize - 1].join(", "))).collect()
     } else {
         vec![None; ids.len()]
     };
     // Like kube-scheduler, only feasible nodes are scored (normalization depends on the candidate set).
     let feasible: Vec<u32> = ids.iter().zip(&verdicts).filter(|(_, verdict)| verdict.is_none()).map(|(id, _)| *id).collect();
-    let scores = if policy.implements(PolicyKind::Score) && !feasible.is_empty() {
-        policy.score(&cluster, &pod, &feasible)?
-    } else {
-        Vec::new()
-    };
+    let scores = if policy.implements(PolicyKind::Score) && !feasible.is_empty() { policy.score(&cluster, &pod, &feasible)? } else { Vec::new() };
     let width = ids.iter().filter_map(|id| cluster.node_name(*id)).map(str::len).max().unwrap_or(4).max(4);
     println!("pod {}/{} with {}", pod.namespace, pod.name, policy.name());
     println!("{:<width$}  {:<7}  {:>5}  REASONS", "NODE", "FILTER", "SCORE");

@@ -7,12 +7,12 @@ use crate::config::{HostConfig, ReschedulerSection, Strategy};
 use crate::host::Host;
 use crate::kube::leader::LeaderElection;
 use crate::kube::{ApiClient, HostIdentity};
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::Api;
 use crate::registry::PolicyRegistry;
 use crate::runtime::Runtime;
 use anyhow::Context;
 use clap::Args;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -4,6 +4,7 @@
 
 use crate::admission::tls::CertificateFiles;
 use crate::admission::WebhookServing;
+use crate::config::HostConfig;
 use crate::host::{Host, Leadership};
 use crate::kube::{ApiClient, HostIdentity};
 use crate::registry::watch::WatchOptions;
@@ -12,7 +13,6 @@ use crate::runtime::{budget_for_container, container_memory_limit, CompileLimits
 use anyhow::Context;
 use clap::Args;
 use std::net::SocketAddr;
-use crate::config::HostConfig;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -154,7 +154,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 /// changes, and every 30 s for what no file shows (a registry that answers again). A policy file that is there
 /// but refused does not hold the start: its stand-in's failure mode answers for it ([`PolicyRegistry::start`]);
 /// its refusals come back with the registry. None when a signal stops the wait.
-async fn first_generation(runtime: &Arc<Runtime>, config_path: Option<&Path>, signals: &mut Signals) -> anyhow::Result<Option<(HostConfig, PolicyRegistry, Vec<Refusal>)>> {
+async fn first_generation(
+    runtime: &Arc<Runtime>,
+    config_path: Option<&Path>,
+    signals: &mut Signals,
+) -> anyhow::Result<Option<(HostConfig, PolicyRegistry, Vec<Refusal>)>> {
     const POLL: Duration = Duration::from_secs(2);
     const RETRY_ANYWAY: Duration = Duration::from_secs(30);
     let started = Instant::now();
@@ -251,7 +255,11 @@ impl Signals {
 fn guest_memory_budget(flag_mib: Option<usize>, limit: Option<usize>) -> anyhow::Result<Option<usize>> {
     match (flag_mib.map(|mib| mib.saturating_mul(1 << 20)), limit) {
         (Some(budget), Some(limit)) if budget > limit => {
-            anyhow::bail!("--guest-memory-mib {} is more than this container's memory limit of {} MiB: the kernel would kill the host before a policy ran out", budget >> 20, limit >> 20)
+            anyhow::bail!(
+                "--guest-memory-mib {} is more than this container's memory limit of {} MiB: the kernel would kill the host before a policy ran out",
+                budget >> 20,
+                limit >> 20
+            )
         }
         (Some(budget), _) => Ok(Some(budget)),
         (None, limit) => Ok(limit.map(budget_for_container)),

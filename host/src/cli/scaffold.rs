@@ -299,21 +299,29 @@ pub fn build_policy(dir: &Path) -> anyhow::Result<PathBuf> {
         bail!("{}: no Cargo.toml (run `wasp policy build` in the policy's crate, or name its folder)", dir.display());
     }
     // Cargo says what the package is called and where it builds (CARGO_TARGET_DIR, a workspace above...).
-    let metadata = Command::new("cargo").args(["metadata", "--no-deps", "--format-version", "1", "--manifest-path"]).arg(&manifest).output().context("running cargo metadata")?;
+    let metadata = Command::new("cargo")
+        .args(["metadata", "--no-deps", "--format-version", "1", "--manifest-path"])
+        .arg(&manifest)
+        .output()
+        .context("running cargo metadata")?;
     if !metadata.status.success() {
         bail!("cargo metadata: {}", String::from_utf8_lossy(&metadata.stderr).trim());
     }
     let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout).context("reading cargo metadata")?;
     let name = metadata.pointer("/packages/0/name").and_then(serde_json::Value::as_str).context("cargo metadata lists no package")?.to_string();
     let target = metadata["target_directory"].as_str().map(PathBuf::from).context("cargo metadata gives no target directory")?;
-    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output().map(|output| String::from_utf8_lossy(&output.stdout).lines().any(|line| line == "wasm32-wasip2"));
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map(|output| String::from_utf8_lossy(&output.stdout).lines().any(|line| line == "wasm32-wasip2"));
     if installed.is_ok_and(|installed| !installed) {
         let status = Command::new("rustup").args(["target", "add", "wasm32-wasip2"]).status().context("running rustup")?;
         if !status.success() {
             bail!("rustup target add wasm32-wasip2 failed");
         }
     }
-    let status = Command::new("cargo").args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"]).arg(&manifest).status().context("running cargo")?;
+    let status =
+        Command::new("cargo").args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"]).arg(&manifest).status().context("running cargo")?;
     if !status.success() {
         bail!("cargo build failed for {}", manifest.display());
     }

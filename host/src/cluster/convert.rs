@@ -1,14 +1,12 @@
 //! Kubernetes objects (k8s-openapi) into the contract's pod and node records. Every error names the object and
 //! the field, so a malformed manifest is easy to fix.
 
-use crate::contract::types::{
-    AttachedVolume, ClaimRequirement, VolumeClaim,
-    Condition, Container, NodeImage, ContainerState, HostPort, InclusionPolicy, LabelSelector, Node, NodeAffinity,
-    NodeSelectorTerm, Owner, Pod, PodAffinity, PodAffinityTerm, PodPhase, PortProtocol, PreferredTerm, Resources,
-    SelectorOperator, SelectorRequirement, Taint, TaintEffect, Termination, Toleration, TolerationOperator,
-    TopologySpreadConstraint, UnsatisfiableAction, WeightedPodAffinityTerm,
-};
 use super::state::{EvictionConsent, PodMeta, EVICT_ANNOTATION};
+use crate::contract::types::{
+    AttachedVolume, ClaimRequirement, Condition, Container, ContainerState, HostPort, InclusionPolicy, LabelSelector, Node, NodeAffinity, NodeImage,
+    NodeSelectorTerm, Owner, Pod, PodAffinity, PodAffinityTerm, PodPhase, PortProtocol, PreferredTerm, Resources, SelectorOperator, SelectorRequirement, Taint,
+    TaintEffect, Termination, Toleration, TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction, VolumeClaim, WeightedPodAffinityTerm,
+};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -47,10 +45,7 @@ impl Context {
             let field = format!("{field}.{name}");
             let whole = || quantity::whole_units(&value.0).map_err(|error| self.error(&field, error.to_string()));
             match name.as_str() {
-                "cpu" => {
-                    resources.cpu_millis =
-                        quantity::cpu_millis(&value.0).map_err(|error| self.error(&field, error.to_string()))?
-                }
+                "cpu" => resources.cpu_millis = quantity::cpu_millis(&value.0).map_err(|error| self.error(&field, error.to_string()))?,
                 "memory" => resources.memory_bytes = whole()?,
                 "ephemeral-storage" => resources.ephemeral_storage_bytes = whole()?,
                 // The pod count is a node property, not a resource a pod requests.
@@ -106,9 +101,7 @@ impl Context {
             .filter(|name| name.starts_with("hugepages-"))
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
-            .filter_map(|name| {
-                requested(scalar_amount(&requests, &name), scalar_amount(&limits, &name), false).map(|amount| (name, amount))
-            })
+            .filter_map(|name| requested(scalar_amount(&requests, &name), scalar_amount(&limits, &name), false).map(|amount| (name, amount)))
             .collect();
         let Some(first) = containers.first_mut().map(|first| first.name.clone()) else { return Ok(()) };
         // The units the other app containers and the sidecars add to the sum the first one completes.
@@ -144,8 +137,7 @@ impl Context {
             .map(|(index, port)| {
                 let field = format!("{field}[{}].ports[{index}]", container.name);
                 let number = bound(port);
-                let port_number = u16::try_from(number)
-                    .map_err(|_| self.error(format!("{field}.hostPort"), format!("{number} is not a port number")))?;
+                let port_number = u16::try_from(number).map_err(|_| self.error(format!("{field}.hostPort"), format!("{number} is not a port number")))?;
                 let protocol = match port.protocol.as_deref() {
                     None | Some("") | Some("TCP") => PortProtocol::Tcp,
                     Some("UDP") => PortProtocol::Udp,
@@ -161,8 +153,7 @@ impl Context {
     /// A pod affinity term with `matchLabelKeys`/`mismatchLabelKeys` merged into its selector, as kube-apiserver
     /// does when it creates the pod (so a pod created by an older server reads the same).
     fn affinity_term(&self, field: &str, term: &core::PodAffinityTerm, labels: &[(String, String)]) -> Result<PodAffinityTerm, ConvertError> {
-        let mut label_selector =
-            term.label_selector.as_ref().map(|selector| self.label_selector(&format!("{field}.labelSelector"), selector)).transpose()?;
+        let mut label_selector = term.label_selector.as_ref().map(|selector| self.label_selector(&format!("{field}.labelSelector"), selector)).transpose()?;
         if let Some(selector) = label_selector.as_mut() {
             let merged = [(&term.match_label_keys, SelectorOperator::In), (&term.mismatch_label_keys, SelectorOperator::NotIn)];
             for (keys, operator) in merged {
@@ -198,9 +189,7 @@ impl Context {
             .into_iter()
             .flatten()
             .enumerate()
-            .map(|(index, term)| {
-                self.affinity_term(&format!("{field}.requiredDuringSchedulingIgnoredDuringExecution[{index}]"), term, labels)
-            })
+            .map(|(index, term)| self.affinity_term(&format!("{field}.requiredDuringSchedulingIgnoredDuringExecution[{index}]"), term, labels))
             .collect::<Result<_, _>>()?;
         let preferred = preferred
             .into_iter()
@@ -229,11 +218,7 @@ impl Context {
         })
     }
 
-    fn node_requirements(
-        &self,
-        field: &str,
-        requirements: Option<&Vec<core::NodeSelectorRequirement>>,
-    ) -> Result<Vec<SelectorRequirement>, ConvertError> {
+    fn node_requirements(&self, field: &str, requirements: Option<&Vec<core::NodeSelectorRequirement>>) -> Result<Vec<SelectorRequirement>, ConvertError> {
         requirements
             .into_iter()
             .flatten()
@@ -265,9 +250,7 @@ impl Context {
                     .node_selector_terms
                     .iter()
                     .enumerate()
-                    .map(|(index, term)| {
-                        self.node_term(&format!("{base}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{index}]"), term)
-                    })
+                    .map(|(index, term)| self.node_term(&format!("{base}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{index}]"), term))
                     .collect::<Result<Vec<_>, _>>()
             })
             .transpose()?;
@@ -279,10 +262,7 @@ impl Context {
             .map(|(index, preferred)| {
                 Ok(PreferredTerm {
                     weight: preferred.weight,
-                    term: self.node_term(
-                        &format!("{base}.preferredDuringSchedulingIgnoredDuringExecution[{index}].preference"),
-                        &preferred.preference,
-                    )?,
+                    term: self.node_term(&format!("{base}.preferredDuringSchedulingIgnoredDuringExecution[{index}].preference"), &preferred.preference)?,
                 })
             })
             .collect::<Result<_, ConvertError>>()?;
@@ -301,11 +281,7 @@ impl Context {
                 if matches!(operator, SelectorOperator::Gt | SelectorOperator::Lt) {
                     return Err(self.error(operator_field, "Gt and Lt are not label selector operators"));
                 }
-                Ok(SelectorRequirement {
-                    key: requirement.key.clone(),
-                    operator,
-                    values: requirement.values.clone().unwrap_or_default(),
-                })
+                Ok(SelectorRequirement { key: requirement.key.clone(), operator, values: requirement.values.clone().unwrap_or_default() })
             })
             .collect::<Result<_, ConvertError>>()?;
         Ok(LabelSelector { match_labels: pairs(selector.match_labels.as_ref()), match_expressions })
@@ -331,12 +307,7 @@ impl Context {
             None | Some("") => None,
             Some(effect) => Some(self.taint_effect(&format!("{field}.effect"), effect)?),
         };
-        Ok(Toleration {
-            key: toleration.key.clone().unwrap_or_default(),
-            operator,
-            value: toleration.value.clone().unwrap_or_default(),
-            effect,
-        })
+        Ok(Toleration { key: toleration.key.clone().unwrap_or_default(), operator, value: toleration.value.clone().unwrap_or_default(), effect })
     }
 
     fn spread(&self, index: usize, constraint: &core::TopologySpreadConstraint) -> Result<TopologySpreadConstraint, ConvertError> {
@@ -359,11 +330,7 @@ impl Context {
             max_skew: constraint.max_skew,
             topology_key: constraint.topology_key.clone(),
             when_unsatisfiable,
-            label_selector: constraint
-                .label_selector
-                .as_ref()
-                .map(|selector| self.label_selector(&format!("{field}.labelSelector"), selector))
-                .transpose()?,
+            label_selector: constraint.label_selector.as_ref().map(|selector| self.label_selector(&format!("{field}.labelSelector"), selector)).transpose()?,
             min_domains: constraint.min_domains,
             node_affinity_policy: inclusion("nodeAffinityPolicy", constraint.node_affinity_policy.as_deref(), InclusionPolicy::Honor)?,
             node_taints_policy: inclusion("nodeTaintsPolicy", constraint.node_taints_policy.as_deref(), InclusionPolicy::Ignore)?,
@@ -403,9 +370,7 @@ pub fn label_selector(object: &str, field: &str, selector: &meta::LabelSelector)
     let context = Context { object: object.into() };
     let converted = context.label_selector(field, selector)?;
     // The host's and the SDK's records are generated from the same WIT record: the fields map one to one.
-    serde_json::to_value(&converted)
-        .and_then(serde_json::from_value)
-        .map_err(|error| context.error(field, format!("cannot be evaluated: {error}")))
+    serde_json::to_value(&converted).and_then(serde_json::from_value).map_err(|error| context.error(field, format!("cannot be evaluated: {error}")))
 }
 
 /// What the scheduler keeps of a PersistentVolumeClaim.
@@ -417,7 +382,10 @@ pub fn claim(source: &core::PersistentVolumeClaim) -> super::volumes::Claim {
         bound: spec.and_then(|spec| spec.volume_name.as_deref()).is_some_and(|name| !name.is_empty())
             && source.metadata.annotations.as_ref().is_some_and(|annotations| annotations.contains_key(super::volumes::BIND_COMPLETED)),
         terminating: source.metadata.deletion_timestamp.is_some(),
-        request: spec.and_then(|spec| spec.resources.as_ref()?.requests.as_ref()?.get("storage")).and_then(|storage| quantity::whole_units(&storage.0).ok()).unwrap_or(0),
+        request: spec
+            .and_then(|spec| spec.resources.as_ref()?.requests.as_ref()?.get("storage"))
+            .and_then(|storage| quantity::whole_units(&storage.0).ok())
+            .unwrap_or(0),
         access_modes: spec.and_then(|spec| spec.access_modes.clone()).unwrap_or_default(),
         selector: spec.and_then(|spec| spec.selector.as_ref()).map(|selector| claim_selector(source, selector)),
         volume_mode: spec.and_then(|spec| spec.volume_mode.clone()).unwrap_or_else(|| "Filesystem".into()),
@@ -428,7 +396,8 @@ pub fn claim(source: &core::PersistentVolumeClaim) -> super::volumes::Claim {
 /// A claim's `spec.selector`; one the host cannot read selects no volume (kube-scheduler fails such a claim's
 /// binding), so the claim is never given a volume it did not ask for.
 fn claim_selector(source: &core::PersistentVolumeClaim, selector: &meta::LabelSelector) -> wasp_sdk::types::LabelSelector {
-    let object = format!("PersistentVolumeClaim {}/{}", source.metadata.namespace.as_deref().unwrap_or_default(), source.metadata.name.as_deref().unwrap_or_default());
+    let object =
+        format!("PersistentVolumeClaim {}/{}", source.metadata.namespace.as_deref().unwrap_or_default(), source.metadata.name.as_deref().unwrap_or_default());
     label_selector(&object, "spec.selector", selector).unwrap_or_else(|error| {
         tracing::warn!(claim = %object, %error, "the claim's selector cannot be read: no volume is given to it");
         let nothing = wasp_sdk::types::SelectorRequirement { key: String::new(), operator: wasp_sdk::types::SelectorOperator::In, values: Vec::new() };
@@ -472,12 +441,8 @@ pub fn volume(source: &core::PersistentVolume) -> Result<super::volumes::Volume,
 /// How many volumes each CSI driver may attach to the node a CSINode describes (`spec.drivers[].allocatable
 /// .count`); a driver that gives no count has no limit and is left out.
 pub fn volume_limits(source: &k8s_openapi::api::storage::v1::CSINode) -> Vec<(String, u32)> {
-    let mut limits: Vec<(String, u32)> = source
-        .spec
-        .drivers
-        .iter()
-        .filter_map(|driver| Some((driver.name.clone(), u32::try_from(driver.allocatable.as_ref()?.count?).unwrap_or(0))))
-        .collect();
+    let mut limits: Vec<(String, u32)> =
+        source.spec.drivers.iter().filter_map(|driver| Some((driver.name.clone(), u32::try_from(driver.allocatable.as_ref()?.count?).unwrap_or(0)))).collect();
     limits.sort();
     limits
 }
@@ -517,17 +482,9 @@ pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
     let name = name.ok_or_else(|| context.error("metadata.name", "missing"))?;
     let spec = source.spec.as_ref().ok_or_else(|| context.error("spec", "missing"))?;
     let status = source.status.as_ref();
-    let containers = spec
-        .containers
-        .iter()
-        .map(|container| context.container("spec.containers", container))
-        .collect::<Result<Vec<_>, _>>()?;
-    let init_containers = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(|container| context.container("spec.initContainers", container))
-        .collect::<Result<Vec<_>, _>>()?;
+    let containers = spec.containers.iter().map(|container| context.container("spec.containers", container)).collect::<Result<Vec<_>, _>>()?;
+    let init_containers =
+        spec.init_containers.iter().flatten().map(|container| context.container("spec.initContainers", container)).collect::<Result<Vec<_>, _>>()?;
     let mut containers = containers;
     let mut init_containers = init_containers;
     let statuses = |list: Option<&Vec<core::ContainerStatus>>, containers: &mut Vec<Container>| {
@@ -628,11 +585,7 @@ pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
         owner,
         created_at: source.metadata.creation_timestamp.as_ref().map_or(0, |time| time.0.as_second()),
         terminating: source.metadata.deletion_timestamp.is_some(),
-        mirror: source
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|annotations| annotations.contains_key("kubernetes.io/config.mirror")),
+        mirror: source.metadata.annotations.as_ref().is_some_and(|annotations| annotations.contains_key("kubernetes.io/config.mirror")),
         local_storage: volumes.clone().any(|volume| volume.empty_dir.is_some() || volume.host_path.is_some()),
         pvc: volumes.clone().any(|volume| volume.persistent_volume_claim.is_some() || volume.ephemeral.is_some()),
         ready: status
@@ -688,9 +641,7 @@ pub fn node(source: &core::Node) -> Result<Node, ConvertError> {
     let status = source.status.as_ref();
     let allocatable = status.and_then(|status| status.allocatable.as_ref().or(status.capacity.as_ref()));
     let allocatable_pods = match allocatable.and_then(|list| list.get("pods")) {
-        Some(pods) => quantity::whole_units(&pods.0)
-            .map_err(|error| context.error("status.allocatable.pods", error.to_string()))?
-            .min(u32::MAX as u64) as u32,
+        Some(pods) => quantity::whole_units(&pods.0).map_err(|error| context.error("status.allocatable.pods", error.to_string()))?.min(u32::MAX as u64) as u32,
         None => DEFAULT_MAX_PODS,
     };
     Ok(Node {
@@ -845,18 +796,14 @@ status:
 
     #[test]
     fn errors_name_the_object_and_field() {
-        let source: core::Pod =
-            yaml("metadata: {name: web}\nspec: {containers: [{name: app, resources: {requests: {cpu: lots}}}]}");
+        let source: core::Pod = yaml("metadata: {name: web}\nspec: {containers: [{name: app, resources: {requests: {cpu: lots}}}]}");
         let error = pod(&source).unwrap_err();
         assert_eq!(error.object, "pod default/web");
         assert_eq!(error.field, "spec.containers[app].resources.requests.cpu");
         assert!(error.to_string().contains("invalid quantity \"lots\""), "{error}");
 
         let source: core::Node = yaml("metadata: {name: n1}\nspec: {taints: [{key: k, effect: Sometimes}]}");
-        assert_eq!(
-            node(&source).unwrap_err().to_string(),
-            "node n1: spec.taints[0].effect: unknown taint effect \"Sometimes\""
-        );
+        assert_eq!(node(&source).unwrap_err().to_string(), "node n1: spec.taints[0].effect: unknown taint effect \"Sometimes\"");
     }
 
     #[test]

@@ -324,7 +324,8 @@ fn told_why(source: &KubePod, error: String) -> Option<ClusterEvent> {
     let spec = source.spec.as_ref();
     let waiting = spec.is_some_and(|spec| spec.node_name.as_deref().unwrap_or("").is_empty()) && source.metadata.deletion_timestamp.is_none();
     // Said once: the condition written for it comes back as an update of the same unreadable pod.
-    let said = scheduled_condition(source).is_some_and(|condition| condition.status == "False" && condition.reason == "SchedulerError" && condition.message.ends_with(&error));
+    let said = scheduled_condition(source)
+        .is_some_and(|condition| condition.status == "False" && condition.reason == "SchedulerError" && condition.message.ends_with(&error));
     (waiting && !said).then(|| {
         ClusterEvent::PodUnreadable(Arc::new(UnreadablePod {
             namespace: source.metadata.namespace.clone().unwrap_or_else(|| "default".into()),

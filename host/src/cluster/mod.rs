@@ -20,10 +20,10 @@ pub mod volumes;
 mod waiting;
 pub mod waiting_budget;
 
-pub use selected::{named_keys, SelectedKeys};
 pub use hints::{PlacementHints, Workload};
-pub use view::View;
-pub use shared::{ClusterEvent, ScheduledCondition, SharedCluster, Synced, UnreadablePod};
-pub use waiting::Nomination;
 pub use scaled_pods::ScaledPod;
+pub use selected::{named_keys, SelectedKeys};
+pub use shared::{ClusterEvent, ScheduledCondition, SharedCluster, Synced, UnreadablePod};
 pub use state::{pod_requests, to_vector, ClusterState, DeltaSink, EvictionConsent, PodChange, PodMeta, Rewind, SyncPoint, EVICT_ANNOTATION};
+pub use view::View;
+pub use waiting::Nomination;

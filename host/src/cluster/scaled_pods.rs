@@ -39,7 +39,8 @@ impl ScaledPod {
         let spec = pod.spec.as_ref();
         // Requests of the app containers and of the sidecars (init containers that keep running), as
         // `calculatePodRequests` sums them; a container without the request leaves the pod without one.
-        let sidecars = spec.and_then(|spec| spec.init_containers.as_ref()).into_iter().flatten().filter(|container| container.restart_policy.as_deref() == Some("Always"));
+        let sidecars =
+            spec.and_then(|spec| spec.init_containers.as_ref()).into_iter().flatten().filter(|container| container.restart_policy.as_deref() == Some("Always"));
         let containers: Vec<&Container> = spec.map(|spec| spec.containers.as_slice()).unwrap_or_default().iter().chain(sidecars).collect();
         let request = |resource: &str, scale: f64| -> Option<f64> {
             containers

@@ -178,7 +178,10 @@ mod tests {
         let mut selected = SelectedKeys::default();
         assert_eq!(too_many_keys(&spread(0..64), &selected), None);
         let refused = too_many_keys(&spread(0..2500), &selected).unwrap();
-        assert_eq!(refused, "its topology spread constraints and pod (anti)affinity terms name 2500 label keys; at most 64 per pod".replace("(anti)", "(anti-)"));
+        assert_eq!(
+            refused,
+            "its topology spread constraints and pod (anti)affinity terms name 2500 label keys; at most 64 per pod".replace("(anti)", "(anti-)")
+        );
         assert_eq!(named_keys(&spread(0..2500)).len(), MAX_NAMED_KEYS_PER_POD, "a bound pod's first keys");
         for start in (0..MAX_SELECTED_KEYS).step_by(64) {
             selected.add(&named_keys(&spread(start..start + 64)));

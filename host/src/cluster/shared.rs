@@ -2,10 +2,10 @@
 //! read the [`ClusterState`], the pending pods, wait on its readiness, and subscribe to its [`ClusterEvent`]s
 //! instead of being called by the informers.
 
-use crate::shrink::ShrinkWhenSparse;
-use crate::contract::types::Pod;
 use super::waiting::{Nomination, WaitingNotes};
 use super::ClusterState;
+use crate::contract::types::Pod;
+use crate::shrink::ShrinkWhenSparse;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::{broadcast, watch};
@@ -17,26 +17,42 @@ const EVENT_BUFFER: usize = 1 << 16;
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClusterEvent {
     /// A node was added, or changed in what policies see (not a status heartbeat).
-    NodeChanged { name: String },
-    NodeRemoved { name: String },
+    NodeChanged {
+        name: String,
+    },
+    NodeRemoved {
+        name: String,
+    },
     /// A pod is newly on a node (bound by anyone, or first seen bound).
-    PodBound { uid: String },
+    PodBound {
+        uid: String,
+    },
     /// A bound pod changed in place: readiness, restarts, labels. Only a change of labels or requests can
     /// matter to a pod waiting for room.
-    PodUpdated { uid: String, labels_changed: bool, requests_changed: bool },
+    PodUpdated {
+        uid: String,
+        labels_changed: bool,
+        requests_changed: bool,
+    },
     /// A pod stopped using its node: deleted, finished, or gone when the informer relisted.
-    PodRemoved { uid: String },
+    PodRemoved {
+        uid: String,
+    },
     /// A pod waiting for a scheduler (of any name) was added or changed. Shared: the channel preallocates its
     /// slots, and a pod record inline would make each of them as large as a pod.
     PodPending(Arc<Pod>),
     /// A pending pod was bound, deleted or stopped.
-    PendingGone { uid: String },
+    PendingGone {
+        uid: String,
+    },
     /// A pod that waits for its `schedulingGates` to be removed, first seen so (its status does not say it yet):
     /// no scheduler attempts it.
     PodGated(Arc<Pod>),
     /// A scheduler could not place this pending pod, which may preempt (its `preemptionPolicy` is not `Never`):
     /// the rescheduler's preemption looks for room.
-    PreemptionWanted { uid: String },
+    PreemptionWanted {
+        uid: String,
+    },
     /// A pending pod the host cannot read (a quantity it cannot parse, say): no scheduler will place it, and its
     /// owner must be told why.
     PodUnreadable(Arc<UnreadablePod>),
@@ -323,7 +339,9 @@ impl SharedCluster {
         let by_priority_then_age = |a: &Pod, b: &Pod| b.priority.cmp(&a.priority).then(a.created_at.cmp(&b.created_at)).then_with(|| a.uid.cmp(&b.uid));
         let mut chosen: Vec<(&Pod, Option<&String>)> = waiting.values().filter(|pod| wanted(pod)).map(|pod| (pod, reasons.get(&pod.uid))).collect();
         if chosen.len() > limit {
-            chosen.select_nth_unstable_by(limit, |(a, a_reason), (b, b_reason)| b_reason.is_some().cmp(&a_reason.is_some()).then_with(|| by_priority_then_age(a, b)));
+            chosen.select_nth_unstable_by(limit, |(a, a_reason), (b, b_reason)| {
+                b_reason.is_some().cmp(&a_reason.is_some()).then_with(|| by_priority_then_age(a, b))
+            });
             chosen.truncate(limit);
         }
         chosen.sort_unstable_by(|(a, _), (b, _)| by_priority_then_age(a, b));
@@ -436,7 +454,9 @@ mod tests {
     #[test]
     fn a_run_is_told_of_the_highest_priority_then_oldest_pending_pods_up_to_its_limit() {
         let cluster = SharedCluster::default();
-        for (name, priority, created_at) in [("low-old", 0, 1), ("high-new", 100, 9), ("high-old", 100, 2), ("mid", 50, 5), ("low-new", 0, 8), ("other", 1000, 0)] {
+        for (name, priority, created_at) in
+            [("low-old", 0, 1), ("high-new", 100, 9), ("high-old", 100, 2), ("mid", 50, 5), ("low-new", 0, 8), ("other", 1000, 0)]
+        {
             cluster.add_pending(pending_pod(name, priority, created_at));
         }
         cluster.note_unschedulable("mid", "0/3 nodes are available: 3 Insufficient cpu.");
@@ -469,7 +489,8 @@ mod tests {
         assert!(!cluster.may_preempt("with-gpu"), "room would not let the host bind it");
         cluster.note_unschedulable("with-gpu", "0/3 nodes are available: pod has resource claims (gpu).");
         cluster.note_unschedulable("plain", "0/3 nodes are available: 3 Insufficient cpu.");
-        let wanted: Vec<ClusterEvent> = std::iter::from_fn(|| events.try_recv().ok()).filter(|event| matches!(event, ClusterEvent::PreemptionWanted { .. })).collect();
+        let wanted: Vec<ClusterEvent> =
+            std::iter::from_fn(|| events.try_recv().ok()).filter(|event| matches!(event, ClusterEvent::PreemptionWanted { .. })).collect();
         assert!(matches!(wanted.as_slice(), [ClusterEvent::PreemptionWanted { uid }] if uid == "plain"), "{wanted:?}");
     }
 
@@ -493,7 +514,10 @@ mod tests {
         assert!(cluster.nominations().is_empty());
         // A scheduler's verdict that arrives after the pod stopped waiting is not kept.
         cluster.note_unschedulable("deleted", "late");
-        cluster.note_scheduled_condition("deleted", Some(ScheduledCondition { status: "False".into(), reason: "r".into(), message: "m".into(), last_transition_time: None }));
+        cluster.note_scheduled_condition(
+            "deleted",
+            Some(ScheduledCondition { status: "False".into(), reason: "r".into(), message: "m".into(), last_transition_time: None }),
+        );
         cluster.nominate("deleted", Some("n1"));
         assert_eq!(cluster.notes.noted(), 0);
     }

@@ -7,11 +7,11 @@
 //! ("without these pods, would that one fit?") while the live state goes on, and a pooled instance used on both
 //! is never fed deltas from the wrong log.
 
-use crate::shrink::ShrinkWhenSparse;
-use crate::contract::types::{AttachedVolume, ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources, ViewScope};
-use crate::contract::FailedPod;
 use super::selected::named_keys;
 use super::{SelectedKeys, View};
+use crate::contract::types::{AttachedVolume, ClusterDelta, Node, NodeId, NodeUsage, Pod, PodId, PodPlace, Resources, ViewScope};
+use crate::contract::FailedPod;
+use crate::shrink::ShrinkWhenSparse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -61,7 +61,10 @@ pub enum PodChange {
     /// The pod is newly on this node (first seen bound, or moved).
     Bound,
     /// The pod stays where it is; something policies see changed (readiness, restarts, labels, ...).
-    Updated { labels_changed: bool, requests_changed: bool },
+    Updated {
+        labels_changed: bool,
+        requests_changed: bool,
+    },
 }
 
 /// Deltas per `apply` call, and their approximate bytes: bounds the time of one call (it stays well inside the
@@ -96,7 +99,9 @@ fn delta_bytes(delta: &ClusterDelta) -> usize {
                     .sum::<usize>()
         }
         ClusterDelta::NamespaceUpsert((name, labels)) => RECORD + name.len() + pairs(labels),
-        ClusterDelta::NodeUpsert((_, node, usage)) => RECORD * 8 + node.name.len() + pairs(&node.labels) + node.taints.len() * RECORD * 2 + attached_bytes(usage),
+        ClusterDelta::NodeUpsert((_, node, usage)) => {
+            RECORD * 8 + node.name.len() + pairs(&node.labels) + node.taints.len() * RECORD * 2 + attached_bytes(usage)
+        }
         ClusterDelta::NodeUsageUpdate((_, usage)) => RECORD + attached_bytes(usage),
         _ => RECORD,
     }
@@ -120,8 +125,7 @@ impl Usage {
     /// longer restore the true total, so the node's pods are summed again instead.
     fn saturated(&self) -> bool {
         [&self.requested, &self.non_zero_requested].into_iter().any(|total| {
-            [total.cpu_millis, total.memory_bytes, total.ephemeral_storage_bytes].contains(&u64::MAX)
-                || total.scalar.values().any(|value| *value == u64::MAX)
+            [total.cpu_millis, total.memory_bytes, total.ephemeral_storage_bytes].contains(&u64::MAX) || total.scalar.values().any(|value| *value == u64::MAX)
         })
     }
 
@@ -464,7 +468,6 @@ impl ClusterState {
         self.log_bytes
     }
 
-
     /// Adds or updates a node; returns false, recording nothing, when nothing a policy sees changed (a status
     /// heartbeat, say).
     pub fn upsert_node(&mut self, mut node: Node) -> bool {
@@ -795,10 +798,7 @@ impl ClusterState {
 
 /// Deltas only views with pods receive.
 fn is_pod_delta(delta: &ClusterDelta) -> bool {
-    matches!(
-        delta,
-        ClusterDelta::PodUpsert(_) | ClusterDelta::PodRemove(_) | ClusterDelta::NamespaceUpsert(_) | ClusterDelta::NamespaceRemove(_)
-    )
+    matches!(delta, ClusterDelta::PodUpsert(_) | ClusterDelta::PodRemove(_) | ClusterDelta::NamespaceUpsert(_) | ClusterDelta::NamespaceRemove(_))
 }
 
 /// Keeps its own copy of the cluster, fed from a state's delta log: a policy instance, or a policy compiled
@@ -929,7 +929,8 @@ mod tests {
         cluster.upsert_node(node("4"));
         let mut annotated = pod("a");
         annotated.annotations = vec![("team".into(), "payments".into())];
-        let claim = crate::contract::types::VolumeClaim { name: "data".into(), requirement: crate::contract::types::ClaimRequirement::Anywhere, attachment: None };
+        let claim =
+            crate::contract::types::VolumeClaim { name: "data".into(), requirement: crate::contract::types::ClaimRequirement::Anywhere, attachment: None };
         annotated.volume_claims = vec![claim];
         cluster.upsert_pod(annotated, "n");
         assert_eq!(cluster.pod("u").unwrap().0.volume_claims.len(), 1, "the host keeps a bound pod's claims");
@@ -961,11 +962,23 @@ mod tests {
         cluster.upsert_node(imaged);
         cluster.upsert_pod(pod("a"), "n");
         let none = PodFacts { labels: LabelScope::None, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
-        let labels_and_images = View { scope: ViewScope::NodesAndPods, pod_facts: PodFacts { labels: LabelScope::All, ..none }, node_facts: NodeFacts { labels: true, taints: true, conditions: true, images: true }, settings_keys: &[] };
-        let nothing = View { scope: ViewScope::NodesAndPods, pod_facts: none, node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false }, settings_keys: &[] };
+        let labels_and_images = View {
+            scope: ViewScope::NodesAndPods,
+            pod_facts: PodFacts { labels: LabelScope::All, ..none },
+            node_facts: NodeFacts { labels: true, taints: true, conditions: true, images: true },
+            settings_keys: &[],
+        };
+        let nothing = View {
+            scope: ViewScope::NodesAndPods,
+            pod_facts: none,
+            node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false },
+            settings_keys: &[],
+        };
         let sent = |transcript: &Transcript| {
-            let nodes: Vec<&Node> = transcript.deltas.iter().filter_map(|delta| if let ClusterDelta::NodeUpsert((_, node, _)) = delta { Some(node) } else { None }).collect();
-            let pods: Vec<&Pod> = transcript.deltas.iter().filter_map(|delta| if let ClusterDelta::PodUpsert((_, _, pod)) = delta { Some(pod) } else { None }).collect();
+            let nodes: Vec<&Node> =
+                transcript.deltas.iter().filter_map(|delta| if let ClusterDelta::NodeUpsert((_, node, _)) = delta { Some(node) } else { None }).collect();
+            let pods: Vec<&Pod> =
+                transcript.deltas.iter().filter_map(|delta| if let ClusterDelta::PodUpsert((_, _, pod)) = delta { Some(pod) } else { None }).collect();
             (nodes.iter().map(|node| node.images.len() + node.labels.len()).collect::<Vec<_>>(), pods.iter().map(|pod| pod.labels.len()).collect::<Vec<_>>())
         };
         let (mut reader, mut blind) = (Transcript::default(), Transcript::default());
@@ -1009,7 +1022,12 @@ mod tests {
         use crate::contract::types::{LabelScope, NodeFacts, PodFacts};
         let facts = PodFacts { labels: LabelScope::Selected, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
         let settings_keys = vec!["team".to_string()];
-        let view = View { scope: ViewScope::NodesAndPods, pod_facts: facts, node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false }, settings_keys: &settings_keys };
+        let view = View {
+            scope: ViewScope::NodesAndPods,
+            pod_facts: facts,
+            node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false },
+            settings_keys: &settings_keys,
+        };
         let mut cluster = ClusterState::new();
         cluster.upsert_node(node("4"));
         let bulky = [("app", "web"), ("team", "a"), ("tenant.example.com/blob-1", "x"), ("zone-hint", "east")];
@@ -1025,7 +1043,10 @@ mod tests {
         cluster.sync(&mut guest, view).unwrap();
         assert_eq!(label_keys_sent(&guest, "bulky").unwrap(), ["app", "team", "zone-hint"]);
         assert!(guest.deltas[seen..].iter().all(|delta| !matches!(delta, ClusterDelta::Reset)), "from the log, not a snapshot");
-        let sent_again: Vec<&str> = guest.deltas[seen..].iter().filter_map(|delta| if let ClusterDelta::PodUpsert((_, _, pod)) = delta { Some(pod.uid.as_str()) } else { None }).collect();
+        let sent_again: Vec<&str> = guest.deltas[seen..]
+            .iter()
+            .filter_map(|delta| if let ClusterDelta::PodUpsert((_, _, pod)) = delta { Some(pod.uid.as_str()) } else { None })
+            .collect();
         assert_eq!(sent_again, ["bulky"], "only the pods that carry the key");
 
         // The pod is placed and the selecting pod goes: the key is no longer selected, a fresh view lacks it.
@@ -1042,7 +1063,12 @@ mod tests {
     fn an_instance_back_from_a_fork_that_removed_the_only_selecting_pod_keeps_what_the_live_state_selects() {
         use crate::contract::types::{LabelScope, NodeFacts, PodFacts};
         let facts = PodFacts { labels: LabelScope::Selected, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
-        let view = View { scope: ViewScope::NodesAndPods, pod_facts: facts, node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false }, settings_keys: &[] };
+        let view = View {
+            scope: ViewScope::NodesAndPods,
+            pod_facts: facts,
+            node_facts: NodeFacts { labels: false, taints: false, conditions: false, images: false },
+            settings_keys: &[],
+        };
         let mut live = ClusterState::new();
         live.upsert_node(node("4"));
         live.upsert_pod(labelled("victim", &[("app", "web")], Some("app")), "n");

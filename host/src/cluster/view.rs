@@ -38,11 +38,7 @@ impl<'a> View<'a> {
         match self.pod_facts.labels {
             LabelScope::None => Vec::new(),
             LabelScope::All => labels.to_vec(),
-            LabelScope::Selected => labels
-                .iter()
-                .filter(|(key, _)| selected.contains(key) || self.settings_keys.contains(key))
-                .cloned()
-                .collect(),
+            LabelScope::Selected => labels.iter().filter(|(key, _)| selected.contains(key) || self.settings_keys.contains(key)).cloned().collect(),
         }
     }
 
@@ -64,7 +60,11 @@ impl<'a> View<'a> {
     pub fn pod(&self, pod: &Pod, selected: &SelectedKeys) -> Pod {
         let facts = self.pod_facts;
         fn keep_some<T: Clone>(kept: bool, value: &Option<T>) -> Option<T> {
-            if kept { value.clone() } else { None }
+            if kept {
+                value.clone()
+            } else {
+                None
+            }
         }
         let containers = |list: &[crate::contract::types::Container]| {
             let mut list = keep(facts.containers, list);
@@ -84,7 +84,11 @@ impl<'a> View<'a> {
             containers: containers(&pod.containers),
             init_containers: containers(&pod.init_containers),
             sidecar_init_containers: keep(facts.containers, &pod.sidecar_init_containers),
-            overhead: if facts.containers { pod.overhead.clone() } else { Resources { cpu_millis: 0, memory_bytes: 0, ephemeral_storage_bytes: 0, scalar: Vec::new() } },
+            overhead: if facts.containers {
+                pod.overhead.clone()
+            } else {
+                Resources { cpu_millis: 0, memory_bytes: 0, ephemeral_storage_bytes: 0, scalar: Vec::new() }
+            },
             node_selector: keep(facts.placement, &pod.node_selector),
             node_affinity: keep_some(facts.placement, &pod.node_affinity),
             tolerations: keep(facts.placement, &pod.tolerations),
@@ -109,7 +113,11 @@ impl<'a> View<'a> {
 }
 
 fn keep<T: Clone>(kept: bool, list: &[T]) -> Vec<T> {
-    if kept { list.to_vec() } else { Vec::new() }
+    if kept {
+        list.to_vec()
+    } else {
+        Vec::new()
+    }
 }
 
 /// A view with every fact (natively compiled policies, tests).

@@ -369,7 +369,9 @@ impl Objects {
                 None => ClaimRequirement::Unresolvable("node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)".into()),
             });
         }
-        let Some(class) = claim.class.as_deref().filter(|name| !name.is_empty()).and_then(|name| self.classes.get(name)).filter(|class| class.wait_for_first_consumer) else {
+        let Some(class) =
+            claim.class.as_deref().filter(|name| !name.is_empty()).and_then(|name| self.classes.get(name)).filter(|class| class.wait_for_first_consumer)
+        else {
             return Err("pod has unbound immediate PersistentVolumeClaims".into());
         };
         // The nodes a fitting volume can be attached to, and where the class may provision: the claim can be
@@ -377,7 +379,9 @@ impl Objects {
         let fitting: Vec<&Volume> = self
             .volumes
             .iter()
-            .filter(|(volume_name, volume)| volume.fits(namespace, name, claim) && self.assumed.get(*volume_name).is_none_or(|owner| owner.0 == namespace && owner.1 == name))
+            .filter(|(volume_name, volume)| {
+                volume.fits(namespace, name, claim) && self.assumed.get(*volume_name).is_none_or(|owner| owner.0 == namespace && owner.1 == name)
+            })
             .map(|(_, volume)| volume)
             .collect();
         let provisioned = claim.provisioned_by(Some(class));
@@ -411,17 +415,27 @@ mod tests {
     }
 
     fn pod_with(claims: &[&str]) -> Pod {
-        let mut pod: Pod = crate::cluster::convert::pod(&serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {"containers": [{"name": "a"}]}
-        })).unwrap()).unwrap();
-        pod.volume_claims = claims.iter().map(|name| VolumeClaim { name: name.to_string(), requirement: ClaimRequirement::Anywhere, attachment: None }).collect();
+        let mut pod: Pod = crate::cluster::convert::pod(
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {"containers": [{"name": "a"}]}
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        pod.volume_claims =
+            claims.iter().map(|name| VolumeClaim { name: name.to_string(), requirement: ClaimRequirement::Anywhere, attachment: None }).collect();
         pod
     }
 
     #[test]
     fn claims_resolve_as_kube_scheduler_reads_them() {
         let objects = VolumeObjects::default();
-        let claim = |volume: Option<&str>, class: Option<&str>| Claim { volume: volume.map(str::to_string), class: class.map(str::to_string), bound: volume.is_some(), ..Claim::default() };
+        let claim = |volume: Option<&str>, class: Option<&str>| Claim {
+            volume: volume.map(str::to_string),
+            class: class.map(str::to_string),
+            bound: volume.is_some(),
+            ..Claim::default()
+        };
         objects.upsert_volume("zonal", Volume { node_affinity: Some(zone("a")), ..Volume::default() });
         objects.upsert_volume("anywhere", Volume { node_affinity: None, ..Volume::default() });
         objects.upsert_class("late", Class { wait_for_first_consumer: true, provisioned: true, allowed_topologies: zone("b"), ..Class::default() });
@@ -462,9 +476,13 @@ mod tests {
     fn a_waiting_claim_goes_to_the_smallest_free_volume_that_fits_where_the_pod_goes() {
         let objects = VolumeObjects::default();
         let node = |name: &str, zone: &str| {
-            crate::cluster::convert::node(&serde_json::from_value(serde_json::json!({
-                "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}
-            })).unwrap()).unwrap()
+            crate::cluster::convert::node(
+                &serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}
+                }))
+                .unwrap(),
+            )
+            .unwrap()
         };
         let local = |zone_name: &str, gib: u64| Volume {
             node_affinity: Some(zone(zone_name)),
@@ -529,9 +547,13 @@ mod tests {
     #[test]
     fn a_claim_with_a_selector_takes_only_a_volume_it_selects_and_is_never_provisioned() {
         let objects = VolumeObjects::default();
-        let node = crate::cluster::convert::node(&serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "n-1", "labels": {"topology.kubernetes.io/zone": "a"}}
-        })).unwrap()).unwrap();
+        let node = crate::cluster::convert::node(
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n-1", "labels": {"topology.kubernetes.io/zone": "a"}}
+            }))
+            .unwrap(),
+        )
+        .unwrap();
         let volume = |tier: &str, gib: u64| Volume {
             node_affinity: Some(zone("a")),
             class: "fast".into(),
@@ -562,7 +584,10 @@ mod tests {
         let objects = VolumeObjects::default();
         let disk = |handle: &str| Some(AttachedVolume { driver: "disk.csi".into(), handle: handle.into() });
         objects.upsert_class("disks", Class { wait_for_first_consumer: true, provisioned: true, provisioner: "disk.csi".into(), ..Class::default() });
-        objects.upsert_class("local", Class { wait_for_first_consumer: true, provisioned: false, provisioner: "kubernetes.io/no-provisioner".into(), ..Class::default() });
+        objects.upsert_class(
+            "local",
+            Class { wait_for_first_consumer: true, provisioned: false, provisioner: "kubernetes.io/no-provisioner".into(), ..Class::default() },
+        );
         objects.upsert_volume("pv-1", Volume { csi: disk("vol-1"), ..Volume::default() });
         objects.upsert_volume("nfs", Volume::default());
         objects.upsert_claim("ns", "bound", Claim { volume: Some("pv-1".into()), bound: true, ..Claim::default() });
@@ -584,9 +609,13 @@ mod tests {
     #[tokio::test]
     async fn waiting_for_a_claim_ends_when_it_is_bound_where_the_pod_goes() {
         let objects = std::sync::Arc::new(VolumeObjects::default());
-        let node = crate::cluster::convert::node(&serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "n", "labels": {"topology.kubernetes.io/zone": "a"}}
-        })).unwrap()).unwrap();
+        let node = crate::cluster::convert::node(
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n", "labels": {"topology.kubernetes.io/zone": "a"}}
+            }))
+            .unwrap(),
+        )
+        .unwrap();
         let pending = Claim { class: Some("late".into()), ..Claim::default() };
         objects.upsert_claim("ns", "data", pending.clone());
         objects.upsert_volume("pv-a", Volume { node_affinity: Some(zone("a")), ..Volume::default() });

@@ -149,7 +149,8 @@ impl WaitingBudget {
         let mut inner = self.lock();
         let reserved = inner.unreserve(uid);
         let before = inner.waiting.get(uid).map(|(_, bytes)| *bytes);
-        let queued_behind = reserved.is_none() && before.is_none() && inner.deferred.get(namespace).is_some_and(|deferred| deferred.values().any(|pod| pod.uid != uid));
+        let queued_behind =
+            reserved.is_none() && before.is_none() && inner.deferred.get(namespace).is_some_and(|deferred| deferred.values().any(|pod| pod.uid != uid));
         let fits = inner.held(namespace) - before.unwrap_or(0) + bytes <= limit;
         let kept = before.is_some_and(|before| bytes <= before) || reserved.is_some() && fits;
         if !kept && (queued_behind || !fits) {

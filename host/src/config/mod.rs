@@ -12,8 +12,8 @@ mod verification;
 pub use admission::{AdmissionMode, AdmissionSection};
 pub use autoscaler::AutoscalerSection;
 pub use policy::{OperationDeadlines, PolicyConfig};
-pub use rescheduler::{EvictionLimits, NamespaceFilter, Pacing, Protections, ReschedulerSection, Strategy, SYSTEM_CRITICAL_PRIORITY};
 pub use registries::Registries;
+pub use rescheduler::{EvictionLimits, NamespaceFilter, Pacing, Protections, ReschedulerSection, Strategy, SYSTEM_CRITICAL_PRIORITY};
 pub use verification::Verification;
 
 use crate::contract::types::PolicyKind;
@@ -394,10 +394,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.policy_names(), ["p", "e", "hpa"]);
-        assert_eq!(
-            describe_users(&config.users_of("p")),
-            "profile a (as filter), profile a (as score), the rescheduler (as evict)"
-        );
+        assert_eq!(describe_users(&config.users_of("p")), "profile a (as filter), profile a (as score), the rescheduler (as evict)");
         assert_eq!(config.users_of("hpa"), [PolicyUser::Autoscaler]);
     }
 }

@@ -55,12 +55,9 @@ pub struct OperationDeadlines {
 fn check_deadline(field: &str, deadline: Option<Duration>) -> anyhow::Result<()> {
     let (low, high) = DEADLINE_RANGE;
     match deadline {
-        Some(value) if value < low || value > high => bail!(
-            "{field}: {} is outside {}..={}",
-            humantime::format_duration(value),
-            humantime::format_duration(low),
-            humantime::format_duration(high)
-        ),
+        Some(value) if value < low || value > high => {
+            bail!("{field}: {} is outside {}..={}", humantime::format_duration(value), humantime::format_duration(low), humantime::format_duration(high))
+        }
         _ => Ok(()),
     }
 }
@@ -83,7 +80,9 @@ impl PolicyConfig {
             crate::oci::parse_reference(source).map_err(|error| anyhow::anyhow!("{field}.source: {error:#}"))?;
         }
         let per_operation = &self.deadlines;
-        for (name, deadline) in [("filter", per_operation.filter), ("score", per_operation.score), ("evict", per_operation.evict), ("scale", per_operation.scale)] {
+        for (name, deadline) in
+            [("filter", per_operation.filter), ("score", per_operation.score), ("evict", per_operation.evict), ("scale", per_operation.scale)]
+        {
             check_deadline(&format!("{field}.deadlines.{name}"), deadline)?;
         }
         Ok(())

@@ -144,12 +144,7 @@ fn default_pending_trigger() -> Duration {
 
 fn check_range(field: &str, value: Duration, low: Duration, high: Duration) -> anyhow::Result<()> {
     if value < low || value > high {
-        bail!(
-            "{field}: {} is outside {}..={}",
-            humantime::format_duration(value),
-            humantime::format_duration(low),
-            humantime::format_duration(high)
-        );
+        bail!("{field}: {} is outside {}..={}", humantime::format_duration(value), humantime::format_duration(low), humantime::format_duration(high));
     }
     Ok(())
 }

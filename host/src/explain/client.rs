@@ -40,10 +40,13 @@ pub async fn find_leader(client: kube::Client, namespace: &str, name: &str) -> a
 }
 
 fn leader_of(lease: &Lease) -> anyhow::Result<Leader> {
-    let holder = lease.spec.as_ref().and_then(|spec| spec.holder_identity.clone()).filter(|holder| !holder.is_empty()).context("no host holds it now (none leads)")?;
+    let holder =
+        lease.spec.as_ref().and_then(|spec| spec.holder_identity.clone()).filter(|holder| !holder.is_empty()).context("no host holds it now (none leads)")?;
     let annotation = |key: &str| lease.metadata.annotations.as_ref().and_then(|annotations| annotations.get(key)).cloned();
-    let endpoint = annotation(ENDPOINT_ANNOTATION).with_context(|| format!("its holder {holder} does not say where it serves ({ENDPOINT_ANNOTATION}): a wasp older than `wasp explain`?"))?;
-    let certificate_sha256 = annotation(CERTIFICATE_ANNOTATION).with_context(|| format!("its holder {holder} does not say which certificate it serves ({CERTIFICATE_ANNOTATION})"))?;
+    let endpoint = annotation(ENDPOINT_ANNOTATION)
+        .with_context(|| format!("its holder {holder} does not say where it serves ({ENDPOINT_ANNOTATION}): a wasp older than `wasp explain`?"))?;
+    let certificate_sha256 = annotation(CERTIFICATE_ANNOTATION)
+        .with_context(|| format!("its holder {holder} does not say which certificate it serves ({CERTIFICATE_ANNOTATION})"))?;
     Ok(Leader { holder, endpoint, certificate_sha256 })
 }
 
@@ -71,9 +74,12 @@ pub async fn ask(config: &kube::Config, leader: &Leader, path: &str) -> anyhow::
         .service(hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https));
     let client = kube::Client::new(service, "default");
     let request = http::Request::get(path).body(Vec::new())?;
-    let answered = tokio::time::timeout(TIMEOUT, client.request_text(request)).await.with_context(|| format!("{} did not answer within {TIMEOUT:?}", leader.endpoint))?;
+    let answered =
+        tokio::time::timeout(TIMEOUT, client.request_text(request)).await.with_context(|| format!("{} did not answer within {TIMEOUT:?}", leader.endpoint))?;
     match answered {
-        Ok(text) => Ok(Answer::Record(serde_json::from_str(&text).with_context(|| format!("{}{path} answered something other than a record", leader.endpoint))?)),
+        Ok(text) => {
+            Ok(Answer::Record(serde_json::from_str(&text).with_context(|| format!("{}{path} answered something other than a record", leader.endpoint))?))
+        }
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(Answer::NoRecord(status.message)),
         Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
             anyhow::bail!("{} refused {path} ({}): {}; the kubeconfig's user needs a token the API server knows (or a client certificate its client CA signed) and `get` on the non-resource URL {path} (a ClusterRole's nonResourceURLs: [\"/explain/*\"])", leader.holder, status.code, status.message)
@@ -92,25 +98,47 @@ struct Pinned {
 
 impl Pinned {
     fn new(hex_sha256: &str) -> anyhow::Result<Pinned> {
-        let sha256 = hex::decode(hex_sha256).ok().filter(|bytes| bytes.len() == 32).with_context(|| format!("{CERTIFICATE_ANNOTATION} {hex_sha256:?} is not a SHA-256 in hex"))?;
+        let sha256 = hex::decode(hex_sha256)
+            .ok()
+            .filter(|bytes| bytes.len() == 32)
+            .with_context(|| format!("{CERTIFICATE_ANNOTATION} {hex_sha256:?} is not a SHA-256 in hex"))?;
         Ok(Pinned { sha256, algorithms: rustls::crypto::ring::default_provider().signature_verification_algorithms })
     }
 }
 
 impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(&self, end_entity: &CertificateDer<'_>, _: &[CertificateDer<'_>], _: &ServerName<'_>, _: &[u8], _: UnixTime) -> Result<ServerCertVerified, rustls::Error> {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
         use sha2::Digest;
         match sha2::Sha256::digest(end_entity.as_ref()).as_slice() == self.sha256.as_slice() {
             true => Ok(ServerCertVerified::assertion()),
-            false => Err(rustls::Error::General("the server's certificate is not the one its Lease names (a new leader, or a certificate rotated since: try again)".into())),
+            false => Err(rustls::Error::General(
+                "the server's certificate is not the one its Lease names (a new leader, or a certificate rotated since: try again)".into(),
+            )),
         }
     }
 
-    fn verify_tls12_signature(&self, message: &[u8], certificate: &CertificateDer<'_>, signature: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        certificate: &CertificateDer<'_>,
+        signature: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls12_signature(message, certificate, signature, &self.algorithms)
     }
 
-    fn verify_tls13_signature(&self, message: &[u8], certificate: &CertificateDer<'_>, signature: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        certificate: &CertificateDer<'_>,
+        signature: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls13_signature(message, certificate, signature, &self.algorithms)
     }
 

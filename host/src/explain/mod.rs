@@ -64,7 +64,9 @@ impl Kind {
     /// Why a host may have no record of this kind for an object.
     pub fn why_none(self) -> &'static str {
         match self {
-            Kind::Pod => "this host has not tried to place the pod since it started leading (another scheduler's pod, one bound before, or a name that does not exist)",
+            Kind::Pod => {
+                "this host has not tried to place the pod since it started leading (another scheduler's pod, one bound before, or a name that does not exist)"
+            }
             Kind::Eviction => "no strategy of this host proposed the pod in the last hour",
             Kind::Autoscaler => "this host has not synced the Autoscaler since it started leading",
         }

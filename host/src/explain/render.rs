@@ -6,7 +6,8 @@ use super::{EvictionRecord, PlacementRecord, ScaleRecord};
 /// Columns padded to their widest cell, separated by two spaces; the last column is not padded.
 fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns).map(|column| rows.iter().filter_map(|row| row.get(column)).map(|cell| cell.chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> =
+        (0..columns).map(|column| rows.iter().filter_map(|row| row.get(column)).map(|cell| cell.chars().count()).max().unwrap_or(0)).collect();
     let mut text = String::new();
     for row in rows {
         let mut line = String::new();

@@ -47,11 +47,19 @@ impl ObjectRef {
 
     /// The namespace its events are created in.
     fn events_namespace(&self) -> &str {
-        if self.namespace.is_empty() { "default" } else { &self.namespace }
+        if self.namespace.is_empty() {
+            "default"
+        } else {
+            &self.namespace
+        }
     }
 
     fn key(&self) -> String {
-        if self.uid.is_empty() { format!("{}/{}/{}", self.kind, self.namespace, self.name) } else { self.uid.clone() }
+        if self.uid.is_empty() {
+            format!("{}/{}/{}", self.kind, self.namespace, self.name)
+        } else {
+            self.uid.clone()
+        }
     }
 }
 

@@ -16,9 +16,7 @@ impl HostIdentity {
     pub fn from_env() -> HostIdentity {
         let variable = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
         let pod = match (variable("POD_NAMESPACE"), variable("POD_NAME")) {
-            (Some(namespace), Some(name)) => {
-                Some(ObjectRef::pod(&namespace, &name, &variable("POD_UID").unwrap_or_default()))
-            }
+            (Some(namespace), Some(name)) => Some(ObjectRef::pod(&namespace, &name, &variable("POD_UID").unwrap_or_default())),
             _ => None,
         };
         let host = variable("POD_NAME").or_else(|| variable("HOSTNAME")).unwrap_or_else(|| "wasp".into());

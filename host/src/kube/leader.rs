@@ -10,9 +10,9 @@
 //! duration), and a standby watches the Lease between attempts, so it takes over as soon as the release is
 //! written rather than at its next retry.
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use futures::StreamExt;
 use kube::api::PostParams;
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
@@ -116,7 +116,13 @@ enum Attempt {
 
 impl Candidate {
     pub fn new(client: Client, settings: LeaderElection, identity: &str) -> Self {
-        Candidate { api: Api::namespaced(client, &settings.lease_namespace), settings, identity: identity.to_string(), advertise: Box::new(BTreeMap::new), observed: None }
+        Candidate {
+            api: Api::namespaced(client, &settings.lease_namespace),
+            settings,
+            identity: identity.to_string(),
+            advertise: Box::new(BTreeMap::new),
+            observed: None,
+        }
     }
 
     /// Writes `advertise`'s annotations on the Lease whenever this candidate takes or renews it.
@@ -160,10 +166,7 @@ impl Candidate {
         match self.api.get_opt(name).await? {
             None => {
                 let annotations = Some((self.advertise)()).filter(|annotations| !annotations.is_empty());
-                let lease = Lease {
-                    metadata: ObjectMeta { name: Some(name.clone()), annotations, ..Default::default() },
-                    spec: Some(self.spec(None)),
-                };
+                let lease = Lease { metadata: ObjectMeta { name: Some(name.clone()), annotations, ..Default::default() }, spec: Some(self.spec(None)) };
                 self.api.create(&PostParams::default(), &lease).await?;
                 Ok(Attempt::Won)
             }

@@ -46,15 +46,10 @@ pub fn check_binary_kind(wasm: &[u8]) -> Result<(), String> {
 /// it exports every interface of the contract at a version this host supports.
 pub fn check_contract(engine: &Engine, component: &Component) -> Result<String, String> {
     let component_type = component.component_type();
-    let exports: Vec<(String, bool)> = component_type
-        .exports(engine)
-        .map(|(name, item)| (name.to_string(), matches!(item.ty, ComponentItem::ComponentInstance(_))))
-        .collect();
-    let contract_exports: Vec<&str> = exports
-        .iter()
-        .filter(|(name, is_instance)| *is_instance && name.starts_with("wasp:policy/"))
-        .map(|(name, _)| name.as_str())
-        .collect();
+    let exports: Vec<(String, bool)> =
+        component_type.exports(engine).map(|(name, item)| (name.to_string(), matches!(item.ty, ComponentItem::ComponentInstance(_)))).collect();
+    let contract_exports: Vec<&str> =
+        exports.iter().filter(|(name, is_instance)| *is_instance && name.starts_with("wasp:policy/")).map(|(name, _)| name.as_str()).collect();
     let Some(first) = contract_exports.first() else {
         let names: Vec<&str> = exports.iter().map(|(name, _)| name.as_str()).collect();
         return Err(format!(
@@ -109,8 +104,7 @@ pub fn check_descriptor(descriptor: &Descriptor) -> Result<(), String> {
             return Err(format!("describe returned {} bytes of {field}: at most {MAX_TEXT}", text.len()));
         }
     }
-    let valid_name = !descriptor.name.is_empty()
-        && descriptor.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let valid_name = !descriptor.name.is_empty() && descriptor.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if !valid_name {
         return Err(format!("describe returned the name {:?}: use lowercase letters, digits and '-'", descriptor.name));
     }

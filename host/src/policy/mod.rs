@@ -11,14 +11,11 @@ mod scheduling;
 pub use load::{check_binary_kind, LoadError};
 pub use scheduling::SchedulingPolicy;
 
-use prometheus_client::metrics::gauge::Gauge;
 use crate::cluster::{ClusterState, DeltaSink, Rewind, SyncPoint};
-use crate::contract::types::{
-    ClusterDelta, Descriptor, Eviction, FilterResult, Placement, Pod, PolicyKind, ScaleDecision,
-    ScaleRequest,
-};
+use crate::contract::types::{ClusterDelta, Descriptor, Eviction, FilterResult, Placement, Pod, PolicyKind, ScaleDecision, ScaleRequest};
 use crate::contract::{EvictContext, PolicyComponentPre};
 use crate::runtime::{CacheOutcome, CallError, Limits, PolicyInstance, Runtime};
+use prometheus_client::metrics::gauge::Gauge;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -198,8 +195,7 @@ impl LoadedPolicy {
         let fail = |reason: String| LoadError::new(source, reason);
         check_binary_kind(wasm).map_err(fail)?;
         let digest = hex::encode(Sha256::digest(wasm));
-        let (component, cache) =
-            runtime.compile(&digest, wasm).map_err(|error| fail(format!("does not compile: {error:#}")))?;
+        let (component, cache) = runtime.compile(&digest, wasm).map_err(|error| fail(format!("does not compile: {error:#}")))?;
         // From here the cache counts this load as a user of the component: a failure gives it back.
         Self::configure_compiled(runtime, source, wasm, digest.clone(), component, cache, options, expected_name).inspect_err(|_| runtime.release(&digest))
     }
@@ -217,17 +213,14 @@ impl LoadedPolicy {
     ) -> Result<Self, LoadError> {
         let fail = |reason: String| LoadError::new(source, reason);
         let contract_version = load::check_contract(runtime.engine(), &component).map_err(fail)?;
-        let instance_pre = runtime
-            .linker()
-            .instantiate_pre(&component)
-            .map_err(|error| fail(format!("imports something the host does not provide: {error:#}")))?;
-        let pre = PolicyComponentPre::new(instance_pre)
-            .map_err(|error| fail(format!("exports do not match the contract: {error:#}")))?;
+        let instance_pre =
+            runtime.linker().instantiate_pre(&component).map_err(|error| fail(format!("imports something the host does not provide: {error:#}")))?;
+        let pre = PolicyComponentPre::new(instance_pre).map_err(|error| fail(format!("exports do not match the contract: {error:#}")))?;
 
         let provisional_name: Arc<str> = Arc::from(source);
         let memory_in_use = Gauge::default();
-        let mut instance = PolicyInstance::instantiate(runtime, &pre, &provisional_name, options.limits, &memory_in_use)
-            .map_err(|error| fail(error.to_string()))?;
+        let mut instance =
+            PolicyInstance::instantiate(runtime, &pre, &provisional_name, options.limits, &memory_in_use).map_err(|error| fail(error.to_string()))?;
         let descriptor = instance.describe().map_err(|error| fail(error.to_string()))?;
         load::check_descriptor(&descriptor).map_err(fail)?;
         if let Some(expected) = expected_name.filter(|expected| *expected != descriptor.name) {
@@ -268,11 +261,29 @@ impl LoadedPolicy {
     /// the host serves everything else. The next version that loads swaps in as any new version does. `digest`
     /// and `size` are the refused file's: the same file is not compiled again.
     #[allow(clippy::too_many_arguments)]
-    pub fn stand_in(runtime: &Arc<Runtime>, name: &str, source: &str, digest: String, size: usize, kinds: Vec<PolicyKind>, options: PolicyOptions, reason: String) -> LoadedPolicy {
+    pub fn stand_in(
+        runtime: &Arc<Runtime>,
+        name: &str,
+        source: &str,
+        digest: String,
+        size: usize,
+        kinds: Vec<PolicyKind>,
+        options: PolicyOptions,
+        reason: String,
+    ) -> LoadedPolicy {
         use crate::contract::types::{LabelScope, NodeFacts, PodFacts, ViewScope};
         let pod_facts = PodFacts { labels: LabelScope::None, containers: false, images: false, placement: false, pod_affinity: false, host_ports: false };
         let node_facts = NodeFacts { labels: false, taints: false, conditions: false, images: false };
-        let descriptor = Descriptor { name: name.to_string(), version: "none".into(), kinds, view: ViewScope::Nodes, pod_facts, node_facts, default_settings: "{}".into(), settings_doc: String::new() };
+        let descriptor = Descriptor {
+            name: name.to_string(),
+            version: "none".into(),
+            kinds,
+            view: ViewScope::Nodes,
+            pod_facts,
+            node_facts,
+            default_settings: "{}".into(),
+            settings_doc: String::new(),
+        };
         LoadedPolicy {
             source: source.to_string(),
             descriptor,
@@ -428,7 +439,9 @@ impl LoadedPolicy {
     /// that keeps selected labels: a state that was never told the pod waits (a command's one-off cluster, a
     /// test) would leave them out of the view the policy decides on.
     fn unselected_keys(&self, cluster: &ClusterState, subject: &Pod) -> Vec<String> {
-        if self.descriptor.pod_facts.labels != crate::contract::types::LabelScope::Selected || self.descriptor.view != crate::contract::types::ViewScope::NodesAndPods {
+        if self.descriptor.pod_facts.labels != crate::contract::types::LabelScope::Selected
+            || self.descriptor.view != crate::contract::types::ViewScope::NodesAndPods
+        {
             return Vec::new();
         }
         let mut keys = crate::cluster::named_keys(subject);
@@ -565,10 +578,7 @@ impl LoadedPolicy {
             self.log_failure("filter", pod, &error);
             match self.options.failure_mode {
                 FailureMode::FailOpen => FilterResult { verdicts: vec![0; candidates.len()], rejections: Vec::new() },
-                FailureMode::FailClosed => FilterResult {
-                    verdicts: vec![1; candidates.len()],
-                    rejections: vec![vec![failure_reason(&self.name)]],
-                },
+                FailureMode::FailClosed => FilterResult { verdicts: vec![1; candidates.len()], rejections: vec![vec![failure_reason(&self.name)]] },
             }
         })
     }
@@ -587,7 +597,9 @@ impl LoadedPolicy {
 
     /// Evictions the policy proposes on `cluster` (see [`checked_proposals`] for what is refused).
     pub fn propose(&self, cluster: &ClusterState, context: &EvictContext) -> Result<Vec<Eviction>, CallError> {
-        self.with_instance(cluster, "propose", None, |instance| checked_proposals(instance.propose(context, proposable_pods(cluster, context))?, cluster, context))
+        self.with_instance(cluster, "propose", None, |instance| {
+            checked_proposals(instance.propose(context, proposable_pods(cluster, context))?, cluster, context)
+        })
     }
 
     pub fn recommend(&self, cluster: &ClusterState, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
@@ -606,10 +618,10 @@ impl LoadedPolicy {
             let decision = configured.and_then(|()| instance.recommend(request));
             // Restored even after a refusal (a component may have half-applied it); an instance left with another
             // caller's settings must not go back to the pool: a trap discards it.
-            instance.configure(&self.options.settings).map(drop).map_err(|error| CallError::Trap {
-                operation: "configure",
-                message: format!("could not restore the policy's own settings: {error}"),
-            })?;
+            instance
+                .configure(&self.options.settings)
+                .map(drop)
+                .map_err(|error| CallError::Trap { operation: "configure", message: format!("could not restore the policy's own settings: {error}") })?;
             decision
         })
     }

@@ -1,8 +1,8 @@
 //! The scheduler's view of a policy: verdicts and scores that never fail, with the failure mode applied.
 
+use super::LoadedPolicy;
 use crate::cluster::ClusterState;
 use crate::contract::types::{FilterResult, NodeId, Pod, ViewScope};
-use super::LoadedPolicy;
 
 /// What a scheduling decision needs of a policy: verdicts and scores that never fail (the policy's failure mode
 /// applies inside). Implemented by sandboxed components ([`LoadedPolicy`]); the scheduling benchmark implements

@@ -152,12 +152,14 @@ mod tests {
     fn a_bundle_round_trips_and_shared_bytes_compress_across_components() {
         // Two "components" that share 200 KB of pseudo-random bytes, as policies share their runtime.
         let mut state = 0x2545_f491_4f6c_dd1du64;
-        let shared: Vec<u8> = (0..200_000).map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        }).collect();
+        let shared: Vec<u8> = (0..200_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
         let a = [b"a".as_slice(), &shared].concat();
         let b = [b"b".as_slice(), &shared].concat();
         let components = vec![("a.wasm".to_string(), a), ("b.wasm".to_string(), b)];
@@ -170,7 +172,10 @@ mod tests {
     fn only_top_level_components_and_bounded_sizes_are_accepted() {
         let compress = |tar: Vec<u8>| zstd::bulk::compress(&tar, 3).unwrap();
         let nested = compress(tar_of(&[("dir/a.wasm", b"x", tar::EntryType::Regular)]));
-        assert_eq!(unpack(&nested).unwrap_err(), r#"entry "dir/a.wasm": a bundle holds only NAME.wasm files and their NAME.wasm.sig signatures at its top level"#);
+        assert_eq!(
+            unpack(&nested).unwrap_err(),
+            r#"entry "dir/a.wasm": a bundle holds only NAME.wasm files and their NAME.wasm.sig signatures at its top level"#
+        );
         let other = compress(tar_of(&[("notes.txt", b"x", tar::EntryType::Regular)]));
         assert!(unpack(&other).unwrap_err().starts_with(r#"entry "notes.txt""#));
         let link = compress(tar_of(&[("a.wasm", b"", tar::EntryType::Symlink)]));

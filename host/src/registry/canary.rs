@@ -11,8 +11,8 @@
 //! follows the sample's log afterwards and is resynced from the live cluster on its first real call (epochs).
 
 use crate::cluster::{convert, ClusterState, SharedCluster};
-use crate::contract::{EvictContext, PendingPod};
 use crate::contract::types::{Metric, MetricSample, MetricSource, MetricTarget, Pod, PodMetric, PolicyKind, Recommendation, ScaleRequest};
+use crate::contract::{EvictContext, PendingPod};
 use crate::policy::LoadedPolicy;
 use crate::runtime::CallError;
 use k8s_openapi::api::core::v1 as core;
@@ -74,7 +74,15 @@ fn scale_sample() -> ScaleRequest {
         history: vec![MetricSample { at: now - 15, value: 55.0, pods: 1 }, MetricSample { at: now, value: 60.0, pods: 1 }],
     };
     let recommendations = vec![Recommendation { at: now - 15, replicas: 1 }];
-    ScaleRequest { workload: "default/Deployment/web".into(), now, current_replicas: 1, min_replicas: 1, max_replicas: 3, metrics: vec![metric], recommendations }
+    ScaleRequest {
+        workload: "default/Deployment/web".into(),
+        now,
+        current_replicas: 1,
+        min_replicas: 1,
+        max_replicas: 3,
+        metrics: vec![metric],
+        recommendations,
+    }
 }
 
 /// Calls each kind the policy declares once. Fails with the kind and the error on a trap, timeout, out of

@@ -55,7 +55,11 @@ impl ReloadMetrics {
         registry.register("wasp_policy_info", "The policy versions serving now (value 1)", self.info.clone());
         // Successes carry no reason: their series exists from the start, at 0, so a rate counts the first reload.
         let _ = self.reloads.get_or_create(&ResultLabels { result: "success".into(), reason: String::new() });
-        registry.register("wasp_policy_reloads", "Reloads of the policy directory or configuration, by result (success, failure) and, for failures, reason (once per kind of refusal)", self.reloads.clone());
+        registry.register(
+            "wasp_policy_reloads",
+            "Reloads of the policy directory or configuration, by result (success, failure) and, for failures, reason (once per kind of refusal)",
+            self.reloads.clone(),
+        );
         registry.register(
             "wasp_policy_directory_reads",
             "Reads of the policy directory and configuration, changed or not: one per burst of file changes and one per periodic rescan",

@@ -631,13 +631,18 @@ impl PolicyRegistry {
         if let Some(missing) = plans::kinds_missing(&policy, users) {
             return Err(Refusal::new(RefusalReason::Kinds, format!("policy {source}: {missing}")));
         }
-        canary::check(&policy, self.live.get().map(|live| &**live)).map_err(|(kind, error)| Refusal::new(RefusalReason::Canary, format!("policy {source}: canary {kind} call failed: {error}")))?;
+        canary::check(&policy, self.live.get().map(|live| &**live))
+            .map_err(|(kind, error)| Refusal::new(RefusalReason::Canary, format!("policy {source}: canary {kind} call failed: {error}")))?;
         policy.report_to(self.call_metrics.clone());
         Ok(policy)
     }
 
     fn publish(&self, generation: Generation) {
-        let pulled: Vec<&str> = generation.policies.values().filter_map(|policy| policy.source.strip_prefix(crate::oci::SCHEME)?.rsplit_once('@').map(|(_, digest)| digest)).collect();
+        let pulled: Vec<&str> = generation
+            .policies
+            .values()
+            .filter_map(|policy| policy.source.strip_prefix(crate::oci::SCHEME)?.rsplit_once('@').map(|(_, digest)| digest))
+            .collect();
         self.remote.retain(&pulled);
         let versions = generation.policies.values().map(|policy| PolicyInfoLabels {
             policy: policy.name().to_string(),
@@ -706,4 +711,3 @@ impl PolicyRegistry {
         }
     }
 }
-

@@ -40,11 +40,7 @@ impl Plans {
 
 /// Why `policy` cannot serve `users` (the kinds it lacks), if it cannot.
 pub fn kinds_missing(policy: &LoadedPolicy, users: &[PolicyUser]) -> Option<String> {
-    let missing: Vec<String> = users
-        .iter()
-        .filter(|user| !policy.implements(user.kind()))
-        .map(|user| format!("{user} needs {}", user.kind()))
-        .collect();
+    let missing: Vec<String> = users.iter().filter(|user| !policy.implements(user.kind())).map(|user| format!("{user} needs {}", user.kind())).collect();
     if missing.is_empty() {
         return None;
     }

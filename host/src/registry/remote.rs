@@ -35,7 +35,11 @@ pub struct RemoteSources {
 impl RemoteSources {
     pub fn new(cache_directory: Option<PathBuf>) -> RemoteSources {
         let directory = cache_directory.map(|directory| directory.join("oci"));
-        let resolved = directory.as_ref().and_then(|directory| std::fs::read(directory.join("tags.json")).ok()).and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default();
+        let resolved = directory
+            .as_ref()
+            .and_then(|directory| std::fs::read(directory.join("tags.json")).ok())
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default();
         RemoteSources { directory, artifacts: Mutex::default(), resolved: Mutex::new(resolved), failing: Default::default() }
     }
 
@@ -106,7 +110,9 @@ impl RemoteSources {
         // Newest first: kept while they fit.
         unused.sort_by(|a, b| b.cmp(a));
         let mut kept_bytes = 0u64;
-        let size = |folder: &PathBuf| std::fs::read_dir(folder).map(|files| files.flatten().filter_map(|file| file.metadata().ok()).map(|metadata| metadata.len()).sum()).unwrap_or(0);
+        let size = |folder: &PathBuf| {
+            std::fs::read_dir(folder).map(|files| files.flatten().filter_map(|file| file.metadata().ok()).map(|metadata| metadata.len()).sum()).unwrap_or(0)
+        };
         for (index, (_, folder)) in unused.into_iter().enumerate() {
             kept_bytes += size(&folder);
             if index < MAX_STORED_UNUSED && kept_bytes <= MAX_STORED_UNUSED_BYTES {
@@ -166,7 +172,10 @@ impl RemoteSources {
         let Some(directory) = &self.directory else { return };
         let tags = serde_json::to_vec(&*self.lock_resolved()).expect("tags serialize");
         let temporary = directory.join("tags.json.partial");
-        if let Err(error) = std::fs::create_dir_all(directory).and_then(|()| std::fs::write(&temporary, tags)).and_then(|()| std::fs::rename(&temporary, directory.join("tags.json"))) {
+        if let Err(error) = std::fs::create_dir_all(directory)
+            .and_then(|()| std::fs::write(&temporary, tags))
+            .and_then(|()| std::fs::rename(&temporary, directory.join("tags.json")))
+        {
             tracing::warn!(%error, "the resolved tags could not be kept; a restart resolves them again");
         }
     }
@@ -189,7 +198,9 @@ fn pull(reference: &oci_client::Reference, options: &RegistryOptions) -> anyhow:
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                 runtime.block_on(async {
                     let client = RegistryClient::new(options, reference)?;
-                    tokio::time::timeout(PULL_TIMEOUT, client.fetch(reference)).await.map_err(|_| anyhow::anyhow!("pulling {}: no answer within {PULL_TIMEOUT:?}", reference.whole()))?
+                    tokio::time::timeout(PULL_TIMEOUT, client.fetch(reference))
+                        .await
+                        .map_err(|_| anyhow::anyhow!("pulling {}: no answer within {PULL_TIMEOUT:?}", reference.whole()))?
                 })
             })
             .join()

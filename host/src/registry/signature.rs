@@ -114,7 +114,10 @@ pub fn verify<'a>(keys: &[&'a PublicKey], component: &[u8], signature: Option<&[
     let names = || key_names(keys);
     let signature = signature.ok_or_else(|| format!("it is not signed (no {SIGNATURE_SUFFIX} file), and a signature by one of {} is required", names()))?;
     let signature = decode_signature(signature)?;
-    keys.iter().copied().find(|key| key.signed(component, &signature)).ok_or_else(|| format!("its signature is not by any of the keys {} (or the component was changed after signing)", names()))
+    keys.iter()
+        .copied()
+        .find(|key| key.signed(component, &signature))
+        .ok_or_else(|| format!("its signature is not by any of the keys {} (or the component was changed after signing)", names()))
 }
 
 /// cosign's encrypted private key: the JSON inside the PEM block (go-securesystemslib's `encrypted` format).
@@ -170,7 +173,9 @@ fn derive(password: &[u8], kdf: &Kdf) -> Result<crypto_secretbox::Key, String> {
     let log_n = n.checked_ilog2().filter(|log_n| n.is_power_of_two() && *log_n <= u32::from(MAX_SCRYPT_LOG_N));
     let log_n = log_n.ok_or_else(|| format!("scrypt's N = {n} is not a power of two up to 2^{MAX_SCRYPT_LOG_N}"))? as u8;
     if r == 0 || p == 0 || p > MAX_SCRYPT_P || 128 * u64::from(r) * n > MAX_SCRYPT_BYTES {
-        return Err(format!("scrypt's N = {n}, r = {r} and p = {p} ask more than a key file may (128 x r x N up to {MAX_SCRYPT_BYTES} bytes, p 1..={MAX_SCRYPT_P})"));
+        return Err(format!(
+            "scrypt's N = {n}, r = {r} and p = {p} ask more than a key file may (128 x r x N up to {MAX_SCRYPT_BYTES} bytes, p 1..={MAX_SCRYPT_P})"
+        ));
     }
     let params = scrypt::Params::new(log_n, r, p, 32).map_err(|error| format!("scrypt parameters: {error}"))?;
     let mut key = crypto_secretbox::Key::default();
@@ -192,7 +197,11 @@ impl SigningKey {
         }
         let encrypted: EncryptedKey = serde_json::from_slice(block.contents()).map_err(|error| format!("{name}: not cosign's encrypted key: {error}"))?;
         if encrypted.cipher.name != "nacl/secretbox" || encrypted.cipher.nonce.len() != 24 {
-            return Err(format!("{name}: its cipher is {:?} with a {}-byte nonce; cosign's keys use nacl/secretbox with 24", encrypted.cipher.name, encrypted.cipher.nonce.len()));
+            return Err(format!(
+                "{name}: its cipher is {:?} with a {}-byte nonce; cosign's keys use nacl/secretbox with 24",
+                encrypted.cipher.name,
+                encrypted.cipher.nonce.len()
+            ));
         }
         let key = derive(password, &encrypted.kdf).map_err(|error| format!("{name}: {error}"))?;
         let nonce = crypto_secretbox::Nonce::from_slice(&encrypted.cipher.nonce);
@@ -214,8 +223,10 @@ impl SigningKey {
     /// A new key, random.
     pub fn generate() -> Result<(SigningKey, Vec<u8>), String> {
         let random = ring::rand::SystemRandom::new();
-        let pkcs8 = algorithms::EcdsaKeyPair::generate_pkcs8(&algorithms::ECDSA_P256_SHA256_ASN1_SIGNING, &random).map_err(|error| format!("generating a key: {error}"))?;
-        let pair = algorithms::EcdsaKeyPair::from_pkcs8(&algorithms::ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &random).map_err(|error| error.to_string())?;
+        let pkcs8 = algorithms::EcdsaKeyPair::generate_pkcs8(&algorithms::ECDSA_P256_SHA256_ASN1_SIGNING, &random)
+            .map_err(|error| format!("generating a key: {error}"))?;
+        let pair =
+            algorithms::EcdsaKeyPair::from_pkcs8(&algorithms::ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &random).map_err(|error| error.to_string())?;
         Ok((SigningKey { pair }, pkcs8.as_ref().to_vec()))
     }
 
@@ -246,7 +257,9 @@ pub fn generate_key_pair(password: &[u8]) -> Result<(String, String), String> {
     random.fill(&mut salt).and_then(|()| random.fill(&mut nonce)).map_err(|_| "no randomness from the system".to_string())?;
     let kdf = Kdf { name: "scrypt".into(), params: ScryptParams { n: 1 << SCRYPT_LOG_N, r: 8, p: 1 }, salt };
     let secret = derive(password, &kdf)?;
-    let ciphertext = crypto_secretbox::XSalsa20Poly1305::new(&secret).encrypt(crypto_secretbox::Nonce::from_slice(&nonce), pkcs8.as_slice()).map_err(|_| "encrypting the key".to_string())?;
+    let ciphertext = crypto_secretbox::XSalsa20Poly1305::new(&secret)
+        .encrypt(crypto_secretbox::Nonce::from_slice(&nonce), pkcs8.as_slice())
+        .map_err(|_| "encrypting the key".to_string())?;
     let encrypted = EncryptedKey { kdf, cipher: Cipher { name: "nacl/secretbox".into(), nonce }, ciphertext };
     let private = pem::encode(&pem::Pem::new(PRIVATE_KEY_LABELS[0], serde_json::to_vec(&encrypted).map_err(|error| error.to_string())?));
     Ok((private, key.public_key_pem()))

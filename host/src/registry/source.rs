@@ -291,7 +291,9 @@ mod tests {
     #[test]
     fn bundles_add_their_components_and_a_loose_file_replaces_one() {
         let dir = tempfile::tempdir().unwrap();
-        let pack = |entries: &[(&str, &[u8])]| super::super::bundle::pack(&entries.iter().map(|(name, bytes)| (name.to_string(), bytes.to_vec())).collect::<Vec<_>>()).unwrap();
+        let pack = |entries: &[(&str, &[u8])]| {
+            super::super::bundle::pack(&entries.iter().map(|(name, bytes)| (name.to_string(), bytes.to_vec())).collect::<Vec<_>>()).unwrap()
+        };
         std::fs::write(dir.path().join("a.tar.zst"), pack(&[("a.wasm", b"bundled a"), ("b.wasm", b"bundled b")])).unwrap();
         std::fs::write(dir.path().join("z.tar.zst"), pack(&[("b.wasm", b"other b"), ("c.wasm", b"bundled c")])).unwrap();
         std::fs::write(dir.path().join("a.wasm"), b"loose a").unwrap();
@@ -302,13 +304,19 @@ mod tests {
         assert!(snapshot.policies["c"].path.ends_with("z.tar.zst:c.wasm"), "{:?}", snapshot.policies["c"].path);
         assert_eq!(snapshot.unreadable.len(), 2, "{:?}", snapshot.unreadable);
         assert!(snapshot.unreadable.iter().any(|error| error.contains("broken.tar.zst: not zstd")), "{:?}", snapshot.unreadable);
-        assert!(snapshot.unreadable.iter().any(|error| error.contains("z.tar.zst:b.wasm: b is also in") && error.contains("a.tar.zst:b.wasm, which is kept")), "{:?}", snapshot.unreadable);
+        assert!(
+            snapshot.unreadable.iter().any(|error| error.contains("z.tar.zst:b.wasm: b is also in") && error.contains("a.tar.zst:b.wasm, which is kept")),
+            "{:?}",
+            snapshot.unreadable
+        );
     }
 
     #[test]
     fn bundles_count_in_the_fingerprint_packed_so_a_refused_one_is_a_change_and_an_unchanged_one_is_not_unpacked() {
         let dir = tempfile::tempdir().unwrap();
-        let pack = |entries: &[(&str, &[u8])]| super::super::bundle::pack(&entries.iter().map(|(name, bytes)| (name.to_string(), bytes.to_vec())).collect::<Vec<_>>()).unwrap();
+        let pack = |entries: &[(&str, &[u8])]| {
+            super::super::bundle::pack(&entries.iter().map(|(name, bytes)| (name.to_string(), bytes.to_vec())).collect::<Vec<_>>()).unwrap()
+        };
         std::fs::write(dir.path().join("a.tar.zst"), pack(&[("a.wasm", b"bundled a")])).unwrap();
         let before = SourceSnapshot::read(dir.path(), None).fingerprint();
         let packed = SourceSnapshot::read_packed(dir.path(), None);
@@ -347,7 +355,8 @@ mod tests {
     #[test]
     fn a_signature_is_found_beside_its_component_or_in_its_bundle_and_the_loose_one_wins() {
         let dir = tempfile::tempdir().unwrap();
-        let entries = [("a.wasm", b"bundled a".as_slice()), ("a.wasm.sig", b"bundle's sig of a"), ("b.wasm", b"bundled b"), ("b.wasm.sig", b"bundle's sig of b")];
+        let entries =
+            [("a.wasm", b"bundled a".as_slice()), ("a.wasm.sig", b"bundle's sig of a"), ("b.wasm", b"bundled b"), ("b.wasm.sig", b"bundle's sig of b")];
         let bundle = super::super::bundle::pack(&entries.iter().map(|(name, bytes)| (name.to_string(), bytes.to_vec())).collect::<Vec<_>>()).unwrap();
         std::fs::write(dir.path().join("set.tar.zst"), bundle).unwrap();
         std::fs::write(dir.path().join("b.wasm.sig"), b"loose sig of b").unwrap();

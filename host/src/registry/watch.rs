@@ -72,7 +72,8 @@ impl Relevant {
         if text == "..data" {
             return true;
         }
-        let component = directory == self.policy_dir && !text.starts_with("..") && [".wasm", COMPRESSED_SUFFIX, BUNDLE_SUFFIX].iter().any(|suffix| text.ends_with(suffix));
+        let component =
+            directory == self.policy_dir && !text.starts_with("..") && [".wasm", COMPRESSED_SUFFIX, BUNDLE_SUFFIX].iter().any(|suffix| text.ends_with(suffix));
         component || self.config.as_ref().is_some_and(|(config_dir, file)| directory == config_dir && name == file)
     }
 }
@@ -113,9 +114,7 @@ impl PolicyWatcher {
         })
         .context("starting the policy file watcher")?;
         for directory in &directories {
-            watcher
-                .watch(directory, RecursiveMode::NonRecursive)
-                .with_context(|| format!("watching {}", directory.display()))?;
+            watcher.watch(directory, RecursiveMode::NonRecursive).with_context(|| format!("watching {}", directory.display()))?;
         }
         tracing::info!(?directories, debounce_ms = options.debounce.as_millis() as u64, rescan_s = options.rescan.as_secs(), "watching policies");
         let task = tokio::spawn(follow(registry, received, options, on_reload));
@@ -189,7 +188,14 @@ mod tests {
     fn only_the_data_swap_components_and_the_configuration_trigger_reloads() {
         let relevant = Relevant::new(PathBuf::from("/etc/wasp/policies"), Some(Path::new("/etc/wasp/config/config.yaml")));
         assert_eq!(relevant.directories(), [PathBuf::from("/etc/wasp/policies"), PathBuf::from("/etc/wasp/config")]);
-        for path in ["/etc/wasp/policies/..data", "/etc/wasp/policies/resources-fit.wasm", "/etc/wasp/policies/mine.wasm.zst", "/etc/wasp/policies/default.tar.zst", "/etc/wasp/config/config.yaml", "/etc/wasp/config/..data"] {
+        for path in [
+            "/etc/wasp/policies/..data",
+            "/etc/wasp/policies/resources-fit.wasm",
+            "/etc/wasp/policies/mine.wasm.zst",
+            "/etc/wasp/policies/default.tar.zst",
+            "/etc/wasp/config/config.yaml",
+            "/etc/wasp/config/..data",
+        ] {
             assert!(relevant.matches(Path::new(path)), "{path}");
         }
         for path in [

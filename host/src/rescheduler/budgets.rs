@@ -76,9 +76,7 @@ impl Budgets {
                 let spec = object.spec.as_ref();
                 let selector = spec.and_then(|spec| spec.selector.as_ref()).and_then(|selector| {
                     let owner = format!("PodDisruptionBudget {namespace}/{name}");
-                    crate::cluster::convert::label_selector(&owner, "spec.selector", selector)
-                        .map_err(|error| warnings.push(error.to_string()))
-                        .ok()
+                    crate::cluster::convert::label_selector(&owner, "spec.selector", selector).map_err(|error| warnings.push(error.to_string())).ok()
                 });
                 let status = object.status.clone().unwrap_or_default();
                 Budget {
@@ -100,9 +98,11 @@ impl Budgets {
         if pod.terminating || matches!(pod.phase, PodPhase::Pending | PodPhase::Succeeded | PodPhase::Failed) {
             return Verdict::Free;
         }
-        let mut selecting = self.budgets.iter().enumerate().filter(|(_, budget)| {
-            budget.namespace == pod.namespace && budget.selector.as_ref().is_some_and(|selector| selector.matches(&pod.labels))
-        });
+        let mut selecting = self
+            .budgets
+            .iter()
+            .enumerate()
+            .filter(|(_, budget)| budget.namespace == pod.namespace && budget.selector.as_ref().is_some_and(|selector| selector.matches(&pod.labels)));
         match (selecting.next(), selecting.next()) {
             (None, _) => Verdict::Free,
             (Some(_), Some(_)) => Verdict::Refused("more than one PodDisruptionBudget selects the pod; the Eviction API refuses such pods".into()),
@@ -168,7 +168,10 @@ mod tests {
             format!("status: {{disruptionsAllowed: {allowed}, currentHealthy: {current}, desiredHealthy: {desired}, expectedPods: 3, observedGeneration: 1}}")
         };
         let budget = |policy: &str, status: String| {
-            Budgets::from_objects(&[pdb(&format!("metadata: {{name: web, namespace: shop, generation: 1}}\nspec: {{minAvailable: 2, selector: {{matchLabels: {{app: web}}}}{policy}}}\n{status}"))]).0
+            Budgets::from_objects(&[pdb(&format!(
+                "metadata: {{name: web, namespace: shop, generation: 1}}\nspec: {{minAvailable: 2, selector: {{matchLabels: {{app: web}}}}{policy}}}\n{status}"
+            ))])
+            .0
         };
         let unready = pod("app: web", false);
         // Healthy budget: the unready pod goes without spending (the Ready one still may spend the one left).

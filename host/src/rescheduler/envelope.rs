@@ -136,7 +136,11 @@ mod tests {
             meta.consent = EvictionConsent::Allow;
             envelope.protection(&pod, &meta, NOW)
         };
-        assert_eq!(allowed("kube-system").as_deref(), Some("namespace kube-system is the cluster's own (protections.evictSystemNamespacePods)"), "an annotation does not waive it");
+        assert_eq!(
+            allowed("kube-system").as_deref(),
+            Some("namespace kube-system is the cluster's own (protections.evictSystemNamespacePods)"),
+            "an annotation does not waive it"
+        );
         assert_eq!(allowed("wasp-system").as_deref(), Some("namespace wasp-system is the host's own (protections.evictSystemNamespacePods)"));
         assert_eq!(allowed("shop"), None);
         let opted_out = Envelope::new(&Protections { evict_system_namespace_pods: true, ..Default::default() }, &["wasp-system"]);
@@ -151,7 +155,10 @@ mod tests {
         assert_eq!(envelope.protection(&owned, &meta, NOW), None, "a ReplicaSet's pod may move");
         let cases = [
             (with("", ""), "no controller would recreate it (bare pod)"),
-            (with("ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: d, uid: d, controller: true}]", ""), "DaemonSet pod (its replacement would land on the same node)"),
+            (
+                with("ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: d, uid: d, controller: true}]", ""),
+                "DaemonSet pod (its replacement would land on the same node)",
+            ),
             (with(&format!("{OWNER}, annotations: {{kubernetes.io/config.mirror: x}}"), ""), "static pod (mirror)"),
             (with(OWNER, "priority: 2000001000"), "system-critical priority 2000001000"),
             (with(OWNER, "volumes: [{name: v, emptyDir: {}}]"), "uses local storage (emptyDir or hostPath)"),
@@ -189,12 +196,21 @@ mod tests {
         assert!(envelope.protection(&typo, &meta, NOW).unwrap().contains("\"nevr\" is neither never nor allow"));
         let (bare_allowed, meta) = with("annotations: {wasp.dev/evict: allow}", "volumes: [{name: v, emptyDir: {}}]");
         assert_eq!(envelope.protection(&bare_allowed, &meta, NOW), None, "allow waives bare-pod and local-storage");
-        let (devices_allowed, meta) = with(&format!("{OWNER}, annotations: {{wasp.dev/evict: allow}}"), "resourceClaims: [{name: gpu, resourceClaimName: gpu-0}]");
+        let (devices_allowed, meta) =
+            with(&format!("{OWNER}, annotations: {{wasp.dev/evict: allow}}"), "resourceClaims: [{name: gpu, resourceClaimName: gpu-0}]");
         assert_eq!(envelope.protection(&devices_allowed, &meta, NOW), None, "the owner may say its devices will be found elsewhere");
-        let (daemon, meta) = with("annotations: {wasp.dev/evict: allow}, ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: d, uid: d, controller: true}]", "");
+        let (daemon, meta) =
+            with("annotations: {wasp.dev/evict: allow}, ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: d, uid: d, controller: true}]", "");
         assert!(envelope.protection(&daemon, &meta, NOW).is_some(), "a DaemonSet pod would come back on the same node");
-        let excluding = Envelope::new(&Protections { namespaces: crate::config::NamespaceFilter { include: vec![], exclude: vec!["shop".into()] }, ..Default::default() }, &[]);
-        assert_eq!(excluding.protection(&bare_allowed, &meta, NOW).as_deref(), Some("namespace shop is excluded"), "allow does not override the operator's selection");
+        let excluding = Envelope::new(
+            &Protections { namespaces: crate::config::NamespaceFilter { include: vec![], exclude: vec!["shop".into()] }, ..Default::default() },
+            &[],
+        );
+        assert_eq!(
+            excluding.protection(&bare_allowed, &meta, NOW).as_deref(),
+            Some("namespace shop is excluded"),
+            "allow does not override the operator's selection"
+        );
     }
 
     #[test]

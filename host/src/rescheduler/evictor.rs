@@ -3,9 +3,9 @@
 //! leave for a reason their owners can act on, and the workloads' evictions it must remember across restarts
 //! (a ConfigMap beside the Lease).
 
+use super::memory::{Conflict, Record};
 use super::plan::{PlanEntry, Skip};
 use crate::kube::{ApiClient, EventRecorder, ObjectRef};
-use super::memory::{Conflict, Record};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{EvictParams, ListParams, PostParams};
@@ -86,7 +86,10 @@ impl Evictor {
         let pods: Api<Pod> = Api::namespaced(self.api.client.clone(), &entry.namespace);
         let mut params = EvictParams::default();
         // Only this pod: a replacement of the same name (StatefulSet) is not ours to evict.
-        params.delete_options = Some(kube::api::DeleteParams { preconditions: Some(kube::api::Preconditions { uid: Some(entry.uid.clone()), resource_version: None }), ..Default::default() });
+        params.delete_options = Some(kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions { uid: Some(entry.uid.clone()), resource_version: None }),
+            ..Default::default()
+        });
         let _permit = self.api.permit().await;
         match pods.evict(&entry.name, &params).await {
             Ok(_) => Answer::Evicted,

@@ -79,7 +79,9 @@ impl Memory {
     /// thresholds that disagree evicts in a loop that only pacing slows). Said once per window and pair.
     pub fn undoing(&mut self, workload: &Workload, uid: &str, policy: &str, pacing: &Pacing, now: Instant) -> Option<Conflict> {
         let evicted = self.evictions.get(workload)?.iter().filter(|evicted| now.saturating_duration_since(evicted.at) < pacing.window);
-        let undone = evicted.filter(|evicted| !evicted.policy.is_empty() && &*evicted.policy != policy && !evicted.known.contains(uid)).max_by_key(|evicted| evicted.at)?;
+        let undone = evicted
+            .filter(|evicted| !evicted.policy.is_empty() && &*evicted.policy != policy && !evicted.known.contains(uid))
+            .max_by_key(|evicted| evicted.at)?;
         let key = (workload.clone(), undone.policy.clone(), policy.to_string());
         if self.conflicts_said.get(&key).is_some_and(|said| now.saturating_duration_since(*said) < pacing.window) {
             return None;
@@ -167,11 +169,7 @@ impl Memory {
     pub fn refused_recently(&self, uid: &str, now: Instant) -> Option<String> {
         let refused = self.refused.get(uid).filter(|refused| refused.until > now)?;
         // Stable between refusals, so the event users see is counted up, not repeated with a countdown.
-        Some(format!(
-            "a PodDisruptionBudget refused its eviction {} time(s); the next try waits {}",
-            refused.times,
-            humantime::format_duration(refused.wait)
-        ))
+        Some(format!("a PodDisruptionBudget refused its eviction {} time(s); the next try waits {}", refused.times, humantime::format_duration(refused.wait)))
     }
 
     /// Why the pod with `uid` backs off: its workload lost `maxEvictionsPerWorkload` pods within the window, and
@@ -183,7 +181,11 @@ impl Memory {
         let recent: Vec<&Evicted> = self.evictions.get(workload)?.iter().filter(|evicted| now.saturating_duration_since(evicted.at) < pacing.window).collect();
         let first = recent.iter().min_by_key(|evicted| evicted.at)?;
         (recent.len() as u32 >= pacing.max_evictions_per_workload && !first.known.contains(uid)).then(|| {
-            format!("{workload} lost {} pods within {} and this one replaced one of them; it backs off", recent.len(), humantime::format_duration(pacing.window))
+            format!(
+                "{workload} lost {} pods within {} and this one replaced one of them; it backs off",
+                recent.len(),
+                humantime::format_duration(pacing.window)
+            )
         })
     }
 
@@ -257,7 +259,10 @@ mod tests {
         assert_eq!(memory.backing_off(&workload(), "d", &pacing, start), None);
         memory.record_eviction(Some(&workload()), known(&["b", "c", "d"]), "taints", start + Duration::from_secs(60));
         let later = start + Duration::from_secs(61);
-        assert_eq!(memory.backing_off(&workload(), "d", &pacing, later).unwrap(), "ReplicaSet shop/web lost 2 pods within 1h and this one replaced one of them; it backs off");
+        assert_eq!(
+            memory.backing_off(&workload(), "d", &pacing, later).unwrap(),
+            "ReplicaSet shop/web lost 2 pods within 1h and this one replaced one of them; it backs off"
+        );
         assert_eq!(memory.backing_off(&workload(), "c", &pacing, later), None, "an original pod may still go: a drain finishes");
         assert_eq!(memory.backing_off(&workload(), "d", &pacing, start + Duration::from_secs(3601)), None, "the first left the window");
         memory.prune(&pacing, start + Duration::from_secs(3700));
@@ -266,7 +271,8 @@ mod tests {
 
     #[test]
     fn a_restart_restores_the_workloads_evictions_from_the_record() {
-        let pacing = Pacing { max_evictions_per_workload: 1, window: Duration::from_secs(3600), replacement_timeout: Duration::from_secs(600), ..Pacing::default() };
+        let pacing =
+            Pacing { max_evictions_per_workload: 1, window: Duration::from_secs(3600), replacement_timeout: Duration::from_secs(600), ..Pacing::default() };
         let mut before = Memory::default();
         let start = Instant::now();
         before.record_eviction(Some(&workload()), known(&["a", "b"]), "taints", start);

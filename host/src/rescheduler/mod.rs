@@ -37,11 +37,11 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio_util::sync::CancellationToken;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 // tokio's clock: pacing and backoff follow simulated time under `wasp simulate` (see `crate::clock`).
-use tokio::time::Instant;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
 
 /// A burst of changes (a node drained label by label) makes one run: wait this long after the first.
 const SETTLE: Duration = Duration::from_secs(1);
@@ -168,7 +168,8 @@ impl Rescheduler {
             }
             Err(error) => error,
         };
-        let kept = last_budgets().as_ref().filter(|(listed, _)| listed.elapsed() < BUDGETS_KEPT_FOR).map(|(listed, objects)| (listed.elapsed(), objects.clone()));
+        let kept =
+            last_budgets().as_ref().filter(|(listed, _)| listed.elapsed() < BUDGETS_KEPT_FOR).map(|(listed, objects)| (listed.elapsed(), objects.clone()));
         match kept {
             Some((age, objects)) => {
                 let (planned, mut warnings) = budgets::Budgets::from_objects(&objects);
@@ -254,8 +255,18 @@ impl Rescheduler {
         let context = EvictContext { now: wall_seconds(), pending, failed };
         // The host's own: where it runs (its POD_NAMESPACE) and where its Lease is (the install's namespace, also
         // for `wasp reschedule` run from outside).
-        let host_namespaces: Vec<&str> = self.host_namespace.iter().map(String::as_str).chain([generation.config.leader_election.lease_namespace.as_str()]).collect();
-        let inputs = plan::Inputs { section, plans: &generation.plans, memory: &memory, budgets, now: Instant::now(), wall: context.now, volumes: &self.cluster.volumes, host_namespaces: &host_namespaces };
+        let host_namespaces: Vec<&str> =
+            self.host_namespace.iter().map(String::as_str).chain([generation.config.leader_election.lease_namespace.as_str()]).collect();
+        let inputs = plan::Inputs {
+            section,
+            plans: &generation.plans,
+            memory: &memory,
+            budgets,
+            now: Instant::now(),
+            wall: context.now,
+            volumes: &self.cluster.volumes,
+            host_namespaces: &host_namespaces,
+        };
         let mut plan = crate::runtime::off_async_worker(|| {
             let proposals = plan::propose(&policies, &generation.plans, self.cluster.read(), context, section.keep_strategies_warm);
             let plan = plan::plan(inputs, proposals);
@@ -451,7 +462,9 @@ impl Rescheduler {
             }
             let interval = match (self.run_kind(RunKind::Periodic, false, &stop).await, configured) {
                 // Pods held back only until a replacement is Ready: look again soon, not a whole interval later.
-                (Some(plan), Some(interval)) if plan.entries.iter().any(|entry| matches!(&entry.decision, Decision::Skip(skip) if skip.waits_for_replacement())) => {
+                (Some(plan), Some(interval))
+                    if plan.entries.iter().any(|entry| matches!(&entry.decision, Decision::Skip(skip) if skip.waits_for_replacement())) =>
+                {
                     interval.min(MIN_GAP)
                 }
                 (_, Some(interval)) => interval,

@@ -11,18 +11,18 @@ use super::budgets::Budgets;
 use super::envelope::Envelope;
 use super::memory::{Memory, Workload};
 use crate::cluster::{ClusterState, PodMeta};
+use crate::config::ReschedulerSection;
 use crate::contract::types::{ContainerState, Eviction, NodeId, Placement, Pod};
 use crate::contract::EvictContext;
 use crate::explain::{CheckStep, EvictionRecord};
 use crate::policy::{LoadedPolicy, Prepared};
-use crate::runtime::CallError;
-use rayon::prelude::*;
-use std::ops::Deref;
-use crate::registry::ProfilePolicies;
-use crate::config::ReschedulerSection;
 use crate::registry::Plans;
+use crate::registry::ProfilePolicies;
+use crate::runtime::CallError;
 use crate::scheduler::cycle::{best_index, best_node, feasible_nodes, fits_on, score_totals, unschedulable_message};
+use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 // tokio's clock: pacing and backoff follow simulated time under `wasp simulate` (see `crate::clock`).
@@ -106,10 +106,15 @@ impl Skip {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     /// Evict; the fit check places the pod on `target`.
-    Evict { target: String },
+    Evict {
+        target: String,
+    },
     /// Evict to make room on `node` for the pending pod `beneficiary` (`namespace/name`), then nominate the node
     /// for it.
-    Preempt { beneficiary: String, node: String },
+    Preempt {
+        beneficiary: String,
+        node: String,
+    },
     /// Clear away a failed pod: it holds nothing and goes nowhere (its controller replaced it already).
     Clear,
     Skip(Skip),
@@ -122,7 +127,9 @@ pub enum Outcome {
     /// Dry run: nothing was sent.
     NotSent,
     /// 429 from the Eviction API: a PodDisruptionBudget refused it; retried after `retry`.
-    RefusedByBudget { retry: Duration },
+    RefusedByBudget {
+        retry: Duration,
+    },
     /// The pod was already gone.
     Gone,
     Failed(String),
@@ -220,7 +227,9 @@ impl PlanEntry {
             (None, _) => Some("not sent: the host was stopping".to_string()),
             (Some(Outcome::Evicted), _) => Some("evicted".to_string()),
             (Some(Outcome::NotSent), _) => Some("dry run: nothing sent".to_string()),
-            (Some(Outcome::RefusedByBudget { retry }), _) => Some(format!("refused by a PodDisruptionBudget; tried again in {}", humantime::format_duration(*retry))),
+            (Some(Outcome::RefusedByBudget { retry }), _) => {
+                Some(format!("refused by a PodDisruptionBudget; tried again in {}", humantime::format_duration(*retry)))
+            }
             (Some(Outcome::Gone), _) => Some("already gone".to_string()),
             (Some(Outcome::Failed(error)), _) => Some(format!("failed: {error}")),
         };
@@ -760,7 +769,9 @@ impl Checker<'_> {
                 let fits = whatif.node_id(node).filter(|_| *node != entry.node).map(|id| fits_on(&profile, whatif, &pod, id));
                 match fits {
                     Some(Ok(())) => Ok(node.clone()),
-                    Some(Err(rejections)) => Err(format!("the policy's required node {node} does not fit it: {}", unschedulable_message(1, &rejections.reasons))),
+                    Some(Err(rejections)) => {
+                        Err(format!("the policy's required node {node} does not fit it: {}", unschedulable_message(1, &rejections.reasons)))
+                    }
                     None => Err(format!("the policy's required node {node} is its own node or gone")),
                 }
             }
@@ -847,9 +858,8 @@ impl Checker<'_> {
             };
             let (pod, meta) = (pod.clone(), meta.clone());
             let held = self.held(victim, &pod, &meta, false).or_else(|| {
-                (pod.priority >= beneficiary.priority).then(|| {
-                    Skip::Preemption(format!("its priority {} is not below the priority {} of {who}", pod.priority, beneficiary.priority))
-                })
+                (pod.priority >= beneficiary.priority)
+                    .then(|| Skip::Preemption(format!("its priority {} is not below the priority {} of {who}", pod.priority, beneficiary.priority)))
             });
             if let Some(skip) = held {
                 refusal = Some((victim.key(), skip));
@@ -946,12 +956,23 @@ mod tests {
     fn an_eviction_record_names_the_check_that_decided_and_what_the_eviction_api_said() {
         let evicted = entry(Decision::Evict { target: "b".into() }, Some(Outcome::Evicted)).record("t");
         assert!(evicted.checks.iter().all(|step| step.verdict == "passed"));
-        assert_eq!((evicted.target.as_deref(), evicted.outcome.as_deref(), evicted.workload.as_deref()), (Some("b"), Some("evicted"), Some("ReplicaSet shop/web")));
+        assert_eq!(
+            (evicted.target.as_deref(), evicted.outcome.as_deref(), evicted.workload.as_deref()),
+            (Some("b"), Some("evicted"), Some("ReplicaSet shop/web"))
+        );
 
         let budget = entry(Decision::Skip(Skip::Budget("PodDisruptionBudget web allows no disruption".into())), None).record("t");
         assert_eq!(
             verdicts(&budget),
-            [("protection", "passed"), ("disruption budget", "refused"), ("backoff", "not reached"), ("pacing", "not reached"), ("limits", "not reached"), ("fit elsewhere", "not reached"), ("settles", "not reached")]
+            [
+                ("protection", "passed"),
+                ("disruption budget", "refused"),
+                ("backoff", "not reached"),
+                ("pacing", "not reached"),
+                ("limits", "not reached"),
+                ("fit elsewhere", "not reached"),
+                ("settles", "not reached")
+            ]
         );
         assert_eq!(budget.checks[1].detail.as_deref(), Some("PodDisruptionBudget web allows no disruption"));
         assert_eq!((budget.decision.as_str(), budget.outcome.as_deref()), ("skip", None));

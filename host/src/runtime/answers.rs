@@ -142,7 +142,6 @@ pub fn validate_scores(scores: &[u32], candidates: usize) -> Result<(), CallErro
     Ok(())
 }
 
-
 pub fn validate_scale_decision(decision: &ScaleDecision, metrics: usize) -> Result<(), CallError> {
     if decision.proposals.len() > metrics {
         let message = format!("{} metric proposals for {metrics} metrics", decision.proposals.len());

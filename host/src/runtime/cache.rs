@@ -12,13 +12,13 @@
 //! A component whose compile went past the limits ([`super::compiler`]) is remembered by digest, in memory and
 //! beside the artifacts, and refused at once from then on: a rescan or a restart does not pay for it again.
 
+use super::compiler::{CompileError, Compiler};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use wasmtime::component::Component;
-use super::compiler::{CompileError, Compiler};
 use wasmtime::{Config, Engine};
 
 /// Artifacts kept on disk: enough for every policy of a large set plus recent versions. A reload storm of new
@@ -66,13 +66,7 @@ impl ArtifactCache {
 
     /// The component of `digest`: from memory, from disk, or compiled with an engine of `config` (the serving
     /// `engine`'s own configuration).
-    pub fn get_or_compile(
-        &self,
-        engine: &Engine,
-        config: &Config,
-        digest: &str,
-        wasm: &[u8],
-    ) -> wasmtime::Result<(Component, CacheOutcome)> {
+    pub fn get_or_compile(&self, engine: &Engine, config: &Config, digest: &str, wasm: &[u8]) -> wasmtime::Result<(Component, CacheOutcome)> {
         if let Some((component, users)) = self.lock().get_mut(digest) {
             *users += 1;
             return Ok((component.clone(), CacheOutcome::Memory));
@@ -98,13 +92,7 @@ impl ArtifactCache {
         self.in_memory.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn load_from_disk_or_compile(
-        &self,
-        engine: &Engine,
-        config: &Config,
-        digest: &str,
-        wasm: &[u8],
-    ) -> wasmtime::Result<(Component, CacheOutcome)> {
+    fn load_from_disk_or_compile(&self, engine: &Engine, config: &Config, digest: &str, wasm: &[u8]) -> wasmtime::Result<(Component, CacheOutcome)> {
         let Some(directory) = &self.directory else {
             let artifact = self.compile(config, digest, wasm)?;
             // SAFETY: the bytes were produced just now by an engine of the same configuration.
@@ -169,7 +157,9 @@ impl ArtifactCache {
         tracing::warn!(digest = &digest[..digest.len().min(12)], reason, "a component went past the compile limits; refused from now on");
         self.refused.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(digest.to_string(), reason.to_string());
         let (Some(directory), Some(path)) = (&self.directory, self.refusal_path(digest)) else { return };
-        let on_disk = std::fs::read_dir(directory).map(|entries| entries.flatten().filter(|entry| entry.file_name().to_string_lossy().ends_with(".refused")).count()).unwrap_or(0);
+        let on_disk = std::fs::read_dir(directory)
+            .map(|entries| entries.flatten().filter(|entry| entry.file_name().to_string_lossy().ends_with(".refused")).count())
+            .unwrap_or(0);
         if on_disk < MAX_DISK_REFUSALS {
             if let Err(error) = write_atomically(&path, reason.as_bytes()) {
                 tracing::warn!(path = %path.display(), %error, "could not remember the refusal");
@@ -233,7 +223,8 @@ mod tests {
         }
         std::fs::write(directory.path().join("notes.txt"), b"left alone").unwrap();
         prune(directory.path(), &["aaa".to_string()], 2, u64::MAX).unwrap();
-        let mut left: Vec<String> = std::fs::read_dir(directory.path()).unwrap().map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut left: Vec<String> =
+            std::fs::read_dir(directory.path()).unwrap().map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned()).collect();
         left.sort();
         assert_eq!(left, ["aaa-compat.cwasm", "ddd-compat.cwasm", "notes.txt"], "the oldest in use stays, the next oldest go");
         prune(directory.path(), &[], 10, 150).unwrap();

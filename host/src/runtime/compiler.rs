@@ -123,7 +123,12 @@ fn compile_in_child(program: &Path, limits: CompileLimits, wasm: &[u8]) -> Resul
         match child.try_wait() {
             Ok(Some(status)) => break Ok(status),
             Ok(None) if started.elapsed() <= wall => std::thread::sleep(Duration::from_millis(5)),
-            Ok(None) => break Err(CompileError::Unavailable(format!("compiling took longer than {} of wall time (a busy machine?): not this time", humantime::format_duration(wall)))),
+            Ok(None) => {
+                break Err(CompileError::Unavailable(format!(
+                    "compiling took longer than {} of wall time (a busy machine?): not this time",
+                    humantime::format_duration(wall)
+                )))
+            }
             Err(error) => break Err(CompileError::Unavailable(format!("waiting for the compiler: {error}"))),
         }
     };
@@ -165,7 +170,11 @@ fn compile_in_child(program: &Path, limits: CompileLimits, wasm: &[u8]) -> Resul
 }
 
 fn said(stderr: &str) -> String {
-    if stderr.is_empty() { String::new() } else { format!(": {stderr}") }
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!(": {stderr}")
+    }
 }
 
 /// How the child says the component itself is at fault, as opposed to its own failure.

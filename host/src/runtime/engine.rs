@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::component::{Component, Linker, Resource};
-use wasmtime_wasi::p2::DynPollable;
 use wasmtime::{Config, Engine};
+use wasmtime_wasi::p2::DynPollable;
 
 /// Granularity of call deadlines. Epoch interruption costs ~10% of guest speed whatever the tick; the tick only
 /// bounds how late a runaway call is stopped.
@@ -38,8 +38,7 @@ impl Runtime {
         let config = engine_config();
         let engine = Engine::new(&config).map_err(|error| anyhow::anyhow!("creating the wasm engine: {error}"))?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|error| anyhow::anyhow!("linking WASI: {error}"))?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|error| anyhow::anyhow!("linking WASI: {error}"))?;
         refuse_waiting(&mut linker).map_err(|error| anyhow::anyhow!("linking WASI: {error}"))?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone())?;

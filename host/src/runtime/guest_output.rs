@@ -32,14 +32,7 @@ struct LineSink {
 impl GuestOutput {
     pub fn new(policy: Arc<str>, stream: &'static str) -> Self {
         GuestOutput {
-            sink: Arc::new(Mutex::new(LineSink {
-                policy,
-                stream,
-                partial: Vec::new(),
-                tokens: BURST_LINES,
-                refilled_at: Instant::now(),
-                suppressed: 0,
-            })),
+            sink: Arc::new(Mutex::new(LineSink { policy, stream, partial: Vec::new(), tokens: BURST_LINES, refilled_at: Instant::now(), suppressed: 0 })),
         }
     }
 

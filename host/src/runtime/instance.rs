@@ -2,16 +2,16 @@
 //! capabilities. A call that traps, runs out of time or out of memory poisons the instance: its state is suspect,
 //! so it is thrown away and the caller builds a fresh one.
 
-use prometheus_client::metrics::gauge::Gauge;
-use crate::contract::types::{self, ClusterDelta, Descriptor, Eviction, FilterResult, Pod, PodPlace, ScaleDecision, ScaleRequest};
-use crate::contract::{encode_deltas, EvictContext, PolicyComponent, PolicyComponentPre};
+use super::answers::{
+    answer_bytes, check_label_keys, check_texts, guest_error, truncate, validate_filter_result, validate_scale_decision, validate_scores,
+    MAX_PROPOSAL_TEXT_BYTES, MAX_REASON_BYTES,
+};
 use super::guest_memory::GuestMemory;
 use super::guest_output::GuestOutput;
-use super::answers::{
-    answer_bytes, check_label_keys, check_texts, guest_error, truncate, validate_filter_result, validate_scale_decision, validate_scores, MAX_PROPOSAL_TEXT_BYTES,
-    MAX_REASON_BYTES,
-};
 use super::{Limits, Runtime};
+use crate::contract::types::{self, ClusterDelta, Descriptor, Eviction, FilterResult, Pod, PodPlace, ScaleDecision, ScaleRequest};
+use crate::contract::{encode_deltas, EvictContext, PolicyComponent, PolicyComponentPre};
+use prometheus_client::metrics::gauge::Gauge;
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, Trap};
@@ -93,7 +93,9 @@ impl MemoryBudget {
         if !self.host.take(bytes) {
             let budget = self.host.budget().unwrap_or(usize::MAX);
             self.exhausted = Some(Exhausted::Host(budget));
-            return Err(wasmtime::Error::msg(format!("out of memory: growing by {bytes} bytes would pass the host's budget of {budget} bytes for all policies")));
+            return Err(wasmtime::Error::msg(format!(
+                "out of memory: growing by {bytes} bytes would pass the host's budget of {budget} bytes for all policies"
+            )));
         }
         self.used = total;
         self.in_use.inc_by(bytes as i64);
@@ -206,12 +208,10 @@ impl PolicyInstance {
         let mut store = Store::new(runtime.engine(), InstanceState { wasi, table: ResourceTable::new(), budget });
         store.limiter(|state| &mut state.budget);
         store.set_epoch_deadline(Runtime::deadline_ticks(limits.deadline_of("instantiate")));
-        let bindings = pre
-            .instantiate(&mut store)
-            .map_err(|error| match classify("instantiate", &limits, store.data().budget.exhausted, error) {
-                CallError::Trap { message, .. } => CallError::Instantiate(message),
-                other => other,
-            })?;
+        let bindings = pre.instantiate(&mut store).map_err(|error| match classify("instantiate", &limits, store.data().budget.exhausted, error) {
+            CallError::Trap { message, .. } => CallError::Instantiate(message),
+            other => other,
+        })?;
         Ok(PolicyInstance { store, bindings, limits, poisoned: false, subject: None })
     }
 
@@ -309,14 +309,16 @@ impl PolicyInstance {
             self.apply(chunk)?;
         }
         let call = types::EvictContext { now: context.now };
-        let evictions = self.call("propose", answer_bytes::propose(pods), |bindings, store| bindings.wasp_policy_evict().call_propose(store, call))?
+        let evictions = self
+            .call("propose", answer_bytes::propose(pods), |bindings, store| bindings.wasp_policy_evict().call_propose(store, call))?
             .map_err(guest_error)?;
         check_texts("propose", MAX_PROPOSAL_TEXT_BYTES, evictions.iter().map(|eviction| eviction.reason.as_str()))?;
         Ok(evictions)
     }
 
     pub fn recommend(&mut self, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
-        let decision = self.call("recommend", answer_bytes::recommend(request.metrics.len()), |bindings, store| bindings.wasp_policy_scale().call_recommend(store, request))?
+        let decision = self
+            .call("recommend", answer_bytes::recommend(request.metrics.len()), |bindings, store| bindings.wasp_policy_scale().call_recommend(store, request))?
             .map_err(guest_error)?;
         validate_scale_decision(&decision, request.metrics.len())?;
         Ok(decision)
@@ -353,11 +355,9 @@ mod tests {
         let module = wasmtime::Module::new(&engine, wat::parse_str(wat).unwrap()).unwrap();
         let mut store = Store::new(&engine, MemoryBudget::new(limit, host.clone(), Gauge::default()));
         store.limiter(|budget| budget);
-        let result = wasmtime::Instance::new(&mut store, &module, &[]).and_then(|instance| {
-            match instance.get_func(&mut store, "grow") {
-                Some(grow) => grow.call(&mut store, &[], &mut []),
-                None => Ok(()),
-            }
+        let result = wasmtime::Instance::new(&mut store, &module, &[]).and_then(|instance| match instance.get_func(&mut store, "grow") {
+            Some(grow) => grow.call(&mut store, &[], &mut []),
+            None => Ok(()),
         });
         (result, store.data().exhausted)
     }

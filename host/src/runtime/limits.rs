@@ -29,24 +29,13 @@ impl Limits {
 
     /// Every operation with the same deadline.
     pub fn uniform(deadline: Duration, memory_bytes: usize) -> Limits {
-        Limits {
-            deadline,
-            filter_deadline: deadline,
-            score_deadline: deadline,
-            evict_deadline: deadline,
-            scale_deadline: deadline,
-            memory_bytes,
-        }
+        Limits { deadline, filter_deadline: deadline, score_deadline: deadline, evict_deadline: deadline, scale_deadline: deadline, memory_bytes }
     }
 }
 
 impl Default for Limits {
     fn default() -> Self {
         let per_pod = Duration::from_millis(500);
-        Limits {
-            evict_deadline: Duration::from_secs(5),
-            scale_deadline: Duration::from_secs(1),
-            ..Limits::uniform(per_pod, 128 << 20)
-        }
+        Limits { evict_deadline: Duration::from_secs(5), scale_deadline: Duration::from_secs(1), ..Limits::uniform(per_pod, 128 << 20) }
     }
 }

@@ -27,7 +27,9 @@ pub fn off_async_worker<R: Send>(work: impl FnOnce() -> R + Send) -> R {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
         Ok(_) => {
             let now = tokio::time::Instant::now();
-            std::thread::scope(|scope| scope.spawn(move || crate::clock::standing_at(now, work)).join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            std::thread::scope(|scope| {
+                scope.spawn(move || crate::clock::standing_at(now, work)).join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
         }
         Err(_) => work(),
     }

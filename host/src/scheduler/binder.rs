@@ -4,12 +4,12 @@
 
 use crate::cluster::{ScheduledCondition, SharedCluster};
 use crate::contract::types::Pod;
-use std::sync::Arc;
 use crate::kube::{ApiClient, EventRecorder, ObjectRef};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod as KubePod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
+use std::sync::Arc;
 
 pub struct Binder {
     api: ApiClient,

@@ -2,20 +2,27 @@
 //! rotating start index until enough feasible nodes are found, weighted normalized scores, random tie-break,
 //! and the `0/N nodes are available: ...` message when nothing fits. Pure logic over a [`ClusterState`].
 
+use super::queue::HelpedBy;
 use crate::cluster::{ClusterState, Nomination};
 use crate::contract::types::{FilterResult, NodeId, Placement, Pod, ViewScope};
 use crate::explain::{ScoredNode, TOP_NODES};
 use crate::policy::SchedulingPolicy;
 use crate::registry::ProfilePolicies;
-use super::queue::HelpedBy;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
-    Bind { node: String, feasible: usize, evaluated: usize },
+    Bind {
+        node: String,
+        feasible: usize,
+        evaluated: usize,
+    },
     /// `helped_by`: which changes may let it fit (see [`Rejections::helped_by`]).
-    Unschedulable { message: String, helped_by: HelpedBy },
+    Unschedulable {
+        message: String,
+        helped_by: HelpedBy,
+    },
 }
 
 /// Why nodes were rejected: how many nodes each reason rejected, and whether a policy that sees other pods
@@ -177,13 +184,7 @@ pub fn threads_for(policy: &dyn SchedulingPolicy) -> usize {
 /// Only runs of policies that see nodes alone are split. A policy that sees pods is called once over all the
 /// candidates: a second thread would take a second instance, which holds its own copy of the pods it keeps
 /// (tens of MiB at 50k pods), and would redo the pod's own work (its domain counts) for its half of the nodes.
-fn filter_in_parallel(
-    profile: &ProfilePolicies,
-    cluster: &ClusterState,
-    pod: &Pod,
-    candidates: &[NodeId],
-    rejections: &mut Rejections,
-) -> Vec<NodeId> {
+fn filter_in_parallel(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, candidates: &[NodeId], rejections: &mut Rejections) -> Vec<NodeId> {
     let split = |policy: &Arc<dyn SchedulingPolicy>| threads_for(policy.as_ref()) > 1;
     let mut candidates = candidates.to_vec();
     for segment in profile.filters.chunk_by(|first, next| split(first) && split(next)) {
@@ -273,8 +274,7 @@ fn filter_chain(
 /// rescheduler's "would it land elsewhere?"), with why the others cannot. Unlike [`schedule`], the search
 /// does not stop at `numFeasibleNodesToFind`.
 pub fn feasible_nodes(profile: &ProfilePolicies, cluster: &ClusterState, pod: &Pod, excluded: &[&str]) -> (Vec<NodeId>, Rejections) {
-    let candidates: Vec<NodeId> =
-        cluster.node_ids().into_iter().filter(|id| cluster.node_name(*id).is_none_or(|name| !excluded.contains(&name))).collect();
+    let candidates: Vec<NodeId> = cluster.node_ids().into_iter().filter(|id| cluster.node_name(*id).is_none_or(|name| !excluded.contains(&name))).collect();
     let mut rejections = Rejections::default();
     let feasible = filter_in_parallel(profile, cluster, pod, &candidates, &mut rejections);
     (feasible, rejections)
@@ -352,7 +352,10 @@ pub fn schedule(
                         unschedulable_message(1, &rejections.reasons).trim_end_matches('.')
                     );
                     let helped_by = rejections.helped_by();
-                    (Decision::Unschedulable { message, helped_by }, Trace { nodes: nodes.len(), evaluated: 1, filters: rejections.by_policy, ..Trace::default() })
+                    (
+                        Decision::Unschedulable { message, helped_by },
+                        Trace { nodes: nodes.len(), evaluated: 1, filters: rejections.by_policy, ..Trace::default() },
+                    )
                 }
             };
         }
@@ -461,11 +464,8 @@ fn top_nodes(cluster: &ClusterState, feasible: &[NodeId], scores: &Scores, chose
 /// Why `pod` may not take node `id`: the room there is kept for pending pods nominated to it with at least its
 /// priority (their requests and pod slots counted as taken). kube-scheduler's resource reasons.
 fn room_held_for_others(cluster: &ClusterState, pod: &Pod, id: NodeId, nominations: &HashMap<String, Vec<Nomination>>) -> Option<String> {
-    let held: Vec<&Nomination> = nominations
-        .get(cluster.node_name(id)?)?
-        .iter()
-        .filter(|nomination| nomination.uid != pod.uid && nomination.priority >= pod.priority)
-        .collect();
+    let held: Vec<&Nomination> =
+        nominations.get(cluster.node_name(id)?)?.iter().filter(|nomination| nomination.uid != pod.uid && nomination.priority >= pod.priority).collect();
     if held.is_empty() {
         return None;
     }
@@ -479,11 +479,15 @@ fn room_held_for_others(cluster: &ClusterState, pod: &Pod, id: NodeId, nominatio
     }
     wanted.add(&crate::cluster::pod_requests(pod).0);
     let allocatable = crate::cluster::to_vector(&node.allocatable);
-    let short = [("cpu", wanted.cpu_millis, allocatable.cpu_millis), ("memory", wanted.memory_bytes, allocatable.memory_bytes), ("ephemeral-storage", wanted.ephemeral_storage_bytes, allocatable.ephemeral_storage_bytes)]
-        .into_iter()
-        .find(|(_, wanted, available)| wanted > available)
-        .map(|(name, _, _)| name.to_string())
-        .or_else(|| wanted.scalar.iter().find(|(name, amount)| **amount > allocatable.get(name)).map(|(name, _)| name.clone()))?;
+    let short = [
+        ("cpu", wanted.cpu_millis, allocatable.cpu_millis),
+        ("memory", wanted.memory_bytes, allocatable.memory_bytes),
+        ("ephemeral-storage", wanted.ephemeral_storage_bytes, allocatable.ephemeral_storage_bytes),
+    ]
+    .into_iter()
+    .find(|(_, wanted, available)| wanted > available)
+    .map(|(name, _, _)| name.to_string())
+    .or_else(|| wanted.scalar.iter().find(|(name, amount)| **amount > allocatable.get(name)).map(|(name, _)| name.clone()))?;
     Some(format!("Insufficient {short}"))
 }
 
@@ -582,11 +586,7 @@ mod tests {
         let odd = filter(ViewScope::Nodes, "even", |number| number % 2 == 0);
         let sees_pods = filter(ViewScope::NodesAndPods, "three", |number| number % 3 == 0);
         let fives = filter(ViewScope::Nodes, "five", |number| number % 5 == 0);
-        let profile = ProfilePolicies {
-            scheduler_name: "test".into(),
-            filters: vec![odd.clone(), sees_pods.clone(), fives.clone()],
-            scores: vec![],
-        };
+        let profile = ProfilePolicies { scheduler_name: "test".into(), filters: vec![odd.clone(), sees_pods.clone(), fives.clone()], scores: vec![] };
         let (feasible, rejections) = feasible_nodes(&profile, &cluster, &pod("p", 0, "1"), &[]);
 
         assert_eq!(*sees_pods.calls.lock().unwrap(), vec![300], "one call over the odd nodes");
@@ -651,7 +651,8 @@ mod tests {
         cluster.upsert_pod(pod("running", 0, "1"), "n");
         let id = cluster.node_id("n").unwrap();
         let vip = pod("vip", 100, "2500m");
-        let nominations = HashMap::from([("n".to_string(), vec![Nomination { uid: "vip".into(), priority: 100, requests: crate::cluster::pod_requests(&vip).0 }])]);
+        let nominations =
+            HashMap::from([("n".to_string(), vec![Nomination { uid: "vip".into(), priority: 100, requests: crate::cluster::pod_requests(&vip).0 }])]);
         // 1 + 2.5 held + 1 > 4 CPUs.
         assert_eq!(room_held_for_others(&cluster, &pod("replacement", 0, "1"), id, &nominations).as_deref(), Some("Insufficient cpu"));
         assert_eq!(room_held_for_others(&cluster, &pod("equal", 100, "1"), id, &nominations).as_deref(), Some("Insufficient cpu"));
@@ -695,7 +696,8 @@ mod tests {
         let tallies: Vec<(&str, usize, usize)> = trace.filters.iter().map(|tally| (tally.policy.as_str(), tally.evaluated, tally.rejected)).collect();
         assert_eq!(tallies, [("odd", 10, 5), ("big", 5, 1)], "the second filter sees what the first let through");
         assert_eq!(trace.filters[1].reasons, BTreeMap::from([("big".to_string(), 1)]));
-        let top: Vec<(&str, &[u32], u64, bool)> = trace.top_nodes.iter().map(|node| (node.node.as_str(), node.scores.as_slice(), node.total, node.chosen)).collect();
+        let top: Vec<(&str, &[u32], u64, bool)> =
+            trace.top_nodes.iter().map(|node| (node.node.as_str(), node.scores.as_slice(), node.total, node.chosen)).collect();
         assert_eq!(top, [("n6", &[6][..], 12, true), ("n4", &[4][..], 8, false), ("n2", &[2][..], 4, false)]);
         assert_eq!(trace.chosen_by.as_deref(), Some("the highest score of 4 feasible nodes"));
         assert_eq!((trace.nodes, trace.evaluated, trace.feasible), (10, 10, 4));

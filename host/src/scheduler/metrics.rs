@@ -53,9 +53,21 @@ impl SchedulerMetrics {
         registry.register("wasp_schedule_attempts", "Scheduling attempts by profile and result (scheduled, unschedulable, error)", metrics.attempts.clone());
         registry.register("wasp_scheduling_e2e_duration_seconds", "From first queued to bound", metrics.e2e.clone());
         registry.register("wasp_pending_pods", "Pods waiting, by queue (active, backoff, unschedulable)", metrics.pending.clone());
-        registry.register("wasp_pending_pod_longest_wait_seconds", "How long the pod waiting longest has waited since it was first queued", metrics.longest_wait.clone());
-        registry.register("wasp_leader", "1 while this replica runs the loops: it holds the Lease and its informers have synced (or it runs without leader election), until a stop begins", metrics.leader.clone());
-        registry.register("wasp_waiting_pods_deferred", "Pods not kept waiting because their namespace's waiting pods hold its budget (scheduler.waitingPodsMibPerNamespace)", metrics.deferred.clone());
+        registry.register(
+            "wasp_pending_pod_longest_wait_seconds",
+            "How long the pod waiting longest has waited since it was first queued",
+            metrics.longest_wait.clone(),
+        );
+        registry.register(
+            "wasp_leader",
+            "1 while this replica runs the loops: it holds the Lease and its informers have synced (or it runs without leader election), until a stop begins",
+            metrics.leader.clone(),
+        );
+        registry.register(
+            "wasp_waiting_pods_deferred",
+            "Pods not kept waiting because their namespace's waiting pods hold its budget (scheduler.waitingPodsMibPerNamespace)",
+            metrics.deferred.clone(),
+        );
         metrics
     }
 

@@ -21,8 +21,8 @@ pub mod queue;
 use crate::cluster::{volumes, ClusterEvent, SharedCluster};
 use crate::contract::types::Pod;
 use crate::explain::{DecisionRecords, FilterStep, PlacementRecord, ScorePolicy};
-use crate::registry::ProfilePolicies;
 use crate::registry::PolicyRegistry;
+use crate::registry::ProfilePolicies;
 use crate::serve::Heartbeat;
 use binder::Binder;
 use cycle::{Cursor, Decision, Trace};
@@ -98,7 +98,13 @@ fn key_of(pod: &Pod) -> String {
 }
 
 impl Scheduler {
-    pub fn new(policies: Arc<PolicyRegistry>, cluster: Arc<SharedCluster>, binder: Binder, metrics: metrics::SchedulerMetrics, records: Arc<DecisionRecords>) -> Arc<Scheduler> {
+    pub fn new(
+        policies: Arc<PolicyRegistry>,
+        cluster: Arc<SharedCluster>,
+        binder: Binder,
+        metrics: metrics::SchedulerMetrics,
+        records: Arc<DecisionRecords>,
+    ) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             policies,
             cluster,
@@ -360,7 +366,10 @@ impl Scheduler {
                                 other => other.to_string(),
                             };
                             let message = format!("binding rejected: {detail}");
-                            scheduler.binder.not_scheduled(&crate::kube::ObjectRef::pod(&pod.namespace, &pod.name, &pod.uid), "SchedulerError", &message, &profile).await;
+                            scheduler
+                                .binder
+                                .not_scheduled(&crate::kube::ObjectRef::pod(&pod.namespace, &pod.name, &pod.uid), "SchedulerError", &message, &profile)
+                                .await;
                             scheduler.queue.backoff(queued);
                         }
                     }
@@ -379,8 +388,14 @@ impl Scheduler {
         for reservation in reserved {
             let claim = &reservation.claim;
             match &reservation.volume {
-                Some((volume, version)) => self.binder.claim_volume(volume, version, &pod.namespace, claim).await.map_err(|error| format!("persistentvolume {volume:?} for claim {claim:?}: {error}"))?,
-                None => self.binder.select_node_for_claim(&pod.namespace, claim, node).await.map_err(|error| format!("persistentvolumeclaim {claim:?}: {error}"))?,
+                Some((volume, version)) => self
+                    .binder
+                    .claim_volume(volume, version, &pod.namespace, claim)
+                    .await
+                    .map_err(|error| format!("persistentvolume {volume:?} for claim {claim:?}: {error}"))?,
+                None => {
+                    self.binder.select_node_for_claim(&pod.namespace, claim, node).await.map_err(|error| format!("persistentvolumeclaim {claim:?}: {error}"))?
+                }
             }
         }
         let stop = self.stop.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();

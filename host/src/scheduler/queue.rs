@@ -7,13 +7,13 @@
 //! it.
 
 use crate::contract::types::Pod;
-use std::cmp::{Ordering, Reverse};
 use crate::shrink::ShrinkWhenSparse;
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
-use tokio::time::Instant;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -527,7 +527,8 @@ mod tests {
     #[tokio::test]
     async fn profiles_take_turns_by_the_time_their_decisions_take() {
         let queue = SchedulingQueue::default();
-        let of_profile = |name: &str, profile: &str, second: u32| Pod { scheduler_name: profile.into(), ..pod(name, 0, &format!("2026-01-01T00:00:{second:02}Z")) };
+        let of_profile =
+            |name: &str, profile: &str, second: u32| Pod { scheduler_name: profile.into(), ..pod(name, 0, &format!("2026-01-01T00:00:{second:02}Z")) };
         // The slow profile's pods are older: by age alone, all of them would go first.
         for index in 0..4 {
             queue.upsert(of_profile(&format!("slow-{index}"), "slow", index));

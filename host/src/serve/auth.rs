@@ -93,7 +93,10 @@ impl Delegated {
             Refusal::Unauthenticated(format!("the token could not be reviewed: {error}"))
         })?;
         let status = reviewed.status.unwrap_or_default();
-        let user = status.user.filter(|_| status.authenticated == Some(true)).ok_or_else(|| Refusal::Unauthenticated("the API server does not know the token".into()))?;
+        let user = status
+            .user
+            .filter(|_| status.authenticated == Some(true))
+            .ok_or_else(|| Refusal::Unauthenticated("the API server does not know the token".into()))?;
         Ok(User { name: user.username.unwrap_or_default(), groups: user.groups.unwrap_or_default(), uid: user.uid, extra: user.extra })
     }
 

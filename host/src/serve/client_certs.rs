@@ -61,11 +61,21 @@ impl ClientCertVerifier for RequestClientCertificate {
         Ok(ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(&self, message: &[u8], certificate: &CertificateDer<'_>, signature: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        certificate: &CertificateDer<'_>,
+        signature: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls12_signature(message, certificate, signature, &self.algorithms)
     }
 
-    fn verify_tls13_signature(&self, message: &[u8], certificate: &CertificateDer<'_>, signature: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        certificate: &CertificateDer<'_>,
+        signature: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls13_signature(message, certificate, signature, &self.algorithms)
     }
 
@@ -95,9 +105,9 @@ impl ClientCa {
     pub async fn authenticate(&self, chain: &[CertificateDer<'static>]) -> Result<User, Refusal> {
         let verifier = self.verifier().await.map_err(Refusal::Unauthenticated)?;
         let (leaf, intermediates) = chain.split_first().ok_or_else(|| Refusal::Unauthenticated("no client certificate".into()))?;
-        verifier
-            .verify_client_cert(leaf, intermediates, UnixTime::now())
-            .map_err(|error| Refusal::Unauthenticated(format!("the client certificate is not one the cluster's client CA signed for client authentication, valid now: {error}")))?;
+        verifier.verify_client_cert(leaf, intermediates, UnixTime::now()).map_err(|error| {
+            Refusal::Unauthenticated(format!("the client certificate is not one the cluster's client CA signed for client authentication, valid now: {error}"))
+        })?;
         user_of(leaf).map_err(Refusal::Unauthenticated)
     }
 
@@ -121,7 +131,9 @@ impl ClientCa {
                 reading
             }
         };
-        let fresh = tokio::time::timeout(READ_TIMEOUT, self.read_ca()).await.unwrap_or_else(|_| Err(format!("the cluster's client CA could not be read within {READ_TIMEOUT:?}")));
+        let fresh = tokio::time::timeout(READ_TIMEOUT, self.read_ca())
+            .await
+            .unwrap_or_else(|_| Err(format!("the cluster's client CA could not be read within {READ_TIMEOUT:?}")));
         // A failed read keeps the CA read before: the API server's hiccup does not lock the on-call engineer out.
         let verifier = match (fresh, current.as_ref().map(|current| &current.1)) {
             (Err(why), Some(Ok(previous))) => {
@@ -140,9 +152,14 @@ impl ClientCa {
             .get(name)
             .await
             .map_err(|error| format!("the cluster's client CA could not be read from {namespace}/{name} ({error}): the Role extension-apiserver-authentication-reader in {namespace} grants it"))?;
-        let bundle = config_map.data.unwrap_or_default().remove(CLIENT_CA_KEY).ok_or_else(|| format!("{namespace}/{name} has no {CLIENT_CA_KEY}: the API server accepts no client certificate"))?;
+        let bundle = config_map
+            .data
+            .unwrap_or_default()
+            .remove(CLIENT_CA_KEY)
+            .ok_or_else(|| format!("{namespace}/{name} has no {CLIENT_CA_KEY}: the API server accepts no client certificate"))?;
         // webpki does not check a root's own dates (Go's x509 does): an expired CA is left out here.
-        let valid_now = |certificate: &CertificateDer<'_>| x509_parser::parse_x509_certificate(certificate).is_ok_and(|(_, parsed)| parsed.validity().is_valid());
+        let valid_now =
+            |certificate: &CertificateDer<'_>| x509_parser::parse_x509_certificate(certificate).is_ok_and(|(_, parsed)| parsed.validity().is_valid());
         let mut roots = rustls::RootCertStore::empty();
         let (added, _) = roots.add_parsable_certificates(CertificateDer::pem_slice_iter(bundle.as_bytes()).filter_map(Result::ok).filter(valid_now));
         if added == 0 {
@@ -166,7 +183,8 @@ fn user_of(leaf: &CertificateDer<'_>) -> Result<User, String> {
     let [name] = names.as_slice() else {
         return Err(format!("the client certificate's subject has {} common names; the user name is exactly one", names.len()));
     };
-    let name = name.as_str().ok().filter(|name| !name.is_empty()).ok_or("the client certificate's common name (the user name) is empty or not a readable string")?;
+    let name =
+        name.as_str().ok().filter(|name| !name.is_empty()).ok_or("the client certificate's common name (the user name) is empty or not a readable string")?;
     let groups = subject
         .iter_organization()
         .map(|group| group.as_str().map(str::to_string))

@@ -194,7 +194,9 @@ async fn explain(State(endpoints): State<Arc<Endpoints>>, Path((kind, namespace,
     };
     match endpoints.records.lookup(kind, &format!("{namespace}/{name}")) {
         Some(record) => axum::Json(record).into_response(),
-        None => (StatusCode::NOT_FOUND, format!("no {} record for {namespace}/{name} here: {}", kind.path().trim_end_matches('s'), kind.why_none())).into_response(),
+        None => {
+            (StatusCode::NOT_FOUND, format!("no {} record for {namespace}/{name} here: {}", kind.path().trim_end_matches('s'), kind.why_none())).into_response()
+        }
     }
 }
 
@@ -203,7 +205,8 @@ async fn explain(State(endpoints): State<Arc<Endpoints>>, Path((kind, namespace,
 /// ClusterRole's `nonResourceURLs` grants every record).
 pub fn router(endpoints: Arc<Endpoints>, auth: Option<Arc<auth::Delegated>>) -> Router {
     let open = Router::new().route("/healthz", get(healthy)).route("/readyz", get(ready));
-    let mut protected = Router::new().route("/metrics", get(metrics)).route("/policies", get(policies)).route("/explain/{kind}/{namespace}/{name}", get(explain));
+    let mut protected =
+        Router::new().route("/metrics", get(metrics)).route("/policies", get(policies)).route("/explain/{kind}/{namespace}/{name}", get(explain));
     if let Some(auth) = auth {
         protected = protected.route_layer(axum::middleware::from_fn_with_state(auth, require_access));
     }
@@ -245,6 +248,9 @@ mod tests {
         let mut checks = vec![("scheduler".to_string(), check(Some(Ok(())))), ("standby-only".to_string(), check(None))];
         assert_eq!(liveness_of(&checks), (true, "ok".to_string()));
         checks.push(("autoscaler".to_string(), check(Some(Err("its pass has been under way for 601s".into())))));
-        assert_eq!(liveness_of(&checks), (false, "[+]scheduler ok\n[-]autoscaler failed: its pass has been under way for 601s\nhealthz check failed\n".to_string()));
+        assert_eq!(
+            liveness_of(&checks),
+            (false, "[+]scheduler ok\n[-]autoscaler failed: its pass has been under way for 601s\nhealthz check failed\n".to_string())
+        );
     }
 }

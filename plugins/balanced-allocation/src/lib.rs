@@ -2,10 +2,10 @@
 //! fractions of each resource stay close to each other after placing the pod: `(1 - std) * 100`, where `std` is
 //! the standard deviation of `requested / allocatable` over the configured resources.
 
-use wasp_sdk::resources::{validate_resource_weights, ResourceName, ResourceWeightSettings};
 use wasp_sdk::policy::{scores_for, Normalization};
+use wasp_sdk::resources::{validate_resource_weights, ResourceName, ResourceWeightSettings};
 use wasp_sdk::types::{NodeId, Pod};
-use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
+use wasp_sdk::{Cluster, NodeFacts, NodeInfo, Policy, Score};
 
 pub struct BalancedAllocation {
     resources: Vec<ResourceName>,

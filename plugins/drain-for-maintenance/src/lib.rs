@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, Placement, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, NodeFacts, NodeInfo, PodFacts, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::autoscaling::{check_tolerance, Proposals, Tolerance};
 use wasp_sdk::types::{ScaleDecision, ScaleRequest};
-use wasp_sdk::{Policy, Scale, NodeFacts};
+use wasp_sdk::{NodeFacts, Policy, Scale};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -152,7 +152,10 @@ fn external(values: &[i64], target: Target, readiness: &[bool]) -> Metric {
 
 /// A metric the host could not read.
 fn unreadable(name: &str) -> Metric {
-    Metric { error: Some("unable to get metric: the server is currently unable to handle the request (503)".into()), ..metric(name, MetricSource::Pods, MetricTarget::AverageValue(10.0), Vec::new(), None) }
+    Metric {
+        error: Some("unable to get metric: the server is currently unable to handle the request (503)".into()),
+        ..metric(name, MetricSource::Pods, MetricTarget::AverageValue(10.0), Vec::new(), None)
+    }
 }
 
 const ALL_READY_3: [bool; 3] = [true; 3];
@@ -214,7 +217,8 @@ fn resource_rows() -> Vec<Row> {
         row("TestReplicaCalcResourceScale/scale up: failed pods ignored", 2, cpu(30, &[ready(500), ready(700)]), 4).usage(60),
         row("TestReplicaCalcResourceScale/scale up: pods being deleted are ignored", 2, cpu(30, &[ready(500), ready(700)]), 4).usage(60),
         row("TestReplicaCalcResourceScale/scale down", 5, cpu(50, &five), 3).usage(28),
-        row("TestReplicaCalcResourceScale/scale down: exclude unready pods", 5, cpu(50, &[ready(100), ready(300), ready(500), unready(250), unready(250)]), 2).usage(30),
+        row("TestReplicaCalcResourceScale/scale down: exclude unready pods", 5, cpu(50, &[ready(100), ready(300), ready(500), unready(250), unready(250)]), 2)
+            .usage(30),
         row("TestReplicaCalcResourceScale/scale down: exclude unscheduled pods", 5, cpu(50, &[ready(100), PENDING, PENDING, PENDING, PENDING]), 1).usage(10),
         row("TestReplicaCalcResourceScale/scale down: ignore hot-CPU pods", 5, cpu(50, &[ready(100), ready(300), ready(500), hot(250), hot(250)]), 2).usage(30),
         row("TestReplicaCalcResourceScale/scale down: failed pods ignored", 5, cpu(50, &five), 3).usage(28),
@@ -227,18 +231,33 @@ fn resource_rows() -> Vec<Row> {
             .tolerance(0.0)
             .usage(101),
         // The Go side's `Tolerances{scaleDown, scaleUp}`.
-        row("TestReplicaCalcConfigurableTolerance/Within a 200% scale-up tolerance", 3, cpu(100, &[ready(1890).req(900), ready(1910), ready(1900).req(1100)]), 3)
-            .tolerance(Tolerance { scale_down: 0.1, scale_up: 2.0 })
-            .usage(190),
-        row("TestReplicaCalcConfigurableTolerance/Outside 8% scale-up tolerance (and superfuous scale-down tolerance)", 3, cpu(100, &[ready(1100).req(900), ready(1080), ready(1090).req(1100)]), 4)
-            .tolerance(Tolerance { scale_down: 2.0, scale_up: 0.08 })
-            .usage(109),
+        row(
+            "TestReplicaCalcConfigurableTolerance/Within a 200% scale-up tolerance",
+            3,
+            cpu(100, &[ready(1890).req(900), ready(1910), ready(1900).req(1100)]),
+            3,
+        )
+        .tolerance(Tolerance { scale_down: 0.1, scale_up: 2.0 })
+        .usage(190),
+        row(
+            "TestReplicaCalcConfigurableTolerance/Outside 8% scale-up tolerance (and superfuous scale-down tolerance)",
+            3,
+            cpu(100, &[ready(1100).req(900), ready(1080), ready(1090).req(1100)]),
+            4,
+        )
+        .tolerance(Tolerance { scale_down: 2.0, scale_up: 0.08 })
+        .usage(109),
         row("TestReplicaCalcConfigurableTolerance/Within a 36% scale-down tolerance", 3, cpu(100, &[ready(660).req(900), ready(640), ready(650).req(1100)]), 3)
             .tolerance(Tolerance { scale_down: 0.36, scale_up: 0.1 })
             .usage(65),
-        row("TestReplicaCalcConfigurableTolerance/Outside a 34% scale-down tolerance", 3, cpu(100, &[ready(660).req(900), ready(640), ready(650).req(1100)]), 2)
-            .tolerance(Tolerance { scale_down: 0.34, scale_up: 0.1 })
-            .usage(65),
+        row(
+            "TestReplicaCalcConfigurableTolerance/Outside a 34% scale-down tolerance",
+            3,
+            cpu(100, &[ready(660).req(900), ready(640), ready(650).req(1100)]),
+            2,
+        )
+        .tolerance(Tolerance { scale_down: 0.34, scale_up: 0.1 })
+        .usage(65),
         // Readings of two pods outside the target (test-pod-4, test-pod-5) never reach the policy.
         row("TestReplicaCalcSuperfluousMetrics", 4, cpu(100, &[ready(4000), ready(9500), ready(3000), ready(7000)]), 24).usage(587),
         row("TestReplicaCalcMissingMetrics", 4, cpu(100, &[ready(400), ready(95), MISSING, MISSING]), 3).usage(24),
@@ -253,7 +272,8 @@ fn resource_rows() -> Vec<Row> {
         row("TestReplicaCalcMissingMetricsUnreadyScaleUp", 3, cpu(50, &[unready(100), ready(2000), MISSING]), 4).usage(200),
         row("TestReplicaCalcMissingMetricsHotCpuScaleUp", 3, cpu(50, &[hot(100), ready(2000), MISSING]), 4).usage(200),
         row("TestReplicaCalcMissingMetricsUnreadyScaleDown", 4, cpu(50, &[unready(100), ready(100), ready(100), MISSING]), 3).usage(10),
-        row("TestReplicaCalcMissingMetricsScaleDownTargetOver100", 4, cpu(300, &[unready(200), ready(100), ready(100).req(2000), MISSING.req(2000)]), 2).usage(6),
+        row("TestReplicaCalcMissingMetricsScaleDownTargetOver100", 4, cpu(300, &[unready(200), ready(100), ready(100).req(2000), MISSING.req(2000)]), 2)
+            .usage(6),
         // Three pods while the Deployment's replicas say 2: the missing-metrics guess would want 3, a turn.
         row("TestReplicaCalcDuringRollingUpdateWithMaxSurge", 2, cpu(50, &[ready(100), ready(100), MISSING]), 2).usage(10),
     ]
@@ -283,7 +303,8 @@ fn custom_rows() -> Vec<Row> {
         row("TestReplicaCalcConfigurableToleranceCM (scale-up tolerance 1%)", 3, pods_metric(20000, &[ready(20000), ready(21000), ready(21000)]), 4)
             .tolerance(0.01)
             .usage(20666),
-        row("TestPlainMetricReplicaCalcMissingMetricsNoChangeEq", 5, pods_metric(20000, &[ready(20000), ready(19000), ready(21000), MISSING, MISSING]), 5).usage(20000),
+        row("TestPlainMetricReplicaCalcMissingMetricsNoChangeEq", 5, pods_metric(20000, &[ready(20000), ready(19000), ready(21000), MISSING, MISSING]), 5)
+            .usage(20000),
         row("TestReplicaCalcDuringRollingUpdateWithMaxSurgeCM", 2, pods_metric(17000, &[ready(10000), ready(10000), MISSING]), 2).usage(10000),
         // Object metrics.
         row("TestReplicaCalcScaleUpCMObject", 3, object(20000, Target::Value(15000), &ALL_READY_3), 4).usage(20000),
@@ -331,9 +352,11 @@ fn documentation_rows() -> Vec<Row> {
         row("docs: two pods at 100% of their requests against a 50% target scale to 4", 2, cpu(50, &[ready(1000), ready(1000)]), 4).usage(100),
         // php-apache requests 200m; one replica at 305% of it against a 50% target: ceil(1 * 305 / 50) = 7.
         row("docs walkthrough: 305% / 50% on 1 replica resizes the Deployment to 7", 1, cpu(50, &[ready(305).req(100)]), 7).usage(305),
-        row("docs v1.33 tolerance post: 100 replicas at 84% of an 80% target stay within the 10% tolerance", 100, cpu(80, &vec![ready(840); 100]), 100).usage(84),
+        row("docs v1.33 tolerance post: 100 replicas at 84% of an 80% target stay within the 10% tolerance", 100, cpu(80, &vec![ready(840); 100]), 100)
+            .usage(84),
         row("docs v1.33 tolerance post: with a 0% tolerance the same 5% triggers scaling", 100, cpu(80, &vec![ready(840); 100]), 105).tolerance(0.0).usage(84),
-        row("docs: with several metrics the largest proposal wins", 2, cpu(50, &[ready(1000), ready(1000)]), 4).and(pods_metric(10000, &[ready(10000), ready(10000)])),
+        row("docs: with several metrics the largest proposal wins", 2, cpu(50, &[ready(1000), ready(1000)]), 4)
+            .and(pods_metric(10000, &[ready(10000), ready(10000)])),
         row("docs: a metric that cannot be read skips a scale-down the others suggest", 2, cpu(50, &[ready(100), ready(100)]), 2).and(unreadable("qps")),
         row("docs: ... but the HPA still scales up if another metric wants more", 2, cpu(50, &[ready(1000), ready(1000)]), 4).and(unreadable("qps")),
     ]
@@ -348,17 +371,44 @@ fn source_rows() -> Vec<Row> {
         row("replica_calculator.go Tolerances.isWithin: a ratio of exactly 1 - tolerance is within it", 4, cpu(100, &[ready(900); 4]), 4).usage(90),
         // `GetResourceReplicas`: on a scale-up an unready pod counts at 0 of its own request. 1800m of 1000m
         // (180%) plus an unready pod requesting 500m: 1800 / 1500 = 120% of 50%, ceil(2.4 * 2) = 5.
-        row("replica_calculator.go GetResourceReplicas: an unready pod counts at 0 of its own request", 2, cpu(50, &[ready(900).req(500), unready(0).req(250)]), 5).usage(180),
-        fails("replica_calculator.go calculatePodRequests: every pod needs a request, unready ones too", 2, cpu(50, &[ready(900), unready(0).no_request()]), "missing request for cpu in pod test-pod-1"),
+        row(
+            "replica_calculator.go GetResourceReplicas: an unready pod counts at 0 of its own request",
+            2,
+            cpu(50, &[ready(900).req(500), unready(0).req(250)]),
+            5,
+        )
+        .usage(180),
+        fails(
+            "replica_calculator.go calculatePodRequests: every pod needs a request, unready ones too",
+            2,
+            cpu(50, &[ready(900), unready(0).no_request()]),
+            "missing request for cpu in pod test-pod-1",
+        ),
         // `GetObjectPerPodMetricReplicas`: `usage / (target * 0)` is never within the tolerance.
-        row("replica_calculator.go GetObjectPerPodMetricReplicas: from 0 replicas the tolerance does not apply", 0, external(&[10000], Target::Average(10000), &[]), 1),
-        row("replica_calculator.go getUsageRatioReplicaCount: from 0 replicas a Value target wants ceil(ratio)", 0, external(&[25000], Target::Value(10000), &[]), 3),
+        row(
+            "replica_calculator.go GetObjectPerPodMetricReplicas: from 0 replicas the tolerance does not apply",
+            0,
+            external(&[10000], Target::Average(10000), &[]),
+            1,
+        ),
+        row(
+            "replica_calculator.go getUsageRatioReplicaCount: from 0 replicas a Value target wants ceil(ratio)",
+            0,
+            external(&[25000], Target::Value(10000), &[]),
+            3,
+        ),
         // Quantities divide as whole milli-values: 2100m / 300m is 7, where `2.1 / 0.3` in `f64` is 7.000000000000001.
-        row("replica_calculator.go GetExternalPerPodMetricReplicas: ceil(2100m / 300m) is 7", 5, external(&[2100], Target::Average(300), &ALL_READY_5), 7).usage(420),
+        row("replica_calculator.go GetExternalPerPodMetricReplicas: ceil(2100m / 300m) is 7", 5, external(&[2100], Target::Average(300), &ALL_READY_5), 7)
+            .usage(420),
         // `GetMetricUsageRatio` truncates the average to a whole milli-unit: (10 + 10 + 10.001) / 3 = 10.000(33),
         // exactly twice the 5 target, so ceil(2 * 3) = 6 (not ceil(2.0002 * 3) = 7).
-        row("replica_calculator.go GetMetricUsageRatio: the average is truncated to whole milli-units", 3, pods_metric(5000, &[ready(10000), ready(10000), ready(10001)]), 6)
-            .usage(10000),
+        row(
+            "replica_calculator.go GetMetricUsageRatio: the average is truncated to whole milli-units",
+            3,
+            pods_metric(5000, &[ready(10000), ready(10000), ready(10001)]),
+            6,
+        )
+        .usage(10000),
     ]
 }
 

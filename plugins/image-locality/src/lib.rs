@@ -6,7 +6,7 @@
 
 use wasp_sdk::policy::{scores_for, Normalization};
 use wasp_sdk::types::{NodeId, Pod};
-use wasp_sdk::{Cluster, NodeFacts, NodeInfo, NoSettings, Policy, Score};
+use wasp_sdk::{Cluster, NoSettings, NodeFacts, NodeInfo, Policy, Score};
 
 const MIB: i64 = 1024 * 1024;
 /// Below this, an image's presence is worth nothing (kube-scheduler's `minThreshold`).

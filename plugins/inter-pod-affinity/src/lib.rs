@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 use wasp_sdk::affinity::required;
 use wasp_sdk::index::TermKind;
 use wasp_sdk::matching::same_text;
-use wasp_sdk::topology::DomainCounts;
 use wasp_sdk::policy::verdicts_for;
+use wasp_sdk::topology::DomainCounts;
 use wasp_sdk::types::{FilterResult, NodeId, Pod, PodAffinityTerm, PodId, ViewScope};
-use wasp_sdk::{Cluster, Filter, LabelScope, NodeFacts, NodeInfo, Policy, PodFacts, Score, Verdict};
+use wasp_sdk::{Cluster, Filter, LabelScope, NodeFacts, NodeInfo, PodFacts, Policy, Score, Verdict};
 
 const AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod affinity rules";
 const ANTI_AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod anti-affinity rules";
@@ -108,8 +108,11 @@ fn count(pod: &Pod, cluster: &Cluster) -> Counts {
     }
     // Pods matching all of the required affinity terms are among those the first one selects.
     if let Some((first, others)) = affinity_terms.split_first() {
-        let matching: Vec<PodId> =
-            cluster.pods_selected_by(first, pod).filter(|bound| others.iter().all(|term| cluster.term_selects(term, pod, &bound.pod))).map(|bound| bound.id).collect();
+        let matching: Vec<PodId> = cluster
+            .pods_selected_by(first, pod)
+            .filter(|bound| others.iter().all(|term| cluster.term_selects(term, pod, &bound.pod)))
+            .map(|bound| bound.id)
+            .collect();
         for term in affinity_terms {
             add_each(&mut counts.affinity, term, cluster, matching.iter().copied(), 1);
         }
@@ -228,9 +231,7 @@ impl Score for InterPodAffinity {
         let raw: Vec<i64> = candidates.iter().map(|&id| scores.of_node(id).sum()).collect();
         let (lowest, highest) = (raw.iter().copied().min().unwrap_or(0), raw.iter().copied().max().unwrap_or(0));
         let spread = highest - lowest;
-        raw.iter()
-            .map(|score| if spread > 0 { (100.0 * ((score - lowest) as f64 / spread as f64)) as u32 } else { 0 })
-            .collect()
+        raw.iter().map(|score| if spread > 0 { (100.0 * ((score - lowest) as f64 / spread as f64)) as u32 } else { 0 }).collect()
     }
 }
 

@@ -30,9 +30,8 @@ fn passing(pod: &Pod, cluster: &Cluster) -> Vec<String> {
 #[test]
 fn required_anti_affinity_puts_replicas_one_per_node() {
     let (mut cluster, ids) = cluster();
-    let replica = |name: &str| {
-        PodBuilder::new(name).label("app", "web").require_anti_affinity(affinity_term("kubernetes.io/hostname", &[("app", "web")])).build()
-    };
+    let replica =
+        |name: &str| PodBuilder::new(name).label("app", "web").require_anti_affinity(affinity_term("kubernetes.io/hostname", &[("app", "web")])).build();
     cluster.bind(replica("web-0"), ids[0]);
     assert_eq!(passing(&replica("web-1"), &cluster), ["a2", "b1", "bare"]);
     let result = policy().filter_all(&replica("web-1"), &cluster, &ids);

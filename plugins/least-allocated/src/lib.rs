@@ -5,7 +5,7 @@
 use wasp_sdk::allocation::{percent_of, weighted, weighted_scores, PodRequests, WeightedResources};
 use wasp_sdk::resources::{validate_resource_weights, ResourceWeightSettings};
 use wasp_sdk::types::{NodeId, Pod};
-use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
+use wasp_sdk::{Cluster, NodeFacts, NodeInfo, Policy, Score};
 
 pub struct LeastAllocated {
     resources: WeightedResources,
@@ -25,7 +25,11 @@ impl Policy for LeastAllocated {
 
 /// The share of the resource left free with the pod placed, in percent.
 fn free_share(requested: u64, allocatable: u64) -> i64 {
-    if requested > allocatable { 0 } else { percent_of(allocatable - requested, allocatable) }
+    if requested > allocatable {
+        0
+    } else {
+        percent_of(allocatable - requested, allocatable)
+    }
 }
 
 impl Score for LeastAllocated {

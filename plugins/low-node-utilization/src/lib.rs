@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, ViewScope};
 use wasp_sdk::utilization::{Thresholds, Utilization};
-use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, NodeFacts, NodeInfo, PodFacts, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -21,11 +21,7 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings {
-            thresholds: Thresholds::uniform(20.0),
-            target_thresholds: Thresholds::uniform(50.0),
-            number_of_nodes: 0,
-        }
+        Settings { thresholds: Thresholds::uniform(20.0), target_thresholds: Thresholds::uniform(50.0), number_of_nodes: 0 }
     }
 }
 
@@ -155,10 +151,7 @@ mod tests {
         // hot requests 7 of 10 CPUs (70% > 50%): one 2-CPU pod brings it to 50%, which is not above the target.
         assert_eq!(proposals.len(), 1, "{proposals:?}");
         assert!([a, b].contains(&proposals[0].pod), "the lowest priority goes first, never {important}");
-        assert_eq!(
-            proposals[0].reason,
-            "node hot is overutilized (requests: cpu 70%, memory 3%, pods 3%; target 50/50/50); 1 underutilized node(s) have room"
-        );
+        assert_eq!(proposals[0].reason, "node hot is overutilized (requests: cpu 70%, memory 3%, pods 3%; target 50/50/50); 1 underutilized node(s) have room");
     }
 
     #[test]

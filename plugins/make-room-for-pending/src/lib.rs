@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{EvictContext, Eviction, Pod, PodId, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, NodeInfo, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, NodeFacts, NodeInfo, PodFacts, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]

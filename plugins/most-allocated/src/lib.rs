@@ -5,7 +5,7 @@
 use wasp_sdk::allocation::{percent_of, weighted, weighted_scores, PodRequests, WeightedResources};
 use wasp_sdk::resources::{validate_resource_weights, ResourceWeightSettings};
 use wasp_sdk::types::{NodeId, Pod};
-use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
+use wasp_sdk::{Cluster, NodeFacts, NodeInfo, Policy, Score};
 
 pub struct MostAllocated {
     resources: WeightedResources,

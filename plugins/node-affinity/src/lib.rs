@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{NodeSelectorTerm, Pod, SelectorOperator, SelectorRequirement};
-use wasp_sdk::{Cluster, Filter, NodeInfo, Normalization, Policy, Score, Verdict, NodeFacts};
+use wasp_sdk::{Cluster, Filter, NodeFacts, NodeInfo, Normalization, Policy, Score, Verdict};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -78,10 +78,7 @@ fn requirement(field: &str, settings: &RequirementSettings) -> Result<SelectorRe
 
 fn term(field: &str, settings: &TermSettings) -> Result<NodeSelectorTerm, String> {
     let convert = |name: &str, list: &[RequirementSettings]| {
-        list.iter()
-            .enumerate()
-            .map(|(index, item)| requirement(&format!("{field}.{name}[{index}]"), item))
-            .collect::<Result<Vec<_>, _>>()
+        list.iter().enumerate().map(|(index, item)| requirement(&format!("{field}.{name}[{index}]"), item)).collect::<Result<Vec<_>, _>>()
     };
     Ok(NodeSelectorTerm {
         match_expressions: convert("matchExpressions", &settings.match_expressions)?,
@@ -135,11 +132,7 @@ impl Score for NodeAffinity {
     fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
         let pod_terms = pod.node_affinity.iter().flat_map(|affinity| affinity.preferred.iter().map(|p| (p.weight, &p.term)));
         let added_terms = self.added_preferred.iter().map(|(weight, term)| (*weight, term));
-        pod_terms
-            .chain(added_terms)
-            .filter(|(_, term)| term.matches(&node.node))
-            .map(|(weight, _)| weight as i64)
-            .sum()
+        pod_terms.chain(added_terms).filter(|(_, term)| term.matches(&node.node)).map(|(weight, _)| weight as i64).sum()
     }
 
     fn normalization(&self) -> Normalization {
@@ -172,10 +165,7 @@ mod tests {
     fn selector_and_required_terms_filter() {
         let (cluster, ids) = zones();
         let policy = build::<NodeAffinity>("{}").unwrap();
-        let pod = PodBuilder::new("p")
-            .require_node_term(vec![expression("zone", SelectorOperator::In, &["a", "b"])])
-            .node_selector("cores", "8")
-            .build();
+        let pod = PodBuilder::new("p").require_node_term(vec![expression("zone", SelectorOperator::In, &["a", "b"])]).node_selector("cores", "8").build();
         let result = policy.filter_all(&pod, &cluster, &ids);
         assert_eq!(result.verdicts, vec![0, 0, 1]);
         assert_eq!(result.rejections, vec![vec!["node(s) didn't match Pod's node affinity/selector".to_string()]]);
@@ -210,9 +200,7 @@ mod tests {
 
     #[test]
     fn settings_errors_name_the_field() {
-        let error = build::<NodeAffinity>(r#"{"addedAffinity": {"required": [{"matchExpressions": [{"key": "zone", "operator": "Near"}]}]}}"#)
-            .err()
-            .unwrap();
+        let error = build::<NodeAffinity>(r#"{"addedAffinity": {"required": [{"matchExpressions": [{"key": "zone", "operator": "Near"}]}]}}"#).err().unwrap();
         assert!(error.contains("addedAffinity.required[0].matchExpressions[0].operator: unknown operator \"Near\""), "{error}");
         let error = build::<NodeAffinity>(r#"{"addedAffinity": {"preferred": [{"weight": 0, "preference": {}}]}}"#).err().unwrap();
         assert!(error.contains("addedAffinity.preferred[0].weight"), "{error}");

@@ -4,7 +4,7 @@
 
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::types::{FilterResult, HostPort, NodeId, Pod, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Filter, NoSettings, NodeInfo, Policy, Verdict, NodeFacts};
+use wasp_sdk::{Cluster, Filter, NoSettings, NodeFacts, NodeInfo, PodFacts, Policy, Verdict};
 
 const PORTS_TAKEN: &str = "node(s) didn't have free ports for the requested pod ports";
 const ANY_ADDRESS: &str = "0.0.0.0";
@@ -31,18 +31,17 @@ impl Policy for NodePorts {
 
 /// kube-scheduler's `HostPortInfo.CheckConflict`, for one wanted port against one port in use.
 fn conflicts(wanted: &HostPort, used: &HostPort) -> bool {
-    wanted.port == used.port
-        && wanted.protocol == used.protocol
-        && (wanted.ip == ANY_ADDRESS || used.ip == ANY_ADDRESS || wanted.ip == used.ip)
+    wanted.port == used.port && wanted.protocol == used.protocol && (wanted.ip == ANY_ADDRESS || used.ip == ANY_ADDRESS || wanted.ip == used.ip)
 }
 
 impl Filter for NodePorts {
     fn filter(&self, pod: &Pod, node: &NodeInfo, cluster: &Cluster) -> Verdict {
-        let taken = cluster
-            .pods_on(node)
-            .flat_map(|bound| bound.pod.host_ports.iter())
-            .any(|used| pod.host_ports.iter().any(|wanted| conflicts(wanted, used)));
-        if taken { Verdict::reject(PORTS_TAKEN) } else { Verdict::Pass }
+        let taken = cluster.pods_on(node).flat_map(|bound| bound.pod.host_ports.iter()).any(|used| pod.host_ports.iter().any(|wanted| conflicts(wanted, used)));
+        if taken {
+            Verdict::reject(PORTS_TAKEN)
+        } else {
+            Verdict::Pass
+        }
     }
 
     fn filter_all(&self, pod: &Pod, cluster: &Cluster, candidates: &[NodeId]) -> FilterResult {
@@ -80,7 +79,11 @@ mod tests {
             ["one-ip", "free"],
             "0.0.0.0 in use conflicts with any address"
         );
-        assert_eq!(passing(&PodBuilder::new("all").host_port(8080, "TCP").build(), &cluster), ["any", "free"], "0.0.0.0 wanted conflicts with any address in use");
+        assert_eq!(
+            passing(&PodBuilder::new("all").host_port(8080, "TCP").build(), &cluster),
+            ["any", "free"],
+            "0.0.0.0 wanted conflicts with any address in use"
+        );
         assert_eq!(passing(&PodBuilder::new("other-ip").host_port_on(8080, "TCP", "10.0.0.2").build(), &cluster).len(), 3);
         let result = NodePorts.filter_all(&PodBuilder::new("dns-3").host_port(53, "UDP").build(), &cluster, &[any]);
         assert_eq!(result.rejections, vec![vec![PORTS_TAKEN.to_string()]]);

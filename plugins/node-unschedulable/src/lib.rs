@@ -45,11 +45,7 @@ impl Filter for NodeUnschedulable {
         } else {
             return Verdict::Pass;
         };
-        let cordon = Taint {
-            key: "node.kubernetes.io/unschedulable".into(),
-            value: String::new(),
-            effect: TaintEffect::NoSchedule,
-        };
+        let cordon = Taint { key: "node.kubernetes.io/unschedulable".into(), value: String::new(), effect: TaintEffect::NoSchedule };
         if pod.tolerations.iter().any(|toleration| toleration.tolerates(&cordon)) {
             Verdict::Pass
         } else {
@@ -75,9 +71,7 @@ mod tests {
         let result = policy.filter_all(&pod, &cluster, &[cordoned, open]);
         assert_eq!(result.verdicts, vec![1, 0]);
         assert_eq!(result.rejections, vec![vec!["node(s) were unschedulable".to_string()]]);
-        let tolerant = PodBuilder::new("p")
-            .toleration("node.kubernetes.io/unschedulable", None, Some(TaintEffect::NoSchedule))
-            .build();
+        let tolerant = PodBuilder::new("p").toleration("node.kubernetes.io/unschedulable", None, Some(TaintEffect::NoSchedule)).build();
         assert!(policy.filter(&tolerant, cluster.node(cordoned).unwrap(), &cluster).is_pass());
     }
 

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, NodeFacts, PodFacts, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]

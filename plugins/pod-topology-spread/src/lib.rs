@@ -7,7 +7,7 @@ use wasp_sdk::collections::FastHashMap;
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::spread::{domain_counts, resolved_selector};
 use wasp_sdk::types::{FilterResult, LabelSelector, NodeId, Pod, TopologySpreadConstraint, UnsatisfiableAction, ViewScope};
-use wasp_sdk::{LabelScope, PodFacts, Cluster, Filter, NodeInfo, NoSettings, Policy, Score, Verdict, NodeFacts};
+use wasp_sdk::{Cluster, Filter, LabelScope, NoSettings, NodeFacts, NodeInfo, PodFacts, Policy, Score, Verdict};
 
 const NOT_MATCH: &str = "node(s) didn't match pod topology spread constraints";
 const MISSING_LABEL: &str = "node(s) didn't match pod topology spread constraints (missing required label)";
@@ -190,11 +190,7 @@ mod tests {
         let pod = PodBuilder::new("new")
             .label("app", "web")
             .spread("zone", 1, UnsatisfiableAction::DoNotSchedule, &[("app", "web")])
-            .require_node_term(vec![SelectorRequirement {
-                key: "zone".into(),
-                operator: SelectorOperator::In,
-                values: vec!["a".into(), "b".into()],
-            }])
+            .require_node_term(vec![SelectorRequirement { key: "zone".into(), operator: SelectorOperator::In, values: vec!["a".into(), "b".into()] }])
             .build();
         assert_eq!(PodTopologySpread.filter_all(&pod, &cluster, &ids[..3]).verdicts, vec![1, 1, 0]);
     }

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::autoscaling::{check_tolerance, describe, load_of, propose, replicas_for_load, Tolerance};
 use wasp_sdk::types::{Metric, MetricProposal, ScaleDecision, ScaleRequest};
-use wasp_sdk::{Policy, Scale, NodeFacts};
+use wasp_sdk::{NodeFacts, Policy, Scale};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -3,7 +3,7 @@ use wasp_sdk::types::Pod;
 use wasp_sdk::{Cluster, NodeInfo, Normalization, Policy, Score};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]          // defaults for missing fields, errors for typos
+#[serde(default, deny_unknown_fields)] // defaults for missing fields, errors for typos
 pub struct Settings {
     pub zone: String,
 }
@@ -18,17 +18,21 @@ impl Policy for PreferZone {
     const SETTINGS_DOC: &'static str = "zone: the topology.kubernetes.io/zone value to prefer";
 
     fn new(settings: Settings) -> Result<Self, String> {
-        Ok(PreferZone { zone: settings.zone })     // return Err("zone: ...") to reject settings
+        Ok(PreferZone { zone: settings.zone }) // return Err("zone: ...") to reject settings
     }
 }
 
 impl Score for PreferZone {
     fn score(&self, _pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
-        if node.node.label("topology.kubernetes.io/zone") == Some(self.zone.as_str()) { 1 } else { 0 }
+        if node.node.label("topology.kubernetes.io/zone") == Some(self.zone.as_str()) {
+            1
+        } else {
+            0
+        }
     }
 
     fn normalization(&self) -> Normalization {
-        Normalization::MaxTo100                     // best node 100, like kube-scheduler's NormalizeScore
+        Normalization::MaxTo100 // best node 100, like kube-scheduler's NormalizeScore
     }
 }
 

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use wasp_sdk::types::{EvictContext, Eviction, PodId, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, NodeFacts, PodFacts, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::selection::{Namespaces, PodFilter, Selector};
 use wasp_sdk::types::{ContainerState, EvictContext, Eviction, Pod};
-use wasp_sdk::{Cluster, Evict, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, NodeFacts, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -112,11 +112,7 @@ impl RemoveFailedPods {
 
 impl Evict for RemoveFailedPods {
     fn propose(&self, _cluster: &Cluster, context: &EvictContext) -> Vec<Eviction> {
-        context
-            .failed
-            .iter()
-            .filter_map(|failed| Some(Eviction::new(failed.id, self.verdict(&failed.pod, context.now)?)))
-            .collect()
+        context.failed.iter().filter_map(|failed| Some(Eviction::new(failed.id, self.verdict(&failed.pod, context.now)?))).collect()
     }
 }
 

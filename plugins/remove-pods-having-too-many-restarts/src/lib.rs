@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, NodeFacts, PodFacts, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -73,10 +73,8 @@ mod tests {
         let node = cluster.add_node(NodeBuilder::new("n").build());
         let crashing = cluster.bind(PodBuilder::new("crashing").restarts(12).running().build(), node);
         cluster.bind(PodBuilder::new("steady").restarts(2).running().build(), node);
-        let init_heavy = cluster.bind(
-            PodBuilder::new("init").init_container("setup", &[]).with(|pod| pod.init_containers[0].restart_count = 20).running().build(),
-            node,
-        );
+        let init_heavy =
+            cluster.bind(PodBuilder::new("init").init_container("setup", &[]).with(|pod| pod.init_containers[0].restart_count = 20).running().build(), node);
         let policy = build::<RemovePodsHavingTooManyRestarts>(r#"{"podRestartThreshold": 10}"#).unwrap();
         let proposals = policy.propose(&cluster, &EvictContext::at(0));
         assert_eq!(proposals.len(), 1);

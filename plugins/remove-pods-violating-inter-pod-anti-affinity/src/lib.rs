@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use wasp_sdk::affinity::required;
 use wasp_sdk::selection::{Namespaces, PodFilter, Selector};
 use wasp_sdk::types::{EvictContext, Eviction, NodeId, PodId, PodPhase, ViewScope};
-use wasp_sdk::{LabelScope, PodFacts, Cluster, Evict, NodeInfo, PodInfo, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, LabelScope, NodeFacts, NodeInfo, PodFacts, PodInfo, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -74,10 +74,8 @@ impl<'a> Domains<'a> {
 impl Evict for RemovePodsViolatingInterPodAntiAffinity {
     fn propose(&self, cluster: &Cluster, _context: &EvictContext) -> Vec<Eviction> {
         // Only pods with required anti-affinity can violate it: per node, lowest priority first.
-        let mut candidates: Vec<&PodInfo> = cluster
-            .pods_with_affinity()
-            .filter(|bound| !required(&bound.pod.pod_anti_affinity).is_empty() && self.considered(bound))
-            .collect();
+        let mut candidates: Vec<&PodInfo> =
+            cluster.pods_with_affinity().filter(|bound| !required(&bound.pod.pod_anti_affinity).is_empty() && self.considered(bound)).collect();
         candidates.sort_by_key(|bound| (bound.node, bound.pod.priority, bound.id));
         let mut domains = Domains::default();
         let mut evicted: HashSet<PodId> = HashSet::new();
@@ -88,10 +86,7 @@ impl Evict for RemovePodsViolatingInterPodAntiAffinity {
                 let domain = domains.of(cluster, node, &term.topology_key);
                 let mut neighbours = domain.iter().filter_map(|id| cluster.node(*id)).flat_map(|node| cluster.pods_on(node));
                 let other = neighbours.find(|other| {
-                    other.id != candidate.id
-                        && !evicted.contains(&other.id)
-                        && self.considered(other)
-                        && cluster.term_selects(term, &candidate.pod, &other.pod)
+                    other.id != candidate.id && !evicted.contains(&other.id) && self.considered(other) && cluster.term_selects(term, &candidate.pod, &other.pod)
                 })?;
                 Some((other, term.topology_key.as_str()))
             });

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 use wasp_sdk::types::{EvictContext, Eviction, Node, Pod, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, NodeFacts, PodFacts, Policy};
 
 const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
 const PREFERRED: &str = "preferredDuringSchedulingIgnoredDuringExecution";
@@ -67,7 +67,8 @@ impl Evict for RemovePodsViolatingNodeAffinity {
                     continue;
                 }
                 if self.required && !pod.matches_node_selector_and_required_affinity(&node.node) {
-                    evictions.push(Eviction::new(bound.id, format!("node {} no longer matches the pod's node selector or required node affinity", node.name())));
+                    evictions
+                        .push(Eviction::new(bound.id, format!("node {} no longer matches the pod's node selector or required node affinity", node.name())));
                     continue;
                 }
                 let has_preferences = pod.node_affinity.as_ref().is_some_and(|affinity| !affinity.preferred.is_empty());

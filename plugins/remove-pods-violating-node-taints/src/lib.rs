@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::matching::first_untolerated_taint;
 use wasp_sdk::types::{EvictContext, Eviction, PodPhase, Taint, TaintEffect, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, NodeFacts, PodFacts, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -72,10 +72,8 @@ impl Evict for RemovePodsViolatingNodeTaints {
                     continue;
                 }
                 if let Some(taint) = first_untolerated_taint(&taints, &bound.pod.tolerations, &effects) {
-                    evictions.push(Eviction::new(
-                        bound.id,
-                        format!("node {} has taint {{{}: {}}} the pod does not tolerate", node.name(), taint.key, taint.value),
-                    ));
+                    evictions
+                        .push(Eviction::new(bound.id, format!("node {} has taint {{{}: {}}} the pod does not tolerate", node.name(), taint.key, taint.value)));
                 }
             }
         }
@@ -97,10 +95,7 @@ mod tests {
         let tainted = cluster.add_node(NodeBuilder::new("n1").taint("maintenance", "true", TaintEffect::NoSchedule).build());
         let clean = cluster.add_node(NodeBuilder::new("n2").build());
         let victim = cluster.bind(PodBuilder::new("victim").running().build(), tainted);
-        cluster.bind(
-            PodBuilder::new("tolerant").toleration("maintenance", None, None).running().build(),
-            tainted,
-        );
+        cluster.bind(PodBuilder::new("tolerant").toleration("maintenance", None, None).running().build(), tainted);
         cluster.bind(PodBuilder::new("elsewhere").running().build(), clean);
         let proposals = build::<RemovePodsViolatingNodeTaints>("").unwrap().propose(&cluster, &EvictContext::at(0));
         assert_eq!(proposals.len(), 1);
@@ -111,12 +106,8 @@ mod tests {
     #[test]
     fn excluded_and_soft_taints() {
         let mut cluster = Cluster::for_policy::<RemovePodsViolatingNodeTaints>();
-        let node = cluster.add_node(
-            NodeBuilder::new("n1")
-                .taint("maintenance", "true", TaintEffect::NoSchedule)
-                .taint("spot", "yes", TaintEffect::PreferNoSchedule)
-                .build(),
-        );
+        let node = cluster
+            .add_node(NodeBuilder::new("n1").taint("maintenance", "true", TaintEffect::NoSchedule).taint("spot", "yes", TaintEffect::PreferNoSchedule).build());
         cluster.bind(PodBuilder::new("p").running().build(), node);
         let excluded = build::<RemovePodsViolatingNodeTaints>(r#"{"excludedTaints": ["maintenance=true"]}"#).unwrap();
         assert!(excluded.propose(&cluster, &EvictContext::at(0)).is_empty());

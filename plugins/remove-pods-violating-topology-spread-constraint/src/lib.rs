@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use wasp_sdk::spread::{domain_counts, resolved_selector};
 use wasp_sdk::types::{EvictContext, Eviction, PodId, PodPhase, UnsatisfiableAction, ViewScope};
-use wasp_sdk::{LabelScope, PodFacts, Cluster, Evict, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, LabelScope, NodeFacts, PodFacts, Policy};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]

@@ -9,7 +9,7 @@ use wasp_sdk::allocation::{percent_of, requested_and_allocatable, PodRequests, W
 use wasp_sdk::policy::{scores_for, Normalization};
 use wasp_sdk::resources::{validate_resource_weights, ResourceWeight};
 use wasp_sdk::types::{NodeId, Pod};
-use wasp_sdk::{Cluster, NodeInfo, Policy, Score, NodeFacts};
+use wasp_sdk::{Cluster, NodeFacts, NodeInfo, Policy, Score};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -99,7 +99,11 @@ impl RequestedToCapacityRatio {
                 weights += weight;
             }
         }
-        if weights == 0 { 0 } else { (total as f64 / weights as f64).round() as i64 }
+        if weights == 0 {
+            0
+        } else {
+            (total as f64 / weights as f64).round() as i64
+        }
     }
 }
 

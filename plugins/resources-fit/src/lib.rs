@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use wasp_sdk::policy::verdicts_for;
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{FilterResult, NodeId, Pod};
-use wasp_sdk::{Cluster, Filter, NodeInfo, Policy, Verdict, NodeFacts};
+use wasp_sdk::{Cluster, Filter, NodeFacts, NodeInfo, Policy, Verdict};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -24,9 +24,7 @@ pub struct ResourcesFit {
 impl ResourcesFit {
     fn ignores(&self, resource: &str) -> bool {
         self.settings.ignored_resources.iter().any(|name| name == resource)
-            || resource
-                .split_once('/')
-                .is_some_and(|(group, _)| self.settings.ignored_resource_groups.iter().any(|name| name == group))
+            || resource.split_once('/').is_some_and(|(group, _)| self.settings.ignored_resource_groups.iter().any(|name| name == group))
     }
 }
 
@@ -71,7 +69,11 @@ impl ResourcesFit {
                 reasons.push(format!("Insufficient {resource}").into());
             }
         }
-        if reasons.is_empty() { Verdict::Pass } else { Verdict::Reject(reasons) }
+        if reasons.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Reject(reasons)
+        }
     }
 }
 

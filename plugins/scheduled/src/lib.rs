@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use wasp_sdk::autoscaling::{check_tolerance, Proposals, Tolerance};
 use wasp_sdk::types::{ScaleDecision, ScaleRequest};
-use wasp_sdk::{Policy, Scale, NodeFacts};
+use wasp_sdk::{NodeFacts, Policy, Scale};
 
 const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 
@@ -164,7 +164,8 @@ mod tests {
         build::<Scheduled>(settings).unwrap().recommend(&request).unwrap()
     }
 
-    const OFFICE_HOURS: &str = r#"{"utcOffset": "+01:00", "schedules": [{"days": ["Mon", "Tue", "Wed", "Thu", "Fri"], "start": "08:00", "end": "18:00", "replicas": 10}]}"#;
+    const OFFICE_HOURS: &str =
+        r#"{"utcOffset": "+01:00", "schedules": [{"days": ["Mon", "Tue", "Wed", "Thu", "Fri"], "start": "08:00", "end": "18:00", "replicas": 10}]}"#;
 
     #[test]
     fn the_window_sets_a_floor_in_its_own_offset() {

@@ -4,7 +4,7 @@
 
 use wasp_sdk::matching::first_untolerated_taint;
 use wasp_sdk::types::{Pod, TaintEffect};
-use wasp_sdk::{Cluster, Filter, NodeInfo, Normalization, NoSettings, Policy, Score, Verdict, NodeFacts};
+use wasp_sdk::{Cluster, Filter, NoSettings, NodeFacts, NodeInfo, Normalization, Policy, Score, Verdict};
 
 pub struct TaintToleration;
 
@@ -31,11 +31,8 @@ impl Filter for TaintToleration {
 impl Score for TaintToleration {
     fn score(&self, pod: &Pod, node: &NodeInfo, _cluster: &Cluster) -> i64 {
         // Only tolerations that can apply to PreferNoSchedule count, as in kube-scheduler's PreScore.
-        let tolerations: Vec<_> = pod
-            .tolerations
-            .iter()
-            .filter(|toleration| toleration.effect.is_none_or(|effect| effect == TaintEffect::PreferNoSchedule))
-            .collect();
+        let tolerations: Vec<_> =
+            pod.tolerations.iter().filter(|toleration| toleration.effect.is_none_or(|effect| effect == TaintEffect::PreferNoSchedule)).collect();
         node.node
             .taints
             .iter()
@@ -81,12 +78,8 @@ mod tests {
     #[test]
     fn score_prefers_fewer_untolerated_prefer_no_schedule_taints() {
         let mut cluster = Cluster::for_policy::<TaintToleration>();
-        let two = cluster.add_node(
-            NodeBuilder::new("n1")
-                .taint("a", "1", TaintEffect::PreferNoSchedule)
-                .taint("b", "1", TaintEffect::PreferNoSchedule)
-                .build(),
-        );
+        let two =
+            cluster.add_node(NodeBuilder::new("n1").taint("a", "1", TaintEffect::PreferNoSchedule).taint("b", "1", TaintEffect::PreferNoSchedule).build());
         let one = cluster.add_node(NodeBuilder::new("n2").taint("a", "1", TaintEffect::PreferNoSchedule).build());
         let none = cluster.add_node(NodeBuilder::new("n3").build());
         let pod = PodBuilder::new("p").build();

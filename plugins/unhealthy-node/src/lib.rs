@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use wasp_sdk::types::{EvictContext, Eviction, Pod, PodPhase, ViewScope};
-use wasp_sdk::{PodFacts, Cluster, Evict, Policy, NodeFacts};
+use wasp_sdk::{Cluster, Evict, NodeFacts, PodFacts, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -22,11 +22,7 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings {
-            pressure_conditions: vec!["MemoryPressure".into(), "DiskPressure".into(), "PIDPressure".into()],
-            not_ready: true,
-            restart_threshold: 10,
-        }
+        Settings { pressure_conditions: vec!["MemoryPressure".into(), "DiskPressure".into(), "PIDPressure".into()], not_ready: true, restart_threshold: 10 }
     }
 }
 
@@ -88,7 +84,11 @@ impl Evict for UnhealthyNode {
                 if !elsewhere.is_empty() && elsewhere.iter().all(|other| other.saturating_mul(4) <= count) {
                     evictions.push(Eviction::new(
                         bound.id,
-                        format!("{count} restarts on node {} while its siblings on other nodes restart at most {}", node.name(), elsewhere.iter().max().unwrap_or(&0)),
+                        format!(
+                            "{count} restarts on node {} while its siblings on other nodes restart at most {}",
+                            node.name(),
+                            elsewhere.iter().max().unwrap_or(&0)
+                        ),
                     ));
                 }
             }

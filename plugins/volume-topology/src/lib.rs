@@ -45,7 +45,8 @@ fn exceeds_volume_limits(pod: &Pod, node: &NodeInfo) -> bool {
         return false;
     }
     let attached = &node.usage.attached_volumes;
-    let mut new: Vec<&AttachedVolume> = pod.volume_claims.iter().filter_map(|claim| claim.attachment.as_ref()).filter(|volume| !attached.contains(volume)).collect();
+    let mut new: Vec<&AttachedVolume> =
+        pod.volume_claims.iter().filter_map(|claim| claim.attachment.as_ref()).filter(|volume| !attached.contains(volume)).collect();
     new.sort_by(|a, b| (&a.driver, &a.handle).cmp(&(&b.driver, &b.handle)));
     new.dedup();
     node.node.volume_limits.iter().any(|(driver, limit)| {
@@ -64,9 +65,7 @@ impl Filter for VolumeTopology {
                 ClaimRequirement::Anywhere => {}
                 ClaimRequirement::Unresolvable(reason) => return Verdict::reject(reason.clone()),
                 ClaimRequirement::Bound(terms) if !any_term_matches(terms, &node.node) => return Verdict::reject(NODE_CONFLICT),
-                ClaimRequirement::ToProvision(terms) if !terms.is_empty() && !any_term_matches(terms, &node.node) => {
-                    return Verdict::reject(BIND_CONFLICT)
-                }
+                ClaimRequirement::ToProvision(terms) if !terms.is_empty() && !any_term_matches(terms, &node.node) => return Verdict::reject(BIND_CONFLICT),
                 ClaimRequirement::Bound(_) | ClaimRequirement::ToProvision(_) => {}
             }
         }
@@ -102,10 +101,15 @@ mod tests {
     fn outcome(pod: &Pod) -> Vec<(String, Option<String>)> {
         verdicts(&VolumeTopology, pod, &cluster())
             .into_iter()
-            .map(|(node, verdict)| (node, match verdict {
-                Verdict::Pass => None,
-                Verdict::Reject(reasons) => Some(reasons.join(", ")),
-            }))
+            .map(|(node, verdict)| {
+                (
+                    node,
+                    match verdict {
+                        Verdict::Pass => None,
+                        Verdict::Reject(reasons) => Some(reasons.join(", ")),
+                    },
+                )
+            })
             .collect()
     }
 

@@ -49,17 +49,10 @@ pub fn destination(store: &Store, client_config: &Value, timeout: Duration) -> R
         let path = with_query(uri.path(), uri.query(), &timeout_query);
         let bare_host = host.trim_start_matches('[').trim_end_matches(']');
         let authority = if host.contains(':') && !host.starts_with('[') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-        return Ok(Destination {
-            connect: authority.clone(),
-            server_name: bare_host.to_string(),
-            url: format!("https://{authority}{path}"),
-            path,
-            authority,
-        });
+        return Ok(Destination { connect: authority.clone(), server_name: bare_host.to_string(), url: format!("https://{authority}{path}"), path, authority });
     }
-    let service = client_config.get("service").filter(|service| service.is_object()).ok_or_else(|| {
-        CallError("clientConfig has neither url nor service".to_string())
-    })?;
+    let service =
+        client_config.get("service").filter(|service| service.is_object()).ok_or_else(|| CallError("clientConfig has neither url nor service".to_string()))?;
     let namespace = service["namespace"].as_str().unwrap_or("");
     let name = service["name"].as_str().unwrap_or("");
     let port = service["port"].as_u64().and_then(|port| u16::try_from(port).ok()).unwrap_or(443);
@@ -84,13 +77,14 @@ fn endpoint_address(store: &Store, namespace: &str, name: &str, service_port: u1
     let no_endpoints = || format!("no endpoints available for service \"{name}\"");
     let endpoints = store.get(endpoints_type, Some(namespace), name).map_err(|_| no_endpoints())?;
     // The Service's port named N forwards to the endpoint port named N; unnamed single ports pair up directly.
-    let port_name = resources::find("", "v1", "services")
-        .and_then(|services| store.get(services, Some(namespace), name).ok())
-        .and_then(|service| {
-            service.pointer("/spec/ports")?.as_array()?.iter().find(|port| port["port"].as_u64() == Some(u64::from(service_port))).map(|port| {
-                port["name"].as_str().unwrap_or("").to_string()
-            })
-        });
+    let port_name = resources::find("", "v1", "services").and_then(|services| store.get(services, Some(namespace), name).ok()).and_then(|service| {
+        service
+            .pointer("/spec/ports")?
+            .as_array()?
+            .iter()
+            .find(|port| port["port"].as_u64() == Some(u64::from(service_port)))
+            .map(|port| port["name"].as_str().unwrap_or("").to_string())
+    });
     for subset in endpoints["subsets"].as_array().into_iter().flatten() {
         let Some(ip) = subset["addresses"].as_array().and_then(|addresses| addresses.iter().find_map(|address| address["ip"].as_str())) else {
             continue;
@@ -147,7 +141,8 @@ async fn exchange(destination: &Destination, ca_bundle: &str, review: &Value) ->
         .map_err(|error| format!("tls: {error}"))?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let server_name = ServerName::try_from(destination.server_name.clone()).map_err(|error| format!("invalid server name {:?}: {error}", destination.server_name))?;
+    let server_name =
+        ServerName::try_from(destination.server_name.clone()).map_err(|error| format!("invalid server name {:?}: {error}", destination.server_name))?;
     let tcp = tokio::net::TcpStream::connect(&destination.connect).await.map_err(|error| dial_error(&destination.connect, &error))?;
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(server_name, tcp).await.map_err(|error| tls_error(&error))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|error| error.to_string())?;

@@ -49,9 +49,9 @@ pub fn evaluate(conditions: &[Value], object: &Value, old_object: &Value, reques
     for condition in conditions {
         let name = condition["name"].as_str().unwrap_or("").to_string();
         let expression = condition["expression"].as_str().unwrap_or("");
-        let result = Program::compile(expression).map_err(|error| format!("compilation failed: {error}")).and_then(|program| {
-            program.execute(&context).map_err(|error| error.to_string())
-        });
+        let result = Program::compile(expression)
+            .map_err(|error| format!("compilation failed: {error}"))
+            .and_then(|program| program.execute(&context).map_err(|error| error.to_string()));
         match result {
             Ok(Cel::Bool(true)) => {}
             Ok(Cel::Bool(false)) => return Outcome::Skip { condition: name },

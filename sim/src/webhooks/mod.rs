@@ -365,9 +365,7 @@ mod tests {
         let pods = resources::pods();
         let namespaces = resources::find("", "v1", "namespaces").unwrap();
         let deployments = resources::find("apps", "v1", "deployments").unwrap();
-        let rule = |operations: &[&str], groups: &[&str], resources: &[&str], scope: &str| {
-            json!({"operations": operations, "apiGroups": groups, "apiVersions": ["*"], "resources": resources, "scope": scope})
-        };
+        let rule = |operations: &[&str], groups: &[&str], resources: &[&str], scope: &str| json!({"operations": operations, "apiGroups": groups, "apiVersions": ["*"], "resources": resources, "scope": scope});
         assert!(rule_matches(&rule(&["*"], &[""], &["pods"], "*"), pods, "CREATE"));
         assert!(!rule_matches(&rule(&["UPDATE"], &[""], &["pods"], "*"), pods, "CREATE"));
         assert!(!rule_matches(&rule(&["CREATE"], &["apps"], &["pods"], "*"), pods, "CREATE"));
@@ -388,10 +386,18 @@ mod tests {
         let answer = |response: Value| json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
         assert!(verify(answer(json!({"uid": "u", "allowed": true})), "u", false).is_ok());
         assert_eq!(verify(answer(json!({"uid": "v", "allowed": true})), "u", false).unwrap_err(), "expected response.uid=\"u\", got \"v\"");
-        assert_eq!(verify(json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}), "u", false).unwrap_err(),
-            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got admission.k8s.io/v1beta1, Kind=AdmissionReview");
-        assert_eq!(verify(answer(json!({"uid": "u", "allowed": true, "patch": "W10="})), "u", true).unwrap_err(), "webhook returned response.patch but not response.patchType");
-        assert_eq!(verify(answer(json!({"uid": "u", "allowed": true, "patch": "W10=", "patchType": "JSONPatch"})), "u", false).unwrap_err(), "validating webhook may not return response.patchType");
+        assert_eq!(
+            verify(json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}), "u", false).unwrap_err(),
+            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got admission.k8s.io/v1beta1, Kind=AdmissionReview"
+        );
+        assert_eq!(
+            verify(answer(json!({"uid": "u", "allowed": true, "patch": "W10="})), "u", true).unwrap_err(),
+            "webhook returned response.patch but not response.patchType"
+        );
+        assert_eq!(
+            verify(answer(json!({"uid": "u", "allowed": true, "patch": "W10=", "patchType": "JSONPatch"})), "u", false).unwrap_err(),
+            "validating webhook may not return response.patchType"
+        );
         assert!(verify(answer(json!({"uid": "u", "allowed": true, "patch": "W10=", "patchType": "JSONPatch"})), "u", true).is_ok());
     }
 }

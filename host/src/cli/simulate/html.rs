@@ -200,8 +200,14 @@ fn autoscaler_chart(name: &str, samples: &[&AutoscalerSample], decisions: &[(Dur
         let _ = write!(svg, r#"<g><title>{}: {to} replicas</title><circle class="mark" cx="{cx:.1}" cy="{cy:.1}" r="4" fill="crimson"/></g>"#, clock_time(*at));
     }
     let _ = write!(svg, r#"<text x="{PAD}" y="14" font-size="11" fill="steelblue">replicas (max {:.0})</text>"#, replicas_top / 1.2);
-    let _ = write!(svg, r#"<text x="{}" y="14" font-size="11" fill="darkorange" text-anchor="end">first metric (max {:.0})</text>"#, WIDTH - PAD, reading_top / 1.2);
-    let _ = write!(svg, r#"<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>"#, WIDTH - PAD, HEIGHT - 8.0, clock_time(Duration::from_secs_f64(end)));
+    let _ = write!(
+        svg,
+        r#"<text x="{}" y="14" font-size="11" fill="darkorange" text-anchor="end">first metric (max {:.0})</text>"#,
+        WIDTH - PAD,
+        reading_top / 1.2
+    );
+    let _ =
+        write!(svg, r#"<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>"#, WIDTH - PAD, HEIGHT - 8.0, clock_time(Duration::from_secs_f64(end)));
     svg.push_str("</svg>");
     svg
 }
@@ -226,7 +232,13 @@ table{border-collapse:collapse;font-size:13px}td,th{padding:2px 10px;text-align:
 
 pub fn page(story: &Story) -> String {
     let mut html = format!("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>wasp simulate: {}</title>{STYLE}</head><body>", escape(&story.scenario));
-    let _ = write!(html, "<h1>wasp simulate: {}</h1><p>{} nodes, {} of simulated time.</p>", escape(&story.scenario), story.before.len(), clock_time(story.simulated));
+    let _ = write!(
+        html,
+        "<h1>wasp simulate: {}</h1><p>{} nodes, {} of simulated time.</p>",
+        escape(&story.scenario),
+        story.before.len(),
+        clock_time(story.simulated)
+    );
     html.push_str("<h2>Nodes: requested CPU (colour) and pods (number)</h2>");
     let _ = write!(html, r#"<div class="side"><h3>after the first placement</h3>{}</div>"#, heatmap("nodes-before", &story.before));
     if !story.after.is_empty() {
@@ -246,10 +258,20 @@ pub fn page(story: &Story) -> String {
         html.push_str("<h2>Timeline</h2><table><tr><th>time</th><th>event</th><th>what followed</th></tr>");
         for stretch in &story.stretches {
             let followed: Vec<String> = stretch.effect.iter().map(|line| escape(line)).collect();
-            let _ = write!(html, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", stretch.at.map(clock_time).unwrap_or_default(), escape(&stretch.event), followed.join("<br>"));
+            let _ = write!(
+                html,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                stretch.at.map(clock_time).unwrap_or_default(),
+                escape(&stretch.event),
+                followed.join("<br>")
+            );
         }
         html.push_str("</table>");
-        let _ = write!(html, "<h2>Evictions and deletions ({})</h2><table><tr><th>time</th><th>pod</th><th>from</th><th>to</th><th>by</th><th>reason</th></tr>", story.moves.len());
+        let _ = write!(
+            html,
+            "<h2>Evictions and deletions ({})</h2><table><tr><th>time</th><th>pod</th><th>from</th><th>to</th><th>by</th><th>reason</th></tr>",
+            story.moves.len()
+        );
         for moved in &story.moves {
             let _ = write!(
                 html,
@@ -272,12 +294,14 @@ pub fn page(story: &Story) -> String {
         html.push_str("<h2>Autoscalers: replicas (blue), first metric (orange), decisions (red)</h2>");
     }
     for (index, (name, samples)) in autoscalers.iter().enumerate() {
-        let decisions: Vec<(Duration, i32)> = samples.windows(2).filter(|pair| pair[1].desired != pair[0].desired).map(|pair| (pair[1].at, pair[1].desired)).collect();
+        let decisions: Vec<(Duration, i32)> =
+            samples.windows(2).filter(|pair| pair[1].desired != pair[0].desired).map(|pair| (pair[1].at, pair[1].desired)).collect();
         let _ = write!(html, "<h3>{}</h3>{}", escape(name), autoscaler_chart(&format!("autoscaler-{index}"), samples, &decisions));
     }
     html.push_str("<h2>Policy calls: mean latency</h2>");
     let p99 = |ms: f64| if ms.is_finite() { format!("p99 <= {ms} ms") } else { "p99 past the histogram's last bucket".to_string() };
-    let latencies: Vec<(String, f64)> = story.policy_calls.iter().map(|calls| (format!("{} ({} calls, {})", calls.policy, calls.calls, p99(calls.p99_ms)), calls.mean_ms)).collect();
+    let latencies: Vec<(String, f64)> =
+        story.policy_calls.iter().map(|calls| (format!("{} ({} calls, {})", calls.policy, calls.calls, p99(calls.p99_ms)), calls.mean_ms)).collect();
     let _ = write!(html, "{}", bars("policy-latency", &latencies, " ms"));
     html.push_str("<pre id=\"rendered\"></pre>");
     html.push_str(COUNT_RENDERED);
@@ -304,7 +328,8 @@ mod tests {
     #[test]
     fn the_page_is_self_contained_and_escapes_what_it_quotes() {
         let load = NodeLoad { name: "n-<1>".into(), zone: "-".into(), pods: 2, cpu: 50.0, memory: 10.0 };
-        let story = Story { scenario: "s".into(), before: vec![load], waiting: vec![("default/p".into(), "0/1 nodes are available: <x>".into())], ..Story::default() };
+        let story =
+            Story { scenario: "s".into(), before: vec![load], waiting: vec![("default/p".into(), "0/1 nodes are available: <x>".into())], ..Story::default() };
         let page = page(&story);
         assert!(!page.contains("http://") && !page.contains("https://") && !page.contains(" src="), "no network: {page}");
         assert!(page.contains("n-&lt;1&gt;: 2 pods") && page.contains("available: &lt;x&gt;"), "{page}");

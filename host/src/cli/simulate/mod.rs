@@ -62,7 +62,16 @@ pub struct SimulateArgs {
 impl SimulateArgs {
     /// `wasp policy test`: one component tried on `scenario`, everything else as `wasp simulate` defaults it.
     pub fn trying(policy: PathBuf, scenario: PathBuf, config: Option<PathBuf>) -> SimulateArgs {
-        SimulateArgs { scenario: Some(scenario), config, timeout: Duration::from_secs(60), full: false, autoscalers: None, duration: None, report: None, policies: vec![policy] }
+        SimulateArgs {
+            scenario: Some(scenario),
+            config,
+            timeout: Duration::from_secs(60),
+            full: false,
+            autoscalers: None,
+            duration: None,
+            report: None,
+            policies: vec![policy],
+        }
     }
 }
 
@@ -168,7 +177,6 @@ fn sim_client(simulator: &Simulator) -> anyhow::Result<ApiClient> {
     ApiClient::from_config(kube::Config::new(simulator.url().parse()?))
 }
 
-
 /// How much simulated time the timeline runs, or none when nothing would happen after the first placement: no
 /// event, no rescheduler, no Autoscaler.
 fn timeline_length(scenario: &Scenario, config: &HostConfig, args: &SimulateArgs, autoscalers: &[Autoscaler]) -> Option<Duration> {
@@ -260,14 +268,16 @@ async fn simulate(scenario: &Scenario, config: &HostConfig, args: &SimulateArgs,
 /// Runs the timeline for `length` of simulated time since `started`, sampling the API server every tick; says
 /// where it is on stderr every few seconds of real time.
 async fn follow(client: &Client, host: &Host, scenario: &Scenario, started: Instant, length: Duration, real: std::time::Instant) -> anyhow::Result<Timeline> {
-    let scale_events: Vec<&wasp_sim::scenario::TimedEvent> = scenario.events.iter().filter(|event| matches!(event.action, wasp_sim::scenario::Action::Scale { .. })).collect();
+    let scale_events: Vec<&wasp_sim::scenario::TimedEvent> =
+        scenario.events.iter().filter(|event| matches!(event.action, wasp_sim::scenario::Action::Scale { .. })).collect();
     let mut timeline = Timeline::default();
     let mut progress = std::time::Instant::now();
     loop {
         let at = started.elapsed();
         let runs = host.rescheduler.stats.runs.load(Ordering::Relaxed);
         let summary = host.rescheduler.last_run().filter(|run| run.evicted > 0 || !run.skipped.is_empty()).map(|run| {
-            let proposed: Vec<String> = run.policies.iter().filter(|policy| policy.proposed > 0).map(|policy| format!("{} proposed {}", policy.policy, policy.proposed)).collect();
+            let proposed: Vec<String> =
+                run.policies.iter().filter(|policy| policy.proposed > 0).map(|policy| format!("{} proposed {}", policy.policy, policy.proposed)).collect();
             format!("{} evicted of {} candidates ({}); skipped {:?}", run.evicted, run.candidates, proposed.join(", "), run.skipped)
         });
         // A sample the API server failed (an injected fault, say) is skipped: the next tick compares with the last.
@@ -275,7 +285,13 @@ async fn follow(client: &Client, host: &Host, scenario: &Scenario, started: Inst
             eprintln!("  simulated {}: sampling the API server failed ({error:#}); trying again next tick", clock_time(at));
         }
         if progress.elapsed() > PROGRESS_EVERY {
-            eprintln!("  simulated {} of {} ({:.0}s real): {} changes so far", clock_time(at), clock_time(length), real.elapsed().as_secs_f64(), timeline.happenings.len());
+            eprintln!(
+                "  simulated {} of {} ({:.0}s real): {} changes so far",
+                clock_time(at),
+                clock_time(length),
+                real.elapsed().as_secs_f64(),
+                timeline.happenings.len()
+            );
             progress = std::time::Instant::now();
         }
         if at >= length {
@@ -344,7 +360,12 @@ async fn settle(client: &Client, host: &Host, profiles: &[String], started: Inst
         let sizes = scheduler.queue().sizes();
         let settled = !mine.is_empty() && sizes.active == 0 && sizes.backoff == 0 && bound_count + sizes.unschedulable >= mine.len();
         if progress.elapsed() > PROGRESS_EVERY {
-            eprintln!("  placing: {bound_count}/{} bound, {} unschedulable, at {} of simulated time", mine.len(), sizes.unschedulable, clock_time(started.elapsed()));
+            eprintln!(
+                "  placing: {bound_count}/{} bound, {} unschedulable, at {} of simulated time",
+                mine.len(),
+                sizes.unschedulable,
+                clock_time(started.elapsed())
+            );
             progress = std::time::Instant::now();
         }
         settled_since = if settled { settled_since.or(Some(Instant::now())) } else { None };

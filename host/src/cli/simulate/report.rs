@@ -144,14 +144,20 @@ async fn claims(client: &Client, pods: &[Pod], nodes: &[Node]) -> anyhow::Result
     const ZONE: &str = "topology.kubernetes.io/zone";
     let uses: Vec<(&Pod, &str)> = pods
         .iter()
-        .flat_map(|pod| pod.spec.iter().flat_map(|spec| spec.volumes.iter().flatten()).filter_map(move |volume| Some((pod, volume.persistent_volume_claim.as_ref()?.claim_name.as_str()))))
+        .flat_map(|pod| {
+            pod.spec
+                .iter()
+                .flat_map(|spec| spec.volumes.iter().flatten())
+                .filter_map(move |volume| Some((pod, volume.persistent_volume_claim.as_ref()?.claim_name.as_str())))
+        })
         .collect();
     if uses.is_empty() {
         return Ok(String::new());
     }
     let claims = Api::<PersistentVolumeClaim>::all(client.clone()).list(&ListParams::default()).await?.items;
     let volumes = Api::<PersistentVolume>::all(client.clone()).list(&ListParams::default()).await?.items;
-    let node_zone = |name: &str| nodes.iter().find(|node| node.metadata.name.as_deref() == Some(name)).and_then(|node| node.metadata.labels.as_ref()?.get(ZONE).cloned());
+    let node_zone =
+        |name: &str| nodes.iter().find(|node| node.metadata.name.as_deref() == Some(name)).and_then(|node| node.metadata.labels.as_ref()?.get(ZONE).cloned());
     let volume_zone = |name: &str| {
         let volume = volumes.iter().find(|volume| volume.metadata.name.as_deref() == Some(name))?;
         let terms = &volume.spec.as_ref()?.node_affinity.as_ref()?.required.as_ref()?.node_selector_terms;

@@ -36,13 +36,29 @@ struct Sample {
 /// One change between two samples.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
-    Bound { pod: String, node: String },
+    Bound {
+        pod: String,
+        node: String,
+    },
     /// Deleted, or marked for deletion, while on `node`.
-    Left { pod: String, node: String },
-    Waiting { pod: String, message: String },
-    Replicas { workload: String, from: i32, to: i32, by: String },
+    Left {
+        pod: String,
+        node: String,
+    },
+    Waiting {
+        pod: String,
+        message: String,
+    },
+    Replicas {
+        workload: String,
+        from: i32,
+        to: i32,
+        by: String,
+    },
     /// A rescheduling run that evicted or skipped something.
-    Rescheduled { summary: String },
+    Rescheduled {
+        summary: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -96,7 +112,12 @@ fn pod_seen(pod: &Pod) -> PodSeen {
         let scheduled = conditions.iter().find(|condition| condition.type_ == "PodScheduled" && condition.status == "False")?;
         Some(scheduled.message.clone().unwrap_or_else(|| scheduled.reason.clone().unwrap_or_default()))
     });
-    let owner = pod.metadata.owner_references.as_ref().and_then(|owners| owners.first()).map(|owner| format!("{} {}", owner.kind, key(pod.metadata.namespace.as_deref(), Some(&owner.name))));
+    let owner = pod
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|owners| owners.first())
+        .map(|owner| format!("{} {}", owner.kind, key(pod.metadata.namespace.as_deref(), Some(&owner.name))));
     PodSeen {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
         node: spec.and_then(|spec| spec.node_name.clone()),
@@ -109,7 +130,13 @@ fn pod_seen(pod: &Pod) -> PodSeen {
 impl Timeline {
     /// Samples the API server at `at` and keeps what changed since the last sample. The first sample is the
     /// ground the changes start from.
-    pub async fn sample(&mut self, client: &Client, at: Duration, scale_events: &[&TimedEvent], reschedules: Option<(u64, Option<String>)>) -> anyhow::Result<()> {
+    pub async fn sample(
+        &mut self,
+        client: &Client,
+        at: Duration,
+        scale_events: &[&TimedEvent],
+        reschedules: Option<(u64, Option<String>)>,
+    ) -> anyhow::Result<()> {
         let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await?.items;
         let mut sample = Sample::default();
         for pod in &pods {
@@ -219,7 +246,8 @@ impl Timeline {
             }
             let replacement = self.happenings.iter().enumerate().skip(index + 1).find(|(later, candidate)| {
                 let Change::Bound { pod: bound, .. } = &candidate.change else { return false };
-                !taken.contains(later) && (bound == pod || (owner.is_some() && self.owners.get(bound) == owner && !owner.is_some_and(|owner| owner.starts_with("StatefulSet "))))
+                !taken.contains(later)
+                    && (bound == pod || (owner.is_some() && self.owners.get(bound) == owner && !owner.is_some_and(|owner| owner.starts_with("StatefulSet "))))
             });
             let to = replacement.map(|(later, candidate)| {
                 taken.insert(later);
@@ -257,7 +285,11 @@ fn under_way<'a>(events: &'a [TimedEvent], node: &str, at: Duration) -> Option<&
     let mut on_node: Vec<&TimedEvent> = events.iter().filter(|event| event.at <= at).collect();
     on_node.sort_by_key(|event| event.at);
     let latest = on_node.into_iter().rev().find(|event| match &event.action {
-        Action::Drain { node: target } | Action::FailNode { node: target } | Action::RecoverNode { node: target } | Action::Uncordon { node: target } | Action::Untaint { node: target, .. } => target == node,
+        Action::Drain { node: target }
+        | Action::FailNode { node: target }
+        | Action::RecoverNode { node: target }
+        | Action::Uncordon { node: target }
+        | Action::Untaint { node: target, .. } => target == node,
         Action::Taint { node: target, effect, .. } => target == node && effect == "NoExecute",
         _ => false,
     })?;
@@ -270,14 +302,19 @@ fn replicas_changed_by(workload: &str, replicas: i32, at: Duration, scale_events
     use wasp_sim::scenario::Action;
     let (kind, name) = workload.split_once(' ').unwrap_or(("", workload));
     // The workload's latest scale event by then, if it asked for these replicas.
-    let latest = scale_events.iter().filter(|event| event.at <= at && matches!(&event.action, Action::Scale { workload: target, namespace, .. } if format!("{namespace}/{target}") == name)).max_by_key(|event| event.at);
+    let latest = scale_events
+        .iter()
+        .filter(|event| event.at <= at && matches!(&event.action, Action::Scale { workload: target, namespace, .. } if format!("{namespace}/{target}") == name))
+        .max_by_key(|event| event.at);
     let scaled = latest.filter(|event| matches!(&event.action, Action::Scale { replicas: to, .. } if *to as i32 == replicas));
     if let Some(event) = scaled {
         return format!("scenario: {}", event.action);
     }
     let (namespace, target) = name.split_once('/').unwrap_or(("default", name));
     let autoscaler = autoscalers.iter().find(|autoscaler| {
-        autoscaler.metadata.namespace.as_deref().unwrap_or("default") == namespace && autoscaler.spec.scale_target_ref.kind == kind && autoscaler.spec.scale_target_ref.name == target
+        autoscaler.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            && autoscaler.spec.scale_target_ref.kind == kind
+            && autoscaler.spec.scale_target_ref.name == target
     });
     match autoscaler {
         Some(autoscaler) => {
@@ -330,7 +367,10 @@ mod tests {
     fn a_pod_deleted_after_its_deployment_scaled_down_was_the_scale_downs() {
         let mut timeline = Timeline::default();
         timeline.owners.insert("default/web-a".into(), "ReplicaSet default/web-6d7f9".into());
-        timeline.happenings.push(Happening { at: Duration::from_secs(10), change: Change::Replicas { workload: "Deployment default/web".into(), from: 3, to: 2, by: "-".into() } });
+        timeline.happenings.push(Happening {
+            at: Duration::from_secs(10),
+            change: Change::Replicas { workload: "Deployment default/web".into(), from: 3, to: 2, by: "-".into() },
+        });
         timeline.happenings.push(Happening { at: Duration::from_secs(11), change: Change::Left { pod: "default/web-a".into(), node: "n-0".into() } });
         let moves = timeline.moves(&DecisionRecords::default(), &[]);
         assert_eq!((moves[0].by.as_str(), moves[0].to.as_deref()), ("scale-down: Deployment default/web 3 -> 2", None));
