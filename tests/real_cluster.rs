@@ -1281,8 +1281,14 @@ fn the_default_profile_places_pods_by_kube_schedulers_rules_and_says_why_it_cann
         cluster,
         "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\nspec:\n  selectors: [{cel: {expression: \"device.driver == 'gpu.example.com'\"}}]\n---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: worker-0-gpu}\nspec:\n  driver: gpu.example.com\n  nodeName: worker-0\n  pool: {name: worker-0, generation: 1, resourceSliceCount: 1}\n  devices: [{name: gpu-0}]\n---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: one-gpu, namespace: default}\nspec:\n  spec:\n    devices:\n      requests: [{name: gpu, exactly: {deviceClassName: gpu.example.com}}]\n",
     );
-    create(cluster, &pod("with-gpu", "  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]\n  containers: [{name: app, image: nginx, resources: {claims: [{name: gpu}]}}]\n"));
+    let with_gpu = pod(
+        "with-gpu",
+        "  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]\n  containers: [{name: app, image: nginx, resources: {claims: [{name: gpu}]}}]\n",
+    );
+    let created = cluster.kubectl_input(&["create", "-f", "-"], &with_gpu);
     let devices = "pod has resource claims (gpu), and wasp does not allocate devices (dynamic resource allocation) yet";
+    // The validating webhook, called by the real API server, admits it with a warning kubectl prints.
+    assert!(created.ok && created.stderr.contains(&format!("Warning: {devices}")), "{}", created.stderr);
     wait_for("with-gpu's PodScheduled=False", Duration::from_secs(30), || {
         scheduled_condition(cluster, "default", "with-gpu").is_some_and(|condition| condition["status"] == "False")
     });

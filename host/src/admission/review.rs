@@ -18,16 +18,18 @@ pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 #[derive(Debug, Clone, PartialEq)]
 pub struct KnownSchedulers {
     names: Vec<String>,
+    /// This host's own profiles among them.
+    own: Vec<String>,
 }
 
 impl KnownSchedulers {
     /// The configuration's profiles and `otherSchedulers`, and the schedulers `seen_binding` pods.
     pub fn of(config: &HostConfig, seen_binding: impl IntoIterator<Item = String>) -> KnownSchedulers {
-        let profiles = config.scheduler.profiles.iter().map(|profile| profile.scheduler_name.clone());
-        let mut names: Vec<String> = profiles.chain(config.admission.other_schedulers.iter().cloned()).chain(seen_binding).collect();
+        let own: Vec<String> = config.scheduler.profiles.iter().map(|profile| profile.scheduler_name.clone()).collect();
+        let mut names: Vec<String> = own.iter().cloned().chain(config.admission.other_schedulers.iter().cloned()).chain(seen_binding).collect();
         names.sort();
         names.dedup();
-        KnownSchedulers { names }
+        KnownSchedulers { names, own }
     }
 
     pub fn runs(&self, name: &str) -> bool {
@@ -117,6 +119,11 @@ pub fn validate(pod: &Pod, namespace: &NamespaceChoice, known: &KnownSchedulers,
             namespace.namespace
         ));
     }
+    let claims = crate::cluster::convert::resource_claims(pod);
+    if known.own.iter().any(|own| own == name) && !claims.is_empty() {
+        // Admitted: refusing would break what a chart creates; the pod waits, and says why, as the scheduler says.
+        return Verdict::Warn(format!("{}; admitted: it waits unbound under scheduler {name:?}", crate::scheduler::devices_not_allocated(&claims)));
+    }
     if known.runs(name) {
         return Verdict::Admit;
     }
@@ -191,6 +198,18 @@ mod tests {
         for admitted in [Some("wasp"), Some("wasp-batch"), Some("default-scheduler"), None, Some("")] {
             assert_eq!(validate(&pod(admitted, None), &namespace(None, false), &known()), Ok(()), "{admitted:?}");
         }
+    }
+
+    #[test]
+    fn a_pod_with_resource_claims_for_a_wasp_profile_is_admitted_with_a_warning() {
+        let mut with_claim = pod(Some("wasp"), None);
+        let claims = serde_json::json!([{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]);
+        with_claim.spec.as_mut().unwrap().resource_claims = Some(serde_json::from_value(claims).unwrap());
+        let Verdict::Warn(warning) = super::validate(&with_claim, &namespace(None, false), &known(), AdmissionMode::Strict) else { panic!("not warned") };
+        assert!(warning.starts_with("pod has resource claims (gpu), and wasp does not allocate devices"), "{warning}");
+        assert!(warning.ends_with(r#"admitted: it waits unbound under scheduler "wasp""#), "{warning}");
+        with_claim.spec.as_mut().unwrap().scheduler_name = None;
+        assert_eq!(super::validate(&with_claim, &namespace(None, false), &known(), AdmissionMode::Strict), Verdict::Admit, "kube-scheduler allocates devices");
     }
 
     #[test]

@@ -504,7 +504,7 @@ pub fn placement_record(pod: &Pod, profile: &ProfilePolicies, decision: &Decisio
 /// Which unschedulable pods a change of the cluster may help, if any (kube-scheduler's queueing hints, coarsely).
 /// Why a pod with resource claims waits: kube-scheduler's DynamicResources plugin allocates devices to its claims
 /// before binding, and the host does not, so it binds no such pod rather than place it where its devices are not.
-fn devices_not_allocated(claims: &[String]) -> String {
+pub(crate) fn devices_not_allocated(claims: &[String]) -> String {
     format!(
         "pod has resource claims ({}), and wasp does not allocate devices (dynamic resource allocation) yet: schedule it with a scheduler that does, such as kube-scheduler",
         claims.join(", ")
