@@ -169,3 +169,15 @@ fn the_command_line_reference_is_the_binarys_help() {
         "docs/cli-reference.md is stale: WASP_UPDATE_DOCS=1 cargo test -p wasp --no-default-features --features sim --test docs writes it again"
     );
 }
+
+#[test]
+fn the_number_of_policies_the_pages_give_is_the_builds() {
+    let root = repo_root();
+    // plugins/out holds one component per policy crate, the tutorial's example included: the bundle packs them all.
+    let crates = std::fs::read_dir(root.join("plugins")).unwrap().filter(|entry| entry.as_ref().unwrap().path().join("Cargo.toml").exists()).count();
+    let status = std::fs::read_to_string(root.join("docs/status.md")).unwrap();
+    // "... all 31 in one bundle of 453 KiB ...": the word before the phrase.
+    let before = status.split_once(" in one bundle").map_or("", |(before, _)| before);
+    let stated = before.rsplit(' ').next().unwrap_or("");
+    assert_eq!(stated.parse::<usize>().ok(), Some(crates), "docs/status.md says \"all {stated} in one bundle\"; plugins/ has {crates} policy crates");
+}
