@@ -168,7 +168,7 @@ mod tests {
         let text = "abcdefghijklmnopqrstuvwxyz";
         for length in 0..=text.len() {
             let a = &text[..length];
-            assert!(same_text(a, &a.to_string()));
+            assert!(same_text(a, a));
             for at in 0..length {
                 let mut b = a.as_bytes().to_vec();
                 b[at] = b'-';

@@ -286,7 +286,7 @@ pub fn parse_review(bytes: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, Op
         return Err(format!("expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got {:?}, {:?}", review.types.api_version, review.types.kind));
     }
     let request: AdmissionRequest<DynamicObject> = review.try_into().map_err(|_| "the AdmissionReview has no request".to_string())?;
-    if request.kind.group != "" || request.kind.kind != "Pod" {
+    if !request.kind.group.is_empty() || request.kind.kind != "Pod" {
         return Err(format!("this webhook reviews pods, not {}/{} (check the webhook configuration's rules)", request.kind.group, request.kind.kind));
     }
     if request.operation != Operation::Create {

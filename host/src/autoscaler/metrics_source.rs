@@ -321,14 +321,8 @@ impl MetricsReader<'_> {
             _ => return Err((name, MetricSource::Pods, MetricTarget::Value(0.0), "a Pods metric needs an AverageValue target".into())),
         };
         let mut path = format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{}/pods/*/{}?{}", self.namespace, name, Self::selector_query(self.selector));
-        let selector = source
-            .metric
-            .selector
-            .as_ref()
-            .map(selector_string)
-            .transpose()
-            .map_err(|error| (name.clone(), MetricSource::Pods, target.clone(), error))?
-            .flatten();
+        let selector =
+            source.metric.selector.as_ref().map(selector_string).transpose().map_err(|error| (name.clone(), MetricSource::Pods, target, error))?.flatten();
         if let Some(selector) = selector {
             path.push_str(&format!("&metricLabelSelector={}", urlencode(&selector)));
         }
@@ -378,14 +372,8 @@ impl MetricsReader<'_> {
         let target = whole_target(&source.target.type_, source.target.value.as_ref(), source.target.average_value.as_ref())
             .map_err(|error| (name.clone(), MetricSource::External, MetricTarget::Value(0.0), error))?;
         let mut path = format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/{}", self.namespace, name);
-        let selector = source
-            .metric
-            .selector
-            .as_ref()
-            .map(selector_string)
-            .transpose()
-            .map_err(|error| (name.clone(), MetricSource::External, target.clone(), error))?
-            .flatten();
+        let selector =
+            source.metric.selector.as_ref().map(selector_string).transpose().map_err(|error| (name.clone(), MetricSource::External, target, error))?.flatten();
         if let Some(selector) = selector {
             path.push_str(&format!("?labelSelector={}", urlencode(&selector)));
         }

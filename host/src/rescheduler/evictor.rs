@@ -84,12 +84,14 @@ impl Evictor {
 
     pub async fn evict(&self, entry: &PlanEntry) -> Answer {
         let pods: Api<Pod> = Api::namespaced(self.api.client.clone(), &entry.namespace);
-        let mut params = EvictParams::default();
         // Only this pod: a replacement of the same name (StatefulSet) is not ours to evict.
-        params.delete_options = Some(kube::api::DeleteParams {
-            preconditions: Some(kube::api::Preconditions { uid: Some(entry.uid.clone()), resource_version: None }),
+        let params = EvictParams {
+            delete_options: Some(kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions { uid: Some(entry.uid.clone()), resource_version: None }),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         let _permit = self.api.permit().await;
         match pods.evict(&entry.name, &params).await {
             Ok(_) => Answer::Evicted,

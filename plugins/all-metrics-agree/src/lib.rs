@@ -11,17 +11,12 @@ use wasp_sdk::{NodeFacts, Policy, Scale};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[derive(Default)]
 pub struct Settings {
     /// Relative change below which a metric wants no change (0.1 = 10%).
     pub tolerance: Tolerance,
     /// Metric names, most important first: the first one that wants a change settles a conflict.
     pub priority: Vec<String>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings { tolerance: Tolerance::default(), priority: Vec::new() }
-    }
 }
 
 pub struct AllMetricsAgree {

@@ -67,8 +67,7 @@ impl Evict for RemovePodsViolatingTopologySpreadConstraint {
                 for list in members.values_mut() {
                     list.sort_by_key(|(created, id)| (*created, *id));
                 }
-                loop {
-                    let Some((&fullest, &most)) = counts.iter().max_by_key(|(domain, count)| (**count, std::cmp::Reverse(**domain))) else { break };
+                while let Some((&fullest, &most)) = counts.iter().max_by_key(|(domain, count)| (**count, std::cmp::Reverse(**domain))) {
                     let (&emptiest, &least) = counts.iter().min_by_key(|(domain, count)| (**count, **domain)).expect("not empty");
                     if most - least <= constraint.max_skew as i64 {
                         break;
