@@ -58,11 +58,14 @@ func claimCNIMountpoint() (*cniMountpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Exclusive while the folder is looked at and made, then shared for the sandbox's life.
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+	// Shared for the sandbox's life: it waits only while the last sandbox to end removes the folder (release
+	// holds the lock exclusively then). An exclusive lock here would wait for every running sandbox to end.
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_SH); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("locking %s: %w", sandboxLock, err)
 	}
+	// Two sandboxes may both find no folder: both make it (MkdirAll takes an existing one) and both mark it, which
+	// says the same; one that finds it there leaves the marker as it is, absent when the host had the folder.
 	if _, err := os.Stat(cniCacheDir); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(cniCacheDir, 0o755); err != nil {
 			lock.Close()
@@ -72,10 +75,6 @@ func claimCNIMountpoint() (*cniMountpoint, error) {
 			lock.Close()
 			return nil, err
 		}
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_SH); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("locking %s: %w", sandboxLock, err)
 	}
 	return &cniMountpoint{lock: lock}, nil
 }

@@ -398,8 +398,13 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
                 changes.push(ClusterEvent::PodUpdated { uid: uid.clone(), labels_changed, requests_changed })
             }
         },
-        None if !pod.terminating && !finished && is_gated(source) && !says_gated(source) => {
-            changes.push(ClusterEvent::PodGated(Arc::new(pod)));
+        // A gated pod never falls through to the next arm (it is not pending), whether or not its condition says
+        // so already: not one guard, as clippy would have it.
+        #[allow(clippy::collapsible_match)]
+        None if !pod.terminating && !finished && is_gated(source) => {
+            if !says_gated(source) {
+                changes.push(ClusterEvent::PodGated(Arc::new(pod)));
+            }
         }
         None if !pod.terminating && !finished => {
             let cost = match super::selected::too_many_keys(&pod, cluster.read().selected_keys()) {

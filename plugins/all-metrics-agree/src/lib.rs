@@ -9,9 +9,8 @@ use wasp_sdk::autoscaling::{check_tolerance, Proposals, Tolerance};
 use wasp_sdk::types::{ScaleDecision, ScaleRequest};
 use wasp_sdk::{NodeFacts, Policy, Scale};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-#[derive(Default)]
 pub struct Settings {
     /// Relative change below which a metric wants no change (0.1 = 10%).
     pub tolerance: Tolerance,
