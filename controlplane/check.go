@@ -31,6 +31,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -299,14 +301,22 @@ func (s *replaySnapshot) with(pods []*v1.Pod, check func() bool) bool {
 
 func (s *replaySnapshot) NodeInfos() fwk.NodeInfoLister           { return s }
 func (s *replaySnapshot) StorageInfos() fwk.StorageInfoLister     { return s }
-func (s *replaySnapshot) PodGroupStates() fwk.PodGroupStateLister { return noPodGroups{} }
-func (s *replaySnapshot) List() ([]fwk.NodeInfo, error)           { return s.list, nil }
-func (s *replaySnapshot) IsPVCUsedByPods(key string) bool         { return s.usedClaim.Has(key) }
+func (s *replaySnapshot) PodGroupStates() fwk.PodGroupStateLister { return noPodGroupStates{} }
+func (s *replaySnapshot) PodGroups() fwk.PodGroupLister           { return noPodGroups{} }
+func (s *replaySnapshot) CompositePodGroupStates() fwk.CompositePodGroupStateLister {
+	return noCompositeStates{}
+}
+func (s *replaySnapshot) CompositePodGroups() fwk.CompositePodGroupLister { return noComposites{} }
+func (s *replaySnapshot) List() ([]fwk.NodeInfo, error)                   { return s.list, nil }
+func (s *replaySnapshot) IsPVCUsedByPods(key string) bool                 { return s.usedClaim.Has(key) }
 func (s *replaySnapshot) HavePodsWithAffinityList() ([]fwk.NodeInfo, error) {
 	return s.nodesWith(func(info fwk.NodeInfo) bool { return len(info.GetPodsWithAffinity()) > 0 }), nil
 }
 func (s *replaySnapshot) HavePodsWithRequiredAntiAffinityList() ([]fwk.NodeInfo, error) {
 	return s.nodesWith(func(info fwk.NodeInfo) bool { return len(info.GetPodsWithRequiredAntiAffinity()) > 0 }), nil
+}
+func (s *replaySnapshot) HavePodsWithRequiredNonHostScopedAntiAffinityList() ([]fwk.NodeInfo, error) {
+	return s.nodesWith(func(info fwk.NodeInfo) bool { return len(info.GetPodsWithRequiredNonHostScopedAntiAffinity()) > 0 }), nil
 }
 
 func (s *replaySnapshot) nodesWith(keep func(fwk.NodeInfo) bool) []fwk.NodeInfo {
@@ -326,15 +336,31 @@ func (s *replaySnapshot) Get(name string) (fwk.NodeInfo, error) {
 	return nil, fmt.Errorf("node %q not found", name)
 }
 
-// noPodGroups: pod groups are read only by alpha plugins, off in the default profile.
-type noPodGroups struct{}
+// The replay checks each binding against the per-pod filters; pod groups are judged by the group cycle
+// (GangScheduling's PlacementFeasible and Permit), which it does not replay: a partial gang is counted from the
+// API server's objects by the tests instead.
+type (
+	noPodGroupStates  struct{}
+	noPodGroups       struct{}
+	noCompositeStates struct{}
+	noComposites      struct{}
+)
 
-func (noPodGroups) Get(namespace, name string) (fwk.PodGroupState, error) {
+func (noPodGroupStates) Get(namespace, name string) (fwk.PodGroupState, error) {
 	return nil, fmt.Errorf("pod group %s/%s: the replay has no pod groups", namespace, name)
+}
+func (noPodGroups) Get(namespace, name string) (*schedulingv1beta1.PodGroup, error) {
+	return nil, fmt.Errorf("pod group %s/%s: the replay has no pod groups", namespace, name)
+}
+func (noCompositeStates) Get(namespace, name string) (fwk.CompositePodGroupState, error) {
+	return nil, fmt.Errorf("composite pod group %s/%s: the replay has no pod groups", namespace, name)
+}
+func (noComposites) Get(namespace, name string) (*schedulingv1alpha3.CompositePodGroup, error) {
+	return nil, fmt.Errorf("composite pod group %s/%s: the replay has no pod groups", namespace, name)
 }
 
 // draManager builds the resource-claim view the DynamicResources and NodeResourcesFit plugins read, as
-// kube-scheduler's New does (DynamicResourceAllocation is on in 1.36, and its PreFilter runs for every pod).
+// kube-scheduler's New does (DynamicResourceAllocation is on since 1.34, and its PreFilter runs for every pod).
 // It returns what must sync before the replay.
 func draManager(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) (fwk.SharedDRAManager, []cache.InformerSynced, error) {
 	if !utilfeature.DefaultFeatureGate.Enabled(features.DynamicResourceAllocation) {
@@ -348,8 +374,7 @@ func draManager(ctx context.Context, client kubernetes.Interface, factory inform
 		KubeClient:               client,
 	}
 	if options.EnableDeviceTaintRules {
-		options.TaintInformer = factory.Resource().V1beta2().DeviceTaintRules()
-		options.ClassInformer = factory.Resource().V1().DeviceClasses()
+		options.TaintInformer = factory.Resource().V1().DeviceTaintRules()
 	}
 	tracker, err := resourceslicetracker.StartTracker(ctx, options)
 	if err != nil {

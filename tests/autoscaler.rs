@@ -87,7 +87,7 @@ impl Harness {
 
     async fn replicas(&self) -> i32 {
         let deployment = Api::<Deployment>::namespaced(self.client.clone(), "default").get("web").await.unwrap();
-        deployment.spec.unwrap().replicas.unwrap()
+        deployment.spec.replicas.unwrap()
     }
 
     async fn status(&self, name: &str) -> serde_json::Value {
@@ -367,7 +367,7 @@ async fn predictive_meets_a_ramp_earlier_than_the_hpa_rule() {
     while hpa_at.is_none() || predictive_at.is_none() {
         assert!(started.elapsed() < Duration::from_secs(40), "hpa reached 8 at {hpa_at:?}, predictive at {predictive_at:?}");
         for (name, reached) in [("web", &mut hpa_at), ("api", &mut predictive_at)] {
-            let replicas = deployments.get(name).await.unwrap().spec.unwrap().replicas.unwrap();
+            let replicas = deployments.get(name).await.unwrap().spec.replicas.unwrap();
             if reached.is_none() && replicas >= 8 {
                 *reached = Some(started.elapsed());
             }

@@ -241,7 +241,7 @@ async fn eviction_respects_disruption_budgets() {
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
     eventually("the budget to count two healthy pods", async || {
         let status = pdbs.get("web").await.unwrap().status?;
-        (status.current_healthy == 2).then_some(())
+        (status.current_healthy == Some(2)).then_some(())
     })
     .await;
     let victim = web[0].metadata.name.clone().unwrap();
@@ -288,7 +288,7 @@ async fn max_unavailable_counts_the_controllers_replicas_not_the_terminating_pod
         bind(&client, pod.metadata.name.as_deref().unwrap(), "worker-0").await;
     }
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
-    eventually("the budget to count four healthy pods", async || (pdbs.get("web").await.unwrap().status?.current_healthy == 4).then_some(())).await;
+    eventually("the budget to count four healthy pods", async || (pdbs.get("web").await.unwrap().status?.current_healthy == Some(4)).then_some(())).await;
     let evict = |victim: String| {
         let client = client.clone();
         async move {

@@ -124,6 +124,7 @@ fn set_condition(conditions: &mut Vec<HorizontalPodAutoscalerCondition>, kind: &
         reason: Some(reason.into()),
         message: Some(message.into()),
         last_transition_time: Some(transition.unwrap_or(Time(now))),
+        observed_generation: None,
     });
     let order = |kind: &str| ["AbleToScale", "ScalingActive", "ScalingLimited"].iter().position(|known| *known == kind);
     conditions.sort_by_key(|condition| order(&condition.type_));
@@ -336,7 +337,7 @@ impl AutoscalerLoop {
                     .items
                     .into_iter()
                     .filter_map(|hpa| {
-                        let target = hpa.spec?.scale_target_ref;
+                        let target = hpa.spec.scale_target_ref;
                         Some(((hpa.metadata.namespace?, target.kind, target.name), hpa.metadata.name?))
                     })
                     .collect())

@@ -83,9 +83,9 @@ impl Budgets {
                     namespace,
                     name,
                     selector,
-                    allowed: status.disruptions_allowed,
-                    current_healthy: status.current_healthy,
-                    desired_healthy: status.desired_healthy,
+                    allowed: status.disruptions_allowed.unwrap_or(0),
+                    current_healthy: status.current_healthy.unwrap_or(0),
+                    desired_healthy: status.desired_healthy.unwrap_or(0),
                     stale: status.observed_generation.unwrap_or(0) < object.metadata.generation.unwrap_or(0),
                     unhealthy_always_allowed: spec.and_then(|spec| spec.unhealthy_pod_eviction_policy.as_deref()) == Some("AlwaysAllow"),
                 }

@@ -87,7 +87,7 @@ impl Delegated {
     }
 
     async fn review_token(&self, token: &str) -> Result<User, Refusal> {
-        let review = TokenReview { spec: TokenReviewSpec { token: Some(token.to_string()), ..Default::default() }, ..Default::default() };
+        let review = TokenReview { spec: TokenReviewSpec { token: token.to_string(), ..Default::default() }, ..Default::default() };
         let reviewed = Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review).await.map_err(|error| {
             tracing::warn!(%error, "TokenReview failed; refusing the request");
             Refusal::Unauthenticated(format!("the token could not be reviewed: {error}"))

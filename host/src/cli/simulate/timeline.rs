@@ -148,11 +148,11 @@ impl Timeline {
             sample.pods.insert(name, seen);
         }
         for deployment in Api::<Deployment>::all(client.clone()).list(&ListParams::default()).await?.items {
-            let replicas = deployment.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1);
+            let replicas = deployment.spec.replicas.unwrap_or(1);
             sample.replicas.insert(format!("Deployment {}", key(deployment.metadata.namespace.as_deref(), deployment.metadata.name.as_deref())), replicas);
         }
         for set in Api::<StatefulSet>::all(client.clone()).list(&ListParams::default()).await?.items {
-            let replicas = set.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1);
+            let replicas = set.spec.replicas.unwrap_or(1);
             sample.replicas.insert(format!("StatefulSet {}", key(set.metadata.namespace.as_deref(), set.metadata.name.as_deref())), replicas);
         }
         let autoscalers = match Api::<Autoscaler>::all(client.clone()).list(&ListParams::default()).await {
