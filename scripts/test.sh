@@ -18,8 +18,9 @@ controlplane_build=$!
 # own, compiled once for both (a cold `cargo check` compiles them a second time, metadata only: 12 minutes on the
 # CI machine's kind of host, measured).
 cargo build --quiet -p wasp --no-default-features
-# Clippy, warnings as errors (clippy.toml), on every target the tests build, while the Go build may still run.
-cargo clippy --quiet --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --all-targets -- -D warnings
+# Clippy, warnings as errors (clippy.toml), on every target the tests build and every bench (`--bench '*'` takes the
+# `bench = false` ones `--all-targets` skips), while the Go build may still run.
+cargo clippy --quiet --workspace --exclude wasp-allocator --no-default-features --features wasp/sim --all-targets --bench '*' -- -D warnings
 if ! wait "$controlplane_build"; then
   cat target/build-controlplane.log
   echo "building the control plane failed" >&2

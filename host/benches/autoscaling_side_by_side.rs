@@ -324,7 +324,7 @@ async fn read(deployments: &Api<Deployment>, pods: &Api<Pod>) -> Sample {
         .iter()
         .filter(|pod| pod.metadata.deletion_timestamp.is_none() && pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Running"))
         .count() as u64;
-    Sample { desired: deployment.spec.and_then(|spec| spec.replicas).unwrap_or(0) as u64, running }
+    Sample { desired: deployment.spec.replicas.unwrap_or(0) as u64, running }
 }
 
 /// The Deployment's pods, as the API server lists them.
