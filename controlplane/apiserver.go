@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -40,44 +41,56 @@ rules:
 - level: Metadata
 `
 
-func apiserverArgs(p pki, etcdURL string, port int, dataDir string) ([]string, error) {
+// defaultFeatureGates turns on Kubernetes 1.37's gang scheduling (beta, off in a stock cluster): Workloads and
+// PodGroups are served, pods keep their spec.schedulingGroup, and kube-scheduler runs its GangScheduling plugin.
+// Pods that name no group are scheduled as without it, so the tests of everything else see a stock 1.37.
+const defaultFeatureGates = "GenericWorkload=true"
+
+// workloadGroupVersion is the API version of Workloads and PodGroups, served when GenericWorkload is on.
+const workloadGroupVersion = "scheduling.k8s.io/v1beta1"
+
+func apiserverArgs(p pki, etcdURL string, port int, dataDir string, featureGates string) ([]string, error) {
 	policy := filepath.Join(dataDir, "audit-policy.yaml")
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
 		return nil, err
 	}
-	return []string{
-		"--etcd-servers=" + etcdURL,
+	args := []string{"--feature-gates=" + featureGates}
+	if strings.Contains(featureGates, "GenericWorkload=true") {
+		args = append(args, "--runtime-config="+workloadGroupVersion+"=true")
+	}
+	return append(args,
+		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", port),
-		"--tls-cert-file=" + p.path("apiserver.crt"),
-		"--tls-private-key-file=" + p.path("apiserver.key"),
-		"--client-ca-file=" + p.path("ca.crt"),
+		"--tls-cert-file="+p.path("apiserver.crt"),
+		"--tls-private-key-file="+p.path("apiserver.key"),
+		"--client-ca-file="+p.path("ca.crt"),
 		"--authorization-mode=RBAC",
 		"--allow-privileged=true",
-		"--service-cluster-ip-range=" + serviceCIDR,
+		"--service-cluster-ip-range="+serviceCIDR,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--api-audiences=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + p.path("sa.pub"),
-		"--service-account-signing-key-file=" + p.path("sa.key"),
+		"--service-account-key-file="+p.path("sa.pub"),
+		"--service-account-signing-key-file="+p.path("sa.key"),
 		// The aggregation layer: the API server vouches for the user with the front-proxy client certificate
 		// when it proxies a request to an extension API server (metrics.k8s.io and the like).
-		"--requestheader-client-ca-file=" + p.path("front-proxy-ca.crt"),
+		"--requestheader-client-ca-file="+p.path("front-proxy-ca.crt"),
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file=" + p.path("front-proxy-client.crt"),
-		"--proxy-client-key-file=" + p.path("front-proxy-client.key"),
+		"--proxy-client-cert-file="+p.path("front-proxy-client.crt"),
+		"--proxy-client-key-file="+p.path("front-proxy-client.key"),
 		// The one API server's address is not written into the `kubernetes` Endpoints: 127.0.0.1 is not a
 		// valid endpoint address, and nothing in this cluster reaches the API server through the Service.
 		"--endpoint-reconciler-type=none",
-		"--audit-policy-file=" + policy,
-		"--audit-log-path=" + filepath.Join(dataDir, "audit.log"),
+		"--audit-policy-file="+policy,
+		"--audit-log-path="+filepath.Join(dataDir, "audit.log"),
 		"--audit-log-mode=blocking",
 		"--audit-log-maxsize=0",
 		"--profiling=false",
-	}, nil
+	), nil
 }
 
 // runAPIServer runs kube-apiserver with args until ctx is done, as its command does but on this context (the

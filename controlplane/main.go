@@ -48,6 +48,7 @@ type options struct {
 	nodeBin              string
 	images               []string
 	kubeletSyncFrequency time.Duration
+	featureGates         string
 }
 
 func main() {
@@ -75,6 +76,7 @@ func main() {
 		return nil
 	})
 	flag.DurationVar(&opts.kubeletSyncFrequency, "kubelet-sync-frequency", time.Minute, "the real kubelets' syncFrequency: how soon a ConfigMap volume follows its ConfigMap (the kubelet's default: 1m)")
+	flag.StringVar(&opts.featureGates, "feature-gates", defaultFeatureGates, "feature gates of kube-apiserver, kube-controller-manager and kube-scheduler (one process: they share them); with GenericWorkload on, the API server also serves scheduling.k8s.io/v1beta1 (Workloads and PodGroups: gang scheduling)")
 	flag.Parse()
 	// Four components share one heap, and Go's default collector lets it grow to twice what is live: with 5000
 	// nodes that passed 1.8 GiB. A soft limit makes the collector work harder near it instead (GOMEMLIMIT
@@ -164,7 +166,7 @@ func run(opts options) error {
 
 	resolver := &localServiceResolver{}
 	apiserverapp.SetServiceResolverForTests(resolver)
-	args, err := apiserverArgs(p, etcdURL, opts.port, opts.dataDir)
+	args, err := apiserverArgs(p, etcdURL, opts.port, opts.dataDir, opts.featureGates)
 	if err != nil {
 		return err
 	}
@@ -221,7 +223,7 @@ func run(opts options) error {
 		return fmt.Errorf("metrics adapter: %w", err)
 	}
 
-	controllerArgs := append(controllerManagerArgs(p, filepath.Join(opts.dataDir, "kube-controller-manager.kubeconfig")), "--horizontal-pod-autoscaler-sync-period="+opts.hpaSyncPeriod.String())
+	controllerArgs := append(controllerManagerArgs(p, filepath.Join(opts.dataDir, "kube-controller-manager.kubeconfig")), "--horizontal-pod-autoscaler-sync-period="+opts.hpaSyncPeriod.String(), "--feature-gates="+opts.featureGates)
 	// kube-controller-manager's default grace period, 50s, is a kubelet's 40s Lease and a quarter; keep the ratio.
 	controllerArgs = append(controllerArgs, "--node-monitor-grace-period="+(opts.nodeLeaseDuration*5/4).String())
 	components.start("kube-controller-manager", func(ctx context.Context) error { return runControllerManager(ctx, controllerArgs) })
@@ -238,6 +240,7 @@ func run(opts options) error {
 		if err != nil {
 			return err
 		}
+		args = append(args, "--feature-gates="+opts.featureGates)
 		components.start("kube-scheduler", func(ctx context.Context) error { return runScheduler(ctx, args) })
 	}
 	progress(started, "waiting for the default ServiceAccount (kube-controller-manager's first sync)")

@@ -146,6 +146,9 @@ fn the_install_is_consistent() {
         ("", "persistentvolumes", "patch"),
         ("storage.k8s.io", "storageclasses", "watch"),
         ("storage.k8s.io", "csinodes", "watch"),
+        // Gangs: pod groups read, their condition set.
+        ("scheduling.k8s.io", "podgroups", "watch"),
+        ("scheduling.k8s.io", "podgroups/status", "patch"),
     ];
     for (group, resource, verb) in volume_rules {
         assert!(allows(&rules, group, resource, verb), "the ClusterRole does not allow {verb} {resource}");

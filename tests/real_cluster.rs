@@ -1848,3 +1848,67 @@ fn wasp_explain_says_why_a_pod_is_pending_and_why_another_went_where_it_did() {
     took.sort();
     assert!(took[2] < Duration::from_millis(100), "median {:?}", took[2]);
 }
+
+#[test]
+fn a_gang_is_bound_whole_or_not_at_all_and_its_pod_group_says_so() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install();
+    let cluster = &installed.cluster;
+    // Three nodes, each with room for one member (1500m of 2 CPUs).
+    cluster.create_nodes("worker", 3, &["zone-a"], "2", "8Gi");
+    let _host = installed.start_host("wasp-0");
+    let pod = |name: &str, group: Option<&str>| {
+        let group = group.map(|group| format!("  schedulingGroup: {{podGroupName: {group}}}\n")).unwrap_or_default();
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: gang}}}}\nspec:\n  schedulerName: wasp\n{group}  containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: 1500m}}}}}}]\n"
+        )
+    };
+    let node_of = |name: &str| cluster.get_json(&["get", "pod", name, "-n", "default"])["spec"]["nodeName"].as_str().map(str::to_string);
+    let bindings_of = |name: &str| cluster.audit().iter().filter(|event| event.subresource() == "binding" && event.name() == name).count();
+    let group_condition = || status_condition(&cluster.get_json(&["get", "podgroup", "train", "-n", "default"]), "PodGroupInitiallyScheduled");
+
+    // Two members before their PodGroup exists, and a pod of no group that takes one node: the members are held
+    // (as kube-scheduler's PreEnqueue holds them: no condition, no binding) while the other pod is bound.
+    create(cluster, &pod("train-0", Some("train")));
+    create(cluster, &pod("train-1", Some("train")));
+    create(cluster, &pod("blocker", None));
+    wait_for("blocker bound", Duration::from_secs(60), || node_of("blocker").is_some());
+    // PodGroup: the API server keeps spec.schedulingGroup (GenericWorkload is on in this control plane).
+    assert_eq!(cluster.get_json(&["get", "pod", "train-0", "-n", "default"])["spec"]["schedulingGroup"]["podGroupName"], "train");
+    create(cluster, "apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {name: train, namespace: default}\nspec:\n  schedulingPolicy: {gang: {minCount: 3}}\n");
+    // The third member: the group cycle finds room for two, so it binds none of them.
+    create(cluster, &pod("train-2", Some("train")));
+    wait_for("the PodGroup's condition False", Duration::from_secs(60), || group_condition().is_some_and(|condition| condition["status"] == "False"));
+    let condition = group_condition().unwrap();
+    assert_eq!(condition["reason"], "Unschedulable", "{condition}");
+    assert_eq!(condition["message"], "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining", "{condition}");
+    let members = ["train-0", "train-1", "train-2"];
+    wait_for("every member's PodScheduled=False", Duration::from_secs(30), || {
+        members.iter().all(|member| scheduled_condition(cluster, "default", member).is_some_and(|condition| condition["status"] == "False"))
+    });
+    let messages: Vec<String> =
+        members.iter().map(|member| scheduled_condition(cluster, "default", member).unwrap()["message"].as_str().unwrap().to_string()).collect();
+    let fit =
+        messages.iter().filter(|message| message.as_str() == "pod group is unschedulable, minCount (3) cannot be satisfied: 2 scheduled, 0 remaining").count();
+    let did_not = messages.iter().filter(|message| message.starts_with("0/3 nodes are available: 3 Insufficient cpu")).count();
+    assert_eq!((fit, did_not), (2, 1), "{messages:?}");
+    for member in members {
+        assert_eq!(bindings_of(member), 0, "{member} bound while its gang did not fit");
+    }
+
+    // Room for the third: the whole gang is bound, each member once, one per node, and the PodGroup says so.
+    cluster.must(&["delete", "pod", "blocker", "--wait=false"]);
+    wait_for("the gang bound", Duration::from_secs(60), || members.iter().all(|member| node_of(member).is_some()));
+    let nodes: BTreeSet<String> = members.iter().map(|member| node_of(member).unwrap()).collect();
+    assert_eq!(nodes.len(), 3, "one member per node: {nodes:?}");
+    wait_for("the PodGroup's condition True", Duration::from_secs(30), || group_condition().is_some_and(|condition| condition["status"] == "True"));
+    assert_eq!(group_condition().unwrap()["reason"], "Scheduled");
+    let audit = cluster.audit();
+    for member in members {
+        assert_eq!(audit.iter().filter(|event| event.subresource() == "binding" && event.name() == member && event.user() == WASP_USER).count(), 1, "{member}");
+    }
+    assert!(!audit.iter().any(|event| event.user() == WASP_USER && event.code() == 403), "every write allowed by the shipped RBAC");
+}

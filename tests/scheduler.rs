@@ -595,7 +595,7 @@ async fn readiness_names_the_check_that_fails() {
     let address = host.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let (status, body) = common::http_get(address, "/readyz").await;
     assert_eq!(status, 503, "informers not started yet");
-    let waiting = "waiting for the first list of nodes, pods, namespaces, persistentvolumeclaims, persistentvolumes, storageclasses, csinodes";
+    let waiting = "waiting for the first list of nodes, pods, namespaces, persistentvolumeclaims, persistentvolumes, storageclasses, csinodes, podgroups";
     assert!(body.starts_with(&format!("[-]informers failed: {waiting}\n[+]policies ok\n")), "{body}");
     host.start_informers();
     host.cluster.wait_until_ready().await;

@@ -1,12 +1,14 @@
-//! Informers: kube-rs watchers on nodes, pods, namespaces and volume objects that keep the [`SharedCluster`] current and publish what
+//! Informers: kube-rs watchers on nodes, pods, namespaces, volume objects and pod groups that keep the [`SharedCluster`] current and publish what
 //! changed. After every (re)list, objects the list no longer holds are removed: a pod or node deleted while the
 //! watch was disconnected does not linger as phantom usage.
 
+use super::groups::{group_record, pod_group_of, GroupKey};
 use super::shared::{ClusterEvent, ScheduledCondition, SharedCluster, Synced, UnreadablePod};
 use super::{convert, PodChange};
 use crate::contract::types::PodPhase;
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, Node as KubeNode, PersistentVolume, PersistentVolumeClaim, Pod as KubePod};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -28,6 +30,7 @@ pub fn spawn(client: Client, cluster: Arc<SharedCluster>) -> Informers {
     tasks.spawn(follow(client.clone(), cluster.clone(), "persistentvolumes", apply_volume_event, |synced| synced.volumes = true, Needed::ForClaims));
     tasks.spawn(follow(client.clone(), cluster.clone(), "storageclasses", apply_class_event, |synced| synced.storage_classes = true, Needed::ForClaims));
     tasks.spawn(follow(client.clone(), cluster.clone(), "csinodes", apply_csi_node_event, |synced| synced.csi_nodes = true, Needed::ForClaims));
+    tasks.spawn(follow(client.clone(), cluster.clone(), "podgroups", apply_group_event, |synced| synced.pod_groups = true, Needed::ForGroups));
     tasks.spawn(follow(client, cluster, "pods", apply_pod_event, |synced| synced.pods = true, Needed::Always));
     Informers { _tasks: tasks }
 }
@@ -40,6 +43,20 @@ enum Needed {
     /// Only pods with claims: when the host may not read them (an install whose RBAC predates volume topology),
     /// the loops start without them and those pods wait, saying why.
     ForClaims,
+    /// Only pods that name a pod group: when PodGroups are not served (GenericWorkload off, as in a stock 1.37
+    /// cluster) or not readable, the loops start without them, and such pods wait, saying why.
+    ForGroups,
+}
+
+impl Needed {
+    /// The informer lists again after `why` kept it from listing (None: it listed).
+    fn set_unreadable(self, cluster: &SharedCluster, kind: &'static str, why: Option<String>) {
+        match self {
+            Needed::Always => {}
+            Needed::ForClaims => cluster.volumes.set_unreadable(kind, why),
+            Needed::ForGroups => cluster.groups.set_unreadable(why),
+        }
+    }
 }
 
 /// Follows a watcher on every `K` until the stream ends: `apply` turns each event into cluster changes (with the
@@ -73,14 +90,25 @@ async fn follow<K>(
             Ok(Some(event)) => event,
             Ok(None) => return,
             Err(error) => {
-                tracing::warn!(kind, %error, "watch failed; retrying");
-                cluster.note_watch_error(kind, Some(error.to_string()));
-                failing = true;
-                if let (Needed::ForClaims, watcher::Error::InitialListFailed(kube::Error::Api(status))) = (needed, &error) {
-                    if status.code == 403 {
-                        cluster.volumes.set_unreadable(kind, Some(status.message.clone()));
-                        cluster.mark_synced(listed);
+                let status = match &error {
+                    watcher::Error::InitialListFailed(kube::Error::Api(status)) => Some(status),
+                    _ => None,
+                };
+                // A resource this API server does not serve (PodGroups with GenericWorkload off) is said once, at
+                // info: the watcher keeps trying, in case the API is turned on later.
+                let not_served = needed == Needed::ForGroups && status.is_some_and(|status| status.code == 404);
+                match not_served {
+                    true if !failing => tracing::info!(kind, "not served by this API server; pods that name a pod group wait until it is"),
+                    true => {}
+                    false => {
+                        tracing::warn!(kind, %error, "watch failed; retrying");
+                        cluster.note_watch_error(kind, Some(error.to_string()));
                     }
+                }
+                failing = true;
+                if let Some(status) = status.filter(|status| needed != Needed::Always && (status.code == 403 || status.code == 404)) {
+                    needed.set_unreadable(&cluster, kind, Some(status.message.clone()));
+                    cluster.mark_synced(listed);
                 }
                 continue;
             }
@@ -94,9 +122,7 @@ async fn follow<K>(
         }
         if done {
             cluster.mark_synced(listed);
-            if needed == Needed::ForClaims {
-                cluster.volumes.set_unreadable(kind, None);
-            }
+            needed.set_unreadable(&cluster, kind, None);
         }
     }
 }
@@ -259,6 +285,33 @@ fn apply_class_event(cluster: &SharedCluster, event: Event<StorageClass>, relist
     )
 }
 
+/// PodGroups: their policy, and the condition a scheduler set; a new group or policy may let its pods be placed.
+fn apply_group_event(cluster: &SharedCluster, event: Event<PodGroup>, relisted: &mut HashSet<String>) -> Vec<ClusterEvent> {
+    let key =
+        |group: &PodGroup| GroupKey { namespace: group.metadata.namespace.clone().unwrap_or_default(), name: group.metadata.name.clone().unwrap_or_default() };
+    let groups = &cluster.groups;
+    let changed = match event {
+        Event::Init => {
+            relisted.clear();
+            false
+        }
+        Event::InitApply(group) => {
+            relisted.insert(key(&group).to_string());
+            groups.upsert(key(&group), group_record(&group))
+        }
+        Event::Apply(group) => groups.upsert(key(&group), group_record(&group)),
+        Event::Delete(group) => {
+            groups.remove(&key(&group));
+            true
+        }
+        Event::InitDone => {
+            groups.retain(|group| relisted.contains(&group.to_string()));
+            true
+        }
+    };
+    changed.then_some(ClusterEvent::GroupsChanged).into_iter().collect()
+}
+
 /// Namespaces matter only through their labels (pod affinity's namespace selectors); no loop reacts to them.
 fn apply_namespace_event(cluster: &SharedCluster, event: Event<KubeNamespace>, relisted: &mut HashSet<String>) -> Vec<ClusterEvent> {
     let mut state = cluster.write();
@@ -348,6 +401,7 @@ fn known_pods(cluster: &SharedCluster) -> Vec<String> {
 
 fn forget_pod(cluster: &SharedCluster, uid: &str) -> Vec<ClusterEvent> {
     cluster.waiting_budget.forget(uid);
+    cluster.groups.forget_member(uid);
     let mut changes = Vec::new();
     let mut state = cluster.write();
     state.forget_failed(uid);
@@ -367,6 +421,7 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
         Err(error) => return unreadable(cluster, source, error.to_string()),
     };
     let uid = pod.uid.clone();
+    cluster.groups.set_member(&uid, pod_group_of(source));
     let node = source.spec.as_ref().and_then(|spec| spec.node_name.clone()).filter(|node| !node.is_empty());
     let finished = matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed);
     let mut changes = Vec::new();

@@ -5,10 +5,11 @@
 //! ([`waiting`]: reasons, conditions, nominations) and what each namespace's waiting pods may hold
 //! ([`waiting_budget`]); the placement hints the rescheduler leaves
 //! for the scheduler ([`hints`]); what each policy's view receives of it ([`View`], [`SelectedKeys`]); and the
-//! claims, volumes and storage classes a pod's volumes resolve against ([`volumes`]); every pod as the
-//! autoscaler reads it ([`scaled_pods`]).
+//! claims, volumes and storage classes a pod's volumes resolve against ([`volumes`]); the pod groups gangs are
+//! placed by ([`groups`]); every pod as the autoscaler reads it ([`scaled_pods`]).
 
 pub mod convert;
+pub mod groups;
 pub mod hints;
 pub mod informer;
 mod scaled_pods;

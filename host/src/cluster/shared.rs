@@ -58,6 +58,8 @@ pub enum ClusterEvent {
     PodUnreadable(Arc<UnreadablePod>),
     /// A PersistentVolumeClaim, PersistentVolume or StorageClass changed: pods waiting for their claims may fit.
     VolumesChanged,
+    /// A PodGroup appeared, went, or changed its policy: its pods may be placed now.
+    GroupsChanged,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -79,6 +81,7 @@ pub struct Synced {
     pub volumes: bool,
     pub storage_classes: bool,
     pub csi_nodes: bool,
+    pub pod_groups: bool,
 }
 
 impl Synced {
@@ -96,6 +99,7 @@ impl Synced {
             (self.volumes, "persistentvolumes"),
             (self.storage_classes, "storageclasses"),
             (self.csi_nodes, "csinodes"),
+            (self.pod_groups, "podgroups"),
         ];
         listed.into_iter().filter(|(done, _)| !done).map(|(_, plural)| plural).collect()
     }
@@ -129,6 +133,8 @@ pub struct SharedCluster {
     pub hints: super::PlacementHints,
     /// What pods' claims resolve against.
     pub volumes: super::volumes::VolumeObjects,
+    /// The pod groups (gangs), and which pods name which.
+    pub groups: super::groups::PodGroups,
     /// Every live pod as the autoscaler reads it, by namespace.
     pub scaled_pods: super::scaled_pods::ScaledPods,
     /// What each namespace's waiting pods hold, and the pods deferred past it.
@@ -149,6 +155,7 @@ impl Default for SharedCluster {
             binding_schedulers: Mutex::new(HashMap::new()),
             hints: super::PlacementHints::default(),
             volumes: Default::default(),
+            groups: Default::default(),
             scaled_pods: Default::default(),
             waiting_budget: Default::default(),
             watch_errors: Mutex::default(),
@@ -207,6 +214,24 @@ impl SharedCluster {
                 ClusterEvent::PodUpdated { uid, labels_changed: false, requests_changed: false }
             })
             .collect()
+    }
+
+    /// Assumes `pod` on `node` for a group cycle, telling no loop yet: the group's next members see its room taken,
+    /// and the whole group is then confirmed ([`confirm_assumed`](Self::confirm_assumed)) or taken back
+    /// ([`forget_tentative`](Self::forget_tentative)) without a change anyone would react to.
+    pub fn assume_tentatively(&self, mut pod: Pod, node: &str) {
+        self.volumes.attach(&mut pod);
+        self.write().upsert_pod(pod, node);
+    }
+
+    /// The tentative assumption of `uid` stands: the loops hear of it as of any assumed pod.
+    pub fn confirm_assumed(&self, uid: &str) {
+        self.publish(ClusterEvent::PodBound { uid: uid.to_string() });
+    }
+
+    /// Takes back a tentative assumption, as quietly as it was made.
+    pub fn forget_tentative(&self, uid: &str) {
+        self.write().remove_pod(uid);
     }
 
     /// Takes back an assumption whose binding failed.

@@ -1,11 +1,14 @@
 //! What the scheduler writes to the API server: bindings, the node chosen for claims that wait for it,
 //! `Scheduled`/`FailedScheduling` events (under the profile's name, as kube-scheduler reports per profile) and the
-//! `PodScheduled=False` condition.
+//! `PodScheduled=False` condition, and a PodGroup's `PodGroupInitiallyScheduled`.
 
+use crate::cluster::groups::{GroupKey, INITIALLY_SCHEDULED};
 use crate::cluster::{ScheduledCondition, SharedCluster};
 use crate::contract::types::Pod;
 use crate::kube::{ApiClient, EventRecorder, ObjectRef};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod as KubePod};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
@@ -82,6 +85,26 @@ impl Binder {
     pub async fn not_scheduled(&self, pod: &ObjectRef, reason: &str, message: &str, profile: &str) {
         self.events.for_component(profile).event(pod, "Warning", "FailedScheduling", message).await;
         self.set_not_scheduled(pod, reason, message).await;
+    }
+
+    /// Sets a PodGroup's `PodGroupInitiallyScheduled` condition (a strategic merge: its other conditions stay),
+    /// with `since` as its transition time when the status stays what it was.
+    pub async fn group_condition(&self, group: &GroupKey, status: &str, reason: &str, message: &str, since: Option<Time>) {
+        let condition = Condition {
+            type_: INITIALLY_SCHEDULED.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: since.unwrap_or_else(|| Time(crate::clock::now())),
+            observed_generation: None,
+        };
+        let groups: Api<PodGroup> = Api::namespaced(self.api.client.clone(), &group.namespace);
+        let _permit = self.api.permit().await;
+        let patch = json!({"status": {"conditions": [&condition]}});
+        match groups.patch_status(&group.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+            Ok(_) => self.cluster.groups.note_condition(group, condition),
+            Err(error) => tracing::warn!(group = %group, %error, "could not set the PodGroup's {INITIALLY_SCHEDULED} condition"),
+        }
     }
 
     /// Writes `PodScheduled=False` only when it changes, keeping the time of the last transition while the

@@ -2,6 +2,7 @@
 //!
 //! - [`queue`]: activeQ, backoff and unschedulable pods.
 //! - [`cycle`]: one decision with kube-scheduler's semantics, and the fit check other loops reuse.
+//! - [`gang`]: the pods of a gang (a PodGroup with `minCount`) placed together or not at all.
 //! - [`binder`]: bindings, events and conditions written to the API server.
 //! - [`metrics`]: the scheduler's metric families.
 //!
@@ -15,6 +16,7 @@
 
 pub mod binder;
 pub mod cycle;
+mod gang;
 pub mod metrics;
 pub mod queue;
 
@@ -232,24 +234,45 @@ impl Scheduler {
             return;
         };
         let percentage = generation.config.scheduler.percentage_of_nodes_to_score;
-        let hint = self.cluster.hints.for_pod(&queued.pod);
+        let queued = match self.cluster.groups.group_of(&queued.pod.uid) {
+            Some(group) => match self.schedule_member(queued, &group, &profile, percentage, cursor) {
+                Some(alone) => alone,
+                None => return,
+            },
+            None => queued,
+        };
+        let mut attempt = self.attempt(&profile, &queued.pod, percentage, cursor);
+        match attempt.record(&self.stats, &self.records, &queued.pod, &profile) {
+            Decision::Bind { node, feasible, evaluated } => {
+                tracing::debug!(pod = %key_of(&queued.pod), %node, feasible, evaluated, "decided");
+                let reserved = self.reserve_volumes(&queued.pod, &node, &attempt.to_provision);
+                self.cluster.assume(queued.pod.clone(), &node);
+                self.bind(queued, node, profile.scheduler_name.clone(), reserved)
+            }
+            Decision::Unschedulable { message, helped_by } => self.not_placed(queued, &profile.scheduler_name, message, helped_by, true),
+        }
+    }
+
+    /// Filters and scores `pod` with `profile`, assuming nothing: what the pod's claims and the policies say.
+    fn attempt(&self, profile: &ProfilePolicies, pod: &Pod, percentage: u32, cursor: &mut Cursor) -> Attempt {
+        let hint = self.cluster.hints.for_pod(pod);
         let nominations = self.cluster.nominations();
         // The pod's claims as its volumes and their classes stand now (pods without claims are not copied); a
         // claim no node can satisfy is kube-scheduler's PreFilter rejection, said once for the pod. So is a pod
         // with resource claims: its devices would have to be allocated before it is bound, which the host does not
         // do (yet), and a pod bound without them never starts.
         let started = std::time::Instant::now();
-        let resource_claims = self.cluster.resource_claims(&queued.pod.uid);
+        let resource_claims = self.cluster.resource_claims(&pod.uid);
         let prefiltered = match resource_claims.is_empty() {
-            true => self.cluster.volumes.resolved(&queued.pod),
+            true => self.cluster.volumes.resolved(pod),
             false => Err(devices_not_allocated(&resource_claims)),
         };
         let (resolved, (decision, trace)) = match prefiltered {
             Ok(resolved) => {
-                let pod = resolved.as_ref().unwrap_or(&queued.pod);
+                let pod = resolved.as_ref().unwrap_or(pod);
                 let decided = crate::runtime::off_async_worker(|| {
                     let cluster = self.cluster.read();
-                    cycle::schedule(&profile, &cluster, pod, hint.as_ref(), cursor, percentage, &nominations)
+                    cycle::schedule(profile, &cluster, pod, hint.as_ref(), cursor, percentage, &nominations)
                 });
                 (resolved, decided)
             }
@@ -259,31 +282,28 @@ impl Scheduler {
                 (None, (Decision::Unschedulable { message, helped_by: HelpedBy::default() }, Trace { nodes, ..Trace::default() }))
             }
         };
-        let took = started.elapsed();
-        self.stats.with_report(|report| report.decisions.push(took));
-        let record = placement_record(&queued.pod, &profile, &decision, trace, took);
-        self.records.placements.put(&key_of(&queued.pod), &queued.pod.uid, record);
-        match decision {
-            Decision::Bind { node, feasible, evaluated } => {
-                tracing::debug!(pod = %key_of(&queued.pod), %node, feasible, evaluated, "decided");
-                let to_provision: Vec<String> = resolved.as_ref().map(|pod| volumes::to_provision(pod).map(str::to_string).collect()).unwrap_or_default();
-                let reserved = self.reserve_volumes(&queued.pod, &node, &to_provision);
-                self.assume_and_bind(queued, node, profile.scheduler_name.clone(), reserved)
-            }
-            Decision::Unschedulable { message, helped_by } => {
-                self.metrics.attempt(&profile.scheduler_name, "unschedulable");
-                let key = key_of(&queued.pod);
-                tracing::info!(pod = %key, profile = %profile.scheduler_name, %message, "unschedulable");
-                self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
-                self.cluster.note_unschedulable(&queued.pod.uid, &message);
-                self.stats.with_report(|report| {
-                    report.last_failure.insert(key, message.clone());
-                });
-                let (binder, pod) = (self.binder.clone(), queued.pod.clone());
-                self.queue.unschedulable(QueuedPod { helped_by, ..queued });
-                self.writes.spawn(async move { binder.unschedulable(&pod, &message, &profile.scheduler_name).await });
-            }
+        let to_provision = resolved.as_ref().map(|pod| volumes::to_provision(pod).map(str::to_string).collect()).unwrap_or_default();
+        Attempt { decision, trace, took: started.elapsed(), to_provision }
+    }
+
+    /// The pod did not fit (or may not be placed yet): its owner is told `message` (a `FailedScheduling` event and
+    /// `PodScheduled=False`), and it waits for a change `helped_by` says may help. With `may_preempt`, the
+    /// rescheduler's preemption is asked to look for room (not for a gang's members: one at a time, it would
+    /// evict for a pod whose gang may still not fit).
+    fn not_placed(self: &Arc<Self>, queued: QueuedPod, profile: &str, message: String, helped_by: HelpedBy, may_preempt: bool) {
+        self.metrics.attempt(profile, "unschedulable");
+        let key = key_of(&queued.pod);
+        tracing::info!(pod = %key, %profile, %message, "unschedulable");
+        self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+        if may_preempt {
+            self.cluster.note_unschedulable(&queued.pod.uid, &message);
         }
+        self.stats.with_report(|report| {
+            report.last_failure.insert(key, message.clone());
+        });
+        let (binder, pod, profile) = (self.binder.clone(), queued.pod.clone(), profile.to_string());
+        self.queue.unschedulable(QueuedPod { helped_by, ..queued });
+        self.writes.spawn(async move { binder.unschedulable(&pod, &message, &profile).await });
     }
 
     fn node_record(&self, node: &str) -> Result<crate::contract::types::Node, String> {
@@ -301,9 +321,8 @@ impl Scheduler {
         self.cluster.volumes.reserve(&pod.namespace, to_provision, &node_record)
     }
 
-    /// Binds the pod, after its `WaitForFirstConsumer` claims (`reserved`) are bound on the node.
-    fn assume_and_bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String, reserved: Result<Vec<volumes::ReservedClaim>, String>) {
-        self.cluster.assume(queued.pod.clone(), &node);
+    /// Binds the pod assumed on `node`, after its `WaitForFirstConsumer` claims (`reserved`) are bound there.
+    fn bind(self: &Arc<Self>, queued: QueuedPod, node: String, profile: String, reserved: Result<Vec<volumes::ReservedClaim>, String>) {
         let scheduler = self.clone();
         self.writes.spawn(async move {
             let pod = &queued.pod;
@@ -461,6 +480,31 @@ impl Scheduler {
     }
 }
 
+/// One pod filtered and scored, before anything is assumed or written.
+struct Attempt {
+    decision: Decision,
+    trace: Trace,
+    took: Duration,
+    /// Its `WaitForFirstConsumer` claims still to be given a volume or provisioned, wherever it goes.
+    to_provision: Vec<String>,
+}
+
+impl Attempt {
+    /// Keeps the decision for `wasp explain pod` and the report, and returns it.
+    fn record(&mut self, stats: &Stats, records: &DecisionRecords, pod: &Pod, profile: &ProfilePolicies) -> Decision {
+        self.record_as(stats, records, pod, profile, self.decision.clone())
+    }
+
+    /// Keeps `decision` as the one made for the pod: a gang member that fit in a gang that did not is recorded
+    /// unschedulable, with the group's message.
+    fn record_as(&mut self, stats: &Stats, records: &DecisionRecords, pod: &Pod, profile: &ProfilePolicies, decision: Decision) -> Decision {
+        stats.with_report(|report| report.decisions.push(self.took));
+        let record = placement_record(pod, profile, &decision, std::mem::take(&mut self.trace), self.took);
+        records.placements.put(&key_of(pod), &pod.uid, record);
+        decision
+    }
+}
+
 /// An unschedulable message is kept in a decision record up to this size.
 const MAX_RECORDED_MESSAGE_BYTES: usize = 1024;
 
@@ -525,6 +569,8 @@ fn requeue_hint(event: &ClusterEvent) -> Option<Change> {
         ClusterEvent::NodeRemoved { .. } => None,
         // A claim, its volume or its class appeared or changed: a pod that waited for it may fit anywhere now.
         ClusterEvent::VolumesChanged => Some(Change::NodeChanged),
+        // A PodGroup appeared or changed its policy: its held members may be tried.
+        ClusterEvent::GroupsChanged => Some(Change::NodeChanged),
         ClusterEvent::PodPending(_)
         | ClusterEvent::PendingGone { .. }
         | ClusterEvent::PodGated(_)

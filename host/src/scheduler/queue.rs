@@ -402,6 +402,21 @@ impl SchedulingQueue {
         Some(latest.clone())
     }
 
+    /// Takes a waiting pod out of its turn, in flight from now on as if popped: the other members of a gang, for
+    /// the group cycle of the one popped. None when it is not waiting (unknown, or in flight already).
+    pub fn take(&self, uid: &str) -> Option<QueuedPod> {
+        let mut inner = self.lock();
+        let changes = inner.changes;
+        if inner.places.get(uid).is_none_or(|(place, _)| *place == Place::InFlight) {
+            return None;
+        }
+        // Its activeQ entry and timer stay behind, skipped: they no longer match its place.
+        inner.place(uid, Place::InFlight);
+        let (_, queued) = inner.places.get_mut(uid)?;
+        queued.changes_at_pop = changes;
+        Some(queued.clone())
+    }
+
     /// The attempt failed for a transient reason (bind error, API error): retry after the backoff.
     pub fn backoff(&self, mut queued: QueuedPod) {
         queued.attempts += 1;
@@ -504,6 +519,20 @@ mod tests {
         queue.upsert(pod("high", 10, "2026-01-03T00:00:00Z"));
         let order: Vec<String> = [queue.pop().await, queue.pop().await, queue.pop().await].into_iter().map(|q| q.pod.name).collect();
         assert_eq!(order, ["high", "old-low", "young-low"]);
+    }
+
+    #[tokio::test]
+    async fn a_pod_taken_out_of_turn_is_in_flight_and_not_popped_again() {
+        let queue = SchedulingQueue::default();
+        queue.upsert(pod("first", 0, "2026-01-01T00:00:00Z"));
+        queue.upsert(pod("member", 0, "2026-01-02T00:00:00Z"));
+        let popped = queue.pop().await;
+        let taken = queue.take("member").expect("waiting");
+        assert!(queue.take("member").is_none() && queue.take(&popped.pod.uid).is_none(), "in flight already");
+        assert!(queue.try_pop().is_none(), "its activeQ entry is skipped");
+        queue.unschedulable(taken);
+        assert_eq!(queue.sizes().unschedulable, 1);
+        assert!(queue.take("member").is_some(), "an unschedulable pod can be taken too");
     }
 
     #[tokio::test]
