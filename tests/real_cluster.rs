@@ -38,7 +38,12 @@ struct Installed {
 }
 
 fn install() -> Installed {
-    let cluster = ControlPlane::start();
+    install_with(&[])
+}
+
+/// [`install`] on a control plane started with more of wasp-controlplane's `flags` (`--kube-scheduler`).
+fn install_with(flags: &[&str]) -> Installed {
+    let cluster = ControlPlane::start_with(flags);
     let tls = readme_install(&cluster);
     cluster.must(&["scale", "deployment", "wasp-scheduler", "-n", "wasp-system", "--replicas=0"]);
     let wasp_kubeconfig = cluster.service_account_kubeconfig("wasp-system", "wasp");
@@ -1855,47 +1860,58 @@ fn a_gang_is_bound_whole_or_not_at_all_and_its_pod_group_says_so() {
         return;
     }
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let installed = install();
+    let installed = install_with(&["--kube-scheduler"]);
     let cluster = &installed.cluster;
     // Three nodes, each with room for one member (1500m of 2 CPUs).
     cluster.create_nodes("worker", 3, &["zone-a"], "2", "8Gi");
     let _host = installed.start_host("wasp-0");
-    let pod = |name: &str, group: Option<&str>| {
+    let pod = |name: &str, scheduler: &str, group: Option<&str>| {
         let group = group.map(|group| format!("  schedulingGroup: {{podGroupName: {group}}}\n")).unwrap_or_default();
         format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: gang}}}}\nspec:\n  schedulerName: wasp\n{group}  containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: 1500m}}}}}}]\n"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: gang}}}}\nspec:\n  schedulerName: {scheduler}\n{group}  containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: 1500m}}}}}}]\n"
         )
     };
+    let pod_group = |name: &str| {
+        format!("apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  schedulingPolicy: {{gang: {{minCount: 3}}}}\n")
+    };
     let node_of = |name: &str| cluster.get_json(&["get", "pod", name, "-n", "default"])["spec"]["nodeName"].as_str().map(str::to_string);
-    let bindings_of = |name: &str| cluster.audit().iter().filter(|event| event.subresource() == "binding" && event.name() == name).count();
-    let group_condition = || status_condition(&cluster.get_json(&["get", "podgroup", "train", "-n", "default"]), "PodGroupInitiallyScheduled");
+    let group_condition = |group: &str| status_condition(&cluster.get_json(&["get", "podgroup", group, "-n", "default"]), "PodGroupInitiallyScheduled");
+    // A gang of three of which two fit: what its PodGroup and its members are told, once they are.
+    let told = |group: &str, members: &[String]| {
+        wait_for(&format!("PodGroup {group}'s condition False"), Duration::from_secs(60), || {
+            group_condition(group).is_some_and(|condition| condition["status"] == "False")
+        });
+        wait_for("every member's PodScheduled=False", Duration::from_secs(30), || {
+            members.iter().all(|member| scheduled_condition(cluster, "default", member).is_some_and(|condition| condition["status"] == "False"))
+        });
+        let condition = group_condition(group).unwrap();
+        assert_eq!(condition["reason"], "Unschedulable", "{condition}");
+        let mut messages: Vec<String> =
+            members.iter().map(|member| scheduled_condition(cluster, "default", member).unwrap()["message"].as_str().unwrap().to_string()).collect();
+        messages.sort();
+        (condition["message"].as_str().unwrap().to_string(), messages)
+    };
 
     // Two members before their PodGroup exists, and a pod of no group that takes one node: the members are held
     // (as kube-scheduler's PreEnqueue holds them: no condition, no binding) while the other pod is bound.
-    create(cluster, &pod("train-0", Some("train")));
-    create(cluster, &pod("train-1", Some("train")));
-    create(cluster, &pod("blocker", None));
+    create(cluster, &pod("train-0", "wasp", Some("train")));
+    create(cluster, &pod("train-1", "wasp", Some("train")));
+    create(cluster, &pod("blocker", "wasp", None));
     wait_for("blocker bound", Duration::from_secs(60), || node_of("blocker").is_some());
-    // PodGroup: the API server keeps spec.schedulingGroup (GenericWorkload is on in this control plane).
+    // The API server kept spec.schedulingGroup: GenericWorkload is on in this control plane.
     assert_eq!(cluster.get_json(&["get", "pod", "train-0", "-n", "default"])["spec"]["schedulingGroup"]["podGroupName"], "train");
-    create(cluster, "apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {name: train, namespace: default}\nspec:\n  schedulingPolicy: {gang: {minCount: 3}}\n");
+    create(cluster, &pod_group("train"));
     // The third member: the group cycle finds room for two, so it binds none of them.
-    create(cluster, &pod("train-2", Some("train")));
-    wait_for("the PodGroup's condition False", Duration::from_secs(60), || group_condition().is_some_and(|condition| condition["status"] == "False"));
-    let condition = group_condition().unwrap();
-    assert_eq!(condition["reason"], "Unschedulable", "{condition}");
-    assert_eq!(condition["message"], "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining", "{condition}");
-    let members = ["train-0", "train-1", "train-2"];
-    wait_for("every member's PodScheduled=False", Duration::from_secs(30), || {
-        members.iter().all(|member| scheduled_condition(cluster, "default", member).is_some_and(|condition| condition["status"] == "False"))
-    });
-    let messages: Vec<String> =
-        members.iter().map(|member| scheduled_condition(cluster, "default", member).unwrap()["message"].as_str().unwrap().to_string()).collect();
-    let fit =
-        messages.iter().filter(|message| message.as_str() == "pod group is unschedulable, minCount (3) cannot be satisfied: 2 scheduled, 0 remaining").count();
+    create(cluster, &pod("train-2", "wasp", Some("train")));
+    let members: Vec<String> = (0..3).map(|index| format!("train-{index}")).collect();
+    let (group_message, messages) = told("train", &members);
+    let short = "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining";
+    assert_eq!(group_message, short);
+    let fit = messages.iter().filter(|message| **message == format!("pod group is unschedulable, {short}")).count();
     let did_not = messages.iter().filter(|message| message.starts_with("0/3 nodes are available: 3 Insufficient cpu")).count();
     assert_eq!((fit, did_not), (2, 1), "{messages:?}");
-    for member in members {
+    let bindings_of = |name: &str| cluster.audit().iter().filter(|event| event.subresource() == "binding" && event.name() == name).count();
+    for member in &members {
         assert_eq!(bindings_of(member), 0, "{member} bound while its gang did not fit");
     }
 
@@ -1904,11 +1920,28 @@ fn a_gang_is_bound_whole_or_not_at_all_and_its_pod_group_says_so() {
     wait_for("the gang bound", Duration::from_secs(60), || members.iter().all(|member| node_of(member).is_some()));
     let nodes: BTreeSet<String> = members.iter().map(|member| node_of(member).unwrap()).collect();
     assert_eq!(nodes.len(), 3, "one member per node: {nodes:?}");
-    wait_for("the PodGroup's condition True", Duration::from_secs(30), || group_condition().is_some_and(|condition| condition["status"] == "True"));
-    assert_eq!(group_condition().unwrap()["reason"], "Scheduled");
+    wait_for("the PodGroup's condition True", Duration::from_secs(30), || group_condition("train").is_some_and(|condition| condition["status"] == "True"));
+    assert_eq!(group_condition("train").unwrap()["reason"], "Scheduled");
     let audit = cluster.audit();
-    for member in members {
-        assert_eq!(audit.iter().filter(|event| event.subresource() == "binding" && event.name() == member && event.user() == WASP_USER).count(), 1, "{member}");
+    for member in &members {
+        let by_wasp = audit.iter().filter(|event| event.subresource() == "binding" && event.name() == member && event.user() == WASP_USER);
+        assert_eq!(by_wasp.count(), 1, "{member}");
     }
     assert!(!audit.iter().any(|event| event.user() == WASP_USER && event.code() == 403), "every write allowed by the shipped RBAC");
+
+    // kube-scheduler on the same gang tells the same, and adds what its group preemption found (wasp's
+    // preemption does not act for gangs yet).
+    cluster.must(&["delete", "pods", "-l", "app=gang", "-n", "default", "--wait=true"]);
+    create(cluster, &pod("ks-blocker", "default-scheduler", None));
+    wait_for("ks-blocker bound", Duration::from_secs(60), || node_of("ks-blocker").is_some());
+    create(cluster, &pod_group("ks-train"));
+    let members: Vec<String> = (0..3).map(|index| format!("ks-train-{index}")).collect();
+    for member in &members {
+        create(cluster, &pod(member, "default-scheduler", Some("ks-train")));
+    }
+    let (reference_group_message, reference_messages) = told("ks-train", &members);
+    assert!(reference_group_message.starts_with(&group_message), "kube-scheduler: {reference_group_message:?}, wasp: {group_message:?}");
+    for (reference, ours) in reference_messages.iter().zip(&messages) {
+        assert!(reference.starts_with(ours.trim_end_matches('.')), "kube-scheduler: {reference:?}, wasp: {ours:?}");
+    }
 }
