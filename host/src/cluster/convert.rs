@@ -352,7 +352,8 @@ pub fn pod_meta(source: &core::Pod) -> PodMeta {
         Some("allow") => EvictionConsent::Allow,
         Some(other) => EvictionConsent::Unreadable(other.chars().take(64).collect()),
     };
-    PodMeta { consent, resource_claims: resource_claims(source) }
+    let pod_group = super::groups::pod_group_of(source).map(|group| group.name);
+    PodMeta { consent, resource_claims: resource_claims(source), pod_group }
 }
 
 /// The names of the pod's `spec.resourceClaims`: devices it asks for through dynamic resource allocation

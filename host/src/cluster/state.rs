@@ -214,6 +214,8 @@ pub struct PodMeta {
     /// The pod's `spec.resourceClaims` by name (devices through dynamic resource allocation): the host
     /// allocates no devices, so it neither binds such a pod nor moves one (see `cluster::convert::resource_claims`).
     pub resource_claims: Vec<String>,
+    /// The pod group it names (`spec.schedulingGroup.podGroupName`): a gang's member is not evicted alone.
+    pub pod_group: Option<String>,
 }
 
 /// The pod owner's word on eviction, from the annotation [`EVICT_ANNOTATION`].

@@ -60,6 +60,9 @@ impl Envelope {
                 meta.resource_claims.join(", ")
             ));
         }
+        if let Some(group) = &meta.pod_group {
+            return Some(format!("member of pod group {group:?}: evicting one member alone can break its gang, and the rescheduler does not move gangs (yet)"));
+        }
         if pod.priority >= SYSTEM_CRITICAL_PRIORITY && !rules.evict_system_critical_pods {
             return Some(format!("system-critical priority {}", pod.priority));
         }
@@ -199,6 +202,10 @@ mod tests {
         let (devices_allowed, meta) =
             with(&format!("{OWNER}, annotations: {{wasp.dev/evict: allow}}"), "resourceClaims: [{name: gpu, resourceClaimName: gpu-0}]");
         assert_eq!(envelope.protection(&devices_allowed, &meta, NOW), None, "the owner may say its devices will be found elsewhere");
+        let (member, meta) = with(OWNER, "schedulingGroup: {podGroupName: train}");
+        assert!(envelope.protection(&member, &meta, NOW).unwrap().starts_with("member of pod group \"train\""));
+        let (member_allowed, meta) = with(&format!("{OWNER}, annotations: {{wasp.dev/evict: allow}}"), "schedulingGroup: {podGroupName: train}");
+        assert_eq!(envelope.protection(&member_allowed, &meta, NOW), None, "the owner may say its gang survives it");
         let (daemon, meta) =
             with("annotations: {wasp.dev/evict: allow}, ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: d, uid: d, controller: true}]", "");
         assert!(envelope.protection(&daemon, &meta, NOW).is_some(), "a DaemonSet pod would come back on the same node");
