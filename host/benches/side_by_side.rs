@@ -50,6 +50,7 @@ use control_plane::{AuditEvent, ControlPlane, Usage};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::api::{Api, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_yaml::Value;
@@ -68,6 +69,7 @@ const WORKLOADS: &[&str] = &[
     "Unschedulable",
     "PreemptionAsync",
     "SchedulingWithMixedChurn",
+    "GangScheduling",
 ];
 
 /// Requests in flight while creating nodes and pods.
@@ -215,7 +217,13 @@ impl Catalogue {
             .find(|workload| workload["featureGates"]["SchedulerQueueingHints"].as_bool() == Some(true))
             .or(thresholded.first())
             .map(|workload| (*workload).clone())
-            .unwrap_or_else(|| panic!("{name}: no workload with a threshold"));
+            // Test cases without thresholds yet (GangScheduling): the first workload of the performance job.
+            .or_else(|| {
+                let workloads = case["workloads"].as_sequence().unwrap();
+                let performance = |workload: &&Value| workload["labels"].as_sequence().is_some_and(|labels| labels.iter().any(|label| label == "performance"));
+                workloads.iter().find(performance).cloned()
+            })
+            .unwrap_or_else(|| panic!("{name}: no workload with a threshold or of the performance job"));
         let params: BTreeMap<String, usize> =
             measured["params"].as_mapping().unwrap().iter().filter_map(|(key, value)| Some((key.as_str()?.to_string(), value.as_u64()? as usize))).collect();
         let reference_nodes = params["initNodes"];
@@ -228,6 +236,22 @@ impl Catalogue {
             }
         };
         let template = |path: Option<&str>| path.map(|path| serde_yaml::from_str::<Value>(&std::fs::read_to_string(dir.join(path)).unwrap()).unwrap());
+        // `templateParams` name the workload's parameters (`$podsPerGroup`), not scaled: a gang keeps its size.
+        let indexed = |path: &str, op: &Value| Indexed {
+            text: std::fs::read_to_string(dir.join(path)).unwrap(),
+            params: op["templateParams"]
+                .as_mapping()
+                .into_iter()
+                .flatten()
+                .map(|(key, value)| (key.as_str().unwrap().to_string(), params[value.as_str().unwrap().trim_start_matches('$')]))
+                .collect(),
+        };
+        let mut feature_gates: BTreeMap<String, bool> = BTreeMap::new();
+        for gates in [&case["featureGates"], &measured["featureGates"]] {
+            for (gate, on) in gates.as_mapping().into_iter().flatten() {
+                feature_gates.insert(gate.as_str().unwrap().to_string(), on.as_bool().unwrap());
+            }
+        }
         let default_pod = template(case["defaultPodTemplatePath"].as_str());
         let mut operations = Vec::new();
         for (index, op) in case["workloadTemplate"].as_sequence().unwrap().iter().enumerate() {
@@ -256,15 +280,30 @@ impl Catalogue {
                     &["opcode", "prefix", "count", "countParam"]
                 }
                 "createPods" => {
-                    let template = template(op["podTemplatePath"].as_str()).or_else(|| default_pod.clone()).unwrap_or_else(base_pod);
+                    let indexed = op["templateParams"].is_mapping().then(|| indexed(op["podTemplatePath"].as_str().unwrap(), op));
+                    let template = match &indexed {
+                        Some(indexed) => indexed.render(0),
+                        None => template(op["podTemplatePath"].as_str()).or_else(|| default_pod.clone()).unwrap_or_else(base_pod),
+                    };
+                    // `countMultiplierParam`: pods per group, not scaled.
+                    let multiplier = op["countMultiplierParam"].as_str().map_or(1, |param| params[param.trim_start_matches('$')]);
                     operations.push(Operation::CreatePods {
-                        count: count(op),
+                        count: count(op) * multiplier,
                         // scheduler_perf's own default: a namespace per operation.
                         namespace: op["namespace"].as_str().map_or_else(|| format!("namespace-{index}"), str::to_string),
                         template,
+                        indexed,
                         measured: op["collectMetrics"].as_bool().unwrap_or(false),
                     });
-                    &["opcode", "countParam", "count", "podTemplatePath", "namespace", "collectMetrics"]
+                    &["opcode", "countParam", "countMultiplierParam", "count", "podTemplatePath", "templateParams", "namespace", "collectMetrics"]
+                }
+                "createPodGroups" => {
+                    operations.push(Operation::CreatePodGroups {
+                        count: count(op),
+                        namespace: op["namespace"].as_str().unwrap().to_string(),
+                        template: indexed(op["templatePath"].as_str().unwrap(), op),
+                    });
+                    &["opcode", "countParam", "count", "namespace", "templatePath", "templateParams"]
                 }
                 "churn" => {
                     let templates: Vec<Value> = op["templatePaths"].as_sequence().unwrap().iter().map(|path| template(path.as_str()).unwrap()).collect();
@@ -293,7 +332,12 @@ impl Catalogue {
                 panic!("{name}: operation {index} ({}) uses {unknown:?}, which this benchmark does not support yet", op["opcode"].as_str().unwrap_or_default());
             }
         }
-        Workload { variant: measured["name"].as_str().unwrap_or_default().to_string(), threshold: measured["threshold"].as_f64(), operations }
+        Workload {
+            variant: measured["name"].as_str().unwrap_or_default().to_string(),
+            threshold: measured["threshold"].as_f64(),
+            feature_gates: feature_gates.into_iter().map(|(gate, on)| format!("{gate}={on}")).collect(),
+            operations,
+        }
     }
 }
 
@@ -318,7 +362,44 @@ struct Workload {
     variant: String,
     /// scheduler_perf's threshold for that workload, in pods/s, measured on Kubernetes' CI machines.
     threshold: Option<f64>,
+    /// The feature gates the test case turns on (`GenericWorkload=true` for gangs): the control plane runs with
+    /// them on, and kube-scheduler is given them.
+    feature_gates: Vec<String>,
     operations: Vec<Operation>,
+}
+
+/// A scheduler_perf template with Go template actions (`{{.Index}}`, `{{.podsPerGroup}}`,
+/// `{{DivideInt .Index .podsPerGroup}}`), made once per object.
+#[derive(Clone)]
+struct Indexed {
+    text: String,
+    params: BTreeMap<String, usize>,
+}
+
+impl Indexed {
+    /// The object of index `index`.
+    fn render(&self, index: usize) -> Value {
+        let value = |token: &str| match token {
+            ".Index" => index,
+            other => *self.params.get(other.trim_start_matches('.')).unwrap_or_else(|| panic!("template parameter {other} is not given")),
+        };
+        let mut out = String::new();
+        let mut rest = self.text.as_str();
+        while let Some(start) = rest.find("{{") {
+            let end = start + rest[start..].find("}}").expect("an unclosed {{ in a template");
+            out.push_str(&rest[..start]);
+            let tokens: Vec<&str> = rest[start + 2..end].split_whitespace().collect();
+            let rendered = match tokens.as_slice() {
+                ["DivideInt", a, b] => value(a) / value(b),
+                [one] => value(one),
+                other => panic!("template action {other:?} is not supported by this benchmark yet"),
+            };
+            out.push_str(&rendered.to_string());
+            rest = &rest[end + 2..];
+        }
+        out.push_str(rest);
+        serde_yaml::from_str(&out).unwrap()
+    }
 }
 
 enum Operation {
@@ -333,7 +414,15 @@ enum Operation {
         count: usize,
         namespace: String,
         template: Value,
+        /// A template with `templateParams`, made per pod (the pod of index 0 is `template`).
+        indexed: Option<Indexed>,
         measured: bool,
+    },
+    /// scheduler_perf's `createPodGroups`: PodGroups `gang-0`, `gang-1`, ... (Kubernetes 1.37's gangs).
+    CreatePodGroups {
+        count: usize,
+        namespace: String,
+        template: Indexed,
     },
     /// scheduler_perf's `churn`: from its place on, every `interval`, an object of each template (pods, nodes,
     /// Services) made or, in `recreate` mode, deleted again, until the measured pods are placed.
@@ -372,6 +461,7 @@ impl Workload {
                     };
                     Some(format!("{} {how} every {interval:?}", kinds.join(", ")))
                 }
+                Operation::CreatePodGroups { count, .. } => Some(format!("{count} PodGroups")),
                 Operation::CreateNamespace(_) => None,
             })
             .collect();
@@ -442,7 +532,8 @@ impl Scheduler {
         }
     }
 
-    fn start(self, plane: &ControlPlane) -> SchedulerProcess {
+    /// Starts it; kube-scheduler with the test case's `feature_gates` (the control plane has them on already).
+    fn start(self, plane: &ControlPlane, feature_gates: &[String]) -> SchedulerProcess {
         let log = plane.dir.path().join(format!("{}-{}.log", self.profile(), SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis()));
         let process = match self {
             Scheduler::KubeScheduler | Scheduler::KubeSchedulerJson => {
@@ -453,6 +544,7 @@ impl Scheduler {
                 };
                 Command::new(kube_scheduler_binary())
                     .arg(format!("--kube-api-content-type={content_type}"))
+                    .args((!feature_gates.is_empty()).then(|| format!("--feature-gates={}", feature_gates.join(","))))
                     .args([
                         &format!("--kubeconfig={kubeconfig}"),
                         &format!("--authentication-kubeconfig={kubeconfig}"),
@@ -656,9 +748,21 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String], 
                 churns.push(Churn::start(client.clone(), namespace, templates.clone(), *interval, *mode, scheduler));
             }
             Operation::CreateNamespace(name) => ensure_namespace(&client, name).await,
-            Operation::CreatePods { count, namespace, template, measured: is_measured } => {
+            Operation::CreatePodGroups { count, namespace, template } => {
                 ensure_namespace(&client, namespace).await;
-                let pods = pods_from(template, namespace, &format!("pod-{index}"), *count, scheduler);
+                let groups: Vec<PodGroup> = (0..*count).map(|index| serde_yaml::from_value(template.render(index)).unwrap()).collect();
+                create_all(Api::<PodGroup>::namespaced(client.clone(), namespace), groups).await;
+            }
+            Operation::CreatePods { count, namespace, template, indexed, measured: is_measured } => {
+                ensure_namespace(&client, namespace).await;
+                let mut pods = pods_from(template, namespace, &format!("pod-{index}"), *count, scheduler);
+                if let Some(indexed) = indexed {
+                    // Each pod its own group (`schedulingGroup`), the rest as the template of index 0 made it.
+                    for (number, pod) in pods.iter_mut().enumerate() {
+                        let rendered: Pod = serde_yaml::from_value(indexed.render(number)).unwrap();
+                        pod.spec.as_mut().unwrap().scheduling_group = rendered.spec.and_then(|spec| spec.scheduling_group);
+                    }
+                }
                 let names: Vec<String> = pods.iter().map(|pod| format!("{namespace}/{}", pod.metadata.name.as_deref().unwrap())).collect();
                 if *is_measured {
                     // Created with no scheduler running; then a fresh scheduler is timed placing them.
@@ -667,7 +771,7 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String], 
                     create_all(Api::<Pod>::namespaced(client.clone(), namespace), pods).await;
                     eprintln!("  {count} measured pods created in {:.1}s", started.elapsed().as_secs_f64());
                     let plane_before = plane.usage().cpu_seconds;
-                    let mut process = scheduler.start(&plane);
+                    let mut process = scheduler.start(&plane, &workload.feature_gates);
                     if let Err(unbound) = bound.wait_for(&names, &mut process, scheduler, give_up_after).await {
                         eprintln!("  {}: given up on: {unbound}", scheduler.label());
                         gave_up = Some(GaveUp { bound: names.len() - unbound.count, after: give_up_after });
@@ -681,7 +785,7 @@ async fn run(workload: &Workload, scheduler: Scheduler, plane_flags: &[String], 
                     }
                 } else {
                     if running.is_none() {
-                        running = Some(scheduler.start(&plane));
+                        running = Some(scheduler.start(&plane, &workload.feature_gates));
                     }
                     create_all(Api::<Pod>::namespaced(client.clone(), namespace), pods).await;
                     if let Err(unbound) = bound.wait_for(&names, running.as_mut().unwrap(), scheduler, INITIAL_PODS_WAIT).await {
