@@ -1944,4 +1944,16 @@ fn a_gang_is_bound_whole_or_not_at_all_and_its_pod_group_says_so() {
     for (reference, ours) in reference_messages.iter().zip(&messages) {
         assert!(reference.starts_with(ours.trim_end_matches('.')), "kube-scheduler: {reference:?}, wasp: {ours:?}");
     }
+
+    // A group whose members name two schedulers: wasp binds none of its own and says why.
+    create(cluster, &pod_group("mixed"));
+    for (member, scheduler) in [("mixed-0", "wasp"), ("mixed-1", "wasp"), ("mixed-2", "default-scheduler")] {
+        create(cluster, &pod(member, scheduler, Some("mixed")));
+    }
+    wait_for("mixed-0's SchedulerError", Duration::from_secs(60), || {
+        scheduled_condition(cluster, "default", "mixed-0").is_some_and(|condition| condition["reason"] == "SchedulerError")
+    });
+    let message = scheduled_condition(cluster, "default", "mixed-0").unwrap()["message"].as_str().unwrap().to_string();
+    assert!(message.starts_with("pods of pod group \"mixed\" must have the same scheduler name and priority"), "{message}");
+    assert!(!cluster.audit().iter().any(|event| event.subresource() == "binding" && event.name().starts_with("mixed-") && event.user() == WASP_USER));
 }

@@ -126,17 +126,17 @@ impl PodGroups {
         }
     }
 
-    /// The pod `uid` names `group` (None: no group) as last seen.
-    pub fn set_member(&self, uid: &str, group: Option<GroupKey>) {
+    /// The pod `uid` names `group` (None: no group) as last seen; true when it newly joined that group.
+    pub fn set_member(&self, uid: &str, group: Option<GroupKey>) -> bool {
         let mut inner = self.write();
         if inner.member_of.get(uid) == group.as_ref() {
-            return;
+            return false;
         }
         inner.forget(uid);
-        if let Some(group) = group {
-            inner.members.entry(group.clone()).or_default().insert(uid.to_string());
-            inner.member_of.insert(uid.to_string(), group);
-        }
+        let Some(group) = group else { return false };
+        inner.members.entry(group.clone()).or_default().insert(uid.to_string());
+        inner.member_of.insert(uid.to_string(), group);
+        true
     }
 
     /// The pod `uid` is gone.
@@ -186,9 +186,10 @@ mod tests {
     #[test]
     fn members_follow_what_each_pod_names_last() {
         let groups = PodGroups::default();
-        groups.set_member("a", Some(key("train")));
-        groups.set_member("b", Some(key("train")));
-        groups.set_member("c", None);
+        assert!(groups.set_member("a", Some(key("train"))));
+        assert!(groups.set_member("b", Some(key("train"))));
+        assert!(!groups.set_member("b", Some(key("train"))), "seen again");
+        assert!(!groups.set_member("c", None));
         assert_eq!(groups.members(&key("train")), ["a", "b"]);
         groups.set_member("b", Some(key("eval")));
         groups.forget_member("a");

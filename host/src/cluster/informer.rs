@@ -421,10 +421,13 @@ fn observe_pod(cluster: &SharedCluster, source: &KubePod) -> Vec<ClusterEvent> {
         Err(error) => return unreadable(cluster, source, error.to_string()),
     };
     let uid = pod.uid.clone();
-    cluster.groups.set_member(&uid, pod_group_of(source));
+    let joined = cluster.groups.set_member(&uid, pod_group_of(source));
     let node = source.spec.as_ref().and_then(|spec| spec.node_name.clone()).filter(|node| !node.is_empty());
     let finished = matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed);
     let mut changes = Vec::new();
+    if joined {
+        changes.push(ClusterEvent::GroupMemberAdded { uid: uid.clone() });
+    }
     if node.is_some() || finished || pod.terminating {
         // It will not wait (bound by anyone, finished, going): no longer deferred either.
         cluster.waiting_budget.forget(&uid);

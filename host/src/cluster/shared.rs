@@ -60,6 +60,10 @@ pub enum ClusterEvent {
     VolumesChanged,
     /// A PodGroup appeared, went, or changed its policy: its pods may be placed now.
     GroupsChanged,
+    /// A pod newly names a pod group: the group's held members may make up its `minCount` now.
+    GroupMemberAdded {
+        uid: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -250,6 +254,11 @@ impl SharedCluster {
     /// Whether the pod exists as far as the informers know: pending, or bound (or assumed) on a node.
     pub fn knows_pod(&self, uid: &str) -> bool {
         self.pending().contains_key(uid) || self.read().pod(uid).is_some()
+    }
+
+    /// The pending pod `uid`, if it waits.
+    pub fn pending_pod(&self, uid: &str) -> Option<Pod> {
+        self.pending().get(uid).cloned()
     }
 
     pub fn pending_pods(&self) -> Vec<Pod> {

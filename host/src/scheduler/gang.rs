@@ -47,13 +47,12 @@ impl Scheduler {
         let GroupPolicy::Gang { min_count } = record.policy else { return Some(queued) };
         let min_count = min_count as usize;
         let members = self.cluster.groups.members(group);
-        let (scheduled, waiting) = {
+        let scheduled = {
             let state = self.cluster.read();
-            let scheduled = members.iter().filter(|uid| state.pod(uid).is_some()).count();
-            let waiting: Vec<String> =
-                members.into_iter().filter(|uid| *uid != queued.pod.uid && state.pod(uid).is_none() && self.cluster.is_pending(uid)).collect();
-            (scheduled, waiting)
+            members.iter().filter(|uid| state.pod(uid).is_some()).count()
         };
+        // Waiting: known, unbound and not assumed (is_pending reads the state itself: not under the guard above).
+        let waiting: Vec<String> = members.into_iter().filter(|uid| *uid != queued.pod.uid && self.cluster.is_pending(uid)).collect();
         if scheduled >= min_count {
             return Some(queued);
         }
@@ -62,10 +61,17 @@ impl Scheduler {
             return None;
         }
         let mut cycle = vec![queued];
-        cycle.extend(waiting.iter().filter_map(|uid| self.queue.take(uid)));
+        // Members not in this queue wait for another scheduler (or their event has not come yet).
+        let mut elsewhere = Vec::new();
+        for uid in &waiting {
+            match self.queue.take(uid) {
+                Some(member) => cycle.push(member),
+                None => elsewhere.extend(self.cluster.pending_pod(uid)),
+            }
+        }
         // Queue order: priority, then the first queued.
         cycle[1..].sort_by(|a, b| b.pod.priority.cmp(&a.pod.priority).then(a.first_queued.cmp(&b.first_queued)));
-        self.group_cycle(cycle, group, &record, min_count, scheduled, profile, percentage, cursor);
+        self.group_cycle(cycle, &elsewhere, group, &record, min_count, scheduled, profile, percentage, cursor);
         None
     }
 
@@ -88,6 +94,7 @@ impl Scheduler {
     fn group_cycle(
         self: &Arc<Self>,
         cycle: Vec<QueuedPod>,
+        elsewhere: &[crate::contract::types::Pod],
         group: &GroupKey,
         record: &GroupRecord,
         min_count: usize,
@@ -97,16 +104,17 @@ impl Scheduler {
         cursor: &mut Cursor,
     ) {
         let first = &cycle[0].pod;
-        if let Some(odd) = cycle.iter().find(|member| member.pod.scheduler_name != first.scheduler_name || member.pod.priority != first.priority) {
+        let mut others = cycle.iter().map(|member| &member.pod).chain(elsewhere);
+        if let Some(odd) = others.find(|pod| pod.scheduler_name != first.scheduler_name || pod.priority != first.priority) {
             let message = format!(
                 "pods of pod group {:?} must have the same scheduler name and priority: {} has {:?} and {}, {} has {:?} and {}",
                 group.name,
                 key_of(first),
                 first.scheduler_name,
                 first.priority,
-                key_of(&odd.pod),
-                odd.pod.scheduler_name,
-                odd.pod.priority
+                key_of(odd),
+                odd.scheduler_name,
+                odd.priority
             );
             self.set_group_condition(group, record, "SchedulerError", &message);
             for member in cycle {

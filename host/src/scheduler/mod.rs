@@ -456,6 +456,13 @@ impl Scheduler {
                 }
             }
             ClusterEvent::PendingGone { uid } => self.queue.remove(&uid),
+            // A new member of a gang (of any scheduler): its held members here may make up minCount now.
+            ClusterEvent::GroupMemberAdded { uid } => {
+                if let Some(group) = self.cluster.groups.group_of(&uid) {
+                    let others: Vec<String> = self.cluster.groups.members(&group).into_iter().filter(|member| *member != uid).collect();
+                    self.queue.retry(&others);
+                }
+            }
             ClusterEvent::PodGated(pod) => {
                 self.queue.remove(&pod.uid);
                 if self.policies.current().plans.scheduling.contains_key(&pod.scheduler_name) {
@@ -572,6 +579,7 @@ fn requeue_hint(event: &ClusterEvent) -> Option<Change> {
         // A PodGroup appeared or changed its policy: its held members may be tried.
         ClusterEvent::GroupsChanged => Some(Change::NodeChanged),
         ClusterEvent::PodPending(_)
+        | ClusterEvent::GroupMemberAdded { .. }
         | ClusterEvent::PendingGone { .. }
         | ClusterEvent::PodGated(_)
         | ClusterEvent::PodUnreadable(_)

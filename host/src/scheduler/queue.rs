@@ -474,6 +474,22 @@ impl SchedulingQueue {
         }
     }
 
+    /// Something changed for these pods alone (a new member of their gang): those that wait unschedulable get
+    /// another attempt, after their backoff.
+    pub fn retry(&self, uids: &[String]) {
+        let mut inner = self.lock();
+        let waiting: Vec<&String> = uids.iter().filter(|uid| inner.unschedulable.contains(*uid)).collect();
+        let moved = !waiting.is_empty();
+        for uid in waiting {
+            let attempts = inner.places.get(uid).map_or(0, |(_, queued)| queued.attempts);
+            inner.place(uid, Place::Backoff(Instant::now() + backoff_for(attempts)));
+        }
+        drop(inner);
+        if moved {
+            self.wake.notify_one();
+        }
+    }
+
     /// A decision for a pod of `profile` took `spent`: what the profile's turns count.
     pub fn charge(&self, profile: &str, spent: Duration) {
         self.lock().active.turns.charge(profile, spent);
@@ -532,7 +548,10 @@ mod tests {
         assert!(queue.try_pop().is_none(), "its activeQ entry is skipped");
         queue.unschedulable(taken);
         assert_eq!(queue.sizes().unschedulable, 1);
-        assert!(queue.take("member").is_some(), "an unschedulable pod can be taken too");
+        let taken = queue.take("member").expect("an unschedulable pod can be taken too");
+        queue.unschedulable(taken);
+        queue.retry(&["member".to_string(), "unknown".to_string()]);
+        assert_eq!(queue.sizes().unschedulable, 0, "a new member of its gang: tried again");
     }
 
     #[tokio::test]
