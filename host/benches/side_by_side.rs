@@ -199,8 +199,12 @@ impl Catalogue {
     /// Test case `name` with the counts of its `performance` workload scaled from its nodes to `nodes`.
     fn workload(&self, name: &str, nodes: usize) -> Workload {
         let mut found = None;
-        for entry in std::fs::read_dir(&self.dir).unwrap() {
-            let file = entry.unwrap().path().join("performance-config.yaml");
+        // A folder per subject (misc/, affinity/), some with a folder per test case (podgroup/gangscheduling/).
+        let folders = std::fs::read_dir(&self.dir).unwrap().map(|entry| entry.unwrap().path()).filter(|path| path.is_dir());
+        let folders: Vec<PathBuf> =
+            folders.flat_map(|folder| std::iter::once(folder.clone()).chain(std::fs::read_dir(&folder).unwrap().map(|entry| entry.unwrap().path()))).collect();
+        for folder in folders {
+            let file = folder.join("performance-config.yaml");
             let Ok(text) = std::fs::read_to_string(&file) else { continue };
             let cases: Vec<Value> = serde_yaml::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", file.display()));
             if let Some(case) = cases.into_iter().find(|case| case["name"].as_str() == Some(name)) {
