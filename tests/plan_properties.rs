@@ -279,6 +279,7 @@ fn make_plan(generation: &Generation, case: &Case, built: &Built) -> Plan {
         wall: NOW,
         volumes: &volumes,
         host_namespaces: &[HOST_NAMESPACE],
+        gangs: &[],
     };
     let context = EvictContext { now: NOW, pending: vec![built.pending.clone()], failed: Vec::new() };
     plan::plan(inputs, Proposals::given(built.cluster.fork(), context, answers(case, built)))

@@ -1957,3 +1957,135 @@ fn a_gang_is_bound_whole_or_not_at_all_and_its_pod_group_says_so() {
     assert!(message.starts_with("pods of pod group \"mixed\" must have the same scheduler name and priority"), "{message}");
     assert!(!cluster.audit().iter().any(|event| event.subresource() == "binding" && event.name().starts_with("mixed-") && event.user() == WASP_USER));
 }
+
+/// Gang-aware preemption on the real control plane: a high-priority gang gets room from lower-priority pods only
+/// when the room for all it needs can be made. Three nodes each hold one low pod; the one on worker-2 is held by a
+/// PodDisruptionBudget. A gang of three would need all three nodes: no eviction is even requested. A gang of two
+/// gets the rooms on worker-0 and worker-1, through the Eviction API, and is bound whole. Counted from the API
+/// server's audit log.
+#[test]
+fn a_gang_preempts_only_when_all_the_room_it_needs_can_be_made() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install();
+    let cluster = &installed.cluster;
+    cluster.create_nodes("worker", 3, &["zone-a"], "2", "8Gi");
+    create(cluster, "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n");
+    let host = installed.start_host("wasp-0");
+    // One low pod (1 CPU of 2) per node, each its own Deployment; low-2's budget allows no disruption.
+    for index in 0..3 {
+        create(
+            cluster,
+            &format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: low-{index}, namespace: default}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: low-{index}}}}}\n  template:\n    metadata: {{labels: {{app: low-{index}, tier: low}}}}\n    spec:\n      schedulerName: wasp\n      nodeSelector: {{kubernetes.io/hostname: worker-{index}}}\n      containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: '1', memory: 64Mi}}}}}}]\n"
+            ),
+        );
+    }
+    create(cluster, "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: low-2, namespace: default}\nspec:\n  minAvailable: 1\n  selector: {matchLabels: {app: low-2}}\n");
+    for index in 0..3 {
+        wait_available(cluster, &format!("low-{index}"), 1, Duration::from_secs(60));
+    }
+    wait_for("low-2's budget counts its pod", Duration::from_secs(60), || {
+        cluster.get_json(&["get", "pdb", "low-2", "-n", "default"])["status"]["currentHealthy"].as_u64() == Some(1)
+    });
+    let low_before = placements(cluster, "default", "tier=low");
+    let gang = |group: &str, size: usize| {
+        create(cluster, &format!("apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {{name: {group}, namespace: default}}\nspec:\n  schedulingPolicy: {{gang: {{minCount: {size}}}}}\n"));
+        let members: Vec<String> = (0..size).map(|index| format!("{group}-{index}")).collect();
+        for member in &members {
+            create(cluster, &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {member}, namespace: default, labels: {{gang: {group}}}}}\nspec:\n  schedulerName: wasp\n  priorityClassName: high\n  schedulingGroup: {{podGroupName: {group}}}\n  containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: 1500m}}}}}}]\n"
+            ));
+        }
+        members
+    };
+    let evictions = || cluster.audit().into_iter().filter(|event| event.subresource() == "eviction" && event.user() == WASP_USER).count();
+
+    // A gang of three: the rooms on worker-0 and worker-1 could be made, worker-2's not, so none is.
+    let members = gang("big", 3);
+    wait_for("big's members told they do not fit", Duration::from_secs(60), || {
+        members.iter().all(|member| scheduled_condition(cluster, "default", member).is_some_and(|condition| condition["status"] == "False"))
+    });
+    // The host's own record of the preemption it considered (what `wasp explain eviction` reads).
+    let low_0 = low_before.iter().find(|(_, node)| *node == "worker-0").map(|(pod, _)| pod.clone()).unwrap();
+    let refused = || {
+        let Some((200, body)) = http_get(host.listen, &format!("/explain/evictions/default/{low_0}")) else { return false };
+        body.contains("pod group default/big would still not be placed: minCount (3) cannot be satisfied")
+    };
+    wait_for("the preemption for big decided", Duration::from_secs(60), || refused() || evictions() > 0);
+    assert_eq!(evictions(), 0, "no eviction requested for a gang that would still not fit");
+    assert!(refused());
+    assert!(members.iter().all(|member| cluster.get_json(&["get", "pod", member, "-n", "default"])["spec"]["nodeName"].is_null()));
+    cluster.must(&["delete", "pods", "-l", "gang=big", "-n", "default", "--wait=true"]);
+
+    // A gang of two: both rooms are made, and it is bound whole on worker-0 and worker-1.
+    let members = gang("pair", 2);
+    let node_of = |name: &str| cluster.get_json(&["get", "pod", name, "-n", "default"])["spec"]["nodeName"].as_str().map(str::to_string);
+    wait_for("pair bound", Duration::from_secs(90), || members.iter().all(|member| node_of(member).is_some()));
+    let nodes: BTreeSet<String> = members.iter().map(|member| node_of(member).unwrap()).collect();
+    assert_eq!(nodes, BTreeSet::from(["worker-0".to_string(), "worker-1".to_string()]));
+    let audit = cluster.audit();
+    let evicted: BTreeSet<&str> =
+        audit.iter().filter(|event| event.subresource() == "eviction" && event.user() == WASP_USER && event.code() == 201).map(|event| event.name()).collect();
+    let expected: BTreeSet<&str> = low_before.iter().filter(|(_, node)| *node != "worker-2").map(|(pod, _)| pod.as_str()).collect();
+    assert_eq!(evicted, expected, "the low pods of worker-0 and worker-1, once each");
+    assert_eq!(evictions(), 2, "no other eviction requested");
+    for member in &members {
+        let bindings = audit.iter().filter(|event| event.subresource() == "binding" && event.name() == member && event.user() == WASP_USER).count();
+        assert_eq!(bindings, 1, "{member}");
+    }
+}
+
+/// The Job controller's own integration (`WorkloadWithJob`, alpha in 1.37, on for this test): a Job with a gang
+/// policy gets its Workload and PodGroup from the real controller manager, its pods name the PodGroup, and wasp
+/// binds none of them while the gang does not fit and all of them once it does. Counted from the audit log.
+#[test]
+fn a_jobs_gang_from_the_job_controller_is_bound_whole_by_wasp() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install_with(&["--feature-gates=GenericWorkload=true,WorkloadWithJob=true"]);
+    let cluster = &installed.cluster;
+    cluster.create_nodes("worker", 3, &["zone-a"], "2", "8Gi");
+    let _host = installed.start_host("wasp-0");
+    let node_of = |name: &str| cluster.get_json(&["get", "pod", name, "-n", "default"])["spec"]["nodeName"].as_str().map(str::to_string);
+    // A pod of no group takes half of one node: the gang (1500m a member) does not fit.
+    create(cluster, "apiVersion: v1\nkind: Pod\nmetadata: {name: blocker, namespace: default}\nspec:\n  schedulerName: wasp\n  containers: [{name: app, image: nginx, resources: {requests: {cpu: '1'}}}]\n");
+    wait_for("blocker bound", Duration::from_secs(60), || node_of("blocker").is_some());
+    create(
+        cluster,
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: train, namespace: default}\nspec:\n  parallelism: 3\n  completions: 3\n  scheduling:\n    schedulingPolicy: {gang: {minCount: 3}}\n  template:\n    spec:\n      schedulerName: wasp\n      restartPolicy: Never\n      containers: [{name: app, image: nginx, resources: {requests: {cpu: 1500m}}}]\n",
+    );
+    // The controller's PodGroup, owned by the Job, and its three pods naming it.
+    let pod_groups = || cluster.get_json(&["get", "podgroups", "-n", "default"])["items"].as_array().unwrap().clone();
+    wait_for("the Job controller's PodGroup", Duration::from_secs(60), || !pod_groups().is_empty());
+    let pod_group = pod_groups().remove(0);
+    let group = pod_group["metadata"]["name"].as_str().unwrap().to_string();
+    let owner = &pod_group["metadata"]["ownerReferences"].as_array().unwrap().iter().find(|owner| owner["controller"] == true).unwrap().clone();
+    assert_eq!((owner["kind"].as_str(), owner["name"].as_str()), (Some("Job"), Some("train")), "{pod_group}");
+    assert_eq!(pod_group["spec"]["schedulingPolicy"]["gang"]["minCount"], 3, "{pod_group}");
+    let members = || pods(cluster, "default", "job-name=train");
+    wait_for("the Job's three pods", Duration::from_secs(60), || members().len() == 3);
+    let names: Vec<String> = members().iter().map(|pod| pod["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    assert!(members().iter().all(|pod| pod["spec"]["schedulingGroup"]["podGroupName"] == group.as_str()), "{:?}", members());
+    let group_condition = || status_condition(&cluster.get_json(&["get", "podgroup", &group, "-n", "default"]), "PodGroupInitiallyScheduled");
+    wait_for("the PodGroup's condition False", Duration::from_secs(60), || group_condition().is_some_and(|condition| condition["status"] == "False"));
+    let bindings = |name: &str| cluster.audit().iter().filter(|event| event.subresource() == "binding" && event.name() == name).count();
+    for name in &names {
+        assert_eq!(bindings(name), 0, "{name} bound while its gang did not fit");
+    }
+
+    // Room for the third member: the whole gang is bound, once each, and the PodGroup says so.
+    cluster.must(&["delete", "pod", "blocker", "--wait=false"]);
+    wait_for("the Job's gang bound", Duration::from_secs(60), || names.iter().all(|name| node_of(name).is_some()));
+    wait_for("the PodGroup's condition True", Duration::from_secs(30), || group_condition().is_some_and(|condition| condition["status"] == "True"));
+    let audit = cluster.audit();
+    for name in &names {
+        let by_wasp = audit.iter().filter(|event| event.subresource() == "binding" && event.name() == name && event.user() == WASP_USER).count();
+        assert_eq!(by_wasp, 1, "{name}");
+    }
+    assert!(!audit.iter().any(|event| event.user() == WASP_USER && event.code() == 403), "every write allowed by the shipped RBAC");
+}

@@ -104,6 +104,7 @@ fn run(registry: &PolicyRegistry, live: &ClusterState) -> (Plan, Duration) {
         wall,
         volumes: &volumes,
         host_namespaces: &[],
+        gangs: &[],
     };
     let proposals =
         plan::propose(&generation.plans.eviction, &generation.plans, live, EvictContext { now: wall, ..EvictContext::default() }, section.keep_strategies_warm);

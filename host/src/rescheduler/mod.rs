@@ -252,6 +252,7 @@ impl Rescheduler {
             })
             .collect();
         let failed = self.cluster.read().failed_pods();
+        let gangs = plan::gangs::pending_gangs(&self.cluster, &pending);
         let context = EvictContext { now: wall_seconds(), pending, failed };
         // The host's own: where it runs (its POD_NAMESPACE) and where its Lease is (the install's namespace, also
         // for `wasp reschedule` run from outside).
@@ -266,6 +267,7 @@ impl Rescheduler {
             wall: context.now,
             volumes: &self.cluster.volumes,
             host_namespaces: &host_namespaces,
+            gangs: &gangs,
         };
         let mut plan = crate::runtime::off_async_worker(|| {
             let proposals = plan::propose(&policies, &generation.plans, self.cluster.read(), context, section.keep_strategies_warm);

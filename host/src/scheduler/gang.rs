@@ -157,7 +157,7 @@ impl Scheduler {
                     self.bind(member.queued, member.node, profile.scheduler_name.clone(), member.reserved);
                 }
                 for (member, mut attempt) in failed {
-                    self.member_not_placed(member, &mut attempt, profile);
+                    self.member_not_placed(member, &mut attempt, profile, false);
                 }
             }
             Some(group_message) => {
@@ -182,26 +182,36 @@ impl Scheduler {
                     member.attempt.record_as(&self.stats, &self.records, &member.queued.pod, profile, decision);
                     self.not_placed(member.queued, &profile.scheduler_name, message.clone(), helped_by, false);
                 }
+                // The members that did not fit ask for room: the rescheduler's preemption makes it for the whole
+                // gang or for none of it (rescheduler::plan::gangs). The members the cycle did not reach are taken
+                // for what the first member that did not fit was refused for, so room is looked for them too.
+                let refused_for = failed.iter().find_map(|(_, attempt)| match &attempt.decision {
+                    Decision::Unschedulable { message, .. } => Some(message.clone()),
+                    Decision::Bind { .. } => None,
+                });
                 for (member, mut attempt) in failed {
-                    self.member_not_placed(member, &mut attempt, profile);
+                    self.member_not_placed(member, &mut attempt, profile, true);
                 }
                 for member in untried {
+                    if let Some(reason) = &refused_for {
+                        self.cluster.note_unschedulable(&member.pod.uid, reason);
+                    }
                     let mut held = Attempt {
                         decision: Decision::Unschedulable { message: message.clone(), helped_by },
                         trace: Trace::default(),
                         took: Default::default(),
                         to_provision: Vec::new(),
                     };
-                    self.member_not_placed(member, &mut held, profile);
+                    self.member_not_placed(member, &mut held, profile, false);
                 }
             }
         }
     }
 
-    /// A member the cycle did not place, told the reason its attempt gives.
-    fn member_not_placed(self: &Arc<Self>, member: QueuedPod, attempt: &mut Attempt, profile: &ProfilePolicies) {
+    /// A member the cycle did not place, told the reason its attempt gives; with `may_preempt`, it asks for room.
+    fn member_not_placed(self: &Arc<Self>, member: QueuedPod, attempt: &mut Attempt, profile: &ProfilePolicies, may_preempt: bool) {
         let Decision::Unschedulable { message, helped_by } = attempt.record(&self.stats, &self.records, &member.pod, profile) else { return };
-        self.not_placed(member, &profile.scheduler_name, message, helped_by, false);
+        self.not_placed(member, &profile.scheduler_name, message, helped_by, may_preempt);
     }
 
     /// A member that cannot be considered at all: `SchedulerError`, tried again after a backoff.

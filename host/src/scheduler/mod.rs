@@ -288,8 +288,7 @@ impl Scheduler {
 
     /// The pod did not fit (or may not be placed yet): its owner is told `message` (a `FailedScheduling` event and
     /// `PodScheduled=False`), and it waits for a change `helped_by` says may help. With `may_preempt`, the
-    /// rescheduler's preemption is asked to look for room (not for a gang's members: one at a time, it would
-    /// evict for a pod whose gang may still not fit).
+    /// rescheduler's preemption is asked to look for room (for a gang's members, the room of the whole gang).
     fn not_placed(self: &Arc<Self>, queued: QueuedPod, profile: &str, message: String, helped_by: HelpedBy, may_preempt: bool) {
         self.metrics.attempt(profile, "unschedulable");
         let key = key_of(&queued.pod);

@@ -3,14 +3,15 @@
 //! on each node the fewest pods of lower priority whose eviction lets it fit, and proposes the victims of the best
 //! `maxNodesPerPod` nodes with `room-for`, best first, ranked as kube-scheduler's DefaultPreemption ranks its
 //! candidates: the lowest highest-victim priority, then the smallest sum of priorities, then the fewest victims
-//! (then the node name). The host checks each node's victims as a group (envelope, budgets, the pending pod's own
+//! (then the node name); every pod's first choice comes before any pod's second, so pods that wait together (a
+//! gang's members, whose rooms the host makes all or none) are offered rooms apart. The host checks each node's victims as a group (envelope, budgets, the pending pod's own
 //! filters on that node) and takes the first group that passes, so a node whose victims a
 //! PodDisruptionBudget protects is passed over for the next; it then nominates that node for the pending pod.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use wasp_sdk::resources::ResourceVector;
-use wasp_sdk::types::{EvictContext, Eviction, Pod, PodId, PodPhase, ViewScope};
+use wasp_sdk::types::{EvictContext, Eviction, PendingPod, Pod, PodId, PodPhase, ViewScope};
 use wasp_sdk::{Cluster, Evict, NodeFacts, NodeInfo, PodFacts, Policy};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -35,6 +36,9 @@ impl Default for Settings {
 pub struct MakeRoomForPending {
     settings: Settings,
 }
+
+/// A node that room can be made on, with the victims (and their priorities) that make it.
+type Room<'a> = (&'a NodeInfo, Vec<(PodId, i32)>);
 
 /// The fewest pods on `node`, of lower priority than `pending` and not taken already, whose removal frees what
 /// `pending` requests; lowest priority first, then the largest.
@@ -94,11 +98,12 @@ impl Policy for MakeRoomForPending {
 
 impl Evict for MakeRoomForPending {
     fn propose(&self, cluster: &Cluster, context: &EvictContext) -> Vec<Eviction> {
+        // Victims of the pods served so far, in their first choice: the next pods look past them.
         let mut taken: HashSet<PodId> = HashSet::new();
-        let mut evictions = Vec::new();
-        let mut served = 0;
+        // Each pod served, with its nodes best first.
+        let mut served: Vec<(&PendingPod, Vec<Room>)> = Vec::new();
         for pending in &context.pending {
-            if served >= self.settings.max_pending_per_run {
+            if served.len() >= self.settings.max_pending_per_run as usize {
                 break;
             }
             let for_resources = pending.reason.contains("Insufficient") || pending.reason.contains("Too many pods");
@@ -106,7 +111,7 @@ impl Evict for MakeRoomForPending {
                 continue;
             }
             let pod = &pending.pod;
-            let mut options: Vec<(&NodeInfo, Vec<(PodId, i32)>)> = cluster
+            let mut options: Vec<Room> = cluster
                 .nodes()
                 .filter(|node| pod.may_run_on(&node.node))
                 .filter_map(|node| victims_on(node, cluster, pod, &taken, self.settings.max_victims as usize).map(|victims| (node, victims)))
@@ -121,10 +126,23 @@ impl Evict for MakeRoomForPending {
                 (highest, sum, victims.len(), node.name().to_string())
             });
             options.truncate(self.settings.max_nodes_per_pod as usize);
-            served += 1;
-            for (node, victims) in options {
+            taken.extend(options[0].1.iter().map(|(id, _)| *id));
+            served.push((pending, options));
+        }
+        // Every pod's first choice, then every pod's second, and so on: the host takes a pod's first node its checks
+        // allow, so several pods that wait together (the members of a gang) get the rooms they were chosen first.
+        // A later choice that needs a victim offered already is left out: the host names a victim once.
+        let mut offered: HashSet<PodId> = HashSet::new();
+        let mut evictions = Vec::new();
+        for choice in 0..self.settings.max_nodes_per_pod as usize {
+            for (pending, options) in &served {
+                let Some((node, victims)) = options.get(choice) else { continue };
+                if victims.iter().any(|(id, _)| offered.contains(id)) {
+                    continue;
+                }
+                let pod = &pending.pod;
                 for (id, priority) in victims {
-                    taken.insert(id);
+                    offered.insert(*id);
                     let reason = format!(
                         "priority {priority} gives way on node {} to {}/{} (priority {}), which waits: {}",
                         node.name(),
@@ -133,7 +151,7 @@ impl Evict for MakeRoomForPending {
                         pod.priority,
                         pending.reason
                     );
-                    evictions.push(Eviction::new(id, reason).room_for(&pod.uid));
+                    evictions.push(Eviction::new(*id, reason).room_for(&pod.uid));
                 }
             }
         }
@@ -148,7 +166,6 @@ mod tests {
     use super::*;
     use wasp_sdk::guest::build;
     use wasp_sdk::testing::{NodeBuilder, PodBuilder};
-    use wasp_sdk::types::PendingPod;
 
     fn waiting(pod: Pod, reason: &str) -> EvictContext {
         EvictContext { now: 0, pending: vec![PendingPod { pod, reason: reason.into() }], failed: Vec::new() }
@@ -178,6 +195,27 @@ mod tests {
         let proposals = build::<MakeRoomForPending>("").unwrap().propose(&cluster, &context);
         let nodes: Vec<&str> = proposals.iter().map(|eviction| eviction.reason.split(" on node ").nth(1).unwrap().split(' ').next().unwrap()).collect();
         assert_eq!(nodes, ["busy", "crowded", "crowded", "crowded"]);
+    }
+
+    #[test]
+    fn pods_that_wait_together_are_offered_their_first_choices_first_and_apart() {
+        // Two members of a gang, each needing a node's low pod gone; either node would do for either.
+        let mut cluster = Cluster::for_policy::<MakeRoomForPending>();
+        for name in ["a", "b"] {
+            let node = cluster.add_node(NodeBuilder::new(name).cpu("4").build());
+            cluster.bind(PodBuilder::new(&format!("low-{name}")).cpu("3").priority(0).running().build(), node);
+        }
+        let member = |name: &str| PodBuilder::new(name).cpu("3").priority(1000).with(|pod| pod.uid = format!("uid-{name}")).build();
+        let reason = "0/2 nodes are available: 2 Insufficient cpu.";
+        let pending = ["train-0", "train-1"].map(|name| PendingPod { pod: member(name), reason: reason.into() }).to_vec();
+        let context = EvictContext { now: 0, pending, failed: Vec::new() };
+        let proposals = build::<MakeRoomForPending>("").unwrap().propose(&cluster, &context);
+        let offered: Vec<(&str, &str)> = proposals
+            .iter()
+            .map(|eviction| (eviction.room_for.as_deref().unwrap(), eviction.reason.split(" on node ").nth(1).unwrap().split(' ').next().unwrap()))
+            .collect();
+        // train-0's second choice (b) is train-1's first: offered once, for train-1.
+        assert_eq!(offered, [("uid-train-0", "a"), ("uid-train-1", "b")]);
     }
 
     #[test]

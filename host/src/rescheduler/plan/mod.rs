@@ -6,6 +6,11 @@
 //! moves, with every moved pod in the form of its replacement: a move it would propose again does not settle
 //! what the strategy measures (a duplicate moved onto a node that now holds too many), so it is left out and the
 //! plan is made again without it. The caller evicts.
+//!
+//! [`gangs`]: the victims for the waiting members of one gang are one transaction: every room the gang needs to
+//! reach its `minCount`, or none.
+
+pub mod gangs;
 
 use super::budgets::Budgets;
 use super::envelope::Envelope;
@@ -329,6 +334,8 @@ pub struct Inputs<'a> {
     pub volumes: &'a crate::cluster::volumes::VolumeObjects,
     /// The host's own namespaces, protected with kube-system.
     pub host_namespaces: &'a [&'a str],
+    /// The gangs whose waiting members the pending pods are ([`gangs::pending_gangs`]).
+    pub gangs: &'a [gangs::PendingGang],
 }
 
 /// Evictions counted against the limits within a run.
@@ -450,7 +457,7 @@ pub fn propose<'a, State: Deref<Target = ClusterState>>(
 /// Builds the plan of one run: the proposals, checked in order on their what-if copy, which the checks change as
 /// they go; then made again without the moves that would not settle ([`unsettled`]).
 pub fn plan(inputs: Inputs<'_>, proposals: Proposals<'_>) -> Plan {
-    let Inputs { section, plans, memory, budgets, now, wall, volumes, host_namespaces } = inputs;
+    let Inputs { section, plans, memory, budgets, now, wall, volumes, host_namespaces, gangs } = inputs;
     let Proposals { policies, keep_warm, whatif, context, answers } = proposals;
     let mut plan = Plan { dry_run: section.dry_run, ..Plan::default() };
     let mut proposed = HashSet::new();
@@ -503,6 +510,7 @@ pub fn plan(inputs: Inputs<'_>, proposals: Proposals<'_>) -> Plan {
         counts: Counts::default(),
         workload_verdicts: HashMap::new(),
         rooms: HashMap::new(),
+        gangs: gangs::GangIndex::new(gangs),
         now,
         wall,
         volumes,
@@ -542,37 +550,53 @@ fn check(entries: &mut [PlanEntry], whatif: &mut ClusterState, mut checker: Chec
             entries[index].siblings = Arc::default();
             continue;
         }
+        // The victims for a gang's waiting members, on every node, are decided together.
+        if let Some(gang) = entries[index].room_for.as_deref().and_then(|uid| checker.gangs.of(uid)) {
+            let members: Vec<usize> = (index..entries.len())
+                .filter(|other| !decided[*other] && entries[*other].room_for.as_deref().is_some_and(|uid| gang.members.iter().any(|member| member == uid)))
+                .collect();
+            for (member, decision) in checker.gang_rooms(gang, entries, &members, whatif) {
+                decided[member] = true;
+                settle(&mut entries[member], decision, &checker);
+            }
+            continue;
+        }
         // Victims for one pending pod on one node are one group; a policy may offer several nodes for a pod, in
         // its order of preference, and the first group the checks allow is taken.
         let group: Vec<usize> = match &entries[index].room_for {
             None => vec![index],
-            Some(uid) => {
-                let node = &entries[index].node;
-                let same = |other: &PlanEntry| other.room_for.as_ref() == Some(uid) && &other.node == node;
-                (index..entries.len()).filter(|other| same(&entries[*other])).collect()
-            }
+            Some(uid) => same_room(entries, index, uid, &entries[index].node),
         };
         let decisions = match &entries[index].room_for {
             None if whatif.failed_pod(&entries[index].uid).is_some() => vec![checker.clearing(&entries[index], whatif)],
             None => vec![checker.moving(&entries[index], whatif)],
             Some(uid) => {
                 let victims: Vec<&PlanEntry> = group.iter().map(|member| &entries[*member]).collect();
-                checker.making_room(uid, &victims, whatif)
+                checker.making_room(uid, &victims, whatif).0
             }
         };
         for (member, decision) in group.into_iter().zip(decisions) {
             decided[member] = true;
-            let entry = &mut entries[member];
-            entry.siblings = match decision {
-                Decision::Skip(_) => Arc::default(),
-                _ => {
-                    let siblings = entry.workload.as_ref().and_then(|workload| checker.workloads.get(workload)).into_iter().flatten();
-                    Arc::new(siblings.map(|(uid, _)| uid.clone()).collect())
-                }
-            };
-            entry.decision = decision;
+            settle(&mut entries[member], decision, &checker);
         }
     }
+}
+
+/// The entries from `index` on that make room for the pending pod `uid` on `node`.
+fn same_room(entries: &[PlanEntry], index: usize, uid: &str, node: &str) -> Vec<usize> {
+    (index..entries.len()).filter(|other| entries[*other].room_for.as_deref() == Some(uid) && entries[*other].node == node).collect()
+}
+
+/// The entry's decision, with the other pods of its workload when it is to be evicted.
+fn settle(entry: &mut PlanEntry, decision: Decision, checker: &Checker<'_>) {
+    entry.siblings = match decision {
+        Decision::Skip(_) => Arc::default(),
+        _ => {
+            let siblings = entry.workload.as_ref().and_then(|workload| checker.workloads.get(workload)).into_iter().flatten();
+            Arc::new(siblings.map(|(uid, _)| uid.clone()).collect())
+        }
+    };
+    entry.decision = decision;
 }
 
 /// The planned moves that would not settle, by uid, with why: each strategy that planned a move is asked again on
@@ -664,6 +688,8 @@ struct Checker<'a> {
     workload_verdicts: HashMap<Workload, Option<Skip>>,
     /// Pending pods given room in this plan, by uid: the node.
     rooms: HashMap<String, String>,
+    /// The gang each waiting member belongs to.
+    gangs: gangs::GangIndex<'a>,
     now: Instant,
     wall: i64,
     volumes: &'a crate::cluster::volumes::VolumeObjects,
@@ -831,9 +857,9 @@ impl Checker<'_> {
 
     /// Pods evicted together to make room for the pending pod `uid` on their node, as preemption does: all or
     /// none. They must rank below the pending pod, pass the envelope, and together let it fit there; a pod
-    /// already given room elsewhere in this plan needs none.
-    fn making_room(&mut self, uid: &str, victims: &[&PlanEntry], whatif: &mut ClusterState) -> Vec<Decision> {
-        let all = |skip: Skip| victims.iter().map(|_| Decision::Skip(skip.clone())).collect::<Vec<_>>();
+    /// already given room elsewhere in this plan needs none. With the room made, what it changed in `whatif`.
+    fn making_room(&mut self, uid: &str, victims: &[&PlanEntry], whatif: &mut ClusterState) -> (Vec<Decision>, Option<gangs::MadeRoom>) {
+        let all = |skip: Skip| (victims.iter().map(|_| Decision::Skip(skip.clone())).collect::<Vec<_>>(), None);
         if let Some(full) = self.run_full() {
             return all(full);
         }
@@ -879,13 +905,14 @@ impl Checker<'_> {
             // The pending pod takes the room it was given.
             whatif.upsert_pod(beneficiary, &node);
             self.rooms.insert(uid.to_string(), node.clone());
-            return victims.iter().map(|_| Decision::Preempt { beneficiary: who.clone(), node: node.clone() }).collect();
+            let decisions = victims.iter().map(|_| Decision::Preempt { beneficiary: who.clone(), node: node.clone() }).collect();
+            return (decisions, Some(gangs::MadeRoom { beneficiary: uid.to_string(), node, removed }));
         }
         for (pod, meta) in removed {
             whatif.upsert_pod_with(pod, &node, meta);
         }
         (self.budgets, self.counts) = (budgets, counts);
-        match (refusal, fit) {
+        let decisions = match (refusal, fit) {
             (Some((stays, skip)), _) => victims
                 .iter()
                 .map(|victim| {
@@ -896,9 +923,10 @@ impl Checker<'_> {
                     }
                 })
                 .collect(),
-            (None, Err(reason)) => all(Skip::NoFit(format!("even without these pods, {who} would not fit on node {node}: {reason}"))),
+            (None, Err(reason)) => all(Skip::NoFit(format!("even without these pods, {who} would not fit on node {node}: {reason}"))).0,
             (None, Ok(())) => unreachable!("handled above"),
-        }
+        };
+        (decisions, None)
     }
 }
 
