@@ -1929,8 +1929,8 @@ fn a_gang_is_bound_whole_or_not_at_all_and_its_pod_group_says_so() {
     }
     assert!(!audit.iter().any(|event| event.user() == WASP_USER && event.code() == 403), "every write allowed by the shipped RBAC");
 
-    // kube-scheduler on the same gang tells the same, and adds what its group preemption found (wasp's
-    // preemption does not act for gangs yet).
+    // kube-scheduler on the same gang tells the same, and adds what its group preemption found (nothing here: no
+    // pod of lower priority; wasp's preemption says so in its plan, not in the pods' messages).
     cluster.must(&["delete", "pods", "-l", "app=gang", "-n", "default", "--wait=true"]);
     create(cluster, &pod("ks-blocker", "default-scheduler", None));
     wait_for("ks-blocker bound", Duration::from_secs(60), || node_of("ks-blocker").is_some());
@@ -2036,6 +2036,28 @@ fn a_gang_preempts_only_when_all_the_room_it_needs_can_be_made() {
         let bindings = audit.iter().filter(|event| event.subresource() == "binding" && event.name() == member && event.user() == WASP_USER).count();
         assert_eq!(bindings, 1, "{member}");
     }
+
+    // Two more nodes: spare-0 empty, spare-1 holding a low pod. Of a gang of two, one member fits as things are
+    // and the other needs spare-1's low pod gone: that one eviction is made, and the gang is bound whole.
+    cluster.create_nodes("spare", 2, &["zone-a"], "2", "8Gi");
+    create(
+        cluster,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: low-spare, namespace: default}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: low-spare}}\n  template:\n    metadata: {labels: {app: low-spare}}\n    spec:\n      schedulerName: wasp\n      nodeSelector: {kubernetes.io/hostname: spare-1}\n      containers: [{name: app, image: nginx, resources: {requests: {cpu: '1', memory: 64Mi}}}]\n",
+    );
+    wait_available(cluster, "low-spare", 1, Duration::from_secs(60));
+    let low_spare: Vec<String> = placements(cluster, "default", "app=low-spare").into_keys().collect();
+    let members = gang("duo", 2);
+    wait_for("duo bound", Duration::from_secs(90), || members.iter().all(|member| node_of(member).is_some()));
+    let nodes: BTreeSet<String> = members.iter().map(|member| node_of(member).unwrap()).collect();
+    assert_eq!(nodes, BTreeSet::from(["spare-0".to_string(), "spare-1".to_string()]));
+    let evicted: Vec<String> = cluster
+        .audit()
+        .iter()
+        .filter(|event| event.subresource() == "eviction" && event.user() == WASP_USER && event.code() == 201)
+        .map(|event| event.name().to_string())
+        .filter(|name| !expected.contains(name.as_str()))
+        .collect();
+    assert_eq!(evicted, low_spare, "spare-1's low pod only");
 }
 
 /// The Job controller's own integration (`WorkloadWithJob`, alpha in 1.37, on for this test): a Job with a gang

@@ -26,27 +26,6 @@ fn in_build_checkout(relative: &str) -> Option<PathBuf> {
     path.exists().then(|| path.canonicalize().unwrap_or(path))
 }
 
-/// Names in the order people read them: runs of digits compare as numbers, so `worker-2` comes before
-/// `worker-10`.
-fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
-    fn runs(text: &str) -> impl Iterator<Item = &str> {
-        let mut rest = text;
-        std::iter::from_fn(move || {
-            let first = rest.chars().next()?;
-            let end = rest.find(|c: char| c.is_ascii_digit() != first.is_ascii_digit()).unwrap_or(rest.len());
-            let (run, tail) = rest.split_at(end);
-            rest = tail;
-            Some(run)
-        })
-    }
-    let key = |run: &str| match run.bytes().all(|byte| byte.is_ascii_digit()) {
-        // A number: fewer significant digits first, then digit by digit.
-        true => (0, run.trim_start_matches('0').len(), run.trim_start_matches('0').to_string()),
-        false => (1, 0, run.to_string()),
-    };
-    runs(a).map(key).cmp(runs(b).map(key)).then_with(|| a.cmp(b))
-}
-
 /// The configuration in `path`, or the built-in one. The built-in one names `plugins/out`, relative to the
 /// working directory; outside a wasp checkout, the default policies of the checkout the binary was built in.
 fn config_or_built_in(path: Option<&Path>) -> anyhow::Result<HostConfig> {
@@ -194,13 +173,6 @@ impl<W: std::io::Write> std::io::Write for BoundedLines<W> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn names_are_ordered_as_people_read_them() {
-        let mut names = vec!["worker-10", "worker-2", "gpu-0", "worker-1", "worker-02b", "worker-2a", "w"];
-        names.sort_by(|a, b| super::natural_order(a, b));
-        assert_eq!(names, ["gpu-0", "w", "worker-1", "worker-2", "worker-2a", "worker-02b", "worker-10"]);
-    }
-
     use super::*;
     use std::io::Write;
 

@@ -175,6 +175,9 @@ impl Scheduler {
                 let message = format!("pod group is unschedulable, {group_message}");
                 for mut member in placed {
                     self.cluster.forget_tentative(&member.queued.pod.uid);
+                    // The preemption's policy sees it fits, and leaves its room to it when it looks for room for
+                    // the others.
+                    self.cluster.note_unschedulable(&member.queued.pod.uid, &message);
                     if let Ok(claims) = &member.reserved {
                         self.cluster.volumes.unreserve(claims);
                     }

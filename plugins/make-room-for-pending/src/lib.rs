@@ -3,13 +3,14 @@
 //! on each node the fewest pods of lower priority whose eviction lets it fit, and proposes the victims of the best
 //! `maxNodesPerPod` nodes with `room-for`, best first, ranked as kube-scheduler's DefaultPreemption ranks its
 //! candidates: the lowest highest-victim priority, then the smallest sum of priorities, then the fewest victims
-//! (then the node name); every pod's first choice comes before any pod's second, so pods that wait together (a
-//! gang's members, whose rooms the host makes all or none) are offered rooms apart. The host checks each node's victims as a group (envelope, budgets, the pending pod's own
+//! (then the node name). Among pods of one priority every pod's first choice comes before any pod's second, so pods
+//! that wait together (a gang's members, whose rooms the host makes all or none) are offered rooms apart; a pod the
+//! scheduler tried that fits as things are (a gang's member that fit) keeps its room from the pods after it. The host checks each node's victims as a group (envelope, budgets, the pending pod's own
 //! filters on that node) and takes the first group that passes, so a node whose victims a
 //! PodDisruptionBudget protects is passed over for the next; it then nominates that node for the pending pod.
 
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use wasp_sdk::resources::ResourceVector;
 use wasp_sdk::types::{EvictContext, Eviction, PendingPod, Pod, PodId, PodPhase, ViewScope};
 use wasp_sdk::{Cluster, Evict, NodeFacts, NodeInfo, PodFacts, Policy};
@@ -40,12 +41,19 @@ pub struct MakeRoomForPending {
 /// A node that room can be made on, with the victims (and their priorities) that make it.
 type Room<'a> = (&'a NodeInfo, Vec<(PodId, i32)>);
 
+/// Room the pods ahead in the queue take on each node, by node name: their requests and their pod slots.
+type Reserved = HashMap<String, (ResourceVector, i64)>;
+
 /// The fewest pods on `node`, of lower priority than `pending` and not taken already, whose removal frees what
-/// `pending` requests; lowest priority first, then the largest.
-fn victims_on(node: &NodeInfo, cluster: &Cluster, pending: &Pod, taken: &HashSet<PodId>, most: usize) -> Option<Vec<(PodId, i32)>> {
+/// `pending` requests besides the room `reserved` for pods ahead; lowest priority first, then the largest.
+fn victims_on(node: &NodeInfo, cluster: &Cluster, pending: &Pod, taken: &HashSet<PodId>, reserved: &Reserved, most: usize) -> Option<Vec<(PodId, i32)>> {
     let wants = pending.requests();
     let mut free = node.free();
     let mut slots = node.node.allocatable_pods as i64 - node.usage.pod_count as i64;
+    if let Some((requests, pods)) = reserved.get(node.name()) {
+        free.subtract(requests);
+        slots -= pods;
+    }
     let fits = |free: &ResourceVector, slots: i64| {
         slots >= 1
             && free.cpu_millis >= wants.cpu_millis
@@ -98,26 +106,42 @@ impl Policy for MakeRoomForPending {
 
 impl Evict for MakeRoomForPending {
     fn propose(&self, cluster: &Cluster, context: &EvictContext) -> Vec<Eviction> {
-        // Victims of the pods served so far, in their first choice: the next pods look past them.
+        // Victims of the pods served so far: those of their first choice, and all of them once a pod of lower
+        // priority is served (a pod never takes the fallback of one that ranks above it).
         let mut taken: HashSet<PodId> = HashSet::new();
-        // Each pod served, with its nodes best first.
+        // A pod the scheduler tried that fits as things are (a gang's member that fit, in a cycle that failed for
+        // another) will be placed: the pods after it must not count on its room.
+        let mut reserved: Reserved = HashMap::new();
+        // Each pod served, with its nodes best first; highest priority first, as the pending pods come.
         let mut served: Vec<(&PendingPod, Vec<Room>)> = Vec::new();
         for pending in &context.pending {
             if served.len() >= self.settings.max_pending_per_run as usize {
                 break;
             }
             let for_resources = pending.reason.contains("Insufficient") || pending.reason.contains("Too many pods");
-            if pending.reason.is_empty() || (self.settings.only_for_resources && !for_resources) {
+            let for_its_group = pending.reason.starts_with("pod group is unschedulable");
+            if pending.reason.is_empty() || (self.settings.only_for_resources && !for_resources && !for_its_group) {
                 continue;
             }
             let pod = &pending.pod;
+            if served.last().is_some_and(|(last, _)| last.pod.priority > pod.priority) {
+                taken.extend(served.iter().flat_map(|(_, options)| options.iter().flat_map(|(_, victims)| victims.iter().map(|(id, _)| *id))));
+            }
+            let most = self.settings.max_victims as usize;
             let mut options: Vec<Room> = cluster
                 .nodes()
                 .filter(|node| pod.may_run_on(&node.node))
-                .filter_map(|node| victims_on(node, cluster, pod, &taken, self.settings.max_victims as usize).map(|victims| (node, victims)))
+                .filter_map(|node| victims_on(node, cluster, pod, &taken, &reserved, most).map(|victims| (node, victims)))
                 .collect();
-            // Nothing to do when it fits somewhere already (the scheduler will place it) or nowhere even so.
-            if options.is_empty() || options.iter().any(|(_, victims)| victims.is_empty()) {
+            // Fitting somewhere already, it takes that room (the scheduler will place it); fitting nowhere even
+            // so, there is nothing to do for it.
+            if let Some((node, _)) = options.iter().find(|(_, victims)| victims.is_empty()) {
+                let (requests, pods) = reserved.entry(node.name().to_string()).or_default();
+                requests.add(&pod.requests());
+                *pods += 1;
+                continue;
+            }
+            if options.is_empty() {
                 continue;
             }
             options.sort_by_cached_key(|(node, victims)| {
@@ -129,29 +153,32 @@ impl Evict for MakeRoomForPending {
             taken.extend(options[0].1.iter().map(|(id, _)| *id));
             served.push((pending, options));
         }
-        // Every pod's first choice, then every pod's second, and so on: the host takes a pod's first node its checks
-        // allow, so several pods that wait together (the members of a gang) get the rooms they were chosen first.
-        // A later choice that needs a victim offered already is left out: the host names a victim once.
+        // Among pods of one priority (a gang's members share theirs), every pod's first choice, then every pod's
+        // second, and so on: the host takes a pod's first node its checks allow, so pods that wait together get
+        // the rooms they were chosen first. A choice that needs a victim offered already is left out: the host
+        // names a victim once.
         let mut offered: HashSet<PodId> = HashSet::new();
         let mut evictions = Vec::new();
-        for choice in 0..self.settings.max_nodes_per_pod as usize {
-            for (pending, options) in &served {
-                let Some((node, victims)) = options.get(choice) else { continue };
-                if victims.iter().any(|(id, _)| offered.contains(id)) {
-                    continue;
-                }
-                let pod = &pending.pod;
-                for (id, priority) in victims {
-                    offered.insert(*id);
-                    let reason = format!(
-                        "priority {priority} gives way on node {} to {}/{} (priority {}), which waits: {}",
-                        node.name(),
-                        pod.namespace,
-                        pod.name,
-                        pod.priority,
-                        pending.reason
-                    );
-                    evictions.push(Eviction::new(*id, reason).room_for(&pod.uid));
+        for level in served.chunk_by(|(a, _), (b, _)| a.pod.priority == b.pod.priority) {
+            for choice in 0..self.settings.max_nodes_per_pod as usize {
+                for (pending, options) in level {
+                    let Some((node, victims)) = options.get(choice) else { continue };
+                    if victims.iter().any(|(id, _)| offered.contains(id)) {
+                        continue;
+                    }
+                    let pod = &pending.pod;
+                    for (id, priority) in victims {
+                        offered.insert(*id);
+                        let reason = format!(
+                            "priority {priority} gives way on node {} to {}/{} (priority {}), which waits: {}",
+                            node.name(),
+                            pod.namespace,
+                            pod.name,
+                            pod.priority,
+                            pending.reason
+                        );
+                        evictions.push(Eviction::new(*id, reason).room_for(&pod.uid));
+                    }
                 }
             }
         }
@@ -216,6 +243,40 @@ mod tests {
             .collect();
         // train-0's second choice (b) is train-1's first: offered once, for train-1.
         assert_eq!(offered, [("uid-train-0", "a"), ("uid-train-1", "b")]);
+    }
+
+    #[test]
+    fn a_pod_that_fits_as_things_are_keeps_its_room_from_the_pods_after_it() {
+        // train-0 fit in its gang's cycle (on the empty node a) and waits for train-1, which needs room: a must not
+        // be counted twice, so b's low pod is offered for train-1.
+        let mut cluster = Cluster::for_policy::<MakeRoomForPending>();
+        cluster.add_node(NodeBuilder::new("a").cpu("4").build());
+        let b = cluster.add_node(NodeBuilder::new("b").cpu("4").build());
+        let low = cluster.bind(PodBuilder::new("low").cpu("3").priority(0).running().build(), b);
+        let member = |name: &str| PodBuilder::new(name).cpu("3").priority(1000).with(|pod| pod.uid = format!("uid-{name}")).build();
+        let pending = vec![
+            PendingPod { pod: member("train-0"), reason: "pod group is unschedulable, minCount (2) cannot be satisfied: 1 scheduled, 0 remaining".into() },
+            PendingPod { pod: member("train-1"), reason: "0/2 nodes are available: 1 Insufficient cpu.".into() },
+        ];
+        let proposals = build::<MakeRoomForPending>("").unwrap().propose(&cluster, &EvictContext { now: 0, pending, failed: Vec::new() });
+        assert_eq!(proposals.len(), 1, "{proposals:?}");
+        assert_eq!((proposals[0].pod, proposals[0].room_for.as_deref()), (low, Some("uid-train-1")));
+    }
+
+    #[test]
+    fn a_pod_never_takes_the_fallback_of_one_that_ranks_above_it() {
+        // Both need a node's low pod; the first, of higher priority, is offered a and b; the second nothing.
+        let mut cluster = Cluster::for_policy::<MakeRoomForPending>();
+        for name in ["a", "b"] {
+            let node = cluster.add_node(NodeBuilder::new(name).cpu("4").build());
+            cluster.bind(PodBuilder::new(&format!("low-{name}")).cpu("3").priority(0).running().build(), node);
+        }
+        let pod = |name: &str, priority: i32| PodBuilder::new(name).cpu("3").priority(priority).with(|pod| pod.uid = format!("uid-{name}")).build();
+        let reason = "0/2 nodes are available: 2 Insufficient cpu.";
+        let pending = [("first", 2000), ("second", 1000)].map(|(name, priority)| PendingPod { pod: pod(name, priority), reason: reason.into() }).to_vec();
+        let proposals = build::<MakeRoomForPending>("").unwrap().propose(&cluster, &EvictContext { now: 0, pending, failed: Vec::new() });
+        let offered: Vec<&str> = proposals.iter().map(|eviction| eviction.room_for.as_deref().unwrap()).collect();
+        assert_eq!(offered, ["uid-first", "uid-first"], "{proposals:?}");
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //! order (worker-2 before worker-10).
 
 use super::timeline::{clock_time, AutoscalerSample, Change, Happening, Move};
-use crate::cli::natural_order;
 use crate::cluster::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::ListParams;
@@ -13,6 +12,27 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
 use wasp_sim::scenario::TimedEvent;
+
+/// Names in the order people read them: runs of digits compare as numbers, so `worker-2` comes before
+/// `worker-10`.
+fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn runs(text: &str) -> impl Iterator<Item = &str> {
+        let mut rest = text;
+        std::iter::from_fn(move || {
+            let first = rest.chars().next()?;
+            let end = rest.find(|c: char| c.is_ascii_digit() != first.is_ascii_digit()).unwrap_or(rest.len());
+            let (run, tail) = rest.split_at(end);
+            rest = tail;
+            Some(run)
+        })
+    }
+    let key = |run: &str| match run.bytes().all(|byte| byte.is_ascii_digit()) {
+        // A number: fewer significant digits first, then digit by digit.
+        true => (0, run.trim_start_matches('0').len(), run.trim_start_matches('0').to_string()),
+        false => (1, 0, run.to_string()),
+    };
+    runs(a).map(key).cmp(runs(b).map(key)).then_with(|| a.cmp(b))
+}
 
 /// Above this many nodes, the report summarizes instead of listing every node.
 pub const LISTED_NODES: usize = 20;
@@ -337,6 +357,13 @@ pub fn before_and_after(before: &[NodeLoad], after: &[NodeLoad], full: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_ordered_as_people_read_them() {
+        let mut names = vec!["worker-10", "worker-2", "gpu-0", "worker-1", "worker-02b", "worker-2a", "w"];
+        names.sort_by(|a, b| natural_order(a, b));
+        assert_eq!(names, ["gpu-0", "w", "worker-1", "worker-2", "worker-2a", "worker-02b", "worker-10"]);
+    }
 
     fn at(seconds: u64, change: Change) -> Happening {
         Happening { at: Duration::from_secs(seconds), change }

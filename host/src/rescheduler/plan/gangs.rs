@@ -29,19 +29,25 @@ pub struct PendingGang {
     pub may_preempt: bool,
 }
 
-/// The gangs the pending pods of a run belong to, each once.
+/// The gangs the pending pods of a run belong to, each once: their waiting members are those among `pending`
+/// (what the policies are told of), so every room a policy proposes for a member is decided with its gang's.
 pub fn pending_gangs(cluster: &SharedCluster, pending: &[PendingPod]) -> Vec<PendingGang> {
     let mut gangs: Vec<PendingGang> = Vec::new();
     for waiting in pending {
         let Some(group) = cluster.groups.group_of(&waiting.pod.uid) else { continue };
-        if gangs.iter().any(|gang| gang.group == group) {
+        if let Some(gang) = gangs.iter_mut().find(|gang| gang.group == group) {
+            gang.members.push(waiting.pod.uid.clone());
             continue;
         }
         let Some(GroupPolicy::Gang { min_count }) = cluster.groups.get(&group).map(|record| record.policy) else { continue };
-        let (bound, members): (Vec<String>, Vec<String>) = cluster.groups.members(&group).into_iter().partition(|uid| cluster.read().pod(uid).is_some());
-        let members: Vec<String> = members.into_iter().filter(|uid| cluster.is_pending(uid)).collect();
-        let may_preempt = members.iter().all(|uid| cluster.may_preempt(uid));
-        gangs.push(PendingGang { group, min_count: min_count as usize, scheduled: bound.len(), members, may_preempt });
+        let all = cluster.groups.members(&group);
+        let scheduled = {
+            let state = cluster.read();
+            all.iter().filter(|uid| state.pod(uid).is_some()).count()
+        };
+        // Any waiting member, told of or not (one that may not preempt is not): kube-scheduler's rule for the group.
+        let may_preempt = all.iter().filter(|uid| cluster.is_pending(uid)).all(|uid| cluster.may_preempt(uid));
+        gangs.push(PendingGang { group, min_count: min_count as usize, scheduled, members: vec![waiting.pod.uid.clone()], may_preempt });
     }
     gangs
 }
