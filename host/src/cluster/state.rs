@@ -161,7 +161,7 @@ fn attachments(pod: &Pod) -> Vec<(String, String)> {
     pod.volume_claims.iter().filter_map(|claim| claim.attachment.as_ref()).map(|volume| (volume.driver.clone(), volume.handle.clone())).collect()
 }
 
-fn to_resources(vector: &ResourceVector) -> Resources {
+pub fn to_resources(vector: &ResourceVector) -> Resources {
     Resources {
         cpu_millis: vector.cpu_millis,
         memory_bytes: vector.memory_bytes,

@@ -1,6 +1,8 @@
 //! Kubernetes objects (k8s-openapi) into the contract's pod and node records. Every error names the object and
 //! the field, so a malformed manifest is easy to fix.
 
+mod resize;
+
 use super::state::{EvictionConsent, PodMeta, EVICT_ANNOTATION};
 use crate::contract::types::{
     AttachedVolume, ClaimRequirement, Condition, Container, ContainerState, HostPort, InclusionPolicy, LabelSelector, Node, NodeAffinity, NodeImage,
@@ -80,9 +82,19 @@ impl Context {
     /// compute (containers, sidecars, init containers, overhead) are kube-scheduler's. A pod-level limit without a
     /// request requests the limit when no container requests that resource, and always for huge pages, which
     /// cannot be over-committed (the API server's defaulting).
-    fn fold_pod_level_requests(&self, spec: &core::PodSpec, containers: &mut [Container], init_containers: &mut [Container]) -> Result<(), ConvertError> {
+    /// A pod resized in place holds the most of its spec's and its status's pod-level requests ([`resize`]).
+    fn fold_pod_level_requests(
+        &self,
+        spec: &core::PodSpec,
+        status: Option<&core::PodStatus>,
+        containers: &mut [Container],
+        init_containers: &mut [Container],
+    ) -> Result<(), ConvertError> {
         let Some(pod_level) = spec.resources.as_ref() else { return Ok(()) };
-        let requests = self.resources("spec.resources.requests", pod_level.requests.as_ref())?;
+        let mut requests = self.resources("spec.resources.requests", pod_level.requests.as_ref())?;
+        if pod_level.requests.as_ref().is_some_and(|requests| !requests.is_empty()) {
+            requests = resize::pod_level_requests(self, requests, status)?;
+        }
         let limits = self.resources("spec.resources.limits", pod_level.limits.as_ref())?;
         let every = || containers.iter().chain(init_containers.iter());
         let requested = |amount: u64, limit: u64, in_containers: bool| match amount {
@@ -496,7 +508,10 @@ pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
             }
         }
     };
-    context.fold_pod_level_requests(spec, &mut containers, &mut init_containers)?;
+    let sidecars: Vec<String> =
+        spec.init_containers.iter().flatten().filter(|container| container.restart_policy.as_deref() == Some("Always")).map(|container| container.name.clone()).collect();
+    resize::hold_resized(&context, status, &mut containers, &init_containers, &sidecars)?;
+    context.fold_pod_level_requests(spec, status, &mut containers, &mut init_containers)?;
     statuses(status.and_then(|status| status.container_statuses.as_ref()), &mut containers);
     statuses(status.and_then(|status| status.init_container_statuses.as_ref()), &mut init_containers);
     let labels = pairs(source.metadata.labels.as_ref());
@@ -553,13 +568,7 @@ pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
             Some(_) => PodPhase::Unknown,
         },
         containers,
-        sidecar_init_containers: spec
-            .init_containers
-            .iter()
-            .flatten()
-            .filter(|container| container.restart_policy.as_deref() == Some("Always"))
-            .map(|container| container.name.clone())
-            .collect(),
+        sidecar_init_containers: sidecars,
         init_containers,
         overhead: context.resources("spec.overhead", spec.overhead.as_ref())?,
         node_selector: pairs(spec.node_selector.as_ref()),
