@@ -2111,3 +2111,85 @@ fn a_jobs_gang_from_the_job_controller_is_bound_whole_by_wasp() {
     }
     assert!(!audit.iter().any(|event| event.user() == WASP_USER && event.code() == 403), "every write allowed by the shipped RBAC");
 }
+
+/// What a kubelet reports of `pod`'s only container `app` during an in-place resize, written as a kubelet writes
+/// it (the status subresource): `allocated` and `actuated` CPU, and the pod's resize condition (`PodResizePending`
+/// with a reason, or `PodResizeInProgress`) if any. kwok reports none of this: it does not resize.
+fn report_resize(cluster: &ControlPlane, pod: &str, allocated: &str, actuated: &str, condition: Option<(&str, &str)>) {
+    let current = cluster.get_json(&["get", "pod", pod, "-n", "default"]);
+    let mut statuses = current["status"]["containerStatuses"].clone();
+    statuses[0]["allocatedResources"] = serde_json::json!({"cpu": allocated});
+    statuses[0]["resources"] = serde_json::json!({"requests": {"cpu": actuated}});
+    let mut conditions: Vec<Value> = current["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|condition| !condition["type"].as_str().unwrap().starts_with("PodResize"))
+        .cloned()
+        .collect();
+    if let Some((kind, reason)) = condition {
+        let mut written = serde_json::json!({"type": kind, "status": "True", "lastTransitionTime": "2026-12-07T00:00:00Z"});
+        if !reason.is_empty() {
+            written["reason"] = reason.into();
+        }
+        conditions.push(written);
+    }
+    let patch = serde_json::json!({"status": {"containerStatuses": statuses, "conditions": conditions}}).to_string();
+    cluster.must(&["patch", "pod", pod, "-n", "default", "--subresource", "status", "--type", "merge", "-p", &patch]);
+}
+
+/// In-place resize on the real control plane: a pod resized down through the `resize` subresource keeps holding
+/// what its container runs with until the kubelet reports the resize done, so wasp, like kube-scheduler, leaves a
+/// pod that needs that room Pending, and binds it once the status says the room is free. Counted from the API
+/// server's audit log and the pods' conditions; the final placements checked with kube-scheduler's own filters.
+#[test]
+fn a_pod_resized_down_in_place_holds_its_room_until_the_kubelet_reports_it_as_kube_scheduler_counts_it() {
+    if !common::can_run(&[common::control_plane::missing()]) {
+        return;
+    }
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed = install_with(&["--kube-scheduler"]);
+    let cluster = &installed.cluster;
+    cluster.create_nodes("worker", 1, &["zone-a"], "2", "8Gi");
+    let _host = installed.start_host("wasp-0");
+    let pod = |name: &str, scheduler: &str, cpu: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  schedulerName: {scheduler}\n  containers: [{{name: app, image: nginx, resources: {{requests: {{cpu: {cpu}}}}}}}]\n")
+    };
+    let node_of = |name: &str| cluster.get_json(&["get", "pod", name, "-n", "default"])["spec"]["nodeName"].as_str().map(str::to_string);
+    let bindings_of = |name: &str| cluster.audit().iter().filter(|event| event.subresource() == "binding" && event.name() == name).count();
+
+    create(cluster, &pod("resized", "wasp", "1500m"));
+    wait_for("resized Running", Duration::from_secs(60), || cluster.get_json(&["get", "pod", "resized", "-n", "default"])["status"]["phase"] == "Running");
+    // What a kubelet reports of a running pod, then the resize down: the spec asks 500m, the container still runs
+    // with 1500m.
+    report_resize(cluster, "resized", "1500m", "1500m", None);
+    cluster.must(&["patch", "pod", "resized", "-n", "default", "--subresource", "resize", "-p", r#"{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"500m"}}}]}}"#]);
+    assert_eq!(cluster.get_json(&["get", "pod", "resized", "-n", "default"])["spec"]["containers"][0]["resources"]["requests"]["cpu"], "500m");
+    report_resize(cluster, "resized", "500m", "1500m", Some(("PodResizeInProgress", "")));
+
+    // A pod of 1 CPU for each scheduler: 500m by the spec would leave room, 1500m held does not.
+    create(cluster, &pod("wanted", "wasp", "1"));
+    create(cluster, &pod("ks-wanted", "default-scheduler", "1"));
+    for name in ["wanted", "ks-wanted"] {
+        wait_for(&format!("{name} PodScheduled=False"), Duration::from_secs(60), || {
+            scheduled_condition(cluster, "default", name).is_some_and(|condition| condition["status"] == "False")
+        });
+        let message = scheduled_condition(cluster, "default", name).unwrap()["message"].as_str().unwrap().to_string();
+        assert!(message.starts_with("0/1 nodes are available: 1 Insufficient cpu"), "{name}: {message}");
+        assert_eq!(bindings_of(name), 0, "{name} bound beside a pod still running with 1500m");
+    }
+
+    // The kubelet reports the resize done: the room is free, and wasp binds its pod (kube-scheduler's is gone).
+    cluster.must(&["delete", "pod", "ks-wanted", "-n", "default", "--wait=true"]);
+    report_resize(cluster, "resized", "500m", "500m", None);
+    wait_for("wanted bound", Duration::from_secs(60), || node_of("wanted").is_some());
+    assert_eq!(node_of("wanted").as_deref(), Some("worker-0"));
+    assert_eq!(bindings_of("wanted"), 1);
+    let order = cluster.dir.path().join("order");
+    std::fs::write(&order, "default/resized\ndefault/wanted\n").unwrap();
+    let output =
+        Command::new(control_plane::binary()).args(["check-placements", "--kubeconfig"]).arg(&cluster.kubeconfig).arg("--order").arg(&order).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.lines().any(|line| line == "checked 2 gone 0 violations 0 out-of-order 0"), "{stdout}");
+}
