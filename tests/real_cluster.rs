@@ -2163,7 +2163,17 @@ fn a_pod_resized_down_in_place_holds_its_room_until_the_kubelet_reports_it_as_ku
     // What a kubelet reports of a running pod, then the resize down: the spec asks 500m, the container still runs
     // with 1500m.
     report_resize(cluster, "resized", "1500m", "1500m", None);
-    cluster.must(&["patch", "pod", "resized", "-n", "default", "--subresource", "resize", "-p", r#"{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"500m"}}}]}}"#]);
+    cluster.must(&[
+        "patch",
+        "pod",
+        "resized",
+        "-n",
+        "default",
+        "--subresource",
+        "resize",
+        "-p",
+        r#"{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"500m"}}}]}}"#,
+    ]);
     assert_eq!(cluster.get_json(&["get", "pod", "resized", "-n", "default"])["spec"]["containers"][0]["resources"]["requests"]["cpu"], "500m");
     report_resize(cluster, "resized", "500m", "1500m", Some(("PodResizeInProgress", "")));
 

@@ -193,6 +193,119 @@ fn busybox_image(dir: &Path) -> PathBuf {
 
 const BUSYBOX: &str = "wasp.dev/busybox:test";
 
+/// The container `app` of pod `name` as the kubelet reports it: its requested CPU, its allocated CPU, its restarts.
+fn reported_cpu(cluster: &ControlPlane, name: &str) -> (Value, Value, u64) {
+    let pod = cluster.get_json(&["get", "pod", name, "-n", "default"]);
+    let status = &pod["status"]["containerStatuses"][0];
+    (status["resources"]["requests"]["cpu"].clone(), status["allocatedResources"]["cpu"].clone(), restarts(&pod))
+}
+
+/// The CPU limit of the cgroup of the one process on this machine whose command line is `command`, as cgroup
+/// v2's `cpu.max` says it (`QUOTA PERIOD`), read from the machine's side (the image mounts no cgroup file system
+/// in the container); on a cgroup v1 machine, from the cpu hierarchy's `cpu.cfs_quota_us` and `cpu.cfs_period_us`.
+fn container_cpu_max(command: &[&str]) -> String {
+    let wanted = command.join("\0") + "\0";
+    let pid = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok()?.parse::<u32>().ok())
+        .find(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| line == wanted.as_bytes()))
+        .unwrap_or_else(|| panic!("no process runs {command:?}"));
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path_of = |controller: &str| {
+        cgroups.lines().find_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            controllers.split(',').any(|name| name == controller).then(|| path.to_string())
+        })
+    };
+    let read = |file: String| std::fs::read_to_string(&file).unwrap_or_else(|error| panic!("{file}: {error}")).trim().to_string();
+    match path_of("cpu") {
+        Some(path) => format!("{} {}", read(format!("/sys/fs/cgroup/cpu{path}/cpu.cfs_quota_us")), read(format!("/sys/fs/cgroup/cpu{path}/cpu.cfs_period_us"))),
+        None => read(format!("/sys/fs/cgroup{}/cpu.max", path_of("").unwrap_or_else(|| panic!("process {pid}: no cgroup in {cgroups:?}")))),
+    }
+}
+
+/// In-place resize through a real kubelet: a resize within the node's room is applied to the running container
+/// (its cgroup's CPU limit changes, it does not restart); a resize past what the node has left is `Deferred`, and
+/// the node holds it for wasp as for kube-scheduler until it is taken back. (A resize past the node's allocatable
+/// is refused by the API server in 1.37, so a real kubelet's `Infeasible` is not reached here; the unit tests of
+/// `cluster::convert::resize` and tests/real_cluster.rs cover the counting when the status holds more.)
+/// Counted from what the kubelet reported, what the container's cgroup says and the bindings the API server holds.
+fn a_pod_is_resized_in_place_by_the_kubelet_and_wasp_counts_what_it_holds(cluster: &ControlPlane) {
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: resizable, namespace: default}}\nspec:\n  schedulerName: wasp\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: app\n    image: {BUSYBOX}\n    imagePullPolicy: Never\n    command: [/bin/busybox, sleep, '3601']\n    resources: {{requests: {{cpu: 100m, memory: 8Mi}}, limits: {{cpu: 200m}}}}\n"
+    );
+    let created = cluster.kubectl_input(&["create", "-f", "-"], &manifest);
+    assert!(created.ok, "{}", created.stderr);
+    let running = || cluster.get_json(&["get", "pod", "resizable", "-n", "default"])["status"]["phase"] == "Running";
+    wait_for_or_explain("resizable Running", Duration::from_secs(120), running, || diagnosis(cluster));
+    let cpu_max = || container_cpu_max(&["/bin/busybox", "sleep", "3601"]);
+    assert_eq!(cpu_max(), "20000 100000", "the 200m limit in the container's cgroup");
+
+    let resize = |cpu: &str, limit: &str| {
+        let patch = format!(r#"{{"spec":{{"containers":[{{"name":"app","resources":{{"requests":{{"cpu":"{cpu}"}},"limits":{{"cpu":"{limit}"}}}}}}]}}}}"#);
+        cluster.must(&["patch", "pod", "resizable", "-n", "default", "--subresource", "resize", "-p", &patch]);
+    };
+    resize("200m", "400m");
+    wait_for_or_explain(
+        "the kubelet reports the resize done",
+        Duration::from_secs(60),
+        || {
+            let (requested, allocated, _) = reported_cpu(cluster, "resizable");
+            requested == "200m" && allocated == "200m"
+        },
+        || cluster.kubectl(&["get", "pod", "resizable", "-n", "default", "-o", "yaml"]).stdout,
+    );
+    assert_eq!(cpu_max(), "40000 100000", "the new limit in the running container's cgroup");
+    assert_eq!(reported_cpu(cluster, "resizable").2, 0, "resized in place, not restarted");
+
+    // Up to the node's whole allocatable CPU, more than the other pods there leave: the kubelet defers it, and
+    // the node holds the new spec (kube-scheduler reserves it before the kubelet can apply it). A pinned pod of
+    // each scheduler waits; the resize taken back, both are bound.
+    resize("2", "2");
+    let deferred = || {
+        let pod = cluster.get_json(&["get", "pod", "resizable", "-n", "default"]);
+        pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|condition| condition["type"] == "PodResizePending" && condition["reason"] == "Deferred")
+    };
+    wait_for_or_explain("PodResizePending Deferred", Duration::from_secs(60), deferred, || {
+        cluster.kubectl(&["get", "pod", "resizable", "-n", "default", "-o", "yaml"]).stdout
+    });
+    assert_eq!(reported_cpu(cluster, "resizable").1, "200m", "the allocation kept while deferred");
+    let node = cluster.get_json(&["get", "pod", "resizable", "-n", "default"])["spec"]["nodeName"].as_str().unwrap().to_string();
+    let beside = [("beside-resized", "wasp"), ("ks-beside-resized", "default-scheduler")];
+    for (name, scheduler) in beside {
+        let pod = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  schedulerName: {scheduler}\n  nodeSelector: {{kubernetes.io/hostname: {node}}}\n  terminationGracePeriodSeconds: 0\n  containers:\n  - {{name: pause, image: 'registry.k8s.io/pause:3.10.2', imagePullPolicy: Never, resources: {{requests: {{cpu: 100m}}}}}}\n"
+        );
+        let created = cluster.kubectl_input(&["create", "-f", "-"], &pod);
+        assert!(created.ok, "{}", created.stderr);
+    }
+    for (name, _) in beside {
+        let told = || {
+            let pod = cluster.get_json(&["get", "pod", name, "-n", "default"]);
+            let scheduled = pod["status"]["conditions"].as_array().into_iter().flatten().find(|condition| condition["type"] == "PodScheduled").cloned();
+            scheduled.is_some_and(|condition| condition["status"] == "False" && condition["message"].as_str().unwrap_or_default().contains("Insufficient cpu"))
+        };
+        wait_for_or_explain(&format!("{name} waits for the room the deferred resize holds"), Duration::from_secs(60), told, || {
+            cluster.kubectl(&["get", "pod", name, "-n", "default", "-o", "yaml"]).stdout
+        });
+        assert_eq!(cluster.get_json(&["get", "pod", name, "-n", "default"])["spec"]["nodeName"], Value::Null, "{name} bound");
+    }
+    resize("200m", "400m");
+    for (name, _) in beside {
+        let bound = || cluster.get_json(&["get", "pod", name, "-n", "default"])["spec"]["nodeName"] == node.as_str();
+        wait_for_or_explain(&format!("{name} bound once the resize is taken back"), Duration::from_secs(60), bound, || {
+            cluster.kubectl(&["get", "pod", name, "-n", "default", "-o", "yaml"]).stdout
+        });
+    }
+    assert_eq!(reported_cpu(cluster, "resizable").2, 0, "never restarted");
+    cluster.kubectl(&["delete", "pod", "resizable", "beside-resized", "ks-beside-resized", "-n", "default", "--wait=false"]);
+}
+
 /// The users' Deployment: `replicas` busybox web servers scheduled by `scheduler`, Ready once their HTTP
 /// readiness probe answers (a second or two after the container starts), with a PodDisruptionBudget allowing one
 /// of them down.
@@ -262,6 +375,7 @@ fn wasp_runs_on_real_nodes_as_the_readme_installs_it() {
     the_api_server_calls_the_webhooks_through_their_service(&cluster);
     let placed = a_policy_version_comes_through_the_kubelets_projection(&cluster, images.path(), &uids);
     explain_answers_from_the_pod_network(&cluster, &placed);
+    a_pod_is_resized_in_place_by_the_kubelet_and_wasp_counts_what_it_holds(&cluster);
     the_rescheduler_drains_a_real_node_within_its_budget(&cluster);
     the_standby_leads_at_once_on_a_rollout_and_a_drain(&cluster, |cluster| replicas_started_beside_a_broken_policy_serve_the_rest(cluster, &uids));
     the_webhooks_fail_open_without_replicas(&cluster);

@@ -508,8 +508,13 @@ pub fn pod(source: &core::Pod) -> Result<Pod, ConvertError> {
             }
         }
     };
-    let sidecars: Vec<String> =
-        spec.init_containers.iter().flatten().filter(|container| container.restart_policy.as_deref() == Some("Always")).map(|container| container.name.clone()).collect();
+    let sidecars: Vec<String> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|container| container.restart_policy.as_deref() == Some("Always"))
+        .map(|container| container.name.clone())
+        .collect();
     resize::hold_resized(&context, status, &mut containers, &init_containers, &sidecars)?;
     context.fold_pod_level_requests(spec, status, &mut containers, &mut init_containers)?;
     statuses(status.and_then(|status| status.container_statuses.as_ref()), &mut containers);

@@ -34,7 +34,12 @@ const INFEASIBLE: &str = "Infeasible";
 
 /// kube-scheduler's `IsPodResizeInfeasible`: the first `PodResizePending` condition says `Infeasible`.
 fn resize_infeasible(status: &core::PodStatus) -> bool {
-    status.conditions.iter().flatten().find(|condition| condition.type_ == RESIZE_PENDING).is_some_and(|condition| condition.reason.as_deref() == Some(INFEASIBLE))
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|condition| condition.type_ == RESIZE_PENDING)
+        .is_some_and(|condition| condition.reason.as_deref() == Some(INFEASIBLE))
 }
 
 /// The pod-level requests the node holds (`effectivePodLevelResources`): the spec's, unless the resize is
@@ -86,7 +91,11 @@ pub(super) fn hold_resized(
     // What the app containers and sidecars ask beside the first: the first container is set so that the sum
     // of all of them is what the node holds.
     let mut others = ResourceVector::default();
-    containers.iter().skip(1).chain(init_containers.iter().filter(|container| sidecars.contains(&container.name))).for_each(|container| others.add(&to_vector(&container.requests)));
+    containers
+        .iter()
+        .skip(1)
+        .chain(init_containers.iter().filter(|container| sidecars.contains(&container.name)))
+        .for_each(|container| others.add(&to_vector(&container.requests)));
     let Some(first) = containers.first_mut() else { return Ok(()) };
     let mut requests = to_vector(&first.requests);
     let names = held.scalar.keys().chain(spec.scalar.keys()).cloned().collect::<std::collections::BTreeSet<_>>();
