@@ -17,7 +17,7 @@ fn inspect_shows_what_a_component_is() {
     assert!(ok);
     assert!(stdout.contains("name       taint-toleration"), "{stdout}");
     assert!(stdout.contains("kinds      filter, score"), "{stdout}");
-    assert!(stdout.contains("contract   wasp:policy@0.9.0"), "{stdout}");
+    assert!(stdout.contains("contract   wasp:policy@0.10.0"), "{stdout}");
 
     let (ok, stdout, _) = wasp(&["policy", "inspect", "--json", "plugins/out/hpa.wasm"]);
     assert!(ok);

@@ -207,6 +207,8 @@ fn scale_policy_applies_the_hpa_formula_and_an_autoscalers_own_settings_only_to_
         max_replicas: 20,
         metrics: vec![metric(values)],
         recommendations: vec![],
+        containers: vec![],
+        state: None,
     };
     let cluster = cluster_of(vec![]);
     assert_eq!(hpa.recommend(&cluster, &request(&[900.0, 900.0, 900.0])).unwrap().desired_replicas, 6);

@@ -35,16 +35,16 @@ fn components_that_are_not_policies_are_refused() {
     let error = load_error(&empty);
     assert!(error.contains("not a wasp policy: it exports none of the wasp:policy interfaces"), "{error}");
 
-    let partial = wat::parse_str(r#"(component (instance $i) (export "wasp:policy/policy@0.9.0" (instance $i)))"#).unwrap();
+    let partial = wat::parse_str(r#"(component (instance $i) (export "wasp:policy/policy@0.10.0" (instance $i)))"#).unwrap();
     let error = load_error(&partial);
-    assert!(error.contains("missing exports: wasp:policy/filter@0.9.0, wasp:policy/score@0.9.0"), "{error}");
+    assert!(error.contains("missing exports: wasp:policy/filter@0.10.0, wasp:policy/score@0.10.0"), "{error}");
 }
 
 #[test]
 fn wrong_contract_version_names_both_versions() {
     let older = wat::parse_str(r#"(component (instance $i) (export "wasp:policy/policy@0.1.0" (instance $i)))"#).unwrap();
     let error = load_error(&older);
-    assert!(error.contains("built against contract wasp:policy@0.1.0, this host implements wasp:policy@0.9.0"), "{error}");
+    assert!(error.contains("built against contract wasp:policy@0.1.0, this host implements wasp:policy@0.10.0"), "{error}");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use libfuzzer_sys::fuzz_target;
 use std::collections::HashSet;
 use std::sync::OnceLock;
 use wasp::cluster::ClusterState;
-use wasp::contract::types::{Eviction, FilterResult, MetricProposal, Placement, ScaleDecision};
+use wasp::contract::types::{Eviction, FilterResult, Metric, MetricProposal, MetricSource, MetricTarget, Placement, ScaleDecision, ScaleRequest};
 use wasp::contract::{EvictContext, PendingPod};
 use wasp::runtime::answers::{self, answer_bytes, MAX_ANSWER_TEXT_BYTES, MAX_REASON_BYTES};
 
@@ -145,8 +145,28 @@ fn scale(input: &mut Unstructured) -> Result<()> {
     let count = input.int_in_range(0..=6usize)?;
     let proposals: Vec<MetricProposal> =
         (0..count).map(|_| Ok(MetricProposal { metric: text(input)?, replicas: input.arbitrary()? })).collect::<Result<_>>()?;
-    let decision = ScaleDecision { desired_replicas: input.arbitrary()?, reason: text(input)?, proposals };
-    if answers::validate_scale_decision(&decision, metrics).is_ok() {
+    let decision = ScaleDecision { desired_replicas: input.arbitrary()?, reason: text(input)?, proposals, resources: Vec::new(), state: None };
+    let metric = Metric {
+        name: "cpu".into(),
+        source: MetricSource::Resource,
+        target: MetricTarget::Utilization(50.0),
+        pods: Vec::new(),
+        value: None,
+        error: None,
+        history: Vec::new(),
+    };
+    let request = ScaleRequest {
+        workload: "default/Deployment/web".into(),
+        now: 0,
+        current_replicas: 1,
+        min_replicas: 1,
+        max_replicas: 1,
+        metrics: vec![metric; metrics],
+        recommendations: Vec::new(),
+        containers: Vec::new(),
+        state: None,
+    };
+    if answers::validate_scale_decision(&decision, &request).is_ok() {
         assert!(decision.proposals.len() <= metrics);
         assert!(decision.reason.len() <= MAX_REASON_BYTES && decision.proposals.iter().all(|proposal| proposal.metric.len() <= MAX_REASON_BYTES));
     }

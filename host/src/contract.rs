@@ -20,7 +20,7 @@ pub use self::wasp::policy::types;
 use types::{ClusterDelta, Pod, PodId, PodPlace, PolicyKind, ViewScope};
 
 /// The contract this host implements; components must be built against a compatible `wasp:policy` version.
-pub const CONTRACT_VERSION: &str = "0.9.0";
+pub const CONTRACT_VERSION: &str = "0.10.0";
 /// The interfaces every policy component exports (at [`CONTRACT_VERSION`]).
 pub const EXPORTED_INTERFACES: [&str; 5] = ["policy", "filter", "score", "evict", "scale"];
 

@@ -13,7 +13,7 @@
 //! exactly (`2.1 / 0.3` is `7.000000000000001`, whose ceiling is 8 where the HPA's `2100 / 300` gives 7),
 //! and the HPA truncates averages and assumed usage to whole milli-units.
 
-use crate::types::{Metric, MetricProposal, MetricSample, MetricSource, MetricTarget, PodMetric, ScaleRequest};
+use crate::types::{Metric, MetricProposal, MetricSample, MetricSource, MetricTarget, PodMetric, ScaleDecision, ScaleRequest};
 use serde::{Deserialize, Serialize};
 
 /// The HPA's default: a change under 10% of the target is not worth a scale.
@@ -339,6 +339,13 @@ pub fn check_tolerance(tolerance: impl Into<Tolerance>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+impl ScaleDecision {
+    /// A decision about replicas alone: every pod's resources stay as they are, and no state is kept.
+    pub fn horizontal(desired_replicas: u32, reason: String, proposals: Vec<MetricProposal>) -> ScaleDecision {
+        ScaleDecision { desired_replicas, reason, proposals, resources: Vec::new(), state: None }
+    }
 }
 
 /// What every metric of a request wants, by [`propose`]: the proposals of the metrics that could be read, their

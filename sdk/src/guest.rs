@@ -368,7 +368,7 @@ mod tests {
         state.apply(vec![node, ClusterDelta::PodUpsert((0, PodPlace::Subject, PodBuilder::new("wanted").build()))]);
         // One delta, of a variant index no cluster-delta has (0-7 are node-upsert to reset).
         let error = state.apply_encoded(&[1, 8]).unwrap_err();
-        assert!(error.contains("echo: the deltas sent are not a list<cluster-delta> of wasp:policy@0.9.0"), "{error}");
+        assert!(error.contains("echo: the deltas sent are not a list<cluster-delta> of wasp:policy@0.10.0"), "{error}");
         // Two announced, `node-remove(0)` (variant 2) and nothing after it: nothing of it is applied.
         assert!(state.apply_encoded(&[2, 2, 0]).is_err());
         assert_eq!(state.filter(&[0]).unwrap().verdicts, vec![0], "node n and the subject are still there");

@@ -28,6 +28,7 @@ pub mod spread;
 pub mod testing;
 pub mod topology;
 pub mod utilization;
+pub mod vertical;
 
 #[doc(hidden)]
 pub mod guest;
@@ -60,7 +61,7 @@ pub mod types {
 }
 
 /// The contract version this SDK builds against (the `wasp:policy` WIT package version).
-pub const CONTRACT_VERSION: &str = "0.9.0";
+pub const CONTRACT_VERSION: &str = "0.10.0";
 
 pub use cluster::{Cluster, LabelScope, NodeFacts, NodeInfo, PodFacts, PodInfo};
 pub use policy::{Evict, Filter, NoSettings, Normalization, Policy, Scale, Score, Verdict};

@@ -469,6 +469,8 @@ pub fn scale_request(current_replicas: u32, min: u32, max: u32, metrics: Vec<Met
         max_replicas: max,
         metrics,
         recommendations: Vec::new(),
+        containers: Vec::new(),
+        state: None,
     }
 }
 

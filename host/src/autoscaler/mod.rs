@@ -694,6 +694,9 @@ impl AutoscalerLoop {
             max_replicas: max as u32,
             metrics: reading.metrics,
             recommendations,
+            // Vertical decisions are not applied yet: no container is sent, so no policy sizes pods.
+            containers: Vec::new(),
+            state: None,
         };
         let settings = match spec.call_settings(&policy.options.settings) {
             Ok(settings) => settings,
@@ -710,7 +713,7 @@ impl AutoscalerLoop {
         self.stats.policy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.metrics.recommended(policy.name(), answer.is_ok());
         match answer {
-            Ok(ScaleDecision { desired_replicas, reason, proposals }) => {
+            Ok(ScaleDecision { desired_replicas, reason, proposals, .. }) => {
                 run.record.recommended = Some(i32::try_from(desired_replicas).unwrap_or(i32::MAX));
                 run.record.reason = reason.clone();
                 for proposal in &proposals {

@@ -176,7 +176,7 @@ impl Scale for {ty} {{
     fn recommend(&self, request: &ScaleRequest) -> Result<ScaleDecision, String> {{
         let Proposals {{ proposals, details, failures }} = Proposals::of(request, DEFAULT_TOLERANCE);
         let desired = proposals.iter().map(|proposal| proposal.replicas).max().ok_or_else(|| failures.join("; "))?;
-        Ok(ScaleDecision {{ desired_replicas: desired, reason: details.join("; "), proposals }})
+        Ok(ScaleDecision::horizontal(desired, details.join("; "), proposals))
     }}
 }}"#
         ));

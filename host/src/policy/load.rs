@@ -131,10 +131,10 @@ mod tests {
 
     #[test]
     fn versions() {
-        assert!(compatible("0.9.0"));
-        assert!(!compatible("0.9.1"), "the records of another 0.9 could differ: only the same version");
-        assert!(!compatible("0.8.0"));
-        assert!(!compatible("0.10.0"));
+        assert!(compatible("0.10.0"));
+        assert!(!compatible("0.10.1"), "the records of another 0.10 could differ: only the same version");
+        assert!(!compatible("0.9.0"));
+        assert!(!compatible("0.11.0"));
         assert!(!compatible("1.2.0"));
         assert!(!compatible(""));
     }

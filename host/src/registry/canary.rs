@@ -82,6 +82,8 @@ fn scale_sample() -> ScaleRequest {
         max_replicas: 3,
         metrics: vec![metric],
         recommendations,
+        containers: Vec::new(),
+        state: None,
     }
 }
 

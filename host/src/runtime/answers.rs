@@ -4,7 +4,7 @@
 //! `propose` answer against the cluster live with the policy (`policy::checked_proposals`).
 
 use super::CallError;
-use crate::contract::types::{FilterResult, ScaleDecision};
+use crate::contract::types::{FilterResult, ResourceAmounts, ScaleDecision, ScaleRequest};
 
 /// Longest reason (a rejection, an eviction, a scale decision) the host passes on: it ends up in events and
 /// conditions, which the API server bounds too.
@@ -14,6 +14,9 @@ pub const MAX_ANSWER_TEXT_BYTES: usize = 64 << 10;
 /// All reasons of one `propose` answer together: it may name every pod of a large cluster (a week-old cluster
 /// under pod-lifetime), a reason each.
 pub const MAX_PROPOSAL_TEXT_BYTES: usize = 16 << 20;
+
+/// The most of its own state a scale policy may ask the host to keep (in the Autoscaler's status).
+pub const MAX_STATE_BYTES: usize = 64 << 10;
 
 /// A policy's own error, shortened to what a log line or an event can carry.
 pub fn guest_error(message: String) -> CallError {
@@ -42,7 +45,7 @@ pub(super) fn truncate(mut text: String, limit: usize) -> String {
 /// afresh; the host's output sink keeps far less of it.
 pub mod answer_bytes {
     use super::{MAX_ANSWER_TEXT_BYTES, MAX_PROPOSAL_TEXT_BYTES};
-    use crate::contract::types::{Eviction, MetricProposal};
+    use crate::contract::types::{ContainerRecommendation, Eviction, MetricProposal};
 
     /// Answers without lists that grow with the cluster (`describe`, `configure`, `apply`), and the room each
     /// bound leaves for the policy's own error message.
@@ -66,9 +69,11 @@ pub mod answer_bytes {
         pods.saturating_mul(size_of::<Eviction>() + 2 * NAME).saturating_add(MAX_PROPOSAL_TEXT_BYTES + SMALL)
     }
 
-    /// At most one proposal per metric.
-    pub fn recommend(metrics: usize) -> usize {
-        metrics.saturating_mul(size_of::<MetricProposal>() + NAME).saturating_add(MAX_ANSWER_TEXT_BYTES + SMALL)
+    /// At most one proposal per metric and one recommendation per container, and the state.
+    pub fn recommend(metrics: usize, containers: usize) -> usize {
+        let proposals = metrics.saturating_mul(size_of::<MetricProposal>() + NAME);
+        let resources = containers.saturating_mul(size_of::<ContainerRecommendation>() + NAME);
+        proposals.saturating_add(resources).saturating_add(MAX_ANSWER_TEXT_BYTES + super::MAX_STATE_BYTES + SMALL)
     }
 
     /// Whether a call failed because its answer was past its bound. Wasmtime's error type for it is private;
@@ -142,18 +147,83 @@ pub fn validate_scores(scores: &[u32], candidates: usize) -> Result<(), CallErro
     Ok(())
 }
 
-pub fn validate_scale_decision(decision: &ScaleDecision, metrics: usize) -> Result<(), CallError> {
-    if decision.proposals.len() > metrics {
-        let message = format!("{} metric proposals for {metrics} metrics", decision.proposals.len());
-        return Err(CallError::Malformed { operation: "recommend", message });
+pub fn validate_scale_decision(decision: &ScaleDecision, request: &ScaleRequest) -> Result<(), CallError> {
+    let malformed = |message: String| Err(CallError::Malformed { operation: "recommend", message });
+    if decision.proposals.len() > request.metrics.len() {
+        return malformed(format!("{} metric proposals for {} metrics", decision.proposals.len(), request.metrics.len()));
+    }
+    let mut named = std::collections::HashSet::new();
+    for recommendation in &decision.resources {
+        let container = &recommendation.container;
+        if !request.containers.iter().any(|known| &known.name == container) {
+            return malformed(format!("a recommendation for container {container:?}, which the target's pods do not have"));
+        }
+        if !named.insert(container) {
+            return malformed(format!("two recommendations for container {container:?}"));
+        }
+        for (bound, amounts) in [("target", &recommendation.target), ("lowerBound", &recommendation.lower_bound), ("upperBound", &recommendation.upper_bound)] {
+            if let Some(bad) = invalid_amount(amounts) {
+                return malformed(format!("container {container:?}: {bound} {bad}"));
+            }
+        }
+    }
+    if let Some(state) = &decision.state {
+        if state.len() > MAX_STATE_BYTES {
+            return malformed(format!("a state of {} bytes (at most {MAX_STATE_BYTES})", state.len()));
+        }
     }
     let texts = std::iter::once(decision.reason.as_str()).chain(decision.proposals.iter().map(|proposal| proposal.metric.as_str()));
     check_texts("recommend", MAX_ANSWER_TEXT_BYTES, texts)
 }
 
+/// What is wrong with an amount a policy recommends, if anything: requests are finite and positive.
+fn invalid_amount(amounts: &ResourceAmounts) -> Option<String> {
+    [("cpu", amounts.cpu), ("memory", amounts.memory)].into_iter().find_map(|(resource, value)| {
+        value.filter(|value| !value.is_finite() || *value <= 0.0).map(|value| format!("{resource} is {value}, not a positive amount"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vertical_answers_name_the_requests_containers_with_positive_amounts_and_a_bounded_state() {
+        use crate::contract::types::{ContainerRecommendation, ContainerUsage};
+        let none = ResourceAmounts { cpu: None, memory: None };
+        let container = ContainerUsage { name: "app".into(), requests: none, limits: none, samples: Vec::new(), oom_kills: Vec::new() };
+        let request = ScaleRequest {
+            workload: "default/Deployment/web".into(),
+            now: 0,
+            current_replicas: 1,
+            min_replicas: 1,
+            max_replicas: 1,
+            metrics: Vec::new(),
+            recommendations: Vec::new(),
+            containers: vec![container],
+            state: None,
+        };
+        let recommendation = |container: &str, cpu: f64| ContainerRecommendation {
+            container: container.into(),
+            target: ResourceAmounts { cpu: Some(cpu), memory: None },
+            lower_bound: none,
+            upper_bound: none,
+        };
+        let decision = |resources: Vec<ContainerRecommendation>, state: Option<String>| ScaleDecision {
+            desired_replicas: 1,
+            reason: "sized".into(),
+            proposals: Vec::new(),
+            resources,
+            state,
+        };
+        assert!(validate_scale_decision(&decision(vec![recommendation("app", 0.25)], Some("{}".into())), &request).is_ok());
+        let message = |answer: ScaleDecision| validate_scale_decision(&answer, &request).unwrap_err().to_string();
+        assert!(message(decision(vec![recommendation("db", 0.25)], None)).contains("container \"db\", which the target's pods do not have"));
+        assert!(message(decision(vec![recommendation("app", 0.25), recommendation("app", 0.5)], None)).contains("two recommendations"));
+        assert!(message(decision(vec![recommendation("app", f64::NAN)], None)).contains("target cpu is NaN, not a positive amount"));
+        assert!(message(decision(vec![recommendation("app", -1.0)], None)).contains("not a positive amount"));
+        assert!(message(decision(Vec::new(), Some("x".repeat(MAX_STATE_BYTES + 1)))).contains("a state of 65537 bytes"));
+    }
 
     #[test]
     fn long_answers_are_malformed_and_long_errors_truncated() {

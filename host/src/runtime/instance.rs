@@ -318,9 +318,11 @@ impl PolicyInstance {
 
     pub fn recommend(&mut self, request: &ScaleRequest) -> Result<ScaleDecision, CallError> {
         let decision = self
-            .call("recommend", answer_bytes::recommend(request.metrics.len()), |bindings, store| bindings.wasp_policy_scale().call_recommend(store, request))?
+            .call("recommend", answer_bytes::recommend(request.metrics.len(), request.containers.len()), |bindings, store| {
+                bindings.wasp_policy_scale().call_recommend(store, request)
+            })?
             .map_err(guest_error)?;
-        validate_scale_decision(&decision, request.metrics.len())?;
+        validate_scale_decision(&decision, request)?;
         Ok(decision)
     }
 }

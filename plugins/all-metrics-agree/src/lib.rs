@@ -64,7 +64,7 @@ impl Scale for AllMetricsAgree {
             (None, true, _) => (current, "holding: not every metric wants fewer replicas".to_string()),
             (None, false, _) => (current, "every metric is on target".to_string()),
         };
-        Ok(ScaleDecision { desired_replicas: desired, reason: format!("{}; {verdict}", details.join("; ")), proposals })
+        Ok(ScaleDecision::horizontal(desired, format!("{}; {verdict}", details.join("; ")), proposals))
     }
 }
 

@@ -69,7 +69,7 @@ impl Scale for Hpa {
         } else {
             chosen
         };
-        Ok(ScaleDecision { desired_replicas: desired, reason, proposals })
+        Ok(ScaleDecision::horizontal(desired, reason, proposals))
     }
 }
 

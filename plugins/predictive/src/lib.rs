@@ -172,7 +172,7 @@ impl Scale for Predictive {
         if desired != chosen {
             reason = format!("{reason}; not scaling down while {}", failures.join("; "));
         }
-        Ok(ScaleDecision { desired_replicas: desired, reason, proposals })
+        Ok(ScaleDecision::horizontal(desired, reason, proposals))
     }
 }
 

@@ -141,7 +141,7 @@ impl Scale for Scheduled {
         };
         details.extend(failures);
         details.push(schedule);
-        Ok(ScaleDecision { desired_replicas: desired, reason: details.join("; "), proposals })
+        Ok(ScaleDecision::horizontal(desired, details.join("; "), proposals))
     }
 }
 
