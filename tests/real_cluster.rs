@@ -1635,6 +1635,17 @@ fn an_autoscaler_scales_through_the_real_scale_subresource_on_aggregated_metrics
     assert_eq!(cluster.get_json(&["get", "widget", "gadget", "-n", "default"])["spec"]["replicas"], 2);
 }
 
+/// What `wasp-controlplane check-placements` says of the bindings of `pods` (`namespace/name`, in the order they
+/// were bound): each checked with kube-scheduler's own filters against the cluster as it was then.
+fn check_placements(cluster: &ControlPlane, pods: &[&str]) -> String {
+    let order = cluster.dir.path().join("order");
+    std::fs::write(&order, pods.iter().map(|pod| format!("{pod}\n")).collect::<String>()).unwrap();
+    let output =
+        Command::new(control_plane::binary()).args(["check-placements", "--kubeconfig"]).arg(&cluster.kubeconfig).arg("--order").arg(&order).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 #[test]
 fn the_placement_check_names_the_bindings_kube_schedulers_filters_refuse() {
     if !common::can_run(&[common::control_plane::missing()]) {
@@ -1659,12 +1670,7 @@ fn the_placement_check_names_the_bindings_kube_schedulers_filters_refuse() {
     ]
     .concat();
     create(&cluster, &manifest);
-    let order = cluster.dir.path().join("order");
-    std::fs::write(&order, "default/first\ndefault/second\ndefault/untolerated\ndefault/tolerated\n").unwrap();
-    let output =
-        Command::new(control_plane::binary()).args(["check-placements", "--kubeconfig"]).arg(&cluster.kubeconfig).arg("--order").arg(&order).output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = check_placements(&cluster, &["default/first", "default/second", "default/untolerated", "default/tolerated"]);
     let violations: Vec<&str> = stdout.lines().filter(|line| line.starts_with("violation ")).collect();
     assert_eq!(
         violations,
@@ -2195,11 +2201,6 @@ fn a_pod_resized_down_in_place_holds_its_room_until_the_kubelet_reports_it_as_ku
     wait_for("wanted bound", Duration::from_secs(60), || node_of("wanted").is_some());
     assert_eq!(node_of("wanted").as_deref(), Some("worker-0"));
     assert_eq!(bindings_of("wanted"), 1);
-    let order = cluster.dir.path().join("order");
-    std::fs::write(&order, "default/resized\ndefault/wanted\n").unwrap();
-    let output =
-        Command::new(control_plane::binary()).args(["check-placements", "--kubeconfig"]).arg(&cluster.kubeconfig).arg("--order").arg(&order).output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = check_placements(cluster, &["default/resized", "default/wanted"]);
     assert!(stdout.lines().any(|line| line == "checked 2 gone 0 violations 0 out-of-order 0"), "{stdout}");
 }
