@@ -4,7 +4,9 @@
 mod common;
 
 use common::*;
-use wasp::contract::types::{Metric, MetricSource, MetricTarget, PodMetric, PolicyKind, ScaleRequest, ViewScope};
+use wasp::contract::types::{
+    ContainerSample, ContainerUsage, Metric, MetricSource, MetricTarget, OomKill, PodMetric, PolicyKind, ResourceAmounts, ScaleRequest, ViewScope,
+};
 use wasp::contract::{EvictContext, PendingPod};
 
 #[test]
@@ -222,6 +224,60 @@ fn scale_policy_applies_the_hpa_formula_and_an_autoscalers_own_settings_only_to_
     assert_eq!(hpa.recommend(&cluster, &busy).unwrap().desired_replicas, 3);
     let error = hpa.recommend(&cluster, &ScaleRequest { metrics: vec![], ..request(&[1.0]) }).unwrap_err();
     assert_eq!(error.to_string(), "default/Deployment/web: no metrics to scale on");
+}
+
+#[test]
+fn the_vpa_policy_sizes_containers_through_the_sandbox_and_its_state_carries_the_history() {
+    let runtime = runtime();
+    let vpa = load(&runtime, "vpa", "");
+    assert_eq!(vpa.descriptor.kinds, vec![PolicyKind::Scale]);
+    let cluster = cluster_of(vec![]);
+    let none = ResourceAmounts { cpu: None, memory: None };
+    let t0 = 1_800_000_000;
+    let request = |now: i64, cpu: f64, oom_kills: Vec<OomKill>, state: Option<String>| ScaleRequest {
+        workload: "default/Deployment/web".into(),
+        now,
+        current_replicas: 2,
+        min_replicas: 1,
+        max_replicas: 4,
+        metrics: vec![],
+        recommendations: vec![],
+        containers: vec![ContainerUsage {
+            name: "app".into(),
+            requests: ResourceAmounts { cpu: Some(0.1), memory: Some(2e8) },
+            limits: none,
+            samples: ["web-1", "web-2"].iter().map(|pod| ContainerSample { pod: pod.to_string(), at: now, cpu, memory: 3e8 }).collect(),
+            oom_kills,
+        }],
+        state,
+    };
+    // An hour of one reading a minute at 0.4 core, the state handed back each time as the host does.
+    let mut state = None;
+    for minute in 0..60 {
+        let decision = vpa.recommend(&cluster, &request(t0 + minute * 60, 0.4, vec![], state.take())).unwrap();
+        assert_eq!(decision.desired_replicas, 2, "the replicas are left as they are");
+        state = decision.state;
+    }
+    let decision = vpa.recommend(&cluster, &request(t0 + 3600, 0.4, vec![], state.clone())).unwrap();
+    let [app] = decision.resources.try_into().unwrap();
+    assert_eq!(app.container, "app");
+    let cpu = app.target.cpu.unwrap();
+    assert!(cpu > 0.4 && cpu < 0.5, "the end of 0.4 core's bucket plus 15%: {cpu}");
+    assert!(app.upper_bound.cpu.unwrap() > cpu && app.lower_bound.cpu.unwrap() <= cpu);
+    // The bound follows an hour of history (confidence 1/24 day: 25 times the target); a call without the
+    // state has none, and its upper bound is the recommender's maximum.
+    assert!(app.upper_bound.cpu.unwrap() < 30.0 * cpu, "{:?}", app.upper_bound);
+    let forgetful = vpa.recommend(&cluster, &request(t0 + 3600, 0.4, vec![], None)).unwrap();
+    assert!(forgetful.resources[0].upper_bound.cpu.unwrap() > 1e6, "{:?}", forgetful.resources[0].upper_bound);
+    // An out-of-memory kill raises memory above the 300 MB peaks: at least the request (200 MB) plus 100 MiB,
+    // or the peak times 1.2, whichever is more.
+    let before = app.target.memory.unwrap();
+    let kill = OomKill { pod: "web-1".into(), at: t0 + 3630, memory_request: 2e8 };
+    let after = vpa.recommend(&cluster, &request(t0 + 3660, 0.4, vec![kill], state)).unwrap();
+    assert!(after.resources[0].target.memory.unwrap() > before, "{before} then {:?}", after.resources[0].target.memory);
+    // A policy's error names the workload: no containers (an Autoscaler without updatePolicy).
+    let error = vpa.recommend(&cluster, &ScaleRequest { containers: vec![], ..request(t0, 0.4, vec![], None) }).unwrap_err();
+    assert!(error.to_string().contains("default/Deployment/web: no containers to size"), "{error}");
 }
 
 #[test]
