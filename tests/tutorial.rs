@@ -118,9 +118,10 @@ fn the_tutorial_runs_from_a_new_crate_to_a_swap_in_a_running_host() {
     let crate_dir = home.path().join("policies/prefer-zone");
     assert!(crate_dir.join("prefer-zone.wasm").is_file(), "section 1 builds the scaffolded policy");
     // What a user's trivial policy costs in a ConfigMap: the compressed component `wasp policy build` writes,
-    // under 64 KB (60.2 KB on 2026-12-02, docs/performance.md, "Component sizes").
+    // under 68 KB (60.2 KB on 2026-12-02; 64.7 KB on contract 0.10, whose scale records every component lifts,
+    // since every component exports `scale`: docs/performance.md, "Component sizes").
     let compressed = std::fs::metadata(crate_dir.join("prefer-zone.wasm.zst")).unwrap().len();
-    assert!(compressed < 64_000, "the scaffolded policy takes {compressed} bytes compressed, over 64 KB (it took 60.2 KB)");
+    assert!(compressed < 68_000, "the scaffolded policy takes {compressed} bytes compressed, over 68 KB (it took 64.7 KB)");
     std::fs::write(crate_dir.join("src/lib.rs"), tutorial_rust(&readme)).unwrap();
     for block in [in_section(&commands, "3"), in_section(&commands, "4")].concat() {
         run_block(block, home.path(), &mut groups);
